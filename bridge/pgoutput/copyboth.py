@@ -1,0 +1,62 @@
+"""Framing of the streaming replication protocol inside COPY BOTH.
+
+The walsender sends CopyData messages whose first byte says what they are: ``w`` (XLogData,
+carrying one pgoutput message) or ``k`` (primary keepalive). The client answers with ``r``
+(standby status update). Pure code: bytes in, typed values out.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from bridge.pgoutput.errors import DecodeError
+from bridge.pgoutput.lsn import Lsn
+
+_XLOGDATA_HEADER = struct.Struct("!QQq")  # wal_start, wal_end, send_time
+_KEEPALIVE = struct.Struct("!QqB")  # wal_end, send_time, reply_requested
+_STATUS = struct.Struct("!cQQQqB")
+
+
+@dataclass(frozen=True, slots=True)
+class XLogData:
+    wal_start: Lsn  # the position of the record this payload starts at
+    wal_end: Lsn  # the current end of WAL on the server
+    send_time: int  # microseconds since 2000-01-01 UTC
+    payload: bytes  # one pgoutput message
+
+
+@dataclass(frozen=True, slots=True)
+class PrimaryKeepalive:
+    wal_end: Lsn
+    send_time: int
+    reply_requested: bool
+
+
+def parse_copy_data(buf: bytes) -> XLogData | PrimaryKeepalive:
+    """Parse one CopyData message of the replication stream."""
+    if not buf:
+        raise DecodeError("CopyData", 0, "empty message")
+    tag = buf[0]
+    if tag == 0x77:  # 'w'
+        if len(buf) < 1 + _XLOGDATA_HEADER.size:
+            raise DecodeError("XLogData", len(buf), "truncated header")
+        start, end, ts = _XLOGDATA_HEADER.unpack_from(buf, 1)
+        return XLogData(Lsn(start), Lsn(end), ts, bytes(buf[1 + _XLOGDATA_HEADER.size :]))
+    if tag == 0x6B:  # 'k'
+        if len(buf) != 1 + _KEEPALIVE.size:
+            raise DecodeError("PrimaryKeepalive", len(buf), f"expected {1 + _KEEPALIVE.size} bytes")
+        end, ts, reply = _KEEPALIVE.unpack_from(buf, 1)
+        return PrimaryKeepalive(Lsn(end), ts, bool(reply))
+    raise DecodeError("CopyData", 0, f"unknown message byte {bytes([tag])!r}")
+
+
+def standby_status_update(
+    write: Lsn, flush: Lsn, apply: Lsn, send_time: int, reply_requested: bool = False
+) -> bytes:
+    """Build the ``r`` message that reports positions to the walsender.
+
+    ``flush`` is what the server may discard WAL up to and where a restart resumes: it must only
+    ever cover changes delivered downstream.
+    """
+    return _STATUS.pack(b"r", write, flush, apply, send_time, 1 if reply_requested else 0)
