@@ -1,0 +1,62 @@
+"""Fetch artifacts from Maven Central by coordinate with the ordinary client (``mvn``).
+
+Nothing here names a repository host: Maven's own configuration decides where it downloads
+from, so a user's mirror settings apply.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+from pathlib import Path
+
+from bridge.errors import StackError
+
+logger = logging.getLogger(__name__)
+
+
+def _mvn() -> str:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise StackError("maven", "the 'mvn' command is not on PATH; install Maven (Debian: maven)")
+    return mvn
+
+
+def _run(part: str, args: list[str], cwd: Path | None = None) -> None:
+    logger.info("fetching %s with: mvn %s", part, " ".join(args))
+    proc = subprocess.run(
+        [_mvn(), "-B", "-q", *args], cwd=cwd, capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+        raise StackError(part, "Maven could not fetch it:\n  " + "\n  ".join(tail))
+
+
+def copy_artifact(part: str, coordinate: str, dest_dir: Path) -> Path:
+    """Copy one artifact (``group:artifact:version[:type[:classifier]]``) into ``dest_dir``."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    _run(part, ["dependency:copy", f"-Dartifact={coordinate}", f"-DoutputDirectory={dest_dir}"])
+    files = [p for p in dest_dir.iterdir() if p.is_file()]
+    if not files:
+        raise StackError(part, f"Maven reported success but {dest_dir} is empty")
+    return max(files, key=lambda p: p.stat().st_mtime)
+
+
+def copy_dependencies(part: str, pom: Path, dest_dir: Path) -> list[Path]:
+    """Resolve a small POM's runtime classpath and copy every jar into ``dest_dir``."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    _run(
+        part,
+        [
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={dest_dir}",
+            "-DincludeScope=runtime",
+        ],
+    )
+    jars = sorted(dest_dir.glob("*.jar"))
+    if not jars:
+        raise StackError(part, f"no jars were resolved from {pom}")
+    return jars
