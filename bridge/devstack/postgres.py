@@ -12,6 +12,7 @@ import io
 import logging
 import lzma
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -136,7 +137,7 @@ class PostgresCluster:
         out = subprocess.run(
             [str(self.bindir / "postgres"), "--version"], capture_output=True, text=True, check=True
         ).stdout
-        return int(out.split()[-1].split(".")[0].rstrip("develbtarc"))
+        return int(re.match(r"\d+", out.split()[-1]).group(0))  # type: ignore[union-attr]
 
     def dsn(self, dbname: str = "postgres", **extra: str) -> str:
         parts = {"host": "127.0.0.1", "port": str(self.port), "user": "postgres", "dbname": dbname}

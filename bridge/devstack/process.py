@@ -140,5 +140,6 @@ def check_traversable(path: Path, user: str | None) -> None:
             raise StackError(
                 "postgres",
                 f"{parent} is not traversable by the '{user}' account PostgreSQL runs as; "
-                "set PGBRIDGE_STACK_DIR to a directory outside it (for example /tmp/pgbridge-stack)",
+                "set PGBRIDGE_STACK_DIR to a directory outside it "
+                "(for example /tmp/pgbridge-stack)",
             )
