@@ -9,13 +9,13 @@ Insert, Update, Delete, Truncate and Message, protocol 2 and later) are ``None``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Final
 
 from bridge.pgoutput.lsn import Lsn
 
 
-class ReplicaIdentity(str, Enum):
+class ReplicaIdentity(StrEnum):
     """``pg_class.relreplident`` as the Relation message carries it."""
 
     DEFAULT = "d"  # primary key columns
@@ -24,7 +24,7 @@ class ReplicaIdentity(str, Enum):
     INDEX = "i"  # columns of the chosen unique index
 
 
-class ColumnKind(str, Enum):
+class ColumnKind(StrEnum):
     """The kind byte of one column in TupleData."""
 
     NULL = "n"
