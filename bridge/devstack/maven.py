@@ -37,10 +37,19 @@ def copy_artifact(part: str, coordinate: str, dest_dir: Path) -> Path:
     """Copy one artifact (``group:artifact:version[:type[:classifier]]``) into ``dest_dir``."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     _run(part, ["dependency:copy", f"-Dartifact={coordinate}", f"-DoutputDirectory={dest_dir}"])
-    files = [p for p in dest_dir.iterdir() if p.is_file()]
-    if not files:
-        raise StackError(part, f"Maven reported success but {dest_dir} is empty")
-    return max(files, key=lambda p: p.stat().st_mtime)
+    path = dest_dir / artifact_file_name(coordinate)
+    if not path.exists():
+        raise StackError(part, f"Maven reported success but {path} is missing")
+    return path
+
+
+def artifact_file_name(coordinate: str) -> str:
+    """``artifact-version[-classifier].type``, the name Maven gives the copied file."""
+    parts = coordinate.split(":")
+    artifact, version = parts[1], parts[2]
+    kind = parts[3] if len(parts) > 3 else "jar"
+    classifier = f"-{parts[4]}" if len(parts) > 4 else ""
+    return f"{artifact}-{version}{classifier}.{kind}"
 
 
 def copy_dependencies(part: str, pom: Path, dest_dir: Path) -> list[Path]:

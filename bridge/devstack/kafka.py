@@ -1,0 +1,143 @@
+"""A single-node Apache Kafka 4.x broker in KRaft mode (broker and controller in one process).
+
+Its classpath is resolved from Maven Central with a small POM (``poms/kafka.xml``); storage is
+formatted once with ``kafka.tools.StorageTool`` and the broker runs as ``kafka.Kafka``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import subprocess
+import uuid
+from importlib import resources
+from pathlib import Path
+
+from bridge.devstack import maven
+from bridge.devstack.paths import cache_dir
+from bridge.devstack.process import port_open
+from bridge.devstack.service import Service, find_java
+from bridge.errors import StackError
+
+logger = logging.getLogger(__name__)
+
+_LOG4J2 = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+def ensure_kafka_classpath() -> Path:
+    """The broker's jars, keyed by the POM's content so that a version bump fetches anew."""
+    pom = resources.files("bridge.devstack").joinpath("poms/kafka.xml")
+    pom_text = pom.read_bytes()
+    lib = cache_dir() / "kafka" / hashlib.sha256(pom_text).hexdigest()[:12]
+    if (lib / ".complete").exists():
+        return lib
+    with resources.as_file(pom) as pom_path:
+        maven.copy_dependencies("kafka", Path(pom_path), lib)
+    (lib / ".complete").touch()
+    return lib
+
+
+class KafkaBroker(Service):
+    part = "kafka"
+    start_timeout = 90.0
+
+    def __init__(self, base_dir: Path, heap: str = "768m") -> None:
+        super().__init__(base_dir)
+        self.heap = heap
+        self._lib: Path | None = None
+        self._java: str | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port('port')}"
+
+    def install(self) -> None:
+        self._lib = ensure_kafka_classpath()
+        self._java = find_java(17, self.part)
+
+    def _config_path(self) -> Path:
+        return self.base_dir / "server.properties"
+
+    def prepare(self) -> None:
+        port, controller = self.port("port"), self.port("controller_port")
+        data = self.base_dir / "data"
+        self._config_path().write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.voters=1@127.0.0.1:{controller}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+                    "controller.listener.names=CONTROLLER",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    f"log.dirs={data}",
+                    "num.partitions=1",
+                    "offsets.topic.replication.factor=1",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "share.coordinator.state.topic.replication.factor=1",
+                    "share.coordinator.state.topic.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    # Topics are created by pgbridge with the settings it was asked for.
+                    "auto.create.topics.enable=false",
+                ]
+            )
+            + "\n"
+        )
+        (self.base_dir / "log4j2.properties").write_text(_LOG4J2)
+        if not (data / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            proc = subprocess.run(
+                [
+                    *self._java_cmd(),
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    cluster_id,
+                    "-c",
+                    str(self._config_path()),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise StackError(self.part, f"formatting storage failed: {proc.stderr.strip()}")
+
+    def _java_cmd(self) -> list[str]:
+        assert self._lib is not None and self._java is not None, "install() first"
+        return [
+            self._java,
+            f"-Xmx{self.heap}",
+            f"-Dlog4j2.configurationFile={self.base_dir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self.base_dir}",
+            "-cp",
+            f"{self._lib}/*",
+        ]
+
+    def command(self) -> list[str]:
+        return [*self._java_cmd(), "kafka.Kafka", str(self._config_path())]
+
+    def ready(self) -> bool:
+        if not port_open(self.port("port")):
+            return False
+        from confluent_kafka.admin import AdminClient  # heavy import, only when checking
+
+        try:
+            md = AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(timeout=2)
+        except Exception:  # the broker is still starting: any client error means "not yet"
+            return False
+        return bool(md.brokers)

@@ -1,0 +1,87 @@
+"""Apicurio Registry 3.x, used through its Confluent-compatible API (``/apis/ccompat/v7``).
+
+The ``all`` tarball of ``io.apicurio:apicurio-registry-app`` comes from Maven Central and runs as
+``quarkus-run.jar``. Its storage is a database in the stack's own PostgreSQL, so registered
+schemas survive a restart just as the Kafka topics that reference them do.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tarfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from bridge.devstack import maven
+from bridge.devstack.paths import cache_dir
+from bridge.devstack.service import Service, find_java
+
+logger = logging.getLogger(__name__)
+
+APICURIO_VERSION = "3.3.3"
+_ARTIFACT = f"io.apicurio:apicurio-registry-app:{APICURIO_VERSION}:tar.gz:all"
+#: Apicurio 3.3 is compiled for Java 21.
+_JAVA_MAJOR = 21
+
+
+def ensure_apicurio() -> Path:
+    target = cache_dir() / "apicurio" / APICURIO_VERSION
+    if (target / "quarkus-run.jar").exists():
+        return target
+    tarball = maven.copy_artifact("registry", _ARTIFACT, cache_dir() / "downloads" / "apicurio")
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    with tarfile.open(tarball) as tf:
+        tf.extractall(partial, filter="tar")
+    partial.rename(target)
+    tarball.unlink()
+    return target
+
+
+class ApicurioRegistry(Service):
+    part = "registry"
+    start_timeout = 120.0
+
+    def __init__(self, base_dir: Path, jdbc_url: str, heap: str = "512m") -> None:
+        super().__init__(base_dir)
+        self.jdbc_url = jdbc_url
+        self.heap = heap
+        self._home: Path | None = None
+        self._java: str | None = None
+
+    @property
+    def url(self) -> str:
+        """What ``SchemaRegistryClient`` and Spark take as the registry URL."""
+        return f"http://127.0.0.1:{self.port('port')}/apis/ccompat/v7"
+
+    def install(self) -> None:
+        self._home = ensure_apicurio()
+        self._java = find_java(_JAVA_MAJOR, self.part)
+
+    def command(self) -> list[str]:
+        assert self._home is not None and self._java is not None, "install() first"
+        return [
+            self._java,
+            f"-Xmx{self.heap}",
+            f"-Dquarkus.http.port={self.port('port')}",
+            "-Dquarkus.http.host=127.0.0.1",
+            "-Dquarkus.log.level=WARN",
+            '-Dquarkus.log.category."io.apicurio".level=INFO',
+            "-Dapicurio.storage.kind=sql",
+            "-Dapicurio.storage.sql.kind=postgresql",
+            f"-Dapicurio.datasource.url={self.jdbc_url}",
+            "-Dapicurio.datasource.username=postgres",
+            "-Dapicurio.datasource.password=unused-trust-auth",
+            "-jar",
+            str(self._home / "quarkus-run.jar"),
+        ]
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/subjects", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False

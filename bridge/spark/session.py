@@ -1,0 +1,43 @@
+"""Building a SparkSession with the Kafka source, spark-avro and Delta Lake configured."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from bridge.spark.packages import packages_option
+
+
+def build_spark_session(
+    app_name: str = "pgbridge-apply",
+    jars: Sequence[str] | None = None,
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+) -> Any:
+    """A session with Delta's SQL extension and catalog.
+
+    ``jars``: local jar files fetched ahead (the dev stack's ``spark_jars``, or
+    ``PGBRIDGE_SPARK_JARS``); without them Spark resolves :data:`PACKAGES` itself, which is what
+    a cluster does with ``spark-submit --packages``.
+    """
+    from pyspark.sql import SparkSession
+
+    jar_list = list(jars or [j for j in os.environ.get("PGBRIDGE_SPARK_JARS", "").split(",") if j])
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    settings = {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+    }
+    if jar_list:
+        settings["spark.jars"] = ",".join(jar_list)
+    else:
+        settings["spark.jars.packages"] = packages_option()
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

@@ -1,0 +1,48 @@
+"""Shared fixtures.
+
+Unit tests need nothing. Integration tests (``@pytest.mark.integration``) use the real local
+stack: PostgreSQL, Apache Kafka, Apicurio Registry and Spark. The ``local_stack`` fixture starts
+it (or reuses a running one) and makes the test ERROR, not skip, when a part cannot start.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.devstack.stack import LocalStack, StackInfo
+
+
+@pytest.fixture(scope="session")
+def local_stack() -> Iterator[StackInfo]:
+    stack = LocalStack(
+        Path(os.environ["PGBRIDGE_STACK_DIR"]) if "PGBRIDGE_STACK_DIR" in os.environ else None
+    )
+    was_running = all(part["running"] for part in stack.status().values())
+    info = stack.up()  # raises StackError naming the part and its log: the test errors
+    os.environ.update(info.env)
+    yield info
+    if not was_running and not os.environ.get("PGBRIDGE_KEEP_STACK"):
+        stack.down()
+
+
+@pytest.fixture(scope="session")
+def spark(local_stack: StackInfo) -> Iterator[Any]:
+    from bridge.spark.session import build_spark_session
+
+    session = build_spark_session(
+        "pgbridge-tests",
+        jars=local_stack.spark_jars,
+        master="local[2]",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "2g",
+        },
+    )
+    yield session
+    session.stop()
