@@ -1,0 +1,53 @@
+"""I/O toward PostgreSQL: the logical replication stream, its slot and publication.
+
+:class:`LogicalReplicationSource` implements :class:`ChangeSource` (see :mod:`bridge.source.api`
+for the contract with the pipeline); :class:`SourceConfig` configures it.
+"""
+
+from bridge.source.api import ChangeSource
+from bridge.source.assembler import AssemblerStats, StreamAssembler
+from bridge.source.config import PublicationConfig, PublicationMode, ReconnectPolicy, SourceConfig
+from bridge.source.errors import (
+    PublicationMismatchError,
+    PublicationMissingError,
+    ReplicationConnectionLost,
+    ReplicationPrivilegeError,
+    ServerVersionError,
+    SlotInUseError,
+    SlotInvalidatedError,
+    SlotMismatchError,
+    SlotMissingError,
+    SourceError,
+    StreamProtocolError,
+    TwoPhaseNotSupportedError,
+    WalLevelError,
+)
+from bridge.source.protocol import StreamOptions, negotiate
+from bridge.source.replication import LogicalReplicationSource, SourceStats
+
+__all__ = [
+    "AssemblerStats",
+    "ChangeSource",
+    "LogicalReplicationSource",
+    "PublicationConfig",
+    "PublicationMismatchError",
+    "PublicationMissingError",
+    "PublicationMode",
+    "ReconnectPolicy",
+    "ReplicationConnectionLost",
+    "ReplicationPrivilegeError",
+    "ServerVersionError",
+    "SlotInUseError",
+    "SlotInvalidatedError",
+    "SlotMismatchError",
+    "SlotMissingError",
+    "SourceConfig",
+    "SourceError",
+    "SourceStats",
+    "StreamAssembler",
+    "StreamOptions",
+    "StreamProtocolError",
+    "TwoPhaseNotSupportedError",
+    "WalLevelError",
+    "negotiate",
+]

@@ -1,0 +1,68 @@
+"""The contract between a change source and the pipeline that drives it.
+
+The pipeline pulls messages and pushes back the position it has made durable downstream::
+
+    source = LogicalReplicationSource(config)
+    source.open()
+    tracker = AckTracker(source.start_lsn)
+    for message in source.messages():
+        if message is None:            # nothing arrived for idle_interval
+            producer.poll(0)           # runs delivery callbacks -> tracker.record_delivered
+        else:
+            ...                        # Begin / Relation / Insert / … / Commit, in commit order
+        source.acknowledge(tracker.flush_lsn)
+
+What the pipeline may rely on:
+
+- Messages come in commit order as whole transactions ``Begin … Commit``. Streamed
+  transactions are replayed at their Stream Commit with a synthesized ``Begin(final_lsn =
+  commit LSN, commit_ts, xid)`` and ``Commit(flags, commit_lsn, end_lsn, commit_ts)``; their
+  changes keep the (sub)transaction xid the server put on them (``xid`` is not ``None``). An
+  aborted transaction or subtransaction emits nothing. Stream*, two-phase and keepalive
+  messages never reach the pipeline.
+- Relation (and Type) messages precede the first change of a relation in a connection and may
+  be repeated; treat them as cache updates. Non-transactional logical messages (``Message`` with
+  ``transactional=False``) arrive between transactions.
+- Reconnects are invisible: after the connection is restored nothing already emitted is emitted
+  again and nothing is skipped.
+
+What the pipeline must do:
+
+- Register *every* Commit with the ack tracker (``begin_transaction(commit.end_lsn)``), also
+  empty or filtered transactions, and every non-transactional message with its ``lsn``;
+  otherwise the slot cannot move past them.
+- Call :meth:`ChangeSource.acknowledge` with the tracker's flush position, and keep iterating:
+  status updates to the server are sent from inside the iterator, so a pipeline that stops
+  pulling for longer than the server's ``wal_sender_timeout`` (default 60 s) gets disconnected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from bridge.pgoutput.lsn import Lsn
+from bridge.pgoutput.messages import LogicalMessage
+
+__all__ = ["ChangeSource"]
+
+
+class ChangeSource(Protocol):
+    """A stream of committed logical-replication messages with positional acknowledgement."""
+
+    @property
+    def start_lsn(self) -> Lsn:
+        """The position streaming resumed from (the slot's confirmed flush position)."""
+        ...
+
+    def messages(self) -> Iterator[LogicalMessage | None]:
+        """Messages in commit order; ``None`` when nothing arrived for a while."""
+        ...
+
+    def acknowledge(self, flush_lsn: Lsn) -> None:
+        """Everything up to ``flush_lsn`` is durable downstream; it may be confirmed."""
+        ...
+
+    def close(self) -> None:
+        """Report the last acknowledged position and disconnect."""
+        ...

@@ -1,0 +1,156 @@
+"""Typed errors of the replication source.
+
+Each class names one condition a user can act on and carries its context as attributes
+(``slot``, ``publication``, ``sqlstate``, server facts), so callers and logs need not parse
+message text. :class:`SourceError` is the common base; :class:`ReplicationConnectionLost` is the
+only one the source retries by itself (see :mod:`bridge.source.replication`).
+"""
+
+from __future__ import annotations
+
+from bridge.errors import PgBridgeError
+
+
+class SourceError(PgBridgeError):
+    """Base of every error of the replication source; ``sqlstate`` when the server sent one."""
+
+    def __init__(self, message: str, *, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+class ServerVersionError(SourceError):
+    """The server is older than the oldest version pgbridge supports (PostgreSQL 13)."""
+
+    def __init__(self, server_version_num: int, minimum: int) -> None:
+        super().__init__(
+            f"PostgreSQL server_version_num {server_version_num} is too old: "
+            f"logical replication with pgoutput needs at least {minimum}"
+        )
+        self.server_version_num = server_version_num
+        self.minimum = minimum
+
+
+class WalLevelError(SourceError):
+    """``wal_level`` is not ``logical``; the server must be reconfigured and restarted."""
+
+    def __init__(self, wal_level: str) -> None:
+        super().__init__(
+            f"wal_level is {wal_level!r}, logical decoding needs 'logical' "
+            "(set wal_level = logical in postgresql.conf and restart the server)",
+            sqlstate="55000",
+        )
+        self.wal_level = wal_level
+
+
+class ReplicationPrivilegeError(SourceError):
+    """The role may not open a replication connection (needs REPLICATION or superuser)."""
+
+    def __init__(self, user: str | None, detail: str, sqlstate: str | None = "42501") -> None:
+        who = f"role {user!r}" if user else "the connecting role"
+        super().__init__(
+            f"{who} lacks the REPLICATION privilege (ALTER ROLE ... REPLICATION): {detail}",
+            sqlstate=sqlstate,
+        )
+        self.user = user
+
+
+class SlotInUseError(SourceError):
+    """Another process streams from the slot (SQLSTATE 55006, ``object_in_use``)."""
+
+    def __init__(self, slot: str, active_pid: int | None, detail: str = "") -> None:
+        pid = f" by PID {active_pid}" if active_pid is not None else ""
+        extra = f": {detail}" if detail else ""
+        super().__init__(f"replication slot {slot!r} is in use{pid}{extra}", sqlstate="55006")
+        self.slot = slot
+        self.active_pid = active_pid
+
+
+class SlotInvalidatedError(SourceError):
+    """The slot can no longer stream: the WAL it needs was removed (or it was invalidated)."""
+
+    def __init__(self, slot: str, reason: str, sqlstate: str | None = None) -> None:
+        super().__init__(
+            f"replication slot {slot!r} was invalidated ({reason}); it must be dropped and "
+            "recreated, and the tables snapshotted again",
+            sqlstate=sqlstate,
+        )
+        self.slot = slot
+        self.reason = reason
+
+
+class SlotMissingError(SourceError):
+    """The slot does not exist and creating it was not allowed."""
+
+    def __init__(self, slot: str) -> None:
+        super().__init__(f"replication slot {slot!r} does not exist", sqlstate="42704")
+        self.slot = slot
+
+
+class SlotMismatchError(SourceError):
+    """An existing slot cannot serve this source (other plugin, database, two-phase, …)."""
+
+    def __init__(self, slot: str, attribute: str, expected: str, actual: str) -> None:
+        super().__init__(
+            f"replication slot {slot!r} has {attribute} = {actual!r}, expected {expected!r}"
+        )
+        self.slot = slot
+        self.attribute = attribute
+        self.expected = expected
+        self.actual = actual
+
+
+class PublicationMissingError(SourceError):
+    """The publication does not exist and creating it was not allowed (or it was dropped)."""
+
+    def __init__(self, publication: str, sqlstate: str | None = "42704") -> None:
+        super().__init__(f"publication {publication!r} does not exist", sqlstate=sqlstate)
+        self.publication = publication
+
+
+class PublicationMismatchError(SourceError):
+    """An existing publication does not publish what the configuration asks for."""
+
+    def __init__(self, publication: str, detail: str) -> None:
+        super().__init__(f"publication {publication!r}: {detail}")
+        self.publication = publication
+        self.detail = detail
+
+
+class StreamProtocolError(SourceError):
+    """The server's messages arrived in an order the protocol does not allow.
+
+    ``message`` names the offending message, ``xid`` the transaction concerned (if any).
+    """
+
+    def __init__(self, message: str, detail: str, xid: int | None = None) -> None:
+        where = f" (xid {xid})" if xid is not None else ""
+        super().__init__(f"unexpected {message}{where}: {detail}")
+        self.message = message
+        self.xid = xid
+
+
+class TwoPhaseNotSupportedError(StreamProtocolError):
+    """A two-phase (prepared transaction) message arrived; pgbridge never enables two_phase.
+
+    This happens only with a slot created with ``two_phase`` by another tool; use a slot
+    created by pgbridge.
+    """
+
+    def __init__(self, message: str, xid: int | None) -> None:
+        super().__init__(
+            message, "two-phase decoding is not enabled by pgbridge; is the slot two_phase?", xid
+        )
+
+
+class ReplicationConnectionLost(SourceError):
+    """The replication connection broke (network, server restart, walsender terminated).
+
+    Retried with backoff by the source; raised to the caller only when retries are exhausted.
+    """
+
+    def __init__(self, detail: str, sqlstate: str | None = None, attempts: int = 0) -> None:
+        tail = f" after {attempts} reconnect attempts" if attempts else ""
+        super().__init__(f"replication connection lost{tail}: {detail}", sqlstate=sqlstate)
+        self.detail = detail
+        self.attempts = attempts

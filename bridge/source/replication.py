@@ -1,0 +1,497 @@
+"""The logical replication source: one slot streamed over psycopg 3's low-level ``pq`` layer.
+
+psycopg 3 has no replication API, and its ``execute()`` must not drive START_REPLICATION (it
+would wait for a result that never ends), so the COPY BOTH stream is run on ``conn.pgconn``:
+``send_query`` starts it, ``get_result`` must answer ``COPY_BOTH``, then ``get_copy_data(1)``
+(non-blocking) returns buffered CopyData, ``select`` on ``pgconn.socket`` waits for more and
+``consume_input`` reads it, and ``put_copy_data`` + ``flush`` send standby status updates. This
+is the loop ``pg_recvlogical`` runs.
+
+One thread, one connection at a time. Around the loop:
+
+- :mod:`bridge.source.slots` validates the server and creates/validates slot and publication;
+- :mod:`bridge.source.protocol` picks the protocol version and options;
+- :class:`~bridge.source.assembler.StreamAssembler` turns streamed transactions into ordinary
+  ones (bounded memory, spill to disk);
+- :class:`~bridge.source.progress.Progress` decides the status values and drops what the server
+  resends after a reconnect.
+
+Reconnects: a broken connection, a terminated walsender (``pg_terminate_backend``, SQLSTATE
+57P01) or a server restart is retried with exponential backoff from the flush position; errors
+that another attempt cannot fix (privileges, wal_level, invalidated slot, missing publication)
+are raised at once as typed :class:`~bridge.source.errors.SourceError` subclasses. A slot still
+held by the previous walsender (SQLSTATE 55006, right after a termination) is retried for
+``ReconnectPolicy.slot_in_use_timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TypeVar
+
+import psycopg
+from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from bridge.pgoutput.copyboth import PrimaryKeepalive, parse_copy_data, standby_status_update
+from bridge.pgoutput.decoder import Decoder
+from bridge.pgoutput.lsn import Lsn, unix_micros_to_pg_timestamp
+from bridge.pgoutput.messages import LogicalMessage
+from bridge.source import slots
+from bridge.source.assembler import StreamAssembler, in_stream_decoder
+from bridge.source.config import SourceConfig
+from bridge.source.errors import (
+    PublicationMissingError,
+    ReplicationConnectionLost,
+    ReplicationPrivilegeError,
+    SlotInUseError,
+    SlotInvalidatedError,
+    SlotMissingError,
+    SourceError,
+    WalLevelError,
+)
+from bridge.source.progress import Progress
+from bridge.source.protocol import StreamOptions, negotiate
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LogicalReplicationSource", "SourceStats", "classify_server_error"]
+
+_T = TypeVar("_T")
+
+
+@dataclass(slots=True)
+class SourceStats:
+    """Counters of one source, across reconnects."""
+
+    reconnects: int = 0
+    messages_received: int = 0
+    keepalives: int = 0
+    status_updates: int = 0
+    duplicates_dropped: int = 0
+    heartbeats: int = 0
+
+
+def classify_server_error(
+    slot: str,
+    publication: str,
+    sqlstate: str | None,
+    message: str,
+    detail: str = "",
+    user: str | None = None,
+) -> SourceError:
+    """The typed error for an error the server (or libpq) reported on the replication path.
+
+    :class:`ReplicationConnectionLost` (and :class:`SlotInUseError`) are the retryable ones.
+    """
+    text = f"{message} {detail}".strip()
+    lowered = text.lower()
+    if sqlstate == "55006":
+        return SlotInUseError(slot, _active_pid(text), message)
+    if sqlstate == "42501" or "replication role" in lowered or "replication privilege" in lowered:
+        return ReplicationPrivilegeError(user, message, sqlstate)
+    if sqlstate == "42704" and "publication" in lowered:
+        return PublicationMissingError(publication, sqlstate)
+    if sqlstate == "42704" and "replication slot" in lowered:
+        return SlotMissingError(slot)
+    if "wal_level" in lowered:
+        return WalLevelError("(not logical)")
+    if sqlstate == "55000" and ("invalidated" in lowered or "can no longer get changes" in lowered):
+        return SlotInvalidatedError(slot, text, sqlstate)
+    if sqlstate is None or sqlstate.startswith(("08", "57")):
+        # Connection exceptions (08xxx) and operator intervention (57xxx: admin shutdown,
+        # pg_terminate_backend, crash recovery, cannot connect now) are worth another attempt.
+        return ReplicationConnectionLost(text or "connection closed", sqlstate)
+    return SourceError(f"replication failed: {text}", sqlstate=sqlstate)
+
+
+def _active_pid(text: str) -> int | None:
+    # "replication slot "s" is active for PID 1234"
+    tail = text.rpartition("PID ")[2].split()
+    return int(tail[0]) if tail and tail[0].isdigit() else None
+
+
+class LogicalReplicationSource:
+    """Streams one logical replication slot; implements :class:`bridge.source.api.ChangeSource`.
+
+    ``open()`` checks the server, ensures publication and slot, and connects;
+    :meth:`messages` yields committed transactions' messages (``None`` when idle);
+    :meth:`acknowledge` takes the ack tracker's flush position; :meth:`close` reports it and
+    disconnects. Not thread-safe except :meth:`acknowledge`, which only stores a value.
+    """
+
+    def __init__(
+        self,
+        config: SourceConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.config = config
+        self.stats = SourceStats()
+        self._clock = clock
+        self._sleep = sleep
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._heartbeat_conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._server: slots.ServerInfo | None = None
+        self._options: StreamOptions | None = None
+        self._progress: Progress | None = None
+        self._decoder: Decoder | None = None
+        self._assembler: StreamAssembler | None = None
+        self._start_lsn = Lsn(0)
+        self._next_status = 0.0
+        self._next_heartbeat = 0.0
+        self._closed = False
+
+    # -- facts ----------------------------------------------------------------------------------
+
+    @property
+    def start_lsn(self) -> Lsn:
+        """The slot's confirmed flush position when the source opened; seed the ack tracker."""
+        return self._start_lsn
+
+    @property
+    def server_version_num(self) -> int:
+        return self._require(self._server, "server").version_num
+
+    @property
+    def options(self) -> StreamOptions:
+        """The negotiated pgoutput options."""
+        return self._require(self._options, "options")
+
+    @property
+    def assembler(self) -> StreamAssembler:
+        return self._require(self._assembler, "assembler")
+
+    @property
+    def progress(self) -> Progress:
+        return self._require(self._progress, "progress")
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Validate the server, ensure publication and slot, and start streaming."""
+        cfg = self.config
+        with psycopg.connect(cfg.dsn, autocommit=True) as conn:
+            server = slots.inspect_server(conn)
+            slots.ensure_publication(conn, cfg.publication)
+            slot = slots.ensure_slot(conn, cfg.slot_name, server.database, create=cfg.create_slot)
+        self._server = server
+        self._options = negotiate(
+            server.version_num,
+            (cfg.publication.name,),
+            binary=cfg.binary,
+            streaming=cfg.streaming,
+        )
+        self._start_lsn = slot.confirmed_flush_lsn
+        self._progress = Progress(slot.confirmed_flush_lsn)
+        self._assembler = StreamAssembler(
+            in_stream_decoder(self._options.proto_version),
+            spill_threshold=cfg.spill_threshold,
+            spill_dir=cfg.spill_dir,
+        )
+        logger.info(
+            "streaming slot %s from %s (PostgreSQL %d, %s)",
+            cfg.slot_name,
+            slot.confirmed_flush_lsn,
+            server.version_num,
+            self._options,
+        )
+        self._connect_with_retry(first=True)
+
+    def close(self) -> None:
+        """Send the last flush position (best effort) and disconnect."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._conn is not None and self._progress is not None:
+            try:
+                self._send_status()
+            except SourceError as exc:
+                logger.info("final status update not sent: %s", exc)
+        self._disconnect()
+        if self._heartbeat_conn is not None:
+            self._heartbeat_conn.close()
+            self._heartbeat_conn = None
+        if self._assembler is not None:
+            self._assembler.close()
+
+    def __enter__(self) -> LogicalReplicationSource:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- the pipeline's side --------------------------------------------------------------------
+
+    def acknowledge(self, flush_lsn: Lsn) -> None:
+        """Everything up to ``flush_lsn`` is delivered; it will be confirmed at the next status."""
+        self.progress.acknowledge(flush_lsn)
+
+    def messages(self) -> Iterator[LogicalMessage | None]:
+        """Committed transactions' messages in commit order; ``None`` after ``idle_interval``
+        without one. Reconnects happen inside; the iterator ends only when the source closes."""
+        while not self._closed:
+            try:
+                yield from self._stream()
+            except ReplicationConnectionLost as exc:
+                if self._closed:
+                    return
+                logger.warning("%s; reconnecting from %s", exc, self.progress.resume_lsn)
+                self._disconnect()
+                self._connect_with_retry(first=False, cause=exc)
+
+    # -- connection -----------------------------------------------------------------------------
+
+    def _replication_conninfo(self) -> str:
+        cfg = self.config
+        params = conninfo_to_dict(cfg.dsn)
+        options = str(params.get("options") or "")
+        extra = " ".join(f"-c {k}={v}" for k, v in cfg.server_options)
+        return make_conninfo(
+            cfg.dsn,
+            replication="database",
+            application_name=cfg.application_name,
+            options=f"{options} {extra}".strip() or None,
+        )
+
+    def _connect_with_retry(self, *, first: bool, cause: SourceError | None = None) -> None:
+        policy = self.config.reconnect
+        attempt = 0
+        busy_since: float | None = None
+        last: SourceError | None = cause
+        while True:
+            if not first or attempt > 0:
+                attempt += 1
+                if policy.max_attempts is not None and attempt > policy.max_attempts:
+                    detail = last.args[0] if last is not None else "gave up"
+                    raise ReplicationConnectionLost(str(detail), attempts=attempt - 1)
+                self._sleep(policy.delay(attempt))
+            else:
+                attempt = 1  # the first try of open() does not wait
+            try:
+                self._connect()
+            except SlotInUseError as exc:
+                now = self._clock()
+                busy_since = now if busy_since is None else busy_since
+                if now - busy_since >= policy.slot_in_use_timeout:
+                    raise
+                logger.info("slot busy (%s), retrying", exc)
+                last = exc
+                continue
+            except ReplicationConnectionLost as exc:
+                logger.warning("connecting failed: %s", exc)
+                last = exc
+                continue
+            if not first:
+                self.stats.reconnects += 1
+            return
+
+    def _connect(self) -> None:
+        cfg = self.config
+        options = self.options
+        progress = self.progress
+        try:
+            conn = psycopg.connect(self._replication_conninfo(), autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise self._classify_exception(exc) from exc
+        pgconn = conn.pgconn
+        if pgconn.server_version != self.server_version_num:
+            # The server was upgraded under us; the negotiated options may no longer fit.
+            conn.close()
+            raise SourceError(
+                f"server version changed from {self.server_version_num} to "
+                f"{pgconn.server_version} while streaming; restart the source"
+            )
+        start = progress.resume_lsn
+        command = options.start_replication(cfg.slot_name, start)
+        logger.debug("%s", command.decode())
+        try:
+            pgconn.send_query(command)
+            result = pgconn.get_result()
+        except psycopg.OperationalError as exc:
+            conn.close()
+            raise self._classify_exception(exc) from exc
+        if result is None or result.status != pq.ExecStatus.COPY_BOTH:
+            error = self._result_error(result, pgconn)
+            conn.close()
+            raise error
+        self._conn = conn
+        self._decoder = Decoder(options.proto_version)
+        # Whatever was buffered belonged to the old connection; the server resends it.
+        self.assembler.reset()
+        progress.reconnected()
+        now = self._clock()
+        self._next_status = now  # tell the server where we are right away
+        self._next_heartbeat = now + cfg.heartbeat_interval
+
+    def _disconnect(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except psycopg.Error as exc:  # closing a broken connection may complain
+                logger.debug("closing replication connection: %s", exc)
+            self._conn = None
+
+    def _result_error(self, result: pq.abc.PGresult | None, pgconn: pq.abc.PGconn) -> SourceError:
+        if result is None:
+            return ReplicationConnectionLost(_text(pgconn.get_error_message()))
+        sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE)
+        message = result.error_field(pq.DiagnosticField.MESSAGE_PRIMARY)
+        detail = result.error_field(pq.DiagnosticField.MESSAGE_DETAIL)
+        return classify_server_error(
+            self.config.slot_name,
+            self.config.publication.name,
+            sqlstate.decode() if sqlstate else None,
+            _text(message or result.error_message or pgconn.get_error_message()),
+            _text(detail or b""),
+            self._server.user if self._server else None,
+        )
+
+    def _classify_exception(self, exc: psycopg.Error) -> SourceError:
+        diag = exc.diag
+        return classify_server_error(
+            self.config.slot_name,
+            self.config.publication.name,
+            exc.sqlstate,
+            diag.message_primary or str(exc),
+            diag.message_detail or "",
+            self._server.user if self._server else None,
+        )
+
+    # -- streaming ------------------------------------------------------------------------------
+
+    def _stream(self) -> Iterator[LogicalMessage | None]:
+        conn = self._conn
+        if conn is None:
+            raise ReplicationConnectionLost("not connected")
+        pgconn = conn.pgconn
+        last_yield = self._clock()
+        idle = self.config.idle_interval
+        while not self._closed:
+            now = self._clock()
+            self._housekeeping(now)
+            try:
+                nbytes, data = pgconn.get_copy_data(1)
+            except psycopg.OperationalError as exc:
+                raise self._stream_error(pgconn, exc) from exc
+            if nbytes > 0:
+                for message in self._handle(bytes(data)):
+                    yield message
+                    last_yield = self._clock()
+                    # A long replay of a spilled transaction must not starve status updates.
+                    self._housekeeping(last_yield)
+                continue
+            if nbytes == -1:
+                raise self._stream_error(pgconn, None)
+            # Nothing buffered: wait for the socket, the next status update or the idle tick.
+            deadline = min(self._next_status, last_yield + idle)
+            if self.config.heartbeat_query is not None:
+                deadline = min(deadline, self._next_heartbeat)
+            timeout = max(0.0, deadline - now)
+            try:
+                ready, _, _ = select.select([pgconn.socket], [], [], timeout)
+                if ready:
+                    pgconn.consume_input()
+            except (OSError, psycopg.OperationalError) as exc:
+                raise self._stream_error(pgconn, exc) from exc
+            if not ready and self._clock() - last_yield >= idle:
+                yield None
+                last_yield = self._clock()
+
+    def _handle(self, buf: bytes) -> Iterator[LogicalMessage]:
+        frame = parse_copy_data(buf)
+        progress = self.progress
+        if isinstance(frame, PrimaryKeepalive):
+            self.stats.keepalives += 1
+            progress.on_keepalive(frame.wal_end)
+            if frame.reply_requested:
+                self._send_status()
+            return
+        self.stats.messages_received += 1
+        progress.on_wal_data(frame.wal_start, frame.wal_end)
+        decoder = self._decoder
+        assert decoder is not None
+        message = decoder.decode(frame.payload)
+        for out in self.assembler.feed(message, frame.payload):
+            if progress.admit(out):
+                yield out
+            else:
+                self.stats.duplicates_dropped += 1
+
+    def _stream_error(self, pgconn: pq.abc.PGconn, exc: BaseException | None) -> SourceError:
+        # After CopyDone or an error, the final result carries the server's reason (a
+        # terminated walsender sends FATAL 57P01 before closing).
+        result = None
+        try:
+            result = pgconn.get_result()
+        except psycopg.Error:
+            result = None
+        if result is not None and result.status == pq.ExecStatus.FATAL_ERROR:
+            return self._result_error(result, pgconn)
+        detail = str(exc) if exc is not None else _text(pgconn.get_error_message())
+        return ReplicationConnectionLost(detail or "the server ended the replication stream")
+
+    def _housekeeping(self, now: float) -> None:
+        if now >= self._next_status:
+            self._send_status()
+        if self.config.heartbeat_query is not None and now >= self._next_heartbeat:
+            self._heartbeat()
+            self._next_heartbeat = now + self.config.heartbeat_interval
+
+    def _send_status(self) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        progress = self.progress
+        flush = progress.flush_position(self.assembler.open_transactions > 0)
+        write = max(progress.received, flush)
+        send_time = unix_micros_to_pg_timestamp(time.time_ns() // 1000)
+        message = standby_status_update(write, flush, flush, send_time)
+        pgconn = conn.pgconn
+        try:
+            pgconn.put_copy_data(message)
+            pgconn.flush()
+        except psycopg.OperationalError as exc:
+            raise self._stream_error(pgconn, exc) from exc
+        self.stats.status_updates += 1
+        self._next_status = self._clock() + self.config.status_interval
+        logger.debug("status update: write %s flush %s", write, flush)
+
+    def _heartbeat(self) -> None:
+        query = self.config.heartbeat_query
+        assert query is not None
+        try:
+            if self._heartbeat_conn is None or self._heartbeat_conn.closed:
+                self._heartbeat_conn = psycopg.connect(self.config.dsn, autocommit=True)
+            self._heartbeat_conn.execute(query.encode())
+            self.stats.heartbeats += 1
+        except psycopg.Error as exc:
+            # A failed heartbeat must not stop streaming; the next one tries a new connection.
+            logger.warning("heartbeat query failed: %s", exc)
+            if self._heartbeat_conn is not None:
+                self._heartbeat_conn.close()
+                self._heartbeat_conn = None
+
+    @staticmethod
+    def _require(value: _T | None, what: str) -> _T:
+        if value is None:
+            raise SourceError(f"the source is not open ({what} unknown); call open() first")
+        return value
+
+
+def _text(raw: bytes | str) -> str:
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", "replace").strip()
+    return raw.strip()
