@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pgoutput.encoder import encode, make_tuple
 
 from bridge.pgoutput.lsn import Lsn
 from bridge.pgoutput.messages import (
@@ -35,6 +34,7 @@ from bridge.source.assembler import (
     in_stream_decoder,
 )
 from bridge.source.errors import StreamProtocolError, TwoPhaseNotSupportedError
+from tests.pgoutput.encoder import encode, make_tuple
 
 PROTO = 4
 
