@@ -1,0 +1,442 @@
+"""Relation message -> Avro key and value schemas, topic and subject names, and the row encoder.
+
+Pure: everything here is derived from the Relation message, the cached Type messages (through
+:class:`~bridge.types.TypeMapper`) and optional caller-supplied :class:`TableHints`; no I/O.
+
+The schemas are named and annotated like those of Debezium's PostgreSQL connector written by
+Confluent's AvroConverter, so Debezium consumers accept them unchanged:
+
+- topic ``<prefix>.<schema>.<table>``, Avro namespace the same (each part made a valid Avro
+  name: invalid characters become ``_``, a leading digit gets a ``_`` prefix, as Debezium's
+  ``avro`` name adjustment does);
+- key record ``Key``, value envelope ``Envelope`` with ``before``/``after`` of record ``Value``,
+  ``source`` (``schemas/source.avsc``), ``transaction`` (``schemas/transaction_block.avsc``),
+  ``op``, ``ts_ms``, ``ts_us``, ``ts_ns``;
+- ``connect.name`` on each record and on the semantic types of the columns.
+
+Every ``Value`` field is an optional union, ``null`` first, with ``default: null``: Relation
+messages do not say which columns are ``NOT NULL``, ``before`` of a DEFAULT-identity delete holds
+only the key, and a field with a default is what makes adding a column a BACKWARD-compatible
+change. Column comments, which are not in Relation messages, come from :class:`TableHints`.
+
+Unchanged TOAST
+---------------
+When an UPDATE does not change a TOASTed value the server does not send it. pgbridge marks such
+columns two ways: the column holds Debezium's placeholder ``__debezium_unavailable_value``
+(string columns) or its UTF-8 bytes (``bytea``), exactly as Debezium does, so existing consumers
+keep working; and the envelope field ``unchanged_toast_columns`` (array of field names, default
+``[]``) lists them, for every type. A consumer tests that list, never the placeholder, and so
+tells "unchanged" from NULL (and from a string that happens to equal the placeholder) for
+columns of any type; columns that are not strings or bytes hold ``null`` when unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from bridge.errors import PgBridgeError
+from bridge.pgoutput.messages import Relation, ReplicaIdentity, TupleData
+from bridge.types import ColumnType, TypeMapper
+from bridge.types.errors import ConversionError, TypeMappingError
+
+logger = logging.getLogger(__name__)
+
+SCHEMAS_DIR: Final = Path(__file__).resolve().parent.parent / "schemas"
+
+#: The envelope field listing the columns whose unchanged TOASTed value was not sent.
+UNCHANGED_TOAST_FIELD: Final = "unchanged_toast_columns"
+
+KeylessMode = Literal["fail", "null_key"]
+
+
+class SchemaError(PgBridgeError):
+    """A Relation cannot be turned into schemas; ``table`` names it."""
+
+    def __init__(self, table: str, message: str) -> None:
+        super().__init__(f"table {table}: {message}")
+        self.table = table
+
+
+class KeylessTableError(SchemaError):
+    """The table has no replica identity columns (REPLICA IDENTITY NOTHING, or DEFAULT without a
+    primary key) and ``keyless="fail"``."""
+
+    def __init__(self, table: str, replica_identity: ReplicaIdentity) -> None:
+        super().__init__(
+            table,
+            f"no key columns (REPLICA IDENTITY {replica_identity.name}); add a primary key, set "
+            "REPLICA IDENTITY FULL or USING INDEX, or configure keyless='null_key'",
+        )
+        self.replica_identity = replica_identity
+
+
+@dataclass(frozen=True, slots=True)
+class TableHints:
+    """What the caller knows about a table beyond the Relation message (from the catalog, read
+    by the snapshot or setup code, never by the mapper).
+
+    - ``comments``: column name -> comment, emitted as the field's Avro ``doc``.
+    - ``table_comment``: the ``Value`` record's ``doc``.
+    - ``key_columns``: overrides the replica identity as the message key (e.g. the primary key of
+      a REPLICA IDENTITY FULL table, like Debezium's ``message.key.columns``).
+    """
+
+    comments: Mapping[str, str] = field(default_factory=dict)
+    table_comment: str | None = None
+    key_columns: tuple[str, ...] | None = None
+
+
+# --- names -------------------------------------------------------------------------------------
+
+_INVALID_AVRO: Final = re.compile(r"[^A-Za-z0-9_]")
+_INVALID_TOPIC: Final = re.compile(r"[^A-Za-z0-9._\-]")
+
+
+def avro_name(name: str) -> str:
+    """A valid Avro name: invalid characters become ``_``, a leading digit gets a ``_``."""
+    cleaned = _INVALID_AVRO.sub("_", name) or "_"
+    return "_" + cleaned if cleaned[0].isdigit() else cleaned
+
+
+def table_schema_name(relation: Relation) -> str:
+    """The table's schema name; the protocol sends "" for pg_catalog."""
+    return relation.namespace or "pg_catalog"
+
+
+def topic_name(prefix: str, relation: Relation) -> str:
+    """``<prefix>.<schema>.<table>``, with characters Kafka forbids replaced by ``_``."""
+    return _INVALID_TOPIC.sub(
+        "_", f"{prefix}.{table_schema_name(relation)}.{relation.relation_name}"
+    )
+
+
+def record_namespace(prefix: str, relation: Relation) -> str:
+    parts = (*prefix.split("."), table_schema_name(relation), relation.relation_name)
+    return ".".join(avro_name(p) for p in parts)
+
+
+def subject_names(topic: str) -> tuple[str, str]:
+    """(key subject, value subject) under the topic-name strategy."""
+    return f"{topic}-key", f"{topic}-value"
+
+
+# --- static schemas ----------------------------------------------------------------------------
+
+
+@cache
+def _load_static(name: str) -> str:
+    return (SCHEMAS_DIR / f"{name}.avsc").read_text(encoding="utf-8")
+
+
+def static_schema(name: str) -> dict[str, Any]:
+    """A schema from ``schemas/<name>.avsc`` (a fresh copy: callers may embed and mutate it)."""
+    loaded: dict[str, Any] = json.loads(_load_static(name))
+    return loaded
+
+
+# --- the schemas -----------------------------------------------------------------------------
+
+
+def _dedupe_named(schema: Any, seen: set[str], namespace: str | None = None) -> Any:
+    """Replace the second and later definitions of a named type by a reference to its full
+    name, as Avro requires (e.g. two numeric columns share one VariableScaleDecimal)."""
+    if isinstance(schema, list):
+        return [_dedupe_named(s, seen, namespace) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    kind = schema.get("type")
+    if kind in ("record", "enum", "fixed"):
+        ns = schema.get("namespace", namespace)
+        full = schema["name"] if "." in schema["name"] or not ns else f"{ns}.{schema['name']}"
+        if full in seen:
+            return full
+        seen.add(full)
+        if kind == "record":
+            schema = dict(schema)
+            schema["fields"] = [
+                {**f, "type": _dedupe_named(f["type"], seen, ns)} for f in schema["fields"]
+            ]
+        return schema
+    if kind == "array":
+        return {**schema, "items": _dedupe_named(schema["items"], seen, namespace)}
+    if kind == "map":
+        return {**schema, "values": _dedupe_named(schema["values"], seen, namespace)}
+    if isinstance(kind, (dict, list)):
+        return {**schema, "type": _dedupe_named(kind, seen, namespace)}
+    return schema
+
+
+@dataclass(frozen=True, slots=True)
+class RelationSchemas:
+    """Everything the sink needs for one table version: topic, subjects, schemas, encoder."""
+
+    relation: Relation
+    table: str  # "schema.table", for messages
+    topic: str
+    key_subject: str
+    value_subject: str
+    key_schema: dict[str, Any] | None  # None: keyless table in "null_key" mode
+    value_schema: dict[str, Any]
+    field_names: tuple[str, ...]
+    key_fields: tuple[str, ...]
+    columns: tuple[ColumnType, ...]
+    encoder: RowEncoder
+
+    def key_of(self, row: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The key record for a row (``after``, or ``before`` of a delete)."""
+        if self.key_schema is None:
+            return None
+        return {name: row[name] for name in self.key_fields}
+
+
+def relation_schemas(
+    relation: Relation,
+    mapper: TypeMapper,
+    *,
+    topic_prefix: str,
+    hints: TableHints | None = None,
+    keyless: KeylessMode = "fail",
+) -> RelationSchemas:
+    """Build the key and value schemas and the row encoder of one Relation message.
+
+    Raises :class:`KeylessTableError` for a table without key columns unless
+    ``keyless="null_key"`` (then the key is null, as Debezium does for tables without a primary
+    key), :class:`SchemaError` for column names that collide once made valid Avro names, and
+    :class:`~bridge.types.UnknownTypeError` for unknown types when the mapper is set to fail.
+    """
+    hints = hints or TableHints()
+    table = f"{table_schema_name(relation)}.{relation.relation_name}"
+    topic = topic_name(topic_prefix, relation)
+    namespace = record_namespace(topic_prefix, relation)
+    key_subject, value_subject = subject_names(topic)
+
+    columns: list[ColumnType] = []
+    names: list[str] = []
+    fields: list[dict[str, Any]] = []
+    by_column: dict[str, tuple[str, ColumnType]] = {}
+    for column in relation.columns:
+        try:
+            column_type = mapper.column_type(
+                column.type_oid, column.type_modifier, table=table, column=column.name
+            )
+        except TypeMappingError:
+            raise
+        name = avro_name(column.name)
+        if name in names:
+            raise SchemaError(
+                table, f"columns {column.name!r} and another both map to field {name!r}"
+            )
+        field_schema: dict[str, Any] = {
+            "name": name,
+            "type": ["null", column_type.avro],
+            "default": None,
+        }
+        comment = hints.comments.get(column.name)
+        if comment:
+            field_schema["doc"] = comment
+        if name != column.name:
+            field_schema["pgbridge.column"] = column.name  # the real name, for consumers that care
+        fields.append(field_schema)
+        columns.append(column_type)
+        names.append(name)
+        by_column[column.name] = (name, column_type)
+
+    key_schema, key_fields = _key_schema(relation, hints, by_column, namespace, table, keyless)
+
+    value_record: dict[str, Any] = {
+        "type": "record",
+        "name": "Value",
+        "namespace": namespace,
+        "fields": fields,
+        "connect.name": f"{namespace}.Value",
+    }
+    if hints.table_comment:
+        value_record["doc"] = hints.table_comment
+    envelope: dict[str, Any] = {
+        "type": "record",
+        "name": "Envelope",
+        "namespace": namespace,
+        "fields": [
+            {"name": "before", "type": ["null", value_record], "default": None},
+            {"name": "after", "type": ["null", f"{namespace}.Value"], "default": None},
+            {"name": "source", "type": static_schema("source")},
+            {
+                "name": "transaction",
+                "type": ["null", static_schema("transaction_block")],
+                "default": None,
+            },
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": None},
+            {"name": "ts_us", "type": ["null", "long"], "default": None},
+            {"name": "ts_ns", "type": ["null", "long"], "default": None},
+            {
+                "name": UNCHANGED_TOAST_FIELD,
+                "type": {"type": "array", "items": "string"},
+                "default": [],
+                "doc": "pgbridge: fields of 'after' whose unchanged TOASTed value the server did "
+                "not send. Such a field holds Debezium's placeholder (strings, bytes) or null; "
+                "it is not NULL in the database.",
+            },
+        ],
+        "connect.name": f"{namespace}.Envelope",
+    }
+    value_schema = _dedupe_named(envelope, set())
+    encoder = RowEncoder(table, tuple(names), tuple(columns))
+    return RelationSchemas(
+        relation=relation,
+        table=table,
+        topic=topic,
+        key_subject=key_subject,
+        value_subject=value_subject,
+        key_schema=key_schema,
+        value_schema=value_schema,
+        field_names=tuple(names),
+        key_fields=key_fields,
+        columns=tuple(columns),
+        encoder=encoder,
+    )
+
+
+def _key_schema(
+    relation: Relation,
+    hints: TableHints,
+    by_column: Mapping[str, tuple[str, ColumnType]],
+    namespace: str,
+    table: str,
+    keyless: KeylessMode,
+) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    full = relation.replica_identity is ReplicaIdentity.FULL
+    if hints.key_columns is not None:
+        missing = [c for c in hints.key_columns if c not in by_column]
+        if missing:
+            raise SchemaError(table, f"key columns {missing} are not in the table")
+        key_columns = list(hints.key_columns)
+        # A caller-chosen key is typically the primary key, but nothing here proves NOT NULL.
+        optional = True
+    elif full:
+        # FULL flags every column as part of the identity; nullable columns may be NULL.
+        key_columns = [c.name for c in relation.columns]
+        optional = True
+    else:
+        # DEFAULT (primary key) and USING INDEX (a unique index on NOT NULL columns): never NULL.
+        key_columns = [c.name for c in relation.columns if c.is_key]
+        optional = False
+    if not key_columns:
+        if keyless == "null_key":
+            return None, ()
+        raise KeylessTableError(table, relation.replica_identity)
+    fields: list[dict[str, Any]] = []
+    for column in key_columns:
+        name, column_type = by_column[column]
+        if optional:
+            fields.append({"name": name, "type": ["null", column_type.avro], "default": None})
+        else:
+            fields.append({"name": name, "type": copy.deepcopy(column_type.avro)})
+    key = {
+        "type": "record",
+        "name": "Key",
+        "namespace": namespace,
+        "fields": fields,
+        "connect.name": f"{namespace}.Key",
+    }
+    return _dedupe_named(key, set()), tuple(by_column[c][0] for c in key_columns)
+
+
+class RowEncoder:
+    """TupleData -> the Avro-ready dict of ``before``/``after``, one precomputed converter per
+    column and wire format (the hot path: no per-value type dispatch, only the kind byte)."""
+
+    __slots__ = ("_binary", "_columns", "_names", "_placeholders", "_size", "_text", "table")
+
+    def __init__(self, table: str, names: tuple[str, ...], columns: tuple[ColumnType, ...]) -> None:
+        self.table = table
+        self._names = names
+        self._columns = columns
+        self._text = tuple(c.from_text for c in columns)
+        self._binary = tuple(c.from_binary for c in columns)
+        self._placeholders = tuple(c.toast_placeholder for c in columns)
+        self._size = len(columns)
+
+    def encode(self, data: TupleData) -> tuple[dict[str, Any], list[str]]:
+        """(row, unchanged TOAST field names). Raises :class:`ConversionError` naming the
+        table and column when a value cannot be read."""
+        kinds, buffer, spans = data.kinds, data.buffer, data.spans
+        if len(kinds) != self._size:
+            raise ConversionError(
+                "row",
+                f"tuple has {len(kinds)} columns, the Relation has {self._size}",
+                table=self.table,
+            )
+        text, binary, names = self._text, self._binary, self._names
+        row: dict[str, Any] = {}
+        unchanged: list[str] = []
+        i = 0
+        try:
+            for i, kind in enumerate(kinds):
+                if kind == 0x74:  # 't'
+                    row[names[i]] = text[i](buffer[spans[2 * i] : spans[2 * i + 1]])
+                elif kind == 0x62:  # 'b'
+                    row[names[i]] = binary[i](buffer[spans[2 * i] : spans[2 * i + 1]])
+                elif kind == 0x6E:  # 'n'
+                    row[names[i]] = None
+                elif kind == 0x75:  # 'u'
+                    row[names[i]] = self._placeholders[i]
+                    unchanged.append(names[i])
+                else:
+                    raise ValueError(f"unknown column kind {kind!r}")
+        except ConversionError as exc:
+            raise ConversionError(
+                exc.type_name, exc.detail, table=self.table, column=names[i], raw=exc.raw
+            ) from exc
+        except Exception as exc:  # a converter met input it cannot read
+            raise ConversionError(
+                self._columns[i].pg_name,
+                f"{type(exc).__name__}: {exc}",
+                table=self.table,
+                column=names[i],
+                raw=buffer[spans[2 * i] : spans[2 * i + 1]],
+            ) from exc
+        return row, unchanged
+
+
+# --- comparing schema versions -------------------------------------------------------------
+
+
+def _row_record(schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The record holding the columns: the envelope's ``Value`` or the ``Key`` itself."""
+    if schema.get("name") == "Key":
+        return schema
+    for f in schema.get("fields", ()):
+        if f.get("name") == "before":
+            for branch in f["type"]:
+                if isinstance(branch, dict) and branch.get("type") == "record":
+                    return branch
+    return None
+
+
+def column_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(field, change) pairs between two key or value schemas built by this module: ``added``,
+    ``removed`` or ``type changed``. Used to name the columns of an incompatible change."""
+    old_row, new_row = _row_record(old), _row_record(new)
+    if old_row is None or new_row is None:
+        return []
+    old_fields = {f["name"]: f for f in old_row["fields"]}
+    new_fields = {f["name"]: f for f in new_row["fields"]}
+    changes: list[tuple[str, str]] = []
+    for name, f in new_fields.items():
+        if name not in old_fields:
+            changes.append((name, "added"))
+        elif json.dumps(f["type"], sort_keys=True) != json.dumps(
+            old_fields[name]["type"], sort_keys=True
+        ):
+            changes.append((name, "type changed"))
+    changes.extend((name, "removed") for name in old_fields if name not in new_fields)
+    return changes

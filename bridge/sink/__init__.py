@@ -1,0 +1,1 @@
+"""I/O toward Kafka and the schema registry."""

@@ -1,0 +1,172 @@
+"""Register key and value schemas in a Confluent-compatible schema registry.
+
+Subjects follow the topic-name strategy (``<topic>-key`` / ``<topic>-value``). Before the first
+registration under a subject its compatibility level is set (per subject, so it holds whatever
+the registry's global default is). Registrations are cached by (subject, schema): a Relation
+message that the server resends after every reconnect, unchanged, costs no request; a changed
+Relation registers a new version; an incompatible change raises
+:class:`IncompatibleSchemaError` naming the table, the columns that changed and the registry's
+own reason — before anything of the transaction is produced.
+
+Uses confluent-kafka's :class:`SchemaRegistryClient`; works against Confluent Schema Registry
+and Apicurio's Confluent-compatible API alike.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from bridge.errors import ConfigError, PgBridgeError
+from bridge.schema import RelationSchemas, column_changes
+
+logger = logging.getLogger(__name__)
+
+COMPATIBILITY_LEVELS: Final = (
+    "BACKWARD",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD",
+    "FORWARD_TRANSITIVE",
+    "FULL",
+    "FULL_TRANSITIVE",
+    "NONE",
+)
+
+
+class RegistryError(PgBridgeError):
+    """The registry refused or failed a request; ``subject`` and ``status`` say which and how."""
+
+    def __init__(self, subject: str, message: str, status: int | None = None) -> None:
+        super().__init__(f"schema registry, subject {subject}: {message}")
+        self.subject = subject
+        self.status = status
+
+
+class IncompatibleSchemaError(RegistryError):
+    """A table's new schema breaks the subject's compatibility level.
+
+    ``table``: the table; ``columns``: (field, change) pairs that differ from the latest
+    registered version (``added``, ``removed``, ``type changed``); ``reason``: the registry's
+    message.
+    """
+
+    def __init__(
+        self, subject: str, table: str, columns: list[tuple[str, str]], reason: str
+    ) -> None:
+        shown = ", ".join(f"{name} ({change})" for name, change in columns) or "unknown columns"
+        RegistryError.__init__(
+            self, subject, f"incompatible change to table {table}: {shown}: {reason}", 409
+        )
+        self.table = table
+        self.columns = columns
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredSchemas:
+    """Schema ids to frame records with; ``key_id`` is None for a keyless table."""
+
+    key_id: int | None
+    value_id: int
+
+
+def canonical(schema: Mapping[str, Any]) -> str:
+    """A stable JSON text of a schema (the cache key and what is sent)."""
+    return json.dumps(schema, sort_keys=True, separators=(",", ":"))
+
+
+class SchemaRegistrar:
+    """Registers schemas with per-subject compatibility and a cache by schema.
+
+    ``compatibility`` is the level set on every subject this registrar writes to;
+    ``subject_compatibility`` overrides it for given subjects. Not thread-safe: one per sink.
+    """
+
+    def __init__(
+        self,
+        client: SchemaRegistryClient,
+        *,
+        compatibility: str = "BACKWARD",
+        subject_compatibility: Mapping[str, str] | None = None,
+    ) -> None:
+        levels = {"": compatibility, **(subject_compatibility or {})}
+        for subject, level in levels.items():
+            if level.upper() not in COMPATIBILITY_LEVELS:
+                key = "compatibility" if not subject else f"subject_compatibility[{subject}]"
+                raise ConfigError(key, f"must be one of {', '.join(COMPATIBILITY_LEVELS)}")
+        self.client = client
+        self.compatibility = compatibility.upper()
+        self.subject_compatibility = {
+            s: level.upper() for s, level in (subject_compatibility or {}).items()
+        }
+        self._ids: dict[tuple[str, str], int] = {}
+        self._configured: set[str] = set()
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> SchemaRegistrar:
+        return cls(SchemaRegistryClient({"url": url}), **kwargs)
+
+    def level_for(self, subject: str) -> str:
+        return self.subject_compatibility.get(subject, self.compatibility)
+
+    def register(self, subject: str, schema: Mapping[str, Any], *, table: str = "?") -> int:
+        """Register (or find) ``schema`` under ``subject`` and return its id."""
+        text = canonical(schema)
+        cached = self._ids.get((subject, text))
+        if cached is not None:
+            return cached
+        self._configure(subject)
+        try:
+            schema_id = self.client.register_schema(subject, Schema(text, "AVRO"))
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 409:
+                raise IncompatibleSchemaError(
+                    subject, table, self._changes(subject, schema), exc.error_message
+                ) from exc
+            raise RegistryError(subject, exc.error_message, exc.http_status_code) from exc
+        except Exception as exc:  # connection refused, timeouts: the client raises plain errors
+            raise RegistryError(subject, f"{type(exc).__name__}: {exc}") from exc
+        self._ids[(subject, text)] = schema_id
+        logger.info("registered schema id %d under %s", schema_id, subject)
+        return int(schema_id)
+
+    def register_relation(self, schemas: RelationSchemas) -> RegisteredSchemas:
+        """Register a table's key and value schemas (key first: a value is never produced with
+        a key schema that failed)."""
+        key_id = None
+        if schemas.key_schema is not None:
+            key_id = self.register(schemas.key_subject, schemas.key_schema, table=schemas.table)
+        value_id = self.register(schemas.value_subject, schemas.value_schema, table=schemas.table)
+        return RegisteredSchemas(key_id, value_id)
+
+    def _configure(self, subject: str) -> None:
+        if subject in self._configured:
+            return
+        level = self.level_for(subject)
+        try:
+            self.client.set_compatibility(subject_name=subject, level=level)
+        except SchemaRegistryError as exc:
+            raise RegistryError(
+                subject,
+                f"cannot set compatibility {level}: {exc.error_message}",
+                exc.http_status_code,
+            ) from exc
+        except Exception as exc:
+            raise RegistryError(subject, f"{type(exc).__name__}: {exc}") from exc
+        self._configured.add(subject)
+
+    def _changes(self, subject: str, schema: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """What differs from the latest registered version; best effort, for the message."""
+        try:
+            latest = self.client.get_latest_version(subject)
+            old = json.loads(latest.schema.schema_str or "{}")
+        except Exception:  # the error being reported matters more than this detail
+            logger.debug("could not fetch the latest version of %s", subject, exc_info=True)
+            return []
+        return column_changes(old, schema)

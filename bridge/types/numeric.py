@@ -1,0 +1,242 @@
+"""Numbers and booleans: smallint, integer, bigint, oid, real, double precision, numeric, money,
+boolean.
+
+``numeric(p,s)`` is an Avro ``decimal`` annotated as Kafka Connect's ``Decimal``; an unconstrained
+``numeric`` has no fixed scale, which Avro's ``decimal`` cannot express, so it follows
+:attr:`TypeOptions.unconstrained_numeric` (Debezium's ``VariableScaleDecimal`` by default).
+``numeric(p,s)`` with a precision above 38 or a negative scale (PostgreSQL 15+) is treated as
+unconstrained too: Spark, the main reader, cannot hold a decimal wider than 38 digits, and Avro
+forbids negative scales.
+
+NaN and ±Infinity (numeric since PostgreSQL 14 stores infinities) have no decimal form. In
+``precise`` mode they become ``null``, as in Debezium; every value field is nullable, so this is
+always encodable. Use ``decimal_handling="string"`` to keep them. ``real`` and ``double``
+carry NaN and infinities natively.
+"""
+
+from __future__ import annotations
+
+import struct
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final
+
+from psycopg.pq import Format
+
+from bridge.types.base import (
+    ColumnType,
+    Converter,
+    TypeRegistry,
+    TypeRequest,
+    connect,
+    psycopg_loader,
+    simple,
+)
+from bridge.types.errors import ConversionError
+
+#: Spark's DecimalType maximum precision.
+MAX_DECIMAL_PRECISION: Final = 38
+
+VARIABLE_SCALE_DECIMAL: Final[dict[str, Any]] = {
+    "type": "record",
+    "name": "VariableScaleDecimal",
+    "namespace": "io.debezium.data",
+    "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}],
+    "connect.doc": "Variable scaled decimal",
+    "connect.version": 1,
+    "connect.name": "io.debezium.data.VariableScaleDecimal",
+}
+
+
+def decimal_schema(precision: int, scale: int) -> dict[str, Any]:
+    """Avro ``decimal`` on ``bytes``, annotated as Connect's ``Decimal`` the way Confluent's
+    AvroConverter writes it (``scale`` and ``connect.decimal.precision`` parameters)."""
+    return connect(
+        {"type": "bytes", "scale": scale, "precision": precision},
+        "org.apache.kafka.connect.data.Decimal",
+        parameters={"scale": str(scale), "connect.decimal.precision": str(precision)},
+        logical="decimal",
+    )
+
+
+def numeric_typmod(typmod: int) -> tuple[int, int] | None:
+    """(precision, scale) from a numeric atttypmod, or None when unconstrained.
+
+    The scale is an 11-bit two's-complement field since PostgreSQL 15 (negative scales).
+    """
+    if typmod < 4:
+        return None
+    t = typmod - 4
+    return (t >> 16) & 0xFFFF, ((t & 0x7FF) ^ 1024) - 1024
+
+
+def _int_text(raw: bytes) -> int:
+    return int(raw)
+
+
+def _int_binary(raw: bytes) -> int:
+    return int.from_bytes(raw, "big", signed=True)
+
+
+def _uint_binary(raw: bytes) -> int:
+    return int.from_bytes(raw, "big", signed=False)
+
+
+def _float4_binary(raw: bytes) -> float:
+    return float(_F4.unpack(raw)[0])
+
+
+def _float8_binary(raw: bytes) -> float:
+    return float(_F8.unpack(raw)[0])
+
+
+def _float_text(raw: bytes) -> float:
+    # PostgreSQL spells NaN/Infinity/-Infinity, all of which float() accepts.
+    return float(raw)
+
+
+def _bool_text(raw: bytes) -> bool:
+    return raw == b"t"
+
+
+def _bool_binary(raw: bytes) -> bool:
+    return raw != b"\x00"
+
+
+_F4: Final = struct.Struct(">f")
+_F8: Final = struct.Struct(">d")
+
+_numeric_text: Final = psycopg_loader("numeric", Format.TEXT)
+_numeric_binary: Final = psycopg_loader("numeric", Format.BINARY)
+
+
+def _finite_or_none(load: Converter) -> Converter:
+    def convert(raw: bytes) -> Decimal | None:
+        d: Decimal = load(raw)
+        return d if d.is_finite() else None
+
+    return convert
+
+
+def variable_scale(d: Decimal) -> dict[str, Any] | None:
+    """A Decimal as Debezium's VariableScaleDecimal struct (None for NaN/±Infinity)."""
+    if not d.is_finite():
+        return None
+    sign, digits, exp = d.as_tuple()
+    assert isinstance(exp, int)
+    unscaled = int("".join(map(str, digits)) or "0")
+    if exp > 0:  # e.g. Decimal('1E+3'): Debezium's scale is never negative for PG values
+        unscaled *= 10**exp
+        exp = 0
+    if sign:
+        unscaled = -unscaled
+    length = (unscaled.bit_length() + 8) // 8  # two's complement, minimal, like BigInteger
+    return {"scale": -exp, "value": unscaled.to_bytes(length, "big", signed=True)}
+
+
+def decimal_to_string(d: Decimal) -> str:
+    if d.is_nan():
+        return "NaN"
+    if d.is_infinite():
+        return "Infinity" if d > 0 else "-Infinity"
+    return format(d, "f")
+
+
+def _numeric(request: TypeRequest) -> ColumnType:
+    opts = request.options
+    pm = numeric_typmod(request.typmod)
+    shown = "numeric" if pm is None else f"numeric({pm[0]},{pm[1]})"
+    mode: str = opts.decimal_handling
+    if mode == "precise":
+        if pm is not None and 0 <= pm[1] <= pm[0] <= MAX_DECIMAL_PRECISION:
+            return ColumnType(
+                shown,
+                decimal_schema(*pm),
+                _finite_or_none(_numeric_text),
+                _finite_or_none(_numeric_binary),
+            )
+        mode = {"variable_scale": "variable", "string": "string", "double": "double"}[
+            opts.unconstrained_numeric
+        ]
+    if mode == "variable":
+        return ColumnType(
+            shown,
+            VARIABLE_SCALE_DECIMAL,
+            lambda raw: variable_scale(_numeric_text(raw)),
+            lambda raw: variable_scale(_numeric_binary(raw)),
+        )
+    if mode == "string":
+        # The text form is already PostgreSQL's canonical spelling (NaN, Infinity included).
+        return ColumnType(
+            shown,
+            "string",
+            lambda raw: raw.decode("ascii"),
+            lambda raw: decimal_to_string(_numeric_binary(raw)),
+        )
+    return ColumnType(
+        shown,
+        "double",
+        lambda raw: float(_numeric_text(raw)),
+        lambda raw: float(_numeric_binary(raw)),
+    )
+
+
+def parse_money_text(raw: bytes) -> Decimal:
+    """Parse ``cash_out`` output ("$1,234.56", "-$1,234.56", "($1.00)") in a locale using "." as
+    the decimal point. The text form depends on ``lc_monetary``; the binary form does not, so
+    prefer binary mode for money in other locales."""
+    text = raw.decode("utf-8")
+    negative = "-" in text or "(" in text
+    cleaned = "".join(ch for ch in text if ch.isdigit() or ch == ".")
+    try:
+        value = Decimal(cleaned)
+    except InvalidOperation as exc:
+        raise ConversionError("money", "unparseable money value", raw=raw) from exc
+    return -value if negative else value
+
+
+def _money(request: TypeRequest) -> ColumnType:
+    digits = request.options.money_fraction_digits
+    quantum = Decimal(1).scaleb(-digits)
+    mode = request.options.decimal_handling
+
+    def from_text(raw: bytes) -> Decimal:
+        return parse_money_text(raw).quantize(quantum)
+
+    def from_binary(raw: bytes) -> Decimal:
+        # int64 in the smallest currency unit; the unit's digits are lc_monetary's, which the
+        # caller states through money_fraction_digits.
+        return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-digits)
+
+    if mode == "precise":
+        # 19 digits hold any int64 amount.
+        return ColumnType("money", decimal_schema(19, digits), from_text, from_binary)
+    if mode == "string":
+        return ColumnType(
+            "money",
+            "string",
+            lambda raw: format(from_text(raw), "f"),
+            lambda raw: format(from_binary(raw), "f"),
+        )
+    return ColumnType(
+        "money", "double", lambda raw: float(from_text(raw)), lambda raw: float(from_binary(raw))
+    )
+
+
+INT16: Final[dict[str, Any]] = {"type": "int", "connect.type": "int16"}
+
+
+def register_types(registry: TypeRegistry) -> None:
+    registry.add_builtin("int2", simple("smallint", INT16, _int_text, _int_binary))
+    registry.add_builtin("int4", simple("integer", "int", _int_text, _int_binary))
+    registry.add_builtin("int8", simple("bigint", "long", _int_text, _int_binary))
+    # Object identifiers are unsigned 32-bit: they need a long (Debezium does the same).
+    for name in ("oid", "xid", "cid"):
+        registry.add_builtin(name, simple(name, "long", _int_text, _uint_binary))
+    registry.add_builtin("xid8", simple("xid8", "long", _int_text, _uint_binary))
+    registry.add_builtin("float4", simple("real", "float", _float_text, _float4_binary))
+    registry.add_builtin(
+        "float8", simple("double precision", "double", _float_text, _float8_binary)
+    )
+    registry.add_builtin("numeric", _numeric)
+    registry.add_builtin("money", _money)
+    registry.add_builtin("bool", simple("boolean", "boolean", _bool_text, _bool_binary))

@@ -1,0 +1,94 @@
+"""Character and byte types: text, varchar, char(n), name, "char", bytea, uuid, xml, pg_lsn and
+the object-name types (regclass, ...).
+
+All character types are Avro ``string``; ``bytea`` is ``bytes``. ``uuid`` carries both
+Debezium's ``io.debezium.data.Uuid`` and Avro's ``uuid`` logical type. String and bytes columns
+can be TOASTed, so their unchanged-TOAST placeholder is Debezium's
+``__debezium_unavailable_value``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Final
+
+from psycopg.pq import Format
+
+from bridge.types.base import (
+    DEBEZIUM_UNAVAILABLE,
+    DEBEZIUM_UNAVAILABLE_BYTES,
+    TypeRegistry,
+    connect,
+    psycopg_loader,
+    simple,
+    utf8,
+)
+
+_bytea_text: Final = psycopg_loader("bytea", Format.TEXT)
+
+UUID_SCHEMA: Final = connect("string", "io.debezium.data.Uuid", logical="uuid")
+XML_SCHEMA: Final = connect("string", "io.debezium.data.Xml")
+
+
+def bytea_from_text(raw: bytes) -> bytes:
+    # psycopg's loader understands both bytea_output formats (hex and escape).
+    return bytes(_bytea_text(raw))
+
+
+def _bytes(raw: bytes) -> bytes:
+    return bytes(raw)
+
+
+def _uuid_binary(raw: bytes) -> str:
+    return str(uuid.UUID(bytes=bytes(raw)))
+
+
+def _ascii(raw: bytes) -> str:
+    return raw.decode("ascii")
+
+
+def _oid_name_binary(raw: bytes) -> str:
+    # regclass & co. send the bare OID in binary; the text form is the object's name. The
+    # schema is a string either way, so binary gives the OID as a string.
+    return str(int.from_bytes(raw, "big"))
+
+
+def _lsn_binary(raw: bytes) -> str:
+    value = int.from_bytes(raw, "big")
+    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
+
+
+def _char_binary(raw: bytes) -> str:
+    return raw.decode("latin-1")
+
+
+def register_types(registry: TypeRegistry) -> None:
+    for name, shown in (
+        ("text", "text"),
+        ("varchar", "character varying"),
+        ("bpchar", "character"),
+        ("name", "name"),
+        ("refcursor", "refcursor"),
+    ):
+        registry.add_builtin(name, simple(shown, "string", utf8, utf8, DEBEZIUM_UNAVAILABLE))
+    registry.add_builtin('"char"', simple('"char"', "string", utf8, _char_binary))
+    registry.add_builtin(
+        "bytea", simple("bytea", "bytes", bytea_from_text, _bytes, DEBEZIUM_UNAVAILABLE_BYTES)
+    )
+    registry.add_builtin("uuid", simple("uuid", UUID_SCHEMA, _ascii, _uuid_binary))
+    registry.add_builtin("xml", simple("xml", XML_SCHEMA, utf8, utf8, DEBEZIUM_UNAVAILABLE))
+    registry.add_builtin("pg_lsn", simple("pg_lsn", "string", _ascii, _lsn_binary))
+    for name in (
+        "regclass",
+        "regtype",
+        "regproc",
+        "regprocedure",
+        "regoper",
+        "regoperator",
+        "regnamespace",
+        "regrole",
+        "regconfig",
+        "regdictionary",
+        "regcollation",
+    ):
+        registry.add_builtin(name, simple(name, "string", utf8, _oid_name_binary))
