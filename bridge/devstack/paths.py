@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -25,7 +26,20 @@ def cache_dir() -> Path:
 
 
 def stack_dir() -> Path:
-    """Data directories, logs and the state file of the running stack (``PGBRIDGE_STACK_DIR``)."""
-    path = Path(os.environ.get("PGBRIDGE_STACK_DIR") or Path.cwd() / ".stack").resolve()
+    """Data directories, logs and the state file of the running stack.
+
+    ``PGBRIDGE_STACK_DIR`` overrides; the default is ``.stack`` in the working directory. As root,
+    when that directory is not reachable by the unprivileged account PostgreSQL runs as (a clone
+    under /root, say), a per-clone directory under /var/tmp is used instead.
+    """
+    override = os.environ.get("PGBRIDGE_STACK_DIR")
+    path = Path(override or Path.cwd() / ".stack").resolve()
+    if not override and os.geteuid() == 0 and not _world_traversable(path.parent):
+        digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
+        path = Path("/var/tmp/pgbridge-stack") / digest
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _world_traversable(directory: Path) -> bool:
+    return all(p.stat().st_mode & 0o001 for p in [directory, *directory.parents])

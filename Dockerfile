@@ -1,0 +1,14 @@
+# The pgbridge image: `pgbridge run` (the bridge) and `pgbridge apply` (the Spark job, local mode)
+FROM python:3.11-slim-bookworm
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /opt/pgbridge
+COPY pyproject.toml README.md ./
+COPY bridge ./bridge
+COPY schemas ./schemas
+RUN pip install --no-cache-dir .
+RUN useradd --create-home pgbridge
+USER pgbridge
+ENTRYPOINT ["pgbridge"]
+CMD ["--help"]

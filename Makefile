@@ -1,0 +1,58 @@
+# The two commands of the README, and their parts. Everything downloads by name into ignored
+# caches (.venv, ~/.cache/pip, Maven's repository, the stack cache) and is reused on later runs.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint unit integration matrix bench fuzz stack-up stack-down stack-status clean
+
+## demo: start the local stack and stream a sample database's changes through pgbridge
+demo: $(VENV)/.installed
+	$(BIN)/pgbridge demo
+
+## test: lint, type-check and run the whole test suite on the real local stack
+test: lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check bridge tests bench
+	$(BIN)/mypy
+
+unit: $(VENV)/.installed
+	$(BIN)/pytest -m "not integration" $(PYTEST_ARGS)
+
+integration: $(VENV)/.installed
+	$(BIN)/pytest -m integration $(PYTEST_ARGS)
+
+## matrix: the replication source's integration tests on every supported PostgreSQL major
+matrix: $(VENV)/.installed
+	PGBRIDGE_PG_VERSIONS=13,14,15,16,17,18 $(BIN)/pytest -m integration tests/integration -k source $(PYTEST_ARGS)
+
+## fuzz: the decoder's million-input fuzz run
+fuzz: $(VENV)/.installed
+	$(BIN)/pytest -m slow tests/pgoutput $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/decode_bench.py
+
+stack-up: $(VENV)/.installed
+	$(BIN)/pgbridge dev up
+
+stack-down: $(VENV)/.installed
+	$(BIN)/pgbridge dev down
+
+stack-status: $(VENV)/.installed
+	$(BIN)/pgbridge dev status
+
+$(VENV)/.installed: pyproject.toml dev-stack/check-prereqs.sh
+	bash dev-stack/check-prereqs.sh
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+clean:
+	-$(BIN)/pgbridge dev down --destroy
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

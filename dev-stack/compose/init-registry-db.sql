@@ -1,0 +1,2 @@
+-- Apicurio Registry keeps its schemas in this database of the same PostgreSQL.
+CREATE DATABASE apicurio;
