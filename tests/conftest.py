@@ -3,6 +3,7 @@
 Unit tests need nothing. Integration tests (``@pytest.mark.integration``) use the real local
 stack: PostgreSQL, Apache Kafka, Apicurio Registry and Spark. The ``local_stack`` fixture starts
 it (or reuses a running one) and makes the test ERROR, not skip, when a part cannot start.
+Outside CI the stack is left running afterwards; ``pgbridge dev down`` stops it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ def local_stack() -> Iterator[StackInfo]:
     info = stack.up()  # raises StackError naming the part and its log: the test errors
     os.environ.update(info.env)
     yield info
-    if not was_running and not os.environ.get("PGBRIDGE_KEEP_STACK"):
+    # On a developer machine the stack stays up for the next run (and for other sessions using
+    # it); CI stops what it started.
+    if not was_running and os.environ.get("CI"):
         stack.down()
 
 

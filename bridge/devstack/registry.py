@@ -68,6 +68,9 @@ class ApicurioRegistry(Service):
             f"-Xmx{self.heap}",
             f"-Dquarkus.http.port={self.port('port')}",
             "-Dquarkus.http.host=127.0.0.1",
+            # Its management interface (health, metrics) defaults to *:9000: keep it per stack.
+            f"-Dquarkus.management.port={self.port('management_port')}",
+            "-Dquarkus.management.host=127.0.0.1",
             "-Dquarkus.log.level=WARN",
             '-Dquarkus.log.category."io.apicurio".level=INFO',
             "-Dapicurio.storage.kind=sql",

@@ -1,0 +1,269 @@
+"""Change events: decoded messages + the relation cache -> one event per row change.
+
+Pure (no I/O), shared by streaming and (later) the snapshot, so the stages after it never care
+where a row came from. :class:`EventBuilder` is fed the source's messages in commit order
+(``Begin … Commit``, see :mod:`bridge.source.api`) and returns what each one produces:
+
+- :class:`ChangeEvent` for Insert (``c``), Update (``u``), Delete (``d``) and, per table,
+  Truncate (``t``). An update that changes the key (an old ``K`` tuple) becomes a delete of the
+  old key followed by a create, as Debezium does, so each key's history stays on its partition.
+- :class:`LogicalMessageEvent` for ``pg_logical_emit_message`` (``m``).
+- :class:`TransactionEnd` at Commit: the position to acknowledge once everything before it was
+  delivered, with per-table counts for the optional transaction-metadata topic.
+
+``seq`` numbers the events of a transaction from 0, so ``(commit_lsn, seq)`` is a total order of
+all changes that consumers can deduplicate by (a restart may resend, never skip).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from bridge.errors import PgBridgeError
+from bridge.pgoutput.lsn import Lsn
+from bridge.pgoutput.messages import (
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    LogicalMessage,
+    Message,
+    Origin,
+    Relation,
+    Truncate,
+    TupleData,
+    Type,
+    Update,
+)
+from bridge.schema import KeylessMode, RelationSchemas, TableHints, relation_schemas
+from bridge.types import TypeMapper
+
+logger = logging.getLogger(__name__)
+
+Op = Literal["c", "u", "d", "t", "r"]
+
+
+class EventError(PgBridgeError):
+    """The message stream is inconsistent (a change for a relation never described, a change
+    outside a transaction); ``where`` says which message and position."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where = where
+
+
+@dataclass(frozen=True, slots=True)
+class TxContext:
+    """The transaction a change belongs to."""
+
+    xid: int
+    commit_lsn: Lsn
+    commit_ts: int  # microseconds since 2000-01-01 UTC, as the protocol sends it
+    origin: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    op: Op
+    table: RelationSchemas  # the table version the row was encoded with
+    tx: TxContext
+    seq: int
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    unchanged_toast: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> dict[str, Any] | None:
+        """The key record; ``None`` for truncates and keyless tables."""
+        row = self.after if self.after is not None else self.before
+        return None if row is None else self.table.key_of(row)
+
+
+@dataclass(frozen=True, slots=True)
+class LogicalMessageEvent:
+    message: Message
+    tx: TxContext | None  # None for a non-transactional message
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionEnd:
+    tx: TxContext
+    end_lsn: Lsn  # what may be confirmed once this and all earlier transactions are delivered
+    events: int
+    per_table: dict[str, int] = field(default_factory=dict)
+
+
+Output = ChangeEvent | LogicalMessageEvent | TransactionEnd
+
+
+class EventBuilder:
+    """Turns the ordered message stream into events; keeps the relation and type caches."""
+
+    def __init__(
+        self,
+        topic_prefix: str,
+        mapper: TypeMapper | None = None,
+        *,
+        hints: dict[str, TableHints] | None = None,
+        keyless: KeylessMode = "fail",
+    ) -> None:
+        self.topic_prefix = topic_prefix
+        self.mapper = mapper or TypeMapper()
+        self.hints = hints or {}
+        self.keyless: KeylessMode = keyless
+        self.relations: dict[int, RelationSchemas] = {}
+        self._tx: TxContext | None = None
+        self._begin: Begin | None = None
+        self._origin: str | None = None
+        self._seq = 0
+        self._counts: Counter[str] = Counter()
+        self._handlers: dict[type, Callable[[Any], list[Output]]] = {
+            Insert: self._insert,
+            Update: self._update,
+            Delete: self._delete,
+            Begin: self._begin_tx,
+            Commit: self._commit,
+            Relation: self._relation,
+            Type: self._type,
+            Truncate: self._truncate,
+            Message: self._logical_message,
+            Origin: self._origin_message,
+        }
+
+    def feed(self, message: LogicalMessage) -> list[Output]:
+        """The events one message produces (often one, none for catalog messages)."""
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            # Stream and two-phase messages are resolved by the source before they get here.
+            raise EventError(type(message).__name__, "not expected after the source's assembly")
+        return handler(message)
+
+    # -- per message --------------------------------------------------------------------------
+
+    def _insert(self, message: Insert) -> list[Output]:
+        table = self._table(message.relation_oid, "Insert")
+        after, toast = table.encoder.encode(message.new_tuple)
+        return [self._change("c", table, None, after, toast)]
+
+    def _delete(self, message: Delete) -> list[Output]:
+        table = self._table(message.relation_oid, "Delete")
+        before, _ = table.encoder.encode(message.old_tuple)
+        return [self._change("d", table, before, None, ())]
+
+    def _truncate(self, message: Truncate) -> list[Output]:
+        return [
+            self._change("t", self._table(oid, "Truncate"), None, None, ())
+            for oid in message.relation_oids
+        ]
+
+    def _begin_tx(self, message: Begin) -> list[Output]:
+        self._begin, self._seq, self._counts = message, 0, Counter()
+        self._tx = TxContext(message.xid, message.final_lsn, message.commit_ts, self._origin)
+        return []
+
+    def _type(self, message: Type) -> list[Output]:
+        self.mapper.observe(message)
+        return []
+
+    def _origin_message(self, message: Origin) -> list[Output]:
+        # Origin follows Begin: it names where the transaction was replicated from.
+        self._origin = message.name
+        if self._tx is not None:
+            tx = self._tx
+            self._tx = TxContext(tx.xid, tx.commit_lsn, tx.commit_ts, message.name)
+        return []
+
+    def _relation(self, relation: Relation) -> list[Output]:
+        table = f"{relation.namespace or 'pg_catalog'}.{relation.relation_name}"
+        known = self.relations.get(relation.relation_oid)
+        if known is not None and replace(known.relation, xid=None) == replace(relation, xid=None):
+            return []  # the server repeats Relation messages (reconnects, streams): no change
+        self.relations[relation.relation_oid] = relation_schemas(
+            relation,
+            self.mapper,
+            topic_prefix=self.topic_prefix,
+            hints=self.hints.get(table),
+            keyless=self.keyless,
+        )
+        return []
+
+    def _update(self, message: Update) -> list[Output]:
+        table = self._table(message.relation_oid, "Update")
+        after, toast = table.encoder.encode(message.new_tuple)
+        before = self._old_row(table, message.old_tuple)
+        if (
+            message.old_kind == "K"
+            and before is not None
+            and self._key_changed(table, before, after)
+        ):
+            # The key changed: delete the old key, create the new one (Debezium's behaviour).
+            return [
+                self._change("d", table, before, None, ()),
+                self._change("c", table, None, after, toast),
+            ]
+        return [self._change("u", table, before, after, toast)]
+
+    @staticmethod
+    def _old_row(table: RelationSchemas, old: TupleData | None) -> dict[str, Any] | None:
+        if old is None:
+            return None
+        row, _ = table.encoder.encode(old)
+        return row
+
+    @staticmethod
+    def _key_changed(table: RelationSchemas, before: dict[str, Any], after: dict[str, Any]) -> bool:
+        return table.key_of(before) != table.key_of(after)
+
+    def _logical_message(self, message: Message) -> list[Output]:
+        if not message.transactional:
+            return [LogicalMessageEvent(message, None, 0)]
+        event = LogicalMessageEvent(message, self._require_tx("Message"), self._seq)
+        self._seq += 1
+        self._counts["<messages>"] += 1
+        return [event]
+
+    def _commit(self, commit: Commit) -> list[Output]:
+        tx = self._require_tx("Commit")
+        if self._begin is not None and self._begin.final_lsn != commit.commit_lsn:
+            raise EventError(
+                f"Commit at {commit.commit_lsn}",
+                f"does not match Begin's final LSN {self._begin.final_lsn} (xid {tx.xid})",
+            )
+        end = TransactionEnd(tx, commit.end_lsn, self._seq, dict(self._counts))
+        self._tx, self._begin, self._origin = None, None, None
+        return [end]
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _change(
+        self,
+        op: Op,
+        table: RelationSchemas,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+        toast: list[str] | tuple[str, ...],
+    ) -> ChangeEvent:
+        tx = self._require_tx(table.table)
+        event = ChangeEvent(op, table, tx, self._seq, before, after, tuple(toast))
+        self._seq += 1
+        self._counts[table.table] += 1
+        return event
+
+    def _require_tx(self, where: str) -> TxContext:
+        if self._tx is None:
+            raise EventError(where, "a change arrived outside Begin … Commit")
+        return self._tx
+
+    def _table(self, oid: int, what: str) -> RelationSchemas:
+        table = self.relations.get(oid)
+        if table is None:
+            raise EventError(
+                f"{what} in xid {self._tx.xid if self._tx else '?'}",
+                f"relation OID {oid} was never described by a Relation message",
+            )
+        return table
