@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.ack import AckTracker, AckUsageError, DeliveryFailedError
+from bridge.ack import AckTracker, AckUsageError, DeliveryFailedError, TransactionToken
 from bridge.pgoutput.lsn import Lsn
 
 
@@ -146,7 +146,7 @@ def test_ack_tracker_property_flush_monotonic_and_never_passes_undelivered(
     end once everything is delivered."""
     tracker = AckTracker(Lsn(1))
     ends = [Lsn(100 * (i + 1)) for i in range(len(sizes))]
-    tokens = []
+    tokens: list[TransactionToken] = []
     sent = [0] * len(sizes)
     delivered = [0] * len(sizes)
     completed = [False] * len(sizes)

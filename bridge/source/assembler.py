@@ -74,7 +74,9 @@ def in_stream_decoder(protocol_version: int) -> Callable[[bytes], LogicalMessage
     The decoder's only state is "inside a stream" (which adds the xid prefix to change
     messages); priming a private decoder with a Stream Start puts it there for good.
     """
-    decoder = Decoder(protocol_version)
+    # Protocol 1 has no streams, so nothing is ever buffered there; the layout of buffered
+    # messages is the same in versions 2 to 4.
+    decoder = Decoder(max(protocol_version, 2))
     decoder.decode(b"S" + struct.pack("!IB", 0, 1))
     return decoder.decode
 

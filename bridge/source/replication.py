@@ -212,8 +212,9 @@ class LogicalReplicationSource:
         if self._conn is not None and self._progress is not None:
             try:
                 self._send_status()
-            except SourceError as exc:
-                logger.info("final status update not sent: %s", exc)
+                self._end_copy(self._conn.pgconn)
+            except (SourceError, psycopg.Error, OSError) as exc:
+                logger.info("replication stream not ended cleanly: %s", exc)
         self._disconnect()
         if self._heartbeat_conn is not None:
             self._heartbeat_conn.close()
@@ -335,6 +336,36 @@ class LogicalReplicationSource:
         now = self._clock()
         self._next_status = now  # tell the server where we are right away
         self._next_heartbeat = now + cfg.heartbeat_interval
+
+    def _end_copy(self, pgconn: pq.abc.PGconn, timeout: float = 5.0) -> None:
+        """End COPY BOTH politely so the server has processed the last status update.
+
+        The walsender answers our CopyDone with its own and then CommandComplete; waiting for
+        that (bounded) means the confirmed position is visible in pg_replication_slots when
+        close() returns, instead of whenever the walsender notices the socket closed.
+        """
+        deadline = self._clock() + timeout
+        pgconn.put_copy_end()
+        pgconn.flush()
+        while True:
+            nbytes, _ = pgconn.get_copy_data(1)
+            if nbytes == -1:
+                break
+            if nbytes > 0:
+                continue  # data after our last acknowledgement: the next start resends it
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise ReplicationConnectionLost("no CopyDone from the server in time")
+            select.select([pgconn.socket], [], [], remaining)
+            pgconn.consume_input()
+        while pgconn.is_busy():
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise ReplicationConnectionLost("no CommandComplete from the server in time")
+            select.select([pgconn.socket], [], [], remaining)
+            pgconn.consume_input()
+        while pgconn.get_result() is not None:
+            pass
 
     def _disconnect(self) -> None:
         if self._conn is not None:

@@ -70,7 +70,11 @@ def commit(xid: int, lsn: int) -> StreamCommit:
 
 def test_assembler_passes_ordinary_transaction_through() -> None:
     feed = Feeder()
-    txn = [Begin(Lsn(100), 5, 9), insert(None, 1), Commit(0, Lsn(100), Lsn(108), 5)]
+    txn: list[LogicalMessage] = [
+        Begin(Lsn(100), 5, 9),
+        insert(None, 1),
+        Commit(0, Lsn(100), Lsn(108), 5),
+    ]
     assert feed(*txn) == txn
 
 

@@ -1,0 +1,187 @@
+"""The replication source on real PostgreSQL: ordering, acknowledgement, restarts, reconnects,
+idle slots and streamed transactions (see conftest for versions and the fake pipeline)."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from bridge.pgoutput.lsn import Lsn
+from bridge.source import PublicationConfig, PublicationMode
+
+from .conftest import FakePipeline, SourceDb
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+EXPECTED_PROTOCOL = {13: 1, 14: 2, 15: 3, 16: 4, 17: 4, 18: 4}
+
+
+def make_table(db: SourceDb, name: str = "t") -> None:
+    db.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, pad text)")
+
+
+def insert_transactions(db: SourceDb, batches: list[range], table: str = "t") -> None:
+    for batch in batches:
+        with db.admin.transaction():
+            for i in batch:
+                db.execute(f"INSERT INTO {table} VALUES (%s, 'x')", (i,))
+
+
+def test_source_streams_transactions_in_commit_order(source_db: SourceDb) -> None:
+    make_table(source_db)
+    source = source_db.source()
+    assert source.options.proto_version == EXPECTED_PROTOCOL[source_db.version_num // 10000]
+    insert_transactions(source_db, [range(1, 4), range(4, 5), range(5, 9)])
+    pipeline = FakePipeline(source)
+    pipeline.run(lambda p: len(p.ids) >= 8)
+    assert pipeline.ids == list(range(1, 9))
+    assert [len(t.ids) for t in pipeline.transactions if t.ids] == [3, 1, 4]
+    ends = [t.end_lsn for t in pipeline.transactions]
+    assert ends == sorted(ends)
+
+
+def test_source_restart_mid_transaction_resends_it_and_skips_nothing(
+    source_db: SourceDb,
+) -> None:
+    make_table(source_db)
+    first = source_db.source()
+    insert_transactions(source_db, [range(1, 4), range(4, 9), range(9, 11)])
+    pipeline = FakePipeline(first)
+    # Stop after two changes of the second transaction: it was never complete downstream.
+    pipeline.run(
+        lambda p: len(p.transactions) >= 1 and p.current is not None and len(p.current.ids) == 2
+    )
+    delivered_end = pipeline.transactions[-1].end_lsn
+    assert pipeline.tracker.flush_lsn == delivered_end
+    first.close()  # the consumer stops here; close() reports the acknowledged position
+    assert source_db.confirmed_flush() == delivered_end
+
+    second = source_db.source()
+    assert second.start_lsn == delivered_end
+    again = FakePipeline(second)
+    again.run(lambda p: len(p.ids) >= 7)
+    assert again.ids == list(range(4, 11))  # the interrupted transaction whole, nothing before
+
+
+def test_source_confirmed_flush_never_passes_acknowledged(source_db: SourceDb) -> None:
+    make_table(source_db)
+    source = source_db.source()
+    insert_transactions(source_db, [range(i * 10, i * 10 + 3) for i in range(1, 7)])
+    pipeline = FakePipeline(source, auto_deliver=False)
+    seen: list[Lsn] = []
+
+    def until_all(p: FakePipeline) -> bool:
+        seen.append(source_db.confirmed_flush())
+        return len(p.transactions) >= 6
+
+    pipeline.run(until_all)
+    pipeline.pump(1.0)  # keepalives and status updates, nothing delivered yet
+    assert source_db.confirmed_flush() == source.start_lsn
+    pipeline.deliver(2)
+    acked = pipeline.tracker.flush_lsn
+    assert acked == pipeline.transactions[1].end_lsn
+    pipeline.pump(1.0)
+    assert source_db.confirmed_flush() == acked  # reached, and not beyond
+    assert all(lsn <= acked for lsn in seen)
+    pipeline.deliver()
+    pipeline.pump(1.0)
+    assert source_db.confirmed_flush() >= pipeline.transactions[-1].end_lsn
+
+
+def test_source_idle_slot_advances_with_keepalives(source_db: SourceDb) -> None:
+    make_table(source_db, "published")
+    make_table(source_db, "other")
+    source = source_db.source(
+        publication=PublicationConfig(
+            source_db.publication,
+            PublicationMode.FILTERED,
+            include_tables=("public.published",),
+        )
+    )
+    pipeline = FakePipeline(source)
+    pipeline.pump(0.5)
+    start = source_db.confirmed_flush()
+    insert_transactions(source_db, [range(1, 50)], table="other")  # WAL the slot does not publish
+    target = source_db.current_wal_lsn()
+    assert target > start
+    pipeline.run(lambda p: source_db.confirmed_flush() >= target, timeout=30)
+    assert pipeline.ids == []
+
+
+def test_source_reconnects_after_walsender_terminated_without_loss(source_db: SourceDb) -> None:
+    make_table(source_db)
+    source = source_db.source()
+    insert_transactions(source_db, [range(i * 10, i * 10 + 5) for i in range(1, 21)])
+    expected = [i * 10 + j for i in range(1, 21) for j in range(5)]
+    pipeline = FakePipeline(source)
+    # Break the connection in the middle of the sixth transaction.
+    pipeline.run(
+        lambda p: len(p.transactions) >= 5 and p.current is not None and len(p.current.ids) == 2
+    )
+    old_pid = source_db.terminate_walsender()
+    pipeline.run(lambda p: len(p.ids) >= len(expected))
+    pipeline.pump(0.5)
+    assert pipeline.ids == expected  # nothing lost, nothing twice
+    assert source.stats.reconnects >= 1
+    assert source.stats.duplicates_dropped > 0  # the server did resend; the source filtered it
+    new_pid = source_db.slot_row()[1]
+    assert new_pid is not None and new_pid != old_pid
+    pipeline.run(lambda p: source_db.confirmed_flush() >= p.transactions[-1].end_lsn)
+
+
+def test_source_large_streamed_transaction_spills_and_arrives_whole(source_db: SourceDb) -> None:
+    make_table(source_db)
+    threshold = 256 * 1024
+    source = source_db.source(
+        spill_threshold=threshold,
+        server_options=(("logical_decoding_work_mem", "64kB"),),
+    )
+    rows = 6000
+    with source_db.admin.transaction():
+        source_db.execute(
+            "INSERT INTO t SELECT g, repeat('p', 200) FROM generate_series(1, %s::int) g", (rows,)
+        )
+        source_db.execute("SAVEPOINT s")
+        source_db.execute(
+            "INSERT INTO t SELECT g, repeat('q', 200) FROM generate_series(%s::int, %s::int) g",
+            (rows + 1, rows + 2000),
+        )
+        source_db.execute("ROLLBACK TO SAVEPOINT s")
+        source_db.execute("INSERT INTO t VALUES (%s, 'last')", (rows + 5000,))
+    pipeline = FakePipeline(source)
+    pipeline.run(lambda p: len(p.transactions) >= 1 and p.transactions[-1].ids != [])
+    assert pipeline.ids == [*range(1, rows + 1), rows + 5000]
+    assert len(pipeline.transactions) == 1
+    stats = source.assembler.stats
+    if source_db.version_num >= 140000:
+        assert stats.streams_committed == 1
+        assert stats.subtransactions_aborted >= 1
+        assert stats.transactions_spilled == 1
+        assert stats.bytes_spilled > 2 * threshold
+        assert 0 < stats.peak_memory_bytes <= threshold
+    else:  # PostgreSQL 13 has no streaming: the server sends it at commit, whole
+        assert stats.streams_committed == 0
+    assert stats.memory_bytes == 0
+
+
+def test_source_aborted_stream_emits_nothing(source_db: SourceDb) -> None:
+    make_table(source_db)
+    source = source_db.source(server_options=(("logical_decoding_work_mem", "64kB"),))
+    pipeline = FakePipeline(source)
+    streaming = source_db.version_num >= 140000
+    # Abort only after the server started streaming: PostgreSQL 17+ does not stream a
+    # transaction it already knows to be aborted.
+    with psycopg.connect(source_db.dsn) as writer:
+        writer.execute("INSERT INTO t SELECT g, repeat('p', 200) FROM generate_series(1, 3000) g")
+        if streaming:
+            pipeline.run(lambda p: source.assembler.open_transactions == 1)
+        writer.rollback()
+    insert_transactions(source_db, [range(9000, 9002)])
+    pipeline.run(lambda p: len(p.ids) >= 2)
+    pipeline.pump(0.3)
+    assert pipeline.ids == [9000, 9001]
+    stats = source.assembler.stats
+    if streaming:
+        assert stats.streams_aborted == 1
+    assert stats.streams_committed == 0
+    assert stats.memory_bytes == 0 and source.assembler.open_transactions == 0
