@@ -1,0 +1,174 @@
+"""EventBuilder: the ordered message stream -> change events (pure, no server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.events import ChangeEvent, EventBuilder, EventError, LogicalMessageEvent, TransactionEnd
+from bridge.pgoutput.messages import (
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    Message,
+    Origin,
+    ReplicaIdentity,
+    Truncate,
+    Update,
+)
+from bridge.schema import KeylessTableError
+from tests.rows import INT4, TEXT, lsn, relation, tuple_data
+
+BEGIN = Begin(final_lsn=lsn("0/1000"), commit_ts=1_000_000, xid=700)
+COMMIT = Commit(flags=0, commit_lsn=lsn("0/1000"), end_lsn=lsn("0/1030"), commit_ts=1_000_000)
+
+
+def _run(builder: EventBuilder, *messages: object) -> list[object]:
+    out: list[object] = []
+    for m in messages:
+        out += builder.feed(m)  # type: ignore[arg-type]
+    return out
+
+
+def test_event_builder_insert_update_delete_in_order_with_seq() -> None:
+    b = EventBuilder("app")
+    out = _run(
+        b,
+        relation(),
+        BEGIN,
+        Insert(None, 16384, tuple_data("1", "a")),
+        Update(None, 16384, None, None, tuple_data("1", "b")),
+        Delete(None, 16384, "K", tuple_data("1", None)),
+        COMMIT,
+    )
+    changes = [e for e in out if isinstance(e, ChangeEvent)]
+    assert [(e.op, e.seq) for e in changes] == [("c", 0), ("u", 1), ("d", 2)]
+    assert changes[0].after == {"id": 1, "body": "a"} and changes[0].before is None
+    assert changes[1].before is None and changes[1].after == {"id": 1, "body": "b"}
+    assert changes[2].before == {"id": 1, "body": None} and changes[2].after is None
+    assert all(e.key == {"id": 1} for e in changes)
+    assert all(e.tx.commit_lsn == lsn("0/1000") and e.tx.xid == 700 for e in changes)
+    assert changes[0].table.topic == "app.public.items"
+    end = out[-1]
+    assert isinstance(end, TransactionEnd)
+    assert end.end_lsn == lsn("0/1030") and end.events == 3
+    assert end.per_table == {"public.items": 3}
+
+
+def test_event_builder_key_change_becomes_delete_then_create() -> None:
+    b = EventBuilder("app")
+    out = _run(
+        b,
+        relation(),
+        BEGIN,
+        Update(None, 16384, "K", tuple_data("1", None), tuple_data("2", "x")),
+        COMMIT,
+    )
+    changes = [e for e in out if isinstance(e, ChangeEvent)]
+    assert [(e.op, e.key) for e in changes] == [("d", {"id": 1}), ("c", {"id": 2})]
+    assert [e.seq for e in changes] == [0, 1]
+
+
+def test_event_builder_full_identity_update_carries_whole_old_row() -> None:
+    b = EventBuilder("app")
+    rel = relation(
+        identity=ReplicaIdentity.FULL, columns=(("id", INT4, True), ("body", TEXT, True))
+    )
+    out = _run(
+        b,
+        rel,
+        BEGIN,
+        Update(None, 16384, "O", tuple_data("1", "old"), tuple_data("1", "new")),
+        COMMIT,
+    )
+    change = out[0]
+    assert isinstance(change, ChangeEvent) and change.op == "u"
+    assert change.before == {"id": 1, "body": "old"} and change.after == {"id": 1, "body": "new"}
+
+
+def test_event_builder_unchanged_toast_is_listed_not_null() -> None:
+    b = EventBuilder("app")
+    out = _run(
+        b,
+        relation(),
+        BEGIN,
+        Update(None, 16384, None, None, tuple_data("1", None, unchanged=(1,))),
+        COMMIT,
+    )
+    change = out[0]
+    assert isinstance(change, ChangeEvent)
+    assert change.unchanged_toast == ("body",)
+    assert change.after is not None and change.after["body"] == "__debezium_unavailable_value"
+
+
+def test_event_builder_truncate_emits_one_event_per_table() -> None:
+    b = EventBuilder("app")
+    out = _run(
+        b, relation(), relation(oid=2, name="other"), BEGIN, Truncate(None, 3, (16384, 2)), COMMIT
+    )
+    changes = [e for e in out if isinstance(e, ChangeEvent)]
+    assert [(e.op, e.table.table, e.key) for e in changes] == [
+        ("t", "public.items", None),
+        ("t", "public.other", None),
+    ]
+
+
+def test_event_builder_transactional_and_plain_messages() -> None:
+    b = EventBuilder("app")
+    plain = Message(None, False, lsn("0/900"), "audit", b"x")
+    tx_msg = Message(None, True, lsn("0/1010"), "audit", b"y")
+    out = _run(b, plain, BEGIN, tx_msg, COMMIT)
+    first, second = out[0], out[1]
+    assert isinstance(first, LogicalMessageEvent) and first.tx is None
+    assert isinstance(second, LogicalMessageEvent) and second.tx is not None and second.seq == 0
+
+
+def test_event_builder_origin_is_attached_to_transaction() -> None:
+    b = EventBuilder("app")
+    out = _run(
+        b,
+        relation(),
+        BEGIN,
+        Origin(lsn("0/1000"), "upstream"),
+        Insert(None, 16384, tuple_data("1", "a")),
+        COMMIT,
+    )
+    assert isinstance(out[0], ChangeEvent) and out[0].tx.origin == "upstream"
+
+
+def test_event_builder_unknown_relation_is_a_typed_error() -> None:
+    b = EventBuilder("app")
+    b.feed(BEGIN)
+    with pytest.raises(EventError, match="relation OID 99 was never described"):
+        b.feed(Insert(None, 99, tuple_data("1", "a")))
+
+
+def test_event_builder_change_outside_transaction_is_a_typed_error() -> None:
+    b = EventBuilder("app")
+    b.feed(relation())
+    with pytest.raises(EventError, match="outside Begin"):
+        b.feed(Insert(None, 16384, tuple_data("1", "a")))
+
+
+def test_event_builder_commit_not_matching_begin_is_a_typed_error() -> None:
+    b = EventBuilder("app")
+    b.feed(BEGIN)
+    with pytest.raises(EventError, match="does not match Begin"):
+        b.feed(Commit(0, lsn("0/2000"), lsn("0/2030"), 1))
+
+
+def test_event_builder_table_without_key_fails_by_default() -> None:
+    b = EventBuilder("app")
+    with pytest.raises(KeylessTableError):
+        b.feed(relation(identity=ReplicaIdentity.NOTHING, columns=(("id", INT4, False),)))
+
+
+def test_event_builder_repeated_relation_keeps_table_version() -> None:
+    b = EventBuilder("app")
+    b.feed(relation())
+    first = b.relations[16384]
+    b.feed(relation())
+    assert b.relations[16384] is first
+    b.feed(relation(columns=(("id", INT4, True), ("body", TEXT, False), ("extra", TEXT, False))))
+    assert b.relations[16384] is not first
+    assert b.relations[16384].field_names == ("id", "body", "extra")
