@@ -78,6 +78,7 @@ class TransactionToken:
 class _Entry:
     token: TransactionToken
     outstanding: int = 0  # sent but not yet delivered
+    end_lsn: Lsn | None = None  # set at completion when registration came before the Commit
     complete: bool = False  # no more records will be sent
     failed: bool = False
 
@@ -127,12 +128,21 @@ class AckTracker:
                 raise AckUsageError(token, "record sent after transaction_complete")
             entry.outstanding += count
 
-    def transaction_complete(self, token: TransactionToken) -> None:
-        """Every record of the transaction has been handed to the producer."""
+    def transaction_complete(self, token: TransactionToken, end_lsn: Lsn | None = None) -> None:
+        """Every record of the transaction has been handed to the producer.
+
+        ``end_lsn``: the Commit's end LSN, when the transaction was registered at Begin (before
+        its records were produced, which is what keeps a large transaction out of memory) with
+        the commit LSN as a stand-in. It may only move the registered position forward.
+        """
         with self._lock:
             entry = self._entry(token)
             if entry.complete:
                 raise AckUsageError(token, "transaction_complete called twice")
+            if end_lsn is not None:
+                if end_lsn < token.end_lsn:
+                    raise AckUsageError(token, f"end LSN {end_lsn} is before the registered one")
+                entry.end_lsn = Lsn(end_lsn)
             entry.complete = True
             self._advance()
 
@@ -200,5 +210,6 @@ class AckTracker:
         while pending and pending[0].done:
             entry = pending.popleft()
             del self._by_seq[entry.token.seq]
-            if entry.token.end_lsn > self._flush:
-                self._flush = entry.token.end_lsn
+            end = entry.end_lsn if entry.end_lsn is not None else entry.token.end_lsn
+            if end > self._flush:
+                self._flush = end

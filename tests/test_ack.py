@@ -184,3 +184,21 @@ def test_ack_tracker_property_flush_monotonic_and_never_passes_undelivered(
                 assert flush < ends[j]
     assert tracker.flush_lsn == ends[-1]
     assert tracker.in_flight == 0
+
+
+def test_ack_tracker_end_lsn_given_at_completion_is_confirmed() -> None:
+    # Registered at Begin with the commit LSN; the Commit's end LSN arrives at completion.
+    tracker = AckTracker(Lsn(0x100))
+    token = tracker.begin_transaction(Lsn(0x200))
+    tracker.record_sent(token)
+    tracker.transaction_complete(token, end_lsn=Lsn(0x230))
+    assert tracker.flush_lsn == Lsn(0x100)  # not delivered yet
+    tracker.record_delivered(token)
+    assert tracker.flush_lsn == Lsn(0x230)
+
+
+def test_ack_tracker_end_lsn_at_completion_cannot_move_backward() -> None:
+    tracker = AckTracker()
+    token = tracker.begin_transaction(Lsn(0x200))
+    with pytest.raises(AckUsageError):
+        tracker.transaction_complete(token, end_lsn=Lsn(0x1FF))
