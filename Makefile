@@ -19,6 +19,7 @@ test: lint
 lint: $(VENV)/.installed
 	$(BIN)/ruff check bridge tests bench
 	$(BIN)/mypy
+	bash dev-stack/compose-config.sh
 
 unit: $(VENV)/.installed
 	$(BIN)/pytest -m "not integration" $(PYTEST_ARGS)
