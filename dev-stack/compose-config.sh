@@ -8,7 +8,11 @@ COMPOSE_VERSION=v2.29.7
 if docker compose version >/dev/null 2>&1; then
   compose=(docker compose)
 else
-  bin_dir="${PGBRIDGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pgbridge}/compose-$COMPOSE_VERSION"
+  # The same cache as bridge/devstack/paths.py: cache_dir().
+  if [ -n "${PGBRIDGE_CACHE:-}" ]; then cache="$PGBRIDGE_CACHE"
+  elif [ "$(id -u)" = 0 ]; then cache=/var/cache/pgbridge
+  else cache="${XDG_CACHE_HOME:-$HOME/.cache}/pgbridge"; fi
+  bin_dir="$cache/compose-$COMPOSE_VERSION"
   if [ ! -x "$bin_dir/cmd" ]; then
     command -v go >/dev/null || { echo "need 'docker compose' or Go to check docker-compose.yml" >&2; exit 1; }
     echo "building Docker Compose $COMPOSE_VERSION from the Go module proxy (once)"
