@@ -1,0 +1,384 @@
+"""The Kafka publisher: hands encoded records to librdkafka and reports their fate.
+
+Delivery contract
+    The producer runs with ``acks=all`` and ``enable.idempotence=true``: a record counts as
+    delivered only when every in-sync replica has it, and librdkafka's retries can neither
+    duplicate nor reorder records of a partition. A record that still fails after the client's
+    own retries (bounded by ``delivery.timeout.ms``) is *not* skipped: the failure is recorded
+    and raised as :class:`DeliveryError` from the next :meth:`KafkaPublisher.publish`,
+    :meth:`~KafkaPublisher.poll` or :meth:`~KafkaPublisher.flush`, so the bridge stops with the
+    replication slot still before the failed transaction, and a restart sends it again.
+
+Placement
+    ``partitioner=murmur2_random`` is librdkafka's implementation of the Java client's default
+    partitioner: ``(murmur2(key) & 0x7fffffff) % partitions`` for keyed records, random
+    partitions for null keys. Kafka Streams, Kafka Connect and the JVM consumers of the same
+    topics agree on where a key lives, which matters for co-partitioned joins and for anyone
+    who re-keys or mirrors these topics. (librdkafka's own default, ``consistent_random``,
+    uses CRC32 and would place keys differently.)
+
+Threads
+    librdkafka's background threads never run Python code. Delivery callbacks run *inside*
+    :meth:`KafkaPublisher.poll` / :meth:`~KafkaPublisher.flush` (and the polls that
+    :meth:`~KafkaPublisher.publish` does while the queue is full), on the thread that called
+    them: in pgbridge, the pipeline thread. So the acknowledgement tracker is only ever touched
+    from one thread between two source messages; ``on_delivered`` needs no locking of its own
+    and cannot interleave with the pipeline registering the next transaction.
+
+Throughput settings
+    ``compression.type=lz4`` by default: Avro rows of one table repeat field layouts and
+    values, lz4 compresses them well at the lowest CPU cost of the codecs (the bridge's Python
+    side is the bottleneck on small machines, not the network), and every Kafka client and
+    Spark decompress it natively. ``linger.ms=20`` and ``batch.size`` of 1 MB let batches
+    fill under load; 20 ms is small against the time a transaction spends waiting for its
+    replicas anyway. The local queue is bounded (``max.queue.size``,
+    ``max.queue.size.in.bytes``); when it is full :meth:`publish` polls until deliveries make
+    room, which is the back-pressure that slows reading from PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicCollection
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from bridge.config import KafkaConfig, Secret, TopicCreationConfig
+from bridge.errors import PgBridgeError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DeliveryError",
+    "KafkaPublisher",
+    "PublisherError",
+    "TopicCreationError",
+    "admin_config",
+    "producer_config",
+]
+
+# How long a single poll waits while the local queue is full: short enough to react to a
+# failure promptly, long enough not to spin.
+_FULL_QUEUE_POLL_S = 0.1
+_ADMIN_TIMEOUT_S = 30.0
+
+
+class PublisherError(PgBridgeError):
+    """Base of the errors raised by the Kafka side of the bridge."""
+
+
+class DeliveryError(PublisherError):
+    """A record could not be delivered to Kafka; the bridge must stop.
+
+    ``topic`` and ``partition`` say where it was going (``partition`` is ``None`` when the
+    record was refused before a partition was chosen, e.g. too large for the producer),
+    ``code`` is the Kafka error's name (``MSG_SIZE_TOO_LARGE``, ``_MSG_TIMED_OUT``, …) and
+    ``reason`` its text. ``retriable`` and ``fatal`` are librdkafka's classification;
+    a fatal error means the producer itself is unusable.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int | None,
+        code: str,
+        reason: str,
+        *,
+        retriable: bool = False,
+        fatal: bool = False,
+    ) -> None:
+        where = f"{topic} [partition {partition}]" if partition is not None else topic
+        super().__init__(f"delivery to {where} failed: {code}: {reason}")
+        self.topic = topic
+        self.partition = partition
+        self.code = code
+        self.reason = reason
+        self.retriable = retriable
+        self.fatal = fatal
+
+    @classmethod
+    def from_kafka(cls, topic: str, partition: int | None, error: KafkaError) -> DeliveryError:
+        return cls(
+            topic,
+            partition,
+            error.name(),
+            error.str(),
+            retriable=error.retriable(),
+            fatal=error.fatal(),
+        )
+
+
+class TopicCreationError(PublisherError):
+    """A missing topic could not be created (or its existence could not be checked)."""
+
+    def __init__(self, topic: str, code: str, reason: str) -> None:
+        super().__init__(f"creating topic {topic} failed: {code}: {reason}")
+        self.topic = topic
+        self.code = code
+        self.reason = reason
+
+
+def _reveal(value: str | Secret) -> str:
+    return value.reveal() if isinstance(value, Secret) else value
+
+
+def admin_config(kafka: KafkaConfig) -> dict[str, Any]:
+    """librdkafka settings shared by every client: brokers, identity, security overrides."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": kafka.bootstrap_servers,
+        "client.id": kafka.client_id,
+    }
+    # Overrides are mostly security settings (sasl.*, ssl.*), which the admin client needs too.
+    conf.update({name: _reveal(value) for name, value in kafka.producer_overrides})
+    return conf
+
+
+def producer_config(kafka: KafkaConfig) -> dict[str, Any]:
+    """The producer's librdkafka configuration (contains secrets: never log it)."""
+    conf = admin_config(kafka)
+    conf.update(
+        {
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",
+            "compression.type": kafka.compression_type,
+            "linger.ms": kafka.linger_ms,
+            "batch.size": kafka.batch_size,
+            "delivery.timeout.ms": kafka.delivery_timeout_ms,
+            "queue.buffering.max.messages": kafka.max_queue_size,
+            "queue.buffering.max.kbytes": max(1, kafka.max_queue_size_in_bytes // 1024),
+        }
+    )
+    return conf
+
+
+@dataclass(slots=True)
+class _Failures:
+    first: DeliveryError | None = None
+    count: int = 0
+    callback_error: Exception | None = None
+
+
+class KafkaPublisher:
+    """Publishes ``(topic, key, value)`` records and reports each delivery to its caller.
+
+    Usage by the pipeline::
+
+        publisher = KafkaPublisher(config.kafka, config.topic_creation)
+        publisher.publish(topic, key, value, on_delivered=lambda: tracker.record_delivered(tok))
+        tracker.record_sent(tok)
+        ...
+        publisher.poll()          # whenever the source is idle; runs the delivery callbacks
+        publisher.flush(10.0)     # at shutdown
+        publisher.close()
+
+    Every method may raise :class:`DeliveryError` for a record published earlier; after that
+    the publisher refuses new records (the pipeline must stop and restart from the slot).
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaConfig,
+        topics: TopicCreationConfig,
+        *,
+        extra_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        conf = producer_config(kafka)
+        conf["error_cb"] = self._on_client_error
+        if extra_config:
+            conf.update(extra_config)
+        self._kafka = kafka
+        self._topics = topics
+        self._producer = Producer(conf)
+        self._admin: AdminClient | None = None
+        self._known_topics: set[str] = set()
+        self._failures = _Failures()
+        self._closed = False
+
+    # -- publishing ---------------------------------------------------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        on_delivered: Callable[[], None],
+        *,
+        on_failed: Callable[[DeliveryError], None] | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+    ) -> None:
+        """Queue one record; ``on_delivered()`` runs once Kafka acknowledged it.
+
+        ``value`` ``None`` is a tombstone. ``on_failed`` (optional) runs if the record fails
+        for good, before the failure is raised; callbacks run inside a later :meth:`poll`,
+        :meth:`flush` or :meth:`publish` on the calling thread. When the local queue is full
+        this call blocks, polling, until there is room: a record is never dropped.
+        """
+        self._raise_if_failed()
+        if self._closed:
+            raise PublisherError("publish after close()")
+        self.ensure_topic(topic)
+        callback = self._delivery_callback(topic, on_delivered, on_failed)
+        while True:
+            try:
+                self._producer.produce(
+                    topic, value=value, key=key, headers=headers, on_delivery=callback
+                )
+                return
+            except BufferError:
+                # Queue full: deliveries of earlier records are what frees it.
+                self._producer.poll(_FULL_QUEUE_POLL_S)
+                self._raise_if_failed()
+            except KafkaException as exc:
+                # Refused before it was queued (too large for message.max.bytes, topic known
+                # not to exist, fatal producer state): as final as a failed delivery.
+                error: KafkaError = exc.args[0]
+                raise DeliveryError.from_kafka(topic, None, error) from None
+
+    def _delivery_callback(
+        self,
+        topic: str,
+        on_delivered: Callable[[], None],
+        on_failed: Callable[[DeliveryError], None] | None,
+    ) -> Callable[[KafkaError | None, Message], None]:
+        failures = self._failures
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            # Exceptions must not escape into librdkafka's callback machinery, where they would
+            # abort the poll half-way; keep the first and re-raise it from poll().
+            try:
+                if err is None:
+                    on_delivered()
+                    return
+                partition = msg.partition()
+                failure = DeliveryError.from_kafka(
+                    msg.topic() or topic,
+                    partition if partition is not None and partition >= 0 else None,
+                    err,
+                )
+                failures.count += 1
+                if failures.first is None:
+                    failures.first = failure
+                    logger.error("%s", failure)
+                if on_failed is not None:
+                    on_failed(failure)
+            except Exception as exc:
+                if failures.callback_error is None:
+                    failures.callback_error = exc
+
+        return delivered
+
+    def _on_client_error(self, err: KafkaError) -> None:
+        # Client-level errors (all brokers down, authentication) are retried by librdkafka; the
+        # records they affect fail through their own delivery reports when they time out.
+        if err.fatal():
+            logger.error("Kafka producer fatal error: %s: %s", err.name(), err.str())
+        else:
+            logger.warning("Kafka client error: %s: %s", err.name(), err.str())
+
+    # -- driving the client -------------------------------------------------------------------
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Serve delivery callbacks (waiting up to ``timeout`` s); the number of events served."""
+        served = int(self._producer.poll(timeout))
+        self._raise_if_failed()
+        return served
+
+    def flush(self, timeout: float) -> int:
+        """Wait up to ``timeout`` s for every queued record; returns how many are still queued."""
+        remaining = int(self._producer.flush(timeout))
+        self._raise_if_failed()
+        return remaining
+
+    def close(self, timeout: float = 30.0) -> int:
+        """Flush what is queued and stop; returns the records still undelivered (left for the
+        restart to resend, since the slot was never confirmed past them)."""
+        if self._closed:
+            return 0
+        self._closed = True
+        remaining = int(self._producer.flush(timeout))
+        if remaining:
+            logger.warning("closing with %d record(s) undelivered; they will be resent", remaining)
+        self._raise_if_failed()
+        return remaining
+
+    @property
+    def in_flight(self) -> int:
+        """Records handed to the producer and not yet reported (queued or awaiting acks)."""
+        return len(self._producer)
+
+    @property
+    def failed_count(self) -> int:
+        """Records whose delivery failed so far."""
+        return self._failures.count
+
+    def _raise_if_failed(self) -> None:
+        failures = self._failures
+        if failures.callback_error is not None:
+            raise failures.callback_error
+        if failures.first is not None:
+            raise failures.first
+
+    # -- topics -------------------------------------------------------------------------------
+
+    def ensure_topic(self, topic: str) -> None:
+        """Create ``topic`` if it does not exist (once per topic per publisher).
+
+        Existence is checked with DescribeTopics, which unlike a metadata request from the
+        producer never triggers the broker's auto-creation (with the broker's defaults instead
+        of ours). An existing topic is used as it is.
+        """
+        if topic in self._known_topics or not self._topics.enable:
+            return
+        admin = self._admin_client()
+        if not self._topic_exists(admin, topic):
+            self._create_topic(admin, topic)
+        self._known_topics.add(topic)
+
+    def _admin_client(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(admin_config(self._kafka))
+        return self._admin
+
+    def _topic_exists(self, admin: AdminClient, topic: str) -> bool:
+        future = admin.describe_topics(TopicCollection([topic]), request_timeout=_ADMIN_TIMEOUT_S)[
+            topic
+        ]
+        try:
+            future.result(timeout=_ADMIN_TIMEOUT_S * 2)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return False
+            raise TopicCreationError(topic, error.name(), error.str()) from None
+        return True
+
+    def _create_topic(self, admin: AdminClient, topic: str) -> None:
+        settings = self._topics
+        new_topic = NewTopic(
+            topic,
+            num_partitions=settings.partitions,
+            replication_factor=settings.replication_factor,
+            config=settings.topic_config(),
+        )
+        future = admin.create_topics(
+            [new_topic], operation_timeout=_ADMIN_TIMEOUT_S, request_timeout=_ADMIN_TIMEOUT_S
+        )[topic]
+        try:
+            future.result(timeout=_ADMIN_TIMEOUT_S * 2)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:  # another bridge was quicker
+                return
+            raise TopicCreationError(topic, error.name(), error.str()) from None
+        logger.info(
+            "created topic %s (partitions %s, replication factor %s, %s)",
+            topic,
+            settings.partitions,
+            settings.replication_factor,
+            settings.topic_config(),
+        )

@@ -1,0 +1,277 @@
+"""The Kafka publisher against the real local broker (auto.create.topics.enable=false)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicCollection
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+from bridge.config import KafkaConfig, TopicCreationConfig
+from bridge.devstack.stack import StackInfo
+from bridge.sink.publisher import DeliveryError, KafkaPublisher
+
+pytestmark = pytest.mark.integration
+
+
+def java_murmur2(data: bytes) -> int:
+    """``org.apache.kafka.common.utils.Utils.murmur2`` as a signed 32-bit int, transcribed."""
+    m, r = 0x5BD1E995, 24
+    length = len(data)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    for i in range(length // 4):
+        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r  # Java's >>> on an int: the value is kept unsigned here
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    tail, rest = length & ~3, length % 4
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def java_partition(key: bytes, partitions: int) -> int:
+    """The Java client's default partitioner for a keyed record (``Utils.toPositive``)."""
+    return (java_murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def test_java_murmur2_matches_kafka_utils_test_vectors() -> None:
+    # Vectors from Kafka's UtilsTest.testMurmur2, so the reference itself is checked.
+    assert java_murmur2(b"21") == -973932308
+    assert java_murmur2(b"foobar") == -790332482
+    assert java_murmur2(b"a-little-bit-long-string") == -985981536
+    assert java_murmur2(b"a-little-bit-longer-string") == -1486304829
+    assert java_murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") == -58897971
+    assert java_murmur2(b"abc") == 479470107
+
+
+def _topic(name: str) -> str:
+    return f"test-publisher-{name}-{uuid.uuid4().hex[:8]}"
+
+
+def _consume(
+    bootstrap: str, topic: str, count: int
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """``count`` records of ``topic`` as (partition, key, value), in each partition's order."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    got: list[tuple[int, bytes | None, bytes | None]] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            partition = msg.partition()
+            assert partition is not None
+            got.append((partition, msg.key(), msg.value()))
+            if len(got) >= count:
+                break
+    finally:
+        consumer.close()
+    assert len(got) == count, f"consumed {len(got)} of {count} records from {topic}"
+    return got
+
+
+@pytest.fixture
+def admin(local_stack: StackInfo) -> AdminClient:
+    return AdminClient({"bootstrap.servers": local_stack.bootstrap_servers})
+
+
+@pytest.fixture
+def kafka(local_stack: StackInfo) -> KafkaConfig:
+    # linger 5 ms: these tests are about correctness, not batching.
+    return KafkaConfig(bootstrap_servers=local_stack.bootstrap_servers, linger_ms=5)
+
+
+@pytest.fixture
+def opened() -> Iterator[list[KafkaPublisher]]:
+    """Publishers a test appends here are closed after it."""
+    made: list[KafkaPublisher] = []
+    yield made
+    for publisher in made:
+        # The failure tests leave a recorded failure behind on purpose.
+        with contextlib.suppress(DeliveryError):
+            publisher.close(5)
+
+
+def test_publisher_creates_missing_topic_with_partitions_and_cleanup_policy(
+    kafka: KafkaConfig, admin: AdminClient, opened: list[KafkaPublisher]
+) -> None:
+    topic = _topic("create")
+    creation = TopicCreationConfig(partitions=3, replication_factor=1, cleanup_policy="compact")
+    publisher = KafkaPublisher(kafka, creation)
+    opened.append(publisher)
+    delivered: list[int] = []
+    publisher.publish(topic, b"k", b"v", lambda: delivered.append(1))
+    assert publisher.flush(30) == 0
+    assert delivered == [1]
+
+    description = admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=30)
+    assert len(description.partitions) == 3
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert configs["cleanup.policy"].value == "compact"
+
+
+def test_publisher_delivers_every_record_in_order_per_key_with_callbacks(
+    local_stack: StackInfo, kafka: KafkaConfig, opened: list[KafkaPublisher]
+) -> None:
+    topic = _topic("order")
+    publisher = KafkaPublisher(kafka, TopicCreationConfig(partitions=4, replication_factor=1))
+    opened.append(publisher)
+    keys = [f"key-{i}".encode() for i in range(12)]
+    delivered: list[tuple[bytes, int]] = []
+    total = 600
+    for seq in range(total):
+        key = keys[seq % len(keys)]
+        publisher.publish(
+            topic, key, str(seq).encode(), lambda k=key, s=seq: delivered.append((k, s))
+        )
+        if seq % 100 == 0:
+            publisher.poll()
+    assert publisher.flush(30) == 0
+    assert publisher.in_flight == 0
+    assert sorted(s for _, s in delivered) == list(range(total))  # each callback exactly once
+
+    records = _consume(local_stack.bootstrap_servers, topic, total)
+    per_key: dict[bytes, list[int]] = defaultdict(list)
+    for _, key, value in records:
+        assert key is not None and value is not None
+        per_key[key].append(int(value))
+    assert set(per_key) == set(keys)
+    for key, seqs in per_key.items():
+        assert seqs == sorted(seqs), f"records of {key!r} arrived out of order"
+        assert len(seqs) == total // len(keys)
+
+
+def test_publisher_places_keys_like_the_java_default_partitioner(
+    local_stack: StackInfo, kafka: KafkaConfig, opened: list[KafkaPublisher]
+) -> None:
+    topic = _topic("murmur2")
+    partitions = 5
+    publisher = KafkaPublisher(
+        kafka, TopicCreationConfig(partitions=partitions, replication_factor=1)
+    )
+    opened.append(publisher)
+    keys = [
+        b"21",
+        b"foobar",
+        b"abc",
+        b"\x00\x00\x00\x2a",
+        "é-ü".encode(),
+        *(f"customer-{i}".encode() for i in range(40)),
+    ]
+    for key in keys:
+        publisher.publish(topic, key, b"x", lambda: None)
+    assert publisher.flush(30) == 0
+
+    placed = {
+        key: partition
+        for partition, key, _ in _consume(local_stack.bootstrap_servers, topic, len(keys))
+    }
+    expected = {key: java_partition(key, partitions) for key in keys}
+    assert placed == expected
+    assert len(set(expected.values())) > 1  # the keys really spread over partitions
+
+
+def test_publisher_publishes_tombstones_as_null_values(
+    local_stack: StackInfo, kafka: KafkaConfig, opened: list[KafkaPublisher]
+) -> None:
+    topic = _topic("tombstone")
+    publisher = KafkaPublisher(kafka, TopicCreationConfig(partitions=1, replication_factor=1))
+    opened.append(publisher)
+    publisher.publish(topic, b"k", b"row", lambda: None)
+    publisher.publish(topic, b"k", None, lambda: None)
+    assert publisher.flush(30) == 0
+    assert [v for _, _, v in _consume(local_stack.bootstrap_servers, topic, 2)] == [b"row", None]
+
+
+def test_publisher_raises_delivery_error_when_broker_rejects_record(
+    kafka: KafkaConfig, opened: list[KafkaPublisher]
+) -> None:
+    topic = _topic("too-large")
+    # The topic accepts batches of at most 1 KiB; an incompressible 8 KiB record cannot fit.
+    creation = TopicCreationConfig(
+        partitions=1, replication_factor=1, extra=(("max.message.bytes", "1024"),)
+    )
+    publisher = KafkaPublisher(kafka, creation)
+    opened.append(publisher)
+    delivered: list[int] = []
+    failed: list[DeliveryError] = []
+    publisher.publish(
+        topic, b"k", os.urandom(8192), lambda: delivered.append(1), on_failed=failed.append
+    )
+    with pytest.raises(DeliveryError) as raised:
+        publisher.flush(30)
+    error = raised.value
+    assert (error.topic, error.partition) == (topic, 0)
+    assert error.code == KafkaError(KafkaError.MSG_SIZE_TOO_LARGE).name()
+    assert topic in str(error) and "MSG_SIZE_TOO_LARGE" in str(error)
+    assert delivered == []
+    assert failed == [error]
+    assert publisher.failed_count == 1
+    # Not swallowed: the bridge cannot carry on past it.
+    with pytest.raises(DeliveryError):
+        publisher.publish(topic, b"k", b"small", lambda: delivered.append(2))
+    with pytest.raises(DeliveryError):
+        publisher.poll()
+
+
+def test_publisher_raises_delivery_error_for_missing_topic_without_creation(
+    local_stack: StackInfo, admin: AdminClient, opened: list[KafkaPublisher]
+) -> None:
+    topic = _topic("missing")
+    kafka = KafkaConfig(
+        bootstrap_servers=local_stack.bootstrap_servers, linger_ms=5, delivery_timeout_ms=3000
+    )
+    publisher = KafkaPublisher(kafka, TopicCreationConfig(enable=False))
+    opened.append(publisher)
+    delivered: list[int] = []
+    publisher.publish(topic, b"k", b"v", lambda: delivered.append(1))
+    with pytest.raises(DeliveryError) as raised:
+        publisher.flush(30)
+    assert raised.value.topic == topic
+    assert raised.value.code in ("_MSG_TIMED_OUT", "_UNKNOWN_TOPIC", "UNKNOWN_TOPIC_OR_PART")
+    assert delivered == []
+    # The broker did not create it behind our back (auto.create.topics.enable=false).
+    metadata = admin.list_topics(timeout=10)
+    assert topic not in metadata.topics or metadata.topics[topic].error is not None
+
+
+def test_publisher_ensure_topic_keeps_an_existing_topic_as_it_is(
+    kafka: KafkaConfig, admin: AdminClient, opened: list[KafkaPublisher]
+) -> None:
+    from confluent_kafka.cimpl import NewTopic
+
+    topic = _topic("existing")
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(timeout=30)
+    publisher = KafkaPublisher(kafka, TopicCreationConfig(partitions=6, replication_factor=1))
+    opened.append(publisher)
+    publisher.ensure_topic(topic)
+    publisher.ensure_topic(topic)  # cached: no second round trip, no error
+    description = admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=30)
+    assert len(description.partitions) == 2
