@@ -136,6 +136,19 @@ class FakePipeline:
         self.run(lambda _: time.monotonic() >= end, timeout=seconds + 30)
 
 
+def source_config(dsn_: str, slot_: str, publication_: str, **overrides: Any) -> SourceConfig:
+    """A test configuration: short status and idle intervals, quick reconnects."""
+    base = SourceConfig(
+        dsn=dsn_,
+        slot_name=slot_,
+        publication=PublicationConfig(publication_, PublicationMode.ALL_TABLES),
+        status_interval=0.2,
+        idle_interval=0.05,
+        reconnect=ReconnectPolicy(initial_delay=0.1, max_delay=1.0, slot_in_use_timeout=10),
+    )
+    return replace(base, **overrides)
+
+
 class SourceDb:
     """One fresh database of the cluster with its own slot and publication names."""
 
@@ -156,15 +169,7 @@ class SourceDb:
         return cur.fetchall() if cur.description else []
 
     def config(self, **overrides: Any) -> SourceConfig:
-        base = SourceConfig(
-            dsn=self.dsn,
-            slot_name=self.slot,
-            publication=PublicationConfig(self.publication, PublicationMode.ALL_TABLES),
-            status_interval=0.2,
-            idle_interval=0.05,
-            reconnect=ReconnectPolicy(initial_delay=0.1, max_delay=1.0, slot_in_use_timeout=10),
-        )
-        return replace(base, **overrides)
+        return source_config(self.dsn, self.slot, self.publication, **overrides)
 
     def source(self, **overrides: Any) -> LogicalReplicationSource:
         source = LogicalReplicationSource(self.config(**overrides))
