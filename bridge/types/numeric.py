@@ -94,6 +94,12 @@ def _float_text(raw: bytes) -> float:
     return float(raw)
 
 
+def _float4_text(raw: bytes) -> float:
+    # float4out prints the shortest text that reads back as the same float32; rounding through
+    # float32 gives exactly the value the binary form carries.
+    return float(_F4.unpack(_F4.pack(float(raw)))[0])
+
+
 def _bool_text(raw: bytes) -> bool:
     return raw == b"t"
 
@@ -233,7 +239,7 @@ def register_types(registry: TypeRegistry) -> None:
     for name in ("oid", "xid", "cid"):
         registry.add_builtin(name, simple(name, "long", _int_text, _uint_binary))
     registry.add_builtin("xid8", simple("xid8", "long", _int_text, _uint_binary))
-    registry.add_builtin("float4", simple("real", "float", _float_text, _float4_binary))
+    registry.add_builtin("float4", simple("real", "float", _float4_text, _float4_binary))
     registry.add_builtin(
         "float8", simple("double precision", "double", _float_text, _float8_binary)
     )

@@ -118,6 +118,14 @@ def _year(raw_year: bytes, bc: bool) -> int:
     return 1 - year if bc else year
 
 
+def checked_long(value: int, type_name: str) -> int:
+    """``value`` if it fits Avro's long. Timestamps after year 292277 (PostgreSQL allows 294276)
+    and intervals beyond ±292,000 years do not fit in microseconds since 1970."""
+    if INT64_MIN < value < INT64_MAX:
+        return value
+    raise ConversionError(type_name, "value out of range of Avro long microseconds")
+
+
 # --- date ------------------------------------------------------------------------------------
 
 _date_text: Final = psycopg_loader("date", Format.TEXT)
@@ -203,7 +211,7 @@ def _timestamp_fallback(raw: bytes, type_name: str) -> int:
     days = days_from_civil(_year(m[1], m[12] is not None), int(m[2]), int(m[3]))
     seconds = (int(m[4]) * 60 + int(m[5])) * 60 + int(m[6])
     seconds -= _offset_seconds(m[8], m[9], m[10], m[11])
-    return days * US_PER_DAY + seconds * US_PER_SECOND + _frac(m[7])
+    return checked_long(days * US_PER_DAY + seconds * US_PER_SECOND + _frac(m[7]), type_name)
 
 
 def timestamp_from_text(raw: bytes) -> int:
@@ -224,6 +232,8 @@ def timestamp_from_binary(raw: bytes) -> int:
     us = int.from_bytes(raw, "big", signed=True)
     if us in (INT64_MAX, INT64_MIN):
         return us
+    if us > INT64_MAX - PG_EPOCH_US:
+        return checked_long(us + PG_EPOCH_US, "timestamp")  # raises
     return us + PG_EPOCH_US
 
 
@@ -302,7 +312,7 @@ def interval_parts_from_binary(raw: bytes) -> tuple[int, int, int]:
 
 def micro_duration(parts: tuple[int, int, int]) -> int:
     months, days, micros = parts
-    return months * US_PER_AVG_MONTH + days * US_PER_DAY + micros
+    return checked_long(months * US_PER_AVG_MONTH + days * US_PER_DAY + micros, "interval")
 
 
 def _trunc_divmod(value: int, divisor: int) -> tuple[int, int]:

@@ -1,0 +1,86 @@
+"""Resolving OIDs: built-ins, Type messages (domains, extensions, arrays), enums, unknowns."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from bridge.pgoutput.messages import Type
+from bridge.types import TypeMapper, TypeOptions, UnknownTypeError
+from tests.types.vectors import schema_of
+
+
+def test_mapper_builtin_resolves_without_type_message() -> None:
+    assert TypeMapper().column_type(23).avro == "int"
+
+
+def test_mapper_domain_resolves_to_its_base_type() -> None:
+    # pgoutput sends a domain's OID with its base type's name, "" meaning pg_catalog.
+    mapper = TypeMapper()
+    mapper.observe(Type(None, 70001, "", "numeric"))
+    ct = mapper.column_type(70001, ((8 << 16) | 3) + 4)
+    assert schema_of(ct)["logicalType"] == "decimal" and schema_of(ct)["scale"] == 3
+
+
+def test_mapper_enum_with_labels_is_debezium_enum() -> None:
+    mapper = TypeMapper(TypeOptions(enum_labels={"public.mood": ("sad", "ok", "happy")}))
+    mapper.observe(Type(None, 70002, "public", "mood"))
+    ct = mapper.column_type(70002)
+    assert ct.avro == {
+        "type": "string",
+        "connect.version": 1,
+        "connect.parameters": {"allowed": "sad,ok,happy"},
+        "connect.name": "io.debezium.data.Enum",
+    }
+    assert ct.from_text(b"happy") == ct.from_binary(b"happy") == "happy"
+
+
+def test_mapper_enum_array_uses_element_labels() -> None:
+    mapper = TypeMapper(TypeOptions(enum_labels={"mood": ("sad", "happy")}))
+    mapper.observe(Type(None, 70003, "public", "_mood"))
+    ct = mapper.column_type(70003)
+    assert schema_of(ct)["items"][1]["connect.name"] == "io.debezium.data.Enum"
+    assert ct.from_text(b"{sad,NULL}") == ["sad", None]
+
+
+def test_mapper_unknown_type_falls_back_to_text_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    mapper = TypeMapper()
+    mapper.observe(Type(None, 70004, "public", "complex_t"))
+    with caplog.at_level(logging.WARNING, logger="bridge.types.mapper"):
+        ct = mapper.column_type(70004, table="public.t", column="c")
+        mapper.column_type(70004, 5, table="public.t", column="d")
+    assert ct.avro == "string"
+    assert ct.from_text(b'(1,"a b")') == '(1,"a b")'
+    assert len(caplog.records) == 1
+    assert "public.complex_t" in caplog.records[0].getMessage()
+
+
+def test_mapper_unknown_type_fails_when_configured() -> None:
+    mapper = TypeMapper(TypeOptions(unknown_types="fail"))
+    mapper.observe(Type(None, 70005, "public", "complex_t"))
+    with pytest.raises(UnknownTypeError) as info:
+        mapper.column_type(70005, table="public.t", column="c")
+    assert (info.value.table, info.value.column, info.value.type_oid) == ("public.t", "c", 70005)
+    assert info.value.type_name == "public.complex_t"
+
+
+def test_mapper_oid_without_type_message_is_unknown() -> None:
+    with pytest.raises(UnknownTypeError, match="oid 70006"):
+        TypeMapper(TypeOptions(unknown_types="fail")).column_type(70006, table="t", column="c")
+
+
+def test_mapper_changed_type_message_drops_cached_mapping() -> None:
+    mapper = TypeMapper()
+    mapper.observe(Type(None, 70007, "public", "citext"))
+    assert mapper.column_type(70007).pg_name == "citext"
+    mapper.observe(Type(None, 70007, "public", "ltree"))
+    assert mapper.column_type(70007).pg_name == "ltree"
+
+
+def test_mapper_caches_per_oid_and_typmod() -> None:
+    mapper = TypeMapper()
+    assert mapper.column_type(1700, 655366) is mapper.column_type(1700, 655366)
+    assert mapper.column_type(1700, 655366) is not mapper.column_type(1700, -1)

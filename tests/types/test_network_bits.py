@@ -1,0 +1,61 @@
+"""inet, cidr, macaddr, macaddr8; bit and bit varying."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.types import TypeMapper
+from bridge.types.bits import bits_from_text
+from tests.types.vectors import find, roundtrip
+
+
+@pytest.mark.parametrize(
+    ("type_sql", "literal", "expected"),
+    [
+        ("inet", "'192.168.0.1'", "192.168.0.1"),
+        ("inet", "'192.168.0.1/24'", "192.168.0.1/24"),
+        ("inet", "'::1'", "::1"),
+        ("inet", "'2001:db8::1/64'", "2001:db8::1/64"),
+        ("cidr", "'10.0.0.0/8'", "10.0.0.0/8"),
+        ("cidr", "'2001:db8::/32'", "2001:db8::/32"),
+        ("macaddr", "'08:00:2b:01:02:03'", "08:00:2b:01:02:03"),
+        ("macaddr8", "'08:00:2b:01:02:03:04:05'", "08:00:2b:01:02:03:04:05"),
+    ],
+)
+def test_network_types_print_like_the_server(type_sql: str, literal: str, expected: str) -> None:
+    assert find(type_sql, literal).both() == (expected, expected)
+
+
+def test_bit_1_is_boolean() -> None:
+    assert find("bit(1)", "B'1'").both() == (True, True)
+    assert find("bit(1)", "B'0'").both() == (False, False)
+    assert find("bit(1)", "B'0'").column_type().avro == "boolean"
+
+
+@pytest.mark.parametrize(
+    ("type_sql", "literal", "expected"),
+    [
+        ("bit(16)", "B'0000000100000010'", b"\x02\x01"),
+        ("bit(10)", "B'1000000001'", b"\x01\x02"),
+        ("varbit", "B''", b""),
+        ("varbit(20)", "B'101'", b"\x05"),
+    ],
+)
+def test_bits_are_little_endian_debezium_bits(type_sql: str, literal: str, expected: bytes) -> None:
+    vector = find(type_sql, literal)
+    assert vector.both() == (expected, expected)
+    assert roundtrip(vector.column_type().avro, expected) == expected
+
+
+def test_bits_schema_has_length_parameter() -> None:
+    assert find("bit(10)", "B'1000000001'").column_type().avro == {
+        "type": "bytes",
+        "connect.version": 1,
+        "connect.parameters": {"length": "10"},
+        "connect.name": "io.debezium.data.Bits",
+    }
+    assert "connect.parameters" not in TypeMapper().column_type(1562, -1).avro
+
+
+def test_bits_from_text_large() -> None:
+    assert bits_from_text(b"1" + b"0" * 99) == (1 << 99).to_bytes(13, "little")
