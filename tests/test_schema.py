@@ -1,0 +1,392 @@
+"""Relation -> key/value schemas (Debezium names and shape, per replica identity), the row
+encoder, and schema comparison."""
+
+from __future__ import annotations
+
+import io
+import json
+from decimal import Decimal
+from typing import Any
+
+import fastavro
+import pytest
+
+from bridge.pgoutput.messages import (
+    COLUMN_FLAG_KEY,
+    Relation,
+    RelationColumn,
+    ReplicaIdentity,
+    TupleData,
+)
+from bridge.schema import (
+    UNCHANGED_TOAST_FIELD,
+    KeylessTableError,
+    SchemaError,
+    TableHints,
+    avro_name,
+    column_changes,
+    relation_schemas,
+    static_schema,
+    subject_names,
+    topic_name,
+)
+from bridge.types import DEBEZIUM_UNAVAILABLE, ConversionError, TypeMapper, TypeOptions
+
+NUMERIC_10_2 = ((10 << 16) | 2) + 4
+
+
+def col(name: str, oid: int, typmod: int = -1, *, key: bool = False) -> RelationColumn:
+    return RelationColumn(COLUMN_FLAG_KEY if key else 0, name, oid, typmod)
+
+
+def relation(
+    *columns: RelationColumn,
+    identity: ReplicaIdentity = ReplicaIdentity.DEFAULT,
+    namespace: str = "public",
+    name: str = "orders",
+) -> Relation:
+    return Relation(None, 16384, namespace, name, identity, columns)
+
+
+ORDERS = relation(
+    col("id", 20, key=True),
+    col("amount", 1700, NUMERIC_10_2),
+    col("note", 25),
+    col("created", 1184),
+    col("tags", 1009),
+)
+
+
+def tuple_data(*values: bytes | str | None) -> TupleData:
+    """TupleData with text values; None = NULL, "u" = unchanged TOAST."""
+    kinds, buffer, spans = bytearray(), bytearray(), []
+    for value in values:
+        if value is None:
+            kinds += b"n"
+            spans += [0, 0]
+        elif value == "u":
+            kinds += b"u"
+            spans += [0, 0]
+        else:
+            assert isinstance(value, bytes)
+            kinds += b"t"
+            spans += [len(buffer), len(buffer) + len(value)]
+            buffer += value
+    return TupleData(bytes(kinds), bytes(buffer), tuple(spans))
+
+
+def source_block(**overrides: Any) -> dict[str, Any]:
+    block: dict[str, Any] = {
+        "version": "0.1.0",
+        "connector": "postgresql",
+        "name": "pg",
+        "ts_ms": 1_700_000_000_000,
+        "snapshot": "false",
+        "db": "app",
+        "sequence": None,
+        "ts_us": None,
+        "ts_ns": None,
+        "schema": "public",
+        "table": "orders",
+        "txId": 42,
+        "lsn": 1000,
+        "xmin": None,
+        "commit_lsn": 2000,
+        "seq": 0,
+    }
+    block.update(overrides)
+    return block
+
+
+def avro_roundtrip(schema: dict[str, Any], value: Any, reader: dict[str, Any] | None = None) -> Any:
+    parsed = fastavro.parse_schema(schema)
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, parsed, value)
+    buf.seek(0)
+    read_with = fastavro.parse_schema(reader) if reader is not None else None
+    return fastavro.schemaless_reader(buf, parsed, read_with)
+
+
+# --- names -------------------------------------------------------------------------------------
+
+
+def test_topic_and_subjects_follow_debezium_and_topic_name_strategy() -> None:
+    schemas = relation_schemas(ORDERS, TypeMapper(), topic_prefix="pg")
+    assert schemas.topic == "pg.public.orders"
+    assert (schemas.key_subject, schemas.value_subject) == (
+        "pg.public.orders-key",
+        "pg.public.orders-value",
+    )
+    assert subject_names("t") == ("t-key", "t-value")
+
+
+def test_topic_name_of_pg_catalog_and_odd_characters() -> None:
+    assert topic_name("pg", relation(col("a", 23, key=True), namespace="", name="x")) == (
+        "pg.pg_catalog.x"
+    )
+    assert topic_name("pg", relation(col("a", 23, key=True), name="my table$")) == (
+        "pg.public.my_table_"
+    )
+
+
+def test_avro_name_replaces_invalid_characters_and_leading_digit() -> None:
+    assert [avro_name(n) for n in ("ok_1", "my col", "1st", "é", "")] == [
+        "ok_1",
+        "my_col",
+        "_1st",
+        "_",
+        "_",
+    ]
+
+
+def test_value_schema_is_debezium_envelope() -> None:
+    value = relation_schemas(ORDERS, TypeMapper(), topic_prefix="pg").value_schema
+    assert (value["name"], value["namespace"], value["connect.name"]) == (
+        "Envelope",
+        "pg.public.orders",
+        "pg.public.orders.Envelope",
+    )
+    names = [f["name"] for f in value["fields"]]
+    assert names == [
+        "before",
+        "after",
+        "source",
+        "transaction",
+        "op",
+        "ts_ms",
+        "ts_us",
+        "ts_ns",
+        UNCHANGED_TOAST_FIELD,
+    ]
+    before = value["fields"][0]
+    assert before["type"][0] == "null" and before["default"] is None
+    record = before["type"][1]
+    assert (record["name"], record["connect.name"]) == ("Value", "pg.public.orders.Value")
+    assert value["fields"][1]["type"] == ["null", "pg.public.orders.Value"]
+    source = value["fields"][2]["type"]
+    assert source["connect.name"] == "io.debezium.connector.postgresql.Source"
+    assert {"version", "connector", "name", "ts_ms", "snapshot", "db", "sequence", "schema",
+            "table", "txId", "lsn", "xmin", "commit_lsn", "seq"} <= {
+        f["name"] for f in source["fields"]
+    }  # fmt: skip
+    assert value["fields"][3]["type"][1]["connect.name"] == "event.block"
+    fastavro.parse_schema(value)
+
+
+def test_value_fields_are_nullable_with_null_default_and_semantic_types() -> None:
+    value = relation_schemas(ORDERS, TypeMapper(), topic_prefix="pg").value_schema
+    fields = {f["name"]: f for f in value["fields"][0]["type"][1]["fields"]}
+    assert all(f["type"][0] == "null" and f["default"] is None for f in fields.values())
+    amount = fields["amount"]["type"][1]
+    assert amount["connect.name"] == "org.apache.kafka.connect.data.Decimal"
+    assert amount["connect.parameters"] == {"scale": "2", "connect.decimal.precision": "10"}
+    assert amount["logicalType"] == "decimal"
+    assert fields["created"]["type"][1]["logicalType"] == "timestamp-micros"
+
+
+# --- keys per replica identity ---------------------------------------------------------------
+
+
+def test_key_schema_default_identity_is_required_key_columns() -> None:
+    key = relation_schemas(ORDERS, TypeMapper(), topic_prefix="pg").key_schema
+    assert key == {
+        "type": "record",
+        "name": "Key",
+        "namespace": "pg.public.orders",
+        "fields": [{"name": "id", "type": "long"}],
+        "connect.name": "pg.public.orders.Key",
+    }
+
+
+def test_key_schema_index_identity_uses_flagged_columns_in_order() -> None:
+    rel = relation(
+        col("a", 23),
+        col("tenant", 25, key=True),
+        col("code", 1700, NUMERIC_10_2, key=True),
+        identity=ReplicaIdentity.INDEX,
+    )
+    schemas = relation_schemas(rel, TypeMapper(), topic_prefix="pg")
+    assert schemas.key_fields == ("tenant", "code")
+    assert schemas.key_schema is not None
+    key_types = [f["type"] for f in schemas.key_schema["fields"]]
+    assert key_types[0] == "string" and key_types[1]["logicalType"] == "decimal"
+
+
+def test_key_schema_full_identity_is_every_column_optional() -> None:
+    rel = relation(col("a", 23, key=True), col("b", 25, key=True), identity=ReplicaIdentity.FULL)
+    schemas = relation_schemas(rel, TypeMapper(), topic_prefix="pg")
+    assert schemas.key_fields == ("a", "b")
+    assert schemas.key_schema is not None
+    assert all(f["type"][0] == "null" for f in schemas.key_schema["fields"])
+
+
+def test_key_schema_full_identity_with_key_hint_uses_the_hint() -> None:
+    rel = relation(col("a", 23), col("b", 25), identity=ReplicaIdentity.FULL)
+    hints = TableHints(key_columns=("b",))
+    assert relation_schemas(rel, TypeMapper(), topic_prefix="p", hints=hints).key_fields == ("b",)
+    with pytest.raises(SchemaError, match="not in the table"):
+        relation_schemas(rel, TypeMapper(), topic_prefix="p", hints=TableHints(key_columns=("z",)))
+
+
+@pytest.mark.parametrize("identity", [ReplicaIdentity.NOTHING, ReplicaIdentity.DEFAULT])
+def test_keyless_table_is_a_typed_error(identity: ReplicaIdentity) -> None:
+    rel = relation(col("a", 23), identity=identity)
+    with pytest.raises(KeylessTableError) as info:
+        relation_schemas(rel, TypeMapper(), topic_prefix="pg")
+    assert info.value.table == "public.orders"
+    assert info.value.replica_identity is identity
+
+
+def test_keyless_table_null_key_mode() -> None:
+    rel = relation(col("a", 23), identity=ReplicaIdentity.NOTHING)
+    schemas = relation_schemas(rel, TypeMapper(), topic_prefix="pg", keyless="null_key")
+    assert schemas.key_schema is None
+    assert schemas.key_of({"a": 1}) is None
+
+
+# --- names, docs, named types ----------------------------------------------------------------
+
+
+def test_column_comments_become_doc_and_renamed_columns_keep_their_name() -> None:
+    rel = relation(col("id", 23, key=True), col("my col", 25))
+    hints = TableHints(comments={"my col": "What the customer wrote"}, table_comment="Orders")
+    value = relation_schemas(rel, TypeMapper(), topic_prefix="pg", hints=hints).value_schema
+    record = value["fields"][0]["type"][1]
+    assert record["doc"] == "Orders"
+    field = record["fields"][1]
+    assert (field["name"], field["doc"], field["pgbridge.column"]) == (
+        "my_col",
+        "What the customer wrote",
+        "my col",
+    )
+
+
+def test_colliding_column_names_are_a_schema_error() -> None:
+    rel = relation(col("a b", 23, key=True), col("a_b", 23))
+    with pytest.raises(SchemaError, match="a_b"):
+        relation_schemas(rel, TypeMapper(), topic_prefix="pg")
+
+
+def test_repeated_named_types_are_defined_once() -> None:
+    rel = relation(col("id", 23, key=True), col("n1", 1700), col("n2", 1700), col("p1", 600),
+                   col("p2", 600), col("ps", 1017))  # fmt: skip
+    value = relation_schemas(rel, TypeMapper(), topic_prefix="pg").value_schema
+    text = json.dumps(value)
+    assert text.count('"name": "VariableScaleDecimal"') == 1
+    assert text.count('"name": "Point"') == 1
+    fastavro.parse_schema(value)
+
+
+# --- row encoding -----------------------------------------------------------------------------
+
+
+def test_encoder_builds_avro_ready_row_that_roundtrips_in_envelope() -> None:
+    schemas = relation_schemas(ORDERS, TypeMapper(), topic_prefix="pg")
+    row, unchanged = schemas.encoder.encode(
+        tuple_data(b"7", b"12.50", "u", b"2024-01-01 00:00:00+00", b'{a,"b c",NULL}')
+    )
+    assert row == {
+        "id": 7,
+        "amount": Decimal("12.50"),
+        "note": DEBEZIUM_UNAVAILABLE,
+        "created": 1_704_067_200_000_000,
+        "tags": ["a", "b c", None],
+    }
+    assert unchanged == ["note"]
+    assert schemas.key_of(row) == {"id": 7}
+    event = {
+        "before": None,
+        "after": row,
+        "source": source_block(),
+        "transaction": {"id": "42:2000", "total_order": 1, "data_collection_order": 1},
+        "op": "u",
+        "ts_ms": 1_700_000_000_001,
+        UNCHANGED_TOAST_FIELD: unchanged,
+    }
+    back = avro_roundtrip(schemas.value_schema, event)
+    assert back["after"]["amount"] == Decimal("12.50")
+    assert back[UNCHANGED_TOAST_FIELD] == ["note"]
+    assert back["source"]["commit_lsn"] == 2000
+    assert schemas.key_schema is not None
+    assert avro_roundtrip(schemas.key_schema, {"id": 7}) == {"id": 7}
+
+
+def test_encoder_unchanged_toast_of_non_string_column_is_null_and_listed() -> None:
+    schemas = relation_schemas(ORDERS, TypeMapper(), topic_prefix="pg")
+    row, unchanged = schemas.encoder.encode(tuple_data(b"1", None, None, None, "u"))
+    assert row["tags"] is None and row["amount"] is None
+    assert unchanged == ["tags"]
+
+
+def test_encoder_reads_binary_kind() -> None:
+    rel = relation(col("id", 23, key=True), col("d", 1082))
+    schemas = relation_schemas(rel, TypeMapper(), topic_prefix="pg")
+    data = TupleData(b"bb", (5).to_bytes(4, "big") + (0).to_bytes(4, "big"), (0, 4, 4, 8))
+    assert schemas.encoder.encode(data) == ({"id": 5, "d": 10_957}, [])
+
+
+def test_encoder_bad_value_names_table_and_column() -> None:
+    schemas = relation_schemas(ORDERS, TypeMapper(), topic_prefix="pg")
+    with pytest.raises(ConversionError) as info:
+        schemas.encoder.encode(tuple_data(b"1", b"not a number", None, None, None))
+    assert (info.value.table, info.value.column) == ("public.orders", "amount")
+    assert info.value.raw == b"not a number"
+
+
+def test_encoder_tuple_with_wrong_column_count_is_an_error() -> None:
+    schemas = relation_schemas(ORDERS, TypeMapper(), topic_prefix="pg")
+    with pytest.raises(ConversionError, match="5"):
+        schemas.encoder.encode(tuple_data(b"1"))
+
+
+def test_unknown_type_column_is_text_or_error_naming_it() -> None:
+    rel = relation(col("id", 23, key=True), col("c", 99999))
+    schemas = relation_schemas(rel, TypeMapper(), topic_prefix="pg")
+    assert schemas.encoder.encode(tuple_data(b"1", b"(1,x)"))[0]["c"] == "(1,x)"
+    from bridge.types import UnknownTypeError
+
+    with pytest.raises(UnknownTypeError) as info:
+        relation_schemas(rel, TypeMapper(TypeOptions(unknown_types="fail")), topic_prefix="pg")
+    assert (info.value.table, info.value.column) == ("public.orders", "c")
+
+
+# --- evolution --------------------------------------------------------------------------------
+
+
+def test_adding_nullable_column_is_backward_compatible() -> None:
+    old = relation_schemas(ORDERS, TypeMapper(), topic_prefix="pg")
+    new = relation_schemas(
+        relation(*ORDERS.columns, col("extra", 25)), TypeMapper(), topic_prefix="pg"
+    )
+    row = old.encoder.encode(tuple_data(b"1", None, b"x", None, None))[0]
+    event = {"before": None, "after": row, "source": source_block(), "op": "c"}
+    # Data written with the old schema, read with the new one: the new field takes its default.
+    back = avro_roundtrip(old.value_schema, event, reader=new.value_schema)
+    assert back["after"]["extra"] is None
+    assert back[UNCHANGED_TOAST_FIELD] == []
+    assert column_changes(old.value_schema, new.value_schema) == [("extra", "added")]
+
+
+def test_column_changes_names_removed_and_retyped_columns() -> None:
+    old = relation_schemas(ORDERS, TypeMapper(), topic_prefix="pg")
+    cols = [c for c in ORDERS.columns if c.name != "note"]
+    cols[1] = col("amount", 1700, ((12 << 16) | 2) + 4)
+    new = relation_schemas(relation(*cols), TypeMapper(), topic_prefix="pg")
+    assert column_changes(old.value_schema, new.value_schema) == [
+        ("amount", "type changed"),
+        ("note", "removed"),
+    ]
+    assert old.key_schema is not None and new.key_schema is not None
+    assert column_changes(old.key_schema, new.key_schema) == []
+
+
+def test_static_schemas_parse() -> None:
+    for name in (
+        "source",
+        "transaction_block",
+        "heartbeat_key",
+        "heartbeat_value",
+        "transaction_metadata_key",
+        "transaction_metadata_value",
+    ):
+        fastavro.parse_schema(static_schema(name))
