@@ -122,7 +122,8 @@ class LogicalReplicationSource:
     ``open()`` checks the server, ensures publication and slot, and connects;
     :meth:`messages` yields committed transactions' messages (``None`` when idle);
     :meth:`acknowledge` takes the ack tracker's flush position; :meth:`close` reports it and
-    disconnects. Not thread-safe except :meth:`acknowledge`, which only stores a value.
+    disconnects. One thread: call every method, :meth:`acknowledge` included, from the thread
+    that iterates (the ack tracker is the thread-safe part; read its flush position there).
     """
 
     def __init__(
@@ -177,10 +178,22 @@ class LogicalReplicationSource:
     def open(self) -> None:
         """Validate the server, ensure publication and slot, and start streaming."""
         cfg = self.config
-        with psycopg.connect(cfg.dsn, autocommit=True) as conn:
-            server = slots.inspect_server(conn)
-            slots.ensure_publication(conn, cfg.publication)
-            slot = slots.ensure_slot(conn, cfg.slot_name, server.database, create=cfg.create_slot)
+        try:
+            with psycopg.connect(cfg.dsn, autocommit=True) as conn:
+                server = slots.inspect_server(conn)
+                slots.ensure_publication(conn, cfg.publication)
+                slot = slots.ensure_slot(
+                    conn, cfg.slot_name, server.database, create=cfg.create_slot
+                )
+        except psycopg.OperationalError as exc:
+            raise self._classify_exception(exc) from exc
+        except psycopg.Error as exc:
+            # E.g. CREATE PUBLICATION ... FOR ALL TABLES without superuser (42501).
+            raise SourceError(
+                f"preparing publication {cfg.publication.name!r} and slot {cfg.slot_name!r} "
+                f"failed: {exc}",
+                sqlstate=exc.sqlstate,
+            ) from exc
         self._server = server
         self._options = negotiate(
             server.version_num,

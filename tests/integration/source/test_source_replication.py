@@ -3,6 +3,9 @@ idle slots and streamed transactions (see conftest for versions and the fake pip
 
 from __future__ import annotations
 
+import threading
+import time
+
 import psycopg
 import pytest
 
@@ -185,3 +188,39 @@ def test_source_aborted_stream_emits_nothing(source_db: SourceDb) -> None:
         assert stats.streams_aborted == 1
     assert stats.streams_committed == 0
     assert stats.memory_bytes == 0 and source.assembler.open_transactions == 0
+
+
+def test_source_reconnects_with_backoff_across_server_restart(source_db: SourceDb) -> None:
+    make_table(source_db)
+    source = source_db.source()
+    insert_transactions(source_db, [range(i * 10, i * 10 + 3) for i in range(1, 6)])
+    pipeline = FakePipeline(source)
+    pipeline.run(lambda p: len(p.transactions) >= 2)
+    source_db.admin.close()
+
+    def restart() -> None:
+        source_db.cluster.stop()
+        time.sleep(1.5)  # the source keeps retrying meanwhile
+        source_db.cluster.start()
+
+    restarter = threading.Thread(target=restart)
+    restarter.start()
+    try:
+        pipeline.run(lambda p: not restarter.is_alive() and source.stats.reconnects >= 1)
+    finally:
+        restarter.join()
+    source_db.admin = psycopg.connect(source_db.dsn, autocommit=True)
+    insert_transactions(source_db, [range(60, 63)])
+    pipeline.run(lambda p: len(p.ids) >= 18)
+    assert pipeline.ids == [i * 10 + j for i in range(1, 7) for j in range(3)]
+
+
+def test_source_heartbeat_query_runs_periodically(source_db: SourceDb) -> None:
+    source_db.execute("CREATE TABLE hb (id serial PRIMARY KEY, at timestamptz)")
+    source = source_db.source(
+        heartbeat_query="INSERT INTO hb (at) VALUES (now())", heartbeat_interval=0.2
+    )
+    pipeline = FakePipeline(source)
+    pipeline.run(lambda p: len(p.ids) >= 3)
+    assert pipeline.ids[:3] == [1, 2, 3]
+    assert source.stats.heartbeats >= 3
