@@ -51,6 +51,7 @@ from bridge.config import KafkaConfig, Secret, TopicCreationConfig
 from bridge.errors import PgBridgeError
 
 logger = logging.getLogger(__name__)
+_librdkafka_logger = logging.getLogger("bridge.sink.librdkafka")
 
 __all__ = [
     "DeliveryError",
@@ -131,6 +132,9 @@ def admin_config(kafka: KafkaConfig) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "bootstrap.servers": kafka.bootstrap_servers,
         "client.id": kafka.client_id,
+        # librdkafka's own log lines go through Python logging (served by poll()), so they
+        # take the bridge's format (JSON lines included) instead of raw lines on stderr.
+        "logger": _librdkafka_logger,
     }
     # Overrides are mostly security settings (sasl.*, ssl.*), which the admin client needs too.
     conf.update({name: _reveal(value) for name, value in kafka.producer_overrides})
@@ -197,6 +201,7 @@ class KafkaPublisher:
         self._admin: AdminClient | None = None
         self._known_topics: set[str] = set()
         self._failures = _Failures()
+        self._in_flight = 0
         self._closed = False
 
     # -- publishing ---------------------------------------------------------------------------
@@ -228,6 +233,7 @@ class KafkaPublisher:
                 self._producer.produce(
                     topic, value=value, key=key, headers=headers, on_delivery=callback
                 )
+                self._in_flight += 1
                 return
             except BufferError:
                 # Queue full: deliveries of earlier records are what frees it.
@@ -248,6 +254,7 @@ class KafkaPublisher:
         failures = self._failures
 
         def delivered(err: KafkaError | None, msg: Message) -> None:
+            self._in_flight -= 1
             # Exceptions must not escape into librdkafka's callback machinery, where they would
             # abort the poll half-way; keep the first and re-raise it from poll().
             try:
@@ -308,8 +315,12 @@ class KafkaPublisher:
 
     @property
     def in_flight(self) -> int:
-        """Records handed to the producer and not yet reported (queued or awaiting acks)."""
-        return len(self._producer)
+        """Records handed to the producer whose delivery report has not run yet.
+
+        Counted here rather than with ``len(producer)``, which also counts librdkafka's
+        internal events and requests.
+        """
+        return self._in_flight
 
     @property
     def failed_count(self) -> int:

@@ -198,6 +198,25 @@ def test_publisher_places_keys_like_the_java_default_partitioner(
     assert len(set(expected.values())) > 1  # the keys really spread over partitions
 
 
+def test_publisher_waits_for_room_when_the_queue_is_full(
+    local_stack: StackInfo, opened: list[KafkaPublisher]
+) -> None:
+    topic = _topic("backpressure")
+    tiny = KafkaConfig(
+        bootstrap_servers=local_stack.bootstrap_servers, linger_ms=0, max_queue_size=2
+    )
+    publisher = KafkaPublisher(tiny, TopicCreationConfig(partitions=1, replication_factor=1))
+    opened.append(publisher)
+    delivered: list[int] = []
+    for seq in range(50):  # far more than the queue holds: publish() must wait, not drop
+        publisher.publish(topic, b"k", str(seq).encode(), lambda s=seq: delivered.append(s))
+        assert publisher.in_flight <= 2
+    assert publisher.flush(30) == 0
+    assert delivered == list(range(50))
+    values = [v for _, _, v in _consume(local_stack.bootstrap_servers, topic, 50)]
+    assert values == [str(seq).encode() for seq in range(50)]
+
+
 def test_publisher_publishes_tombstones_as_null_values(
     local_stack: StackInfo, kafka: KafkaConfig, opened: list[KafkaPublisher]
 ) -> None:

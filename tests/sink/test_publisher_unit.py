@@ -1,0 +1,129 @@
+"""Publisher behaviour that needs no broker: settings, local refusals, failures without Kafka.
+
+"No broker" here is a closed TCP port, so librdkafka really fails to connect and times the
+records out; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from bridge.config import KafkaConfig, Secret, TopicCreationConfig
+from bridge.sink.publisher import DeliveryError, KafkaPublisher, PublisherError, producer_config
+
+
+def _closed_port() -> int:
+    # Bind then close: the port was free a moment ago and nothing listens on it now.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def no_broker() -> KafkaConfig:
+    return KafkaConfig(
+        bootstrap_servers=f"127.0.0.1:{_closed_port()}", linger_ms=0, delivery_timeout_ms=1000
+    )
+
+
+@pytest.fixture
+def publisher(no_broker: KafkaConfig) -> Iterator[KafkaPublisher]:
+    made = KafkaPublisher(no_broker, TopicCreationConfig(enable=False))
+    yield made
+    # Most tests leave a failure recorded on purpose; close() raises it again.
+    with contextlib.suppress(Exception):
+        made.close(0)
+
+
+def test_producer_config_fixes_the_delivery_contract() -> None:
+    conf = producer_config(
+        KafkaConfig(
+            bootstrap_servers="b:9092",
+            max_queue_size_in_bytes=64 * 1024 * 1024,
+            producer_overrides=(
+                ("security.protocol", "SASL_SSL"),
+                ("sasl.password", Secret("s3cret")),
+            ),
+        )
+    )
+    assert conf["acks"] == "all"
+    assert conf["enable.idempotence"] is True
+    assert conf["partitioner"] == "murmur2_random"
+    assert conf["compression.type"] == "lz4"
+    assert conf["linger.ms"] == 20
+    assert conf["queue.buffering.max.kbytes"] == 64 * 1024
+    assert conf["security.protocol"] == "SASL_SSL"
+    assert conf["sasl.password"] == "s3cret"  # revealed only for librdkafka
+
+
+def test_delivery_error_names_topic_partition_and_kafka_error() -> None:
+    error = DeliveryError("shop.public.orders", 2, "MSG_SIZE_TOO_LARGE", "Broker: too large")
+    assert str(error) == (
+        "delivery to shop.public.orders [partition 2] failed: MSG_SIZE_TOO_LARGE: Broker: too large"
+    )
+    unplaced = DeliveryError("t", None, "_MSG_TIMED_OUT", "Local: Message timed out")
+    assert str(unplaced) == "delivery to t failed: _MSG_TIMED_OUT: Local: Message timed out"
+
+
+def test_publisher_raises_delivery_error_when_records_time_out(publisher: KafkaPublisher) -> None:
+    delivered: list[int] = []
+    failed: list[DeliveryError] = []
+    publisher.publish("t1", b"k", b"v", lambda: delivered.append(1), on_failed=failed.append)
+    with pytest.raises(DeliveryError) as raised:
+        publisher.flush(30)
+    assert raised.value.topic == "t1"
+    assert raised.value.code == "_MSG_TIMED_OUT"
+    assert delivered == [] and failed == [raised.value]
+    with pytest.raises(DeliveryError):  # sticky: the next call raises it again
+        publisher.poll()
+
+
+def test_publisher_blocks_on_full_queue_instead_of_dropping(no_broker: KafkaConfig) -> None:
+    one_slot = KafkaConfig(
+        bootstrap_servers=no_broker.bootstrap_servers,
+        linger_ms=0,
+        delivery_timeout_ms=1000,
+        max_queue_size=1,
+    )
+    publisher = KafkaPublisher(one_slot, TopicCreationConfig(enable=False))
+    failed: list[DeliveryError] = []
+    publisher.publish("t1", b"k", b"first", lambda: None, on_failed=failed.append)
+    assert publisher.in_flight == 1
+    # No room until the first record is resolved; it times out, which stops the bridge.
+    with pytest.raises(DeliveryError):
+        publisher.publish("t1", b"k", b"second", lambda: None)
+    assert len(failed) == 1
+    assert publisher.failed_count == 1
+    with pytest.raises(DeliveryError):
+        publisher.close(0)
+
+
+def test_publisher_refuses_record_over_the_producer_size_limit(no_broker: KafkaConfig) -> None:
+    publisher = KafkaPublisher(
+        no_broker, TopicCreationConfig(enable=False), extra_config={"message.max.bytes": 1000}
+    )
+    with pytest.raises(DeliveryError) as raised:
+        publisher.publish("t1", b"k", b"x" * 5000, lambda: None)
+    assert (raised.value.topic, raised.value.partition) == ("t1", None)
+    assert raised.value.code == "MSG_SIZE_TOO_LARGE"
+    publisher.close(0)
+
+
+def test_publisher_reraises_exception_from_callback_in_poll(publisher: KafkaPublisher) -> None:
+    def broken(_: DeliveryError) -> None:
+        raise RuntimeError("tracker bug")
+
+    publisher.publish("t1", b"k", b"v", lambda: None, on_failed=broken)
+    with pytest.raises(RuntimeError, match="tracker bug"):
+        publisher.flush(30)
+
+
+def test_publisher_refuses_publish_after_close(publisher: KafkaPublisher) -> None:
+    assert publisher.close(0) == 0
+    with pytest.raises(PublisherError, match="after close"):
+        publisher.publish("t1", b"k", b"v", lambda: None)
