@@ -16,6 +16,14 @@ from bridge.pgoutput.lsn import Lsn
 _XLOGDATA_HEADER = struct.Struct("!QQq")  # wal_start, wal_end, send_time
 _KEEPALIVE = struct.Struct("!QqB")  # wal_end, send_time, reply_requested
 _STATUS = struct.Struct("!cQQQqB")
+_xlogdata_header = _XLOGDATA_HEADER.unpack_from
+
+# Every row arrives in one XLogData, so building it is on the hot path. An unsigned 64-bit value
+# from struct is always a valid LSN, so Lsn's range check is skipped; and the frozen dataclass's
+# __init__ (object.__setattr__ per field) is replaced by writing the slots directly, which builds
+# the identical object.
+_new = object.__new__
+_int_new = int.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +41,12 @@ class PrimaryKeepalive:
     reply_requested: bool
 
 
+_set_start = vars(XLogData)["wal_start"].__set__
+_set_end = vars(XLogData)["wal_end"].__set__
+_set_time = vars(XLogData)["send_time"].__set__
+_set_payload = vars(XLogData)["payload"].__set__
+
+
 def parse_copy_data(buf: bytes) -> XLogData | PrimaryKeepalive:
     """Parse one CopyData message of the replication stream."""
     if not buf:
@@ -41,8 +55,13 @@ def parse_copy_data(buf: bytes) -> XLogData | PrimaryKeepalive:
     if tag == 0x77:  # 'w'
         if len(buf) < 1 + _XLOGDATA_HEADER.size:
             raise DecodeError("XLogData", len(buf), "truncated header")
-        start, end, ts = _XLOGDATA_HEADER.unpack_from(buf, 1)
-        return XLogData(Lsn(start), Lsn(end), ts, bytes(buf[1 + _XLOGDATA_HEADER.size :]))
+        start, end, ts = _xlogdata_header(buf, 1)
+        msg: XLogData = _new(XLogData)
+        _set_start(msg, _int_new(Lsn, start))
+        _set_end(msg, _int_new(Lsn, end))
+        _set_time(msg, ts)
+        _set_payload(msg, bytes(buf[25:]))  # 1 + _XLOGDATA_HEADER.size
+        return msg
     if tag == 0x6B:  # 'k'
         if len(buf) != 1 + _KEEPALIVE.size:
             raise DecodeError("PrimaryKeepalive", len(buf), f"expected {1 + _KEEPALIVE.size} bytes")

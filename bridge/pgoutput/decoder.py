@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable
+from itertools import repeat
 
 from bridge.pgoutput.errors import DecodeError
 from bridge.pgoutput.lsn import Lsn
@@ -139,11 +140,94 @@ def _cstring(buf: bytes, pos: int, name: str) -> tuple[str, int]:
         raise DecodeError(name, pos + exc.start, "string is not valid UTF-8") from None
 
 
+# Hot-path constructors. The messages are frozen dataclasses, whose generated __init__ goes
+# through object.__setattr__ once per field; writing the slots through their descriptors builds
+# the identical object (no __post_init__ is skipped: there is none) in about two thirds of the
+# time, and rows are built hundreds of thousands of times a second.
+_new = object.__new__
+_set_kinds = vars(TupleData)["kinds"].__set__
+_set_buffer = vars(TupleData)["buffer"].__set__
+_set_spans = vars(TupleData)["spans"].__set__
+_set_insert_xid = vars(Insert)["xid"].__set__
+_set_insert_oid = vars(Insert)["relation_oid"].__set__
+_set_insert_new = vars(Insert)["new_tuple"].__set__
+_KIND_BYTES = {0x74: b"t", 0x62: b"b"}
+_kind_length = struct.Struct("!BI").unpack_from  # kind byte and (unsigned) value length
+_row_header = struct.Struct("!IBHB").unpack_from  # oid, 'N', column count, first kind
+_row_header_xid = struct.Struct("!IIBHB").unpack_from  # xid, then as above
+
+
+def _make_tuple(kinds: bytes, buf: bytes, spans: tuple[int, ...]) -> TupleData:
+    t: TupleData = _new(TupleData)
+    _set_kinds(t, kinds)
+    _set_buffer(t, buf)
+    _set_spans(t, spans)
+    return t
+
+
+def _make_insert(xid: int | None, oid: int, new: TupleData) -> Insert:
+    m: Insert = _new(Insert)
+    _set_insert_xid(m, xid)
+    _set_insert_oid(m, oid)
+    _set_insert_new(m, new)
+    return m
+
+
+_set_update_xid = vars(Update)["xid"].__set__
+_set_update_oid = vars(Update)["relation_oid"].__set__
+_set_update_old_kind = vars(Update)["old_kind"].__set__
+_set_update_old = vars(Update)["old_tuple"].__set__
+_set_update_new = vars(Update)["new_tuple"].__set__
+
+
+def _make_update(
+    xid: int | None, oid: int, old_kind: str | None, old: TupleData | None, new: TupleData
+) -> Update:
+    m: Update = _new(Update)
+    _set_update_xid(m, xid)
+    _set_update_oid(m, oid)
+    _set_update_old_kind(m, old_kind)
+    _set_update_old(m, old)
+    _set_update_new(m, new)
+    return m
+
+
 def _tuple(buf: bytes, pos: int, end: int, name: str) -> tuple[TupleData, int]:
     """The TupleData at ``pos`` and the offset just past it.
 
-    The hot loop of the decoder: one iteration per column, no objects beyond the spans list.
+    The hot loop of the decoder. The fast path handles the common row, every column of one kind
+    (all text, or all binary), with a single struct call per column and one bounds check at the
+    end: lengths are read unsigned, so a negative or oversized one moves ``pos`` past the end,
+    where the next read fails or the final check does. Anything else — NULLs, unchanged TOAST,
+    mixed kinds, any malformation — is decoded again from the start by :func:`_tuple_checked`,
+    which checks every step and names the exact error.
     """
+    start = pos
+    try:
+        ncols = (buf[pos] << 8) | buf[pos + 1]
+        pos += 2
+        k0 = buf[pos] if ncols else 0
+        if k0 in (0x74, 0x62):  # all text or all binary, so far
+            spans: list[int] = []
+            append = spans.append
+            for _ in repeat(None, ncols):
+                k, length = _kind_length(buf, pos)
+                if k != k0:
+                    break
+                pos += 5
+                append(pos)
+                pos += length
+                append(pos)
+            else:
+                if pos <= end:
+                    return _make_tuple(_KIND_BYTES[k0] * ncols, buf, tuple(spans)), pos
+    except (IndexError, struct.error):
+        pass
+    return _tuple_checked(buf, start, end, name)
+
+
+def _tuple_checked(buf: bytes, pos: int, end: int, name: str) -> tuple[TupleData, int]:
+    """The TupleData at ``pos``, every column of any kind, every bound checked."""
     if pos + 2 > end:
         raise _truncated(name, pos)
     ncols = (buf[pos] << 8) | buf[pos + 1]
@@ -179,7 +263,7 @@ def _tuple(buf: bytes, pos: int, end: int, name: str) -> tuple[TupleData, int]:
             spans += _ZERO_SPAN
         else:
             raise DecodeError(name, pos, f"unknown tuple column kind {bytes([k])!r}")
-    return TupleData(bytes(kinds), buf, tuple(spans)), pos
+    return _make_tuple(bytes(kinds), buf, tuple(spans)), pos
 
 
 class Decoder:
@@ -339,6 +423,40 @@ class Decoder:
     # --- data ----------------------------------------------------------------------------------
 
     def _insert(self, buf: bytes) -> Insert:
+        # The hottest message, so the common row (all text or all binary columns) is decoded
+        # right here with the header read in one call; see _tuple for why the checks suffice.
+        # Anything else goes to _insert_checked.
+        try:
+            if self._in_stream:
+                xid, oid, marker, ncols, k0 = _row_header_xid(buf, 1)
+                pos = 12
+            else:
+                xid = None
+                oid, marker, ncols, k0 = _row_header(buf, 1)
+                pos = 8
+        except struct.error:
+            return self._insert_checked(buf)
+        if marker == _N and k0 in (0x74, 0x62):
+            spans: list[int] = []
+            append = spans.append
+            try:
+                for _ in repeat(None, ncols):
+                    k, length = _kind_length(buf, pos)
+                    if k != k0:
+                        break
+                    pos += 5
+                    append(pos)
+                    pos += length
+                    append(pos)
+                else:
+                    if pos == len(buf):
+                        tup = _make_tuple(_KIND_BYTES[k0] * ncols, buf, tuple(spans))
+                        return _make_insert(xid, oid, tup)
+            except struct.error:
+                pass
+        return self._insert_checked(buf)
+
+    def _insert_checked(self, buf: bytes) -> Insert:
         end = len(buf)
         if self._in_stream:
             if end < 10:
@@ -356,7 +474,7 @@ class Decoder:
         new, pos = _tuple(buf, pos + 1, end, "Insert")
         if pos != end:
             raise _trailing("Insert", pos, end)
-        return Insert(xid, oid, new)
+        return _make_insert(xid, oid, new)
 
     def _update(self, buf: bytes) -> Update:
         end = len(buf)
@@ -385,7 +503,7 @@ class Decoder:
         new, pos = _tuple(buf, pos + 1, end, "Update")
         if pos != end:
             raise _trailing("Update", pos, end)
-        return Update(xid, oid, old_kind, old, new)
+        return _make_update(xid, oid, old_kind, old, new)
 
     def _delete(self, buf: bytes) -> Delete:
         end = len(buf)

@@ -23,6 +23,8 @@ def test_parse_copy_data_reads_xlogdata_header_and_payload() -> None:
     msg = parse_copy_data(frame)
     assert msg == XLogData(Lsn(START), Lsn(END), TS, b"B\x01\x02")
     assert isinstance(msg, XLogData) and type(msg.payload) is bytes
+    assert type(msg.wal_start) is Lsn and str(msg.wal_start) == "1/10"
+    assert repr(msg.wal_end) == "Lsn('1/800')"
 
 
 def test_parse_copy_data_copies_payload_out_of_mutable_buffer() -> None:

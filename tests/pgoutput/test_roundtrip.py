@@ -8,11 +8,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.pgoutput import Decoder, StreamStart, StreamStop
+from bridge.pgoutput import DecodeError, Decoder, Insert, StreamStart, StreamStop
+from bridge.pgoutput.decoder import _tuple, _tuple_checked
 from bridge.pgoutput.messages import LogicalMessage, TupleData
 
 from . import strategies as S
-from .encoder import encode, tuple_columns
+from .encoder import encode, make_tuple, tuple_columns
 
 
 def _plain(msg: LogicalMessage) -> dict[str, Any]:
@@ -67,3 +68,52 @@ def test_decoder_tracks_stream_state_across_chunks(
             assert _plain(d.decode(payload)) == _plain(expected)
         assert not d.in_stream
         assert _plain(d.decode(encode(plain))) == _plain(plain)
+
+
+def _outcome(fn: Any, buf: bytes) -> Any:
+    try:
+        t, pos = fn(buf, 0, len(buf), "Insert")
+    except DecodeError as exc:
+        return ("error", exc.offset, exc.reason)
+    return (t.kinds, t.spans, pos)
+
+
+@given(
+    st.one_of(
+        st.lists(S.column, max_size=8).map(lambda cols: make_tuple(cols).buffer),
+        st.lists(st.tuples(st.just("t"), st.binary(max_size=9)), max_size=8).map(
+            lambda cols: make_tuple(cols).buffer
+        ),
+        st.binary(max_size=40),
+    ).flatmap(lambda b: st.tuples(st.just(b), st.integers(0, len(b))))
+)
+def test_tuple_fast_path_agrees_with_checked_path(case: tuple[bytes, int]) -> None:
+    # The fast path must give the same tuple, or the same error, as the fully checked one, on
+    # valid rows, truncated rows and noise alike.
+    buf, cut = case
+    for data in (buf, buf[:cut]):
+        assert _outcome(_tuple, data) == _outcome(_tuple_checked, data)
+
+
+def _insert_outcome(fn: Any, buf: bytes) -> Any:
+    try:
+        return _plain(fn(buf))
+    except DecodeError as exc:
+        return ("error", exc.offset, exc.reason)
+
+
+@given(
+    st.booleans(),
+    st.lists(S.column, max_size=6) | st.lists(st.tuples(st.just("b"), st.binary(max_size=5))),
+    st.integers(0, 60),
+    st.binary(max_size=3),
+)
+def test_insert_fast_path_agrees_with_checked_path(
+    in_stream: bool, cols: list[Any], cut: int, junk: bytes
+) -> None:
+    d = Decoder(2)
+    if in_stream:
+        d.decode(encode(StreamStart(1, True)))
+    payload = encode(Insert(5 if in_stream else None, 16384, make_tuple(cols)))
+    for data in (payload, payload[:cut], payload + junk):
+        assert _insert_outcome(d._insert, data) == _insert_outcome(d._insert_checked, data)
