@@ -192,35 +192,84 @@ def _make_update(
     return m
 
 
+_set_delete_xid = vars(Delete)["xid"].__set__
+_set_delete_oid = vars(Delete)["relation_oid"].__set__
+_set_delete_old_kind = vars(Delete)["old_kind"].__set__
+_set_delete_old = vars(Delete)["old_tuple"].__set__
+
+
+def _make_delete(xid: int | None, oid: int, old_kind: str, old: TupleData) -> Delete:
+    m: Delete = _new(Delete)
+    _set_delete_xid(m, xid)
+    _set_delete_oid(m, oid)
+    _set_delete_old_kind(m, old_kind)
+    _set_delete_old(m, old)
+    return m
+
+
 def _tuple(buf: bytes, pos: int, end: int, name: str) -> tuple[TupleData, int]:
     """The TupleData at ``pos`` and the offset just past it.
 
-    The hot loop of the decoder. The fast path handles the common row, every column of one kind
-    (all text, or all binary), with a single struct call per column and one bounds check at the
-    end: lengths are read unsigned, so a negative or oversized one moves ``pos`` past the end,
-    where the next read fails or the final check does. Anything else — NULLs, unchanged TOAST,
-    mixed kinds, any malformation — is decoded again from the start by :func:`_tuple_checked`,
-    which checks every step and names the exact error.
+    The hot loop of the decoder, in two fast stages and a checked fallback:
+
+    1. while every column has the first column's kind (all text, or all binary: the usual
+       row), one struct call per column reads kind and length, and the kinds bytes are built at
+       the end in one go;
+    2. from the first column of another kind on (NULLs, unchanged TOAST), the kinds are
+       recorded one by one;
+    3. anything unexpected goes to :func:`_tuple_checked`, which decodes the tuple again from
+       its start, checking every step, and raises the precise DecodeError.
+
+    The fast stages need only one bounds check, at the end: lengths are read unsigned, so a
+    negative or oversized one moves ``pos`` past the end, where the next read fails (IndexError,
+    struct.error: caught, fallback) or the final ``pos <= end`` does.
     """
     start = pos
     try:
         ncols = (buf[pos] << 8) | buf[pos + 1]
         pos += 2
+        spans: list[int] = []
+        append = spans.append
         k0 = buf[pos] if ncols else 0
-        if k0 in (0x74, 0x62):  # all text or all binary, so far
-            spans: list[int] = []
-            append = spans.append
-            for _ in repeat(None, ncols):
-                k, length = _kind_length(buf, pos)
-                if k != k0:
-                    break
+        done = 0
+        if k0 in (0x74, 0x62):  # 't', 'b'
+            try:
+                for _ in repeat(None, ncols):
+                    k, length = _kind_length(buf, pos)
+                    if k != k0:
+                        break
+                    pos += 5
+                    append(pos)
+                    pos += length
+                    append(pos)
+                else:
+                    if pos <= end:
+                        return _make_tuple(_KIND_BYTES[k0] * ncols, buf, tuple(spans)), pos
+                    return _tuple_checked(buf, start, end, name)
+            except struct.error:
+                pass  # a one-byte 'n' or 'u' column at the very end: stage 2 reads it
+            done = len(spans) >> 1
+            kinds = bytearray(_KIND_BYTES[k0] * done)
+        else:
+            kinds = bytearray()
+        add_kind = kinds.append
+        for _ in repeat(None, ncols - done):
+            k = buf[pos]
+            add_kind(k)
+            if k in (0x74, 0x62):  # 't', 'b': a length and the value follow
                 pos += 5
                 append(pos)
-                pos += length
+                pos += _u32(buf, pos - 4)[0]
                 append(pos)
+            elif k in (0x6E, 0x75):  # 'n', 'u': nothing follows
+                pos += 1
+                append(0)
+                append(0)
             else:
-                if pos <= end:
-                    return _make_tuple(_KIND_BYTES[k0] * ncols, buf, tuple(spans)), pos
+                break
+        else:
+            if pos <= end:
+                return _make_tuple(bytes(kinds), buf, tuple(spans)), pos
     except (IndexError, struct.error):
         pass
     return _tuple_checked(buf, start, end, name)
@@ -524,7 +573,7 @@ class Decoder:
         old, pos = _tuple(buf, pos + 1, end, "Delete")
         if pos != end:
             raise _trailing("Delete", pos, end)
-        return Delete(xid, oid, "K" if marker == _K else "O", old)
+        return _make_delete(xid, oid, "K" if marker == _K else "O", old)
 
     def _truncate(self, buf: bytes) -> Truncate:
         name = "Truncate"
