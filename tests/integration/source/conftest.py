@@ -26,7 +26,15 @@ import pytest
 from bridge.ack import AckTracker, TransactionToken
 from bridge.devstack.postgres import PostgresCluster, ensure_postgres_binaries
 from bridge.pgoutput.lsn import INVALID_LSN, Lsn
-from bridge.pgoutput.messages import Begin, Commit, Delete, Insert, LogicalMessage, Update
+from bridge.pgoutput.messages import (
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    LogicalMessage,
+    Message,
+    Update,
+)
 from bridge.source import (
     LogicalReplicationSource,
     PublicationConfig,
@@ -73,6 +81,8 @@ class FakePipeline:
         self.current: Txn | None = None
         self.undelivered: list[tuple[TransactionToken, int]] = []
         self.acked_history: list[Lsn] = []
+        self.logical_messages: list[Message] = []
+        self.kinds: list[str] = []  # column kind of each change's first column (t or b)
         self._messages = source.messages()  # one generator for the whole life of the source
 
     @property
@@ -102,7 +112,15 @@ class FakePipeline:
             tup = message.new_tuple if not isinstance(message, Delete) else message.old_tuple
             raw = tup.raw(0)
             assert raw is not None
-            self.current.ids.append(int(raw))
+            kind = tup.kind(0).value
+            self.kinds.append(kind)
+            self.current.ids.append(int(raw) if kind == "t" else int.from_bytes(raw, "big"))
+        elif isinstance(message, Message):
+            self.logical_messages.append(message)
+            if not message.transactional:
+                assert self.current is None, "non-transactional message inside a transaction"
+                token = self.tracker.begin_transaction(message.lsn)
+                self.tracker.transaction_complete(token)
         elif isinstance(message, Commit):
             txn = self.current
             assert txn is not None and txn.commit_lsn == message.commit_lsn

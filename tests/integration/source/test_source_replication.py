@@ -224,3 +224,53 @@ def test_source_heartbeat_query_runs_periodically(source_db: SourceDb) -> None:
     pipeline.run(lambda p: len(p.ids) >= 3)
     assert pipeline.ids[:3] == [1, 2, 3]
     assert source.stats.heartbeats >= 3
+
+
+def test_source_prepared_transactions_arrive_at_commit_prepared(source_db: SourceDb) -> None:
+    make_table(source_db)
+    source = source_db.source()
+    with psycopg.connect(source_db.dsn) as writer:
+        writer.execute("INSERT INTO t VALUES (1, 'x'), (2, 'x')")
+        writer.execute("PREPARE TRANSACTION 'gid_commit'")
+        writer.execute("INSERT INTO t VALUES (3, 'x')")
+        writer.execute("PREPARE TRANSACTION 'gid_rollback'")
+    pipeline = FakePipeline(source)
+    pipeline.pump(0.5)
+    assert pipeline.ids == []  # two_phase is off: nothing at PREPARE time
+    source_db.execute("ROLLBACK PREPARED 'gid_rollback'")
+    source_db.execute("COMMIT PREPARED 'gid_commit'")
+    pipeline.run(lambda p: len(p.ids) >= 2)
+    pipeline.pump(0.3)
+    assert pipeline.ids == [1, 2]
+    assert len([t for t in pipeline.transactions if t.ids]) == 1
+
+
+def test_source_logical_messages_pass_through_and_are_acknowledged(source_db: SourceDb) -> None:
+    make_table(source_db)
+    source = source_db.source()
+    pipeline = FakePipeline(source)
+    source_db.execute("SELECT pg_logical_emit_message(false, 'pgbridge', 'outside')")
+    with source_db.admin.transaction():
+        source_db.execute("INSERT INTO t VALUES (1, 'x')")
+        source_db.execute("SELECT pg_logical_emit_message(true, 'pgbridge', 'inside')")
+    target = source_db.current_wal_lsn()
+    if source_db.version_num < 140000:  # the 'messages' option arrived in PostgreSQL 14
+        pipeline.run(lambda p: len(p.ids) >= 1)
+        assert pipeline.logical_messages == []
+        return
+    pipeline.run(lambda p: len(p.ids) >= 1 and len(p.logical_messages) >= 2)
+    outside, inside = pipeline.logical_messages
+    assert (outside.transactional, outside.content) == (False, b"outside")
+    assert (inside.transactional, inside.content) == (True, b"inside")
+    pipeline.run(lambda p: source_db.confirmed_flush() >= target)
+
+
+def test_source_binary_option_sends_binary_values_where_supported(source_db: SourceDb) -> None:
+    make_table(source_db)
+    source = source_db.source(binary=True)
+    insert_transactions(source_db, [range(7, 9)])
+    pipeline = FakePipeline(source)
+    pipeline.run(lambda p: len(p.ids) >= 2)
+    assert pipeline.ids == [7, 8]
+    assert source.options.binary is (source_db.version_num >= 140000)
+    assert set(pipeline.kinds) == ({"b"} if source.options.binary else {"t"})
