@@ -68,7 +68,13 @@ class TupleData:
         return None
 
     def values(self) -> tuple[bytes | None, ...]:
-        return tuple(self.raw(i) for i in range(len(self.kinds)))
+        # One pass over kinds and (start, end) pairs; called for every row downstream.
+        buf = self.buffer
+        pairs = iter(self.spans)
+        return tuple(
+            buf[start:end] if k == 0x74 or k == 0x62 else None
+            for k, start, end in zip(self.kinds, pairs, pairs, strict=True)
+        )
 
     def is_unchanged_toast(self, index: int) -> bool:
         return self.kinds[index] == 0x75  # 'u'
