@@ -44,7 +44,7 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from bridge.errors import ConfigError
 
@@ -69,6 +69,8 @@ __all__ = [
     "env_name",
     "load_config",
 ]
+
+_T = TypeVar("_T")
 
 ENV_PREFIX: Final = "PGBRIDGE_"
 PRODUCER_PREFIX: Final = "kafka.producer."
@@ -635,12 +637,17 @@ def _read_toml(path: Path) -> dict[str, object]:
     return flat
 
 
+def _is_secret_file_key(key: str) -> bool:
+    """``<secret>.file``: the secret is read from that file."""
+    if not key.endswith(SECRET_FILE_SUFFIX) or key in _SPECS:
+        return False
+    base = key.removesuffix(SECRET_FILE_SUFFIX)
+    return base in _SECRET_KEYS or (base.startswith(PRODUCER_PREFIX) and is_secret_key(base))
+
+
 def _known(key: str) -> bool:
-    if key in _SPECS:
+    if key in _SPECS or _is_secret_file_key(key):
         return True
-    if key.endswith(SECRET_FILE_SUFFIX):
-        base = key.removesuffix(SECRET_FILE_SUFFIX)
-        return (base in _SECRET_KEYS) or (base.startswith(PRODUCER_PREFIX) and is_secret_key(base))
     for prefix in (PRODUCER_PREFIX, TOPIC_CONFIG_PREFIX):
         if key.startswith(prefix) and len(key) > len(prefix):
             return True
@@ -677,9 +684,7 @@ def _resolve_secret_files(raw: dict[str, tuple[object, str]]) -> None:
     Precedence holds across the pair (a flag's ``database.password`` beats the environment's
     ``database.password.file``); giving both in the same source is an error.
     """
-    for file_key in [k for k in raw if k.endswith(SECRET_FILE_SUFFIX) and _known(k)]:
-        if file_key in _SPECS:
-            continue
+    for file_key in [k for k in raw if _is_secret_file_key(k)]:
         path_value, origin = raw.pop(file_key)
         key = file_key.removesuffix(SECRET_FILE_SUFFIX)
         if key in raw:
@@ -729,6 +734,12 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
             topic_extra.append((key.removeprefix(TOPIC_CONFIG_PREFIX), text))
             settings.append(Setting(key, text, origin))
 
+    def typed(key: str, kind: type[_T]) -> _T | None:
+        value = values[key]
+        # The parsers in KEYS produce these types; a mismatch is a bug in the table.
+        assert value is None or isinstance(value, kind), (key, value)
+        return value
+
     def required(key: str) -> Any:
         value = values[key]
         if value is None or value == "":
@@ -755,13 +766,13 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
     _check_topic_name("messages.topic", str(messages_topic))
 
     database = DatabaseConfig(
-        hostname=values["database.hostname"],  # type: ignore[arg-type]
-        port=values["database.port"],  # type: ignore[arg-type]
-        user=values["database.user"],  # type: ignore[arg-type]
-        password=values["database.password"],  # type: ignore[arg-type]
-        dbname=values["database.dbname"],  # type: ignore[arg-type]
-        dsn=values["database.dsn"],  # type: ignore[arg-type]
-        sslmode=values["database.sslmode"],  # type: ignore[arg-type]
+        hostname=typed("database.hostname", str),
+        port=typed("database.port", int),
+        user=typed("database.user", str),
+        password=typed("database.password", Secret),
+        dbname=typed("database.dbname", str),
+        dsn=typed("database.dsn", Secret),
+        sslmode=typed("database.sslmode", str),
     )
     if database.dsn is None and database.dbname is None:
         raise ConfigError("database.dbname", "is required unless database.dsn is given")
@@ -784,9 +795,9 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         pgoutput_binary=bool(values["pgoutput.binary"]),
         status_update_interval_ms=at_least("status.update.interval.ms", 1),
         heartbeat_interval_ms=heartbeat_ms,
-        heartbeat_action_query=values["heartbeat.action.query"],  # type: ignore[arg-type]
+        heartbeat_action_query=typed("heartbeat.action.query", str),
         spill_threshold_bytes=at_least("streaming.spill.threshold.bytes", 0),
-        spill_dir=values["streaming.spill.dir"],  # type: ignore[arg-type]
+        spill_dir=typed("streaming.spill.dir", Path),
     )
 
     for include, exclude in (
@@ -796,10 +807,10 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         if values[include] and values[exclude]:
             raise ConfigError(exclude, f"cannot be combined with {include}")
     filters = TableFilter(
-        table_include=values["table.include.list"],  # type: ignore[arg-type]
-        table_exclude=values["table.exclude.list"],  # type: ignore[arg-type]
-        schema_include=values["schema.include.list"],  # type: ignore[arg-type]
-        schema_exclude=values["schema.exclude.list"],  # type: ignore[arg-type]
+        table_include=typed("table.include.list", tuple) or (),
+        table_exclude=typed("table.exclude.list", tuple) or (),
+        schema_include=typed("schema.include.list", tuple) or (),
+        schema_exclude=typed("schema.exclude.list", tuple) or (),
     )
 
     events = EventsConfig(
@@ -832,8 +843,8 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
 
     registry = RegistryConfig(
         url=required("schema.registry.url"),
-        basic_auth_user_info=values["schema.registry.basic.auth.user.info"],  # type: ignore[arg-type]
-        compatibility_level=values["schema.compatibility.level"],  # type: ignore[arg-type]
+        basic_auth_user_info=typed("schema.registry.basic.auth.user.info", Secret),
+        compatibility_level=typed("schema.compatibility.level", str),
     )
 
     metrics_port = at_least("metrics.port", 0)

@@ -8,10 +8,13 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
+from functools import partial
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicCollection
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._resource import ResourceType
 
 from bridge.config import KafkaConfig, TopicCreationConfig
 from bridge.devstack.stack import StackInfo
@@ -148,9 +151,7 @@ def test_publisher_delivers_every_record_in_order_per_key_with_callbacks(
     total = 600
     for seq in range(total):
         key = keys[seq % len(keys)]
-        publisher.publish(
-            topic, key, str(seq).encode(), lambda k=key, s=seq: delivered.append((k, s))
-        )
+        publisher.publish(topic, key, str(seq).encode(), partial(delivered.append, (key, seq)))
         if seq % 100 == 0:
             publisher.poll()
     assert publisher.flush(30) == 0
@@ -159,9 +160,9 @@ def test_publisher_delivers_every_record_in_order_per_key_with_callbacks(
 
     records = _consume(local_stack.bootstrap_servers, topic, total)
     per_key: dict[bytes, list[int]] = defaultdict(list)
-    for _, key, value in records:
-        assert key is not None and value is not None
-        per_key[key].append(int(value))
+    for _, record_key, value in records:
+        assert record_key is not None and value is not None
+        per_key[record_key].append(int(value))
     assert set(per_key) == set(keys)
     for key, seqs in per_key.items():
         assert seqs == sorted(seqs), f"records of {key!r} arrived out of order"
@@ -209,7 +210,7 @@ def test_publisher_waits_for_room_when_the_queue_is_full(
     opened.append(publisher)
     delivered: list[int] = []
     for seq in range(50):  # far more than the queue holds: publish() must wait, not drop
-        publisher.publish(topic, b"k", str(seq).encode(), lambda s=seq: delivered.append(s))
+        publisher.publish(topic, b"k", str(seq).encode(), partial(delivered.append, seq))
         assert publisher.in_flight <= 2
     assert publisher.flush(30) == 0
     assert delivered == list(range(50))

@@ -1,0 +1,373 @@
+"""Configuration loading: precedence, validation naming keys, suggestions, secrets."""
+
+from __future__ import annotations
+
+import logging
+import tomllib
+from pathlib import Path
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from bridge.config import (
+    KEYS,
+    BridgeConfig,
+    Secret,
+    TableFilter,
+    env_name,
+    load_config,
+)
+from bridge.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "pgbridge.example.toml"
+
+REQUIRED = {
+    "topic.prefix": "shop",
+    "database.dbname": "shop",
+    "kafka.bootstrap.servers": "k:9092",
+    "schema.registry.url": "http://r:8081",
+}
+
+
+def _file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "pgbridge.toml"
+    path.write_text(text)
+    return path
+
+
+def _load(
+    overrides: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    path: Path | None = None,
+) -> BridgeConfig:
+    return load_config(path, env or {}, {**REQUIRED, **(overrides or {})})
+
+
+def _error(**kwargs: object) -> ConfigError:
+    with pytest.raises(ConfigError) as raised:
+        _load(**kwargs)  # type: ignore[arg-type]
+    return raised.value
+
+
+# -- sources and precedence -----------------------------------------------------------------------
+
+
+def test_load_config_defaults_when_only_required_keys_given() -> None:
+    config = _load()
+    assert config.topic_prefix == "shop"
+    assert config.replication.slot_name == "pgbridge"
+    assert config.replication.publication_autocreate_mode == "all_tables"
+    assert config.events.tombstones_on_delete is True
+    assert config.events.truncate_events is True
+    assert config.events.provide_transaction_metadata is False
+    assert config.events.messages_topic == "shop.messages"
+    assert config.kafka.compression_type == "lz4"
+    assert config.topic_creation.topic_config() == {"cleanup.policy": "delete"}
+    assert config.registry.compatibility_level == "BACKWARD"
+    assert config.logging.format == "text"
+
+
+def test_load_config_precedence_file_then_env_then_flags(tmp_path: Path) -> None:
+    path = _file(
+        tmp_path,
+        """
+        "topic.prefix" = "from_file"
+        "slot.name" = "file_slot"
+        "kafka.linger.ms" = 7
+        "database.dbname" = "db"
+        "kafka.bootstrap.servers" = "k:9092"
+        "schema.registry.url" = "http://r"
+        """,
+    )
+    env = {"PGBRIDGE_SLOT_NAME": "env_slot", "PGBRIDGE_TOPIC_PREFIX": "from_env"}
+    config = load_config(path, env, {"topic.prefix": "from_flag"})
+    assert config.topic_prefix == "from_flag"  # file < env < flag
+    assert config.replication.slot_name == "env_slot"  # file < env
+    assert config.kafka.linger_ms == 7  # file only
+    origins = {s.key: s.origin for s in config.settings}
+    assert origins["topic.prefix"] == "flag"
+    assert origins["slot.name"] == "env PGBRIDGE_SLOT_NAME"
+    assert origins["kafka.linger.ms"] == f"file {path}"
+    assert origins["log.level"] == "default"
+
+
+def test_load_config_nested_and_dotted_toml_are_the_same(tmp_path: Path) -> None:
+    nested = _file(
+        tmp_path,
+        """
+        [database]
+        hostname = "db.internal"
+        port = 6543
+        [topic.creation.default]
+        partitions = 6
+        "cleanup.policy" = "compact"
+        """,
+    )
+    config = load_config(nested, {}, REQUIRED)
+    assert (config.database.hostname, config.database.port) == ("db.internal", 6543)
+    assert config.topic_creation.partitions == 6
+    assert config.topic_creation.cleanup_policy == "compact"
+
+
+def test_load_config_key_given_twice_in_one_file_is_an_error(tmp_path: Path) -> None:
+    path = _file(tmp_path, '"database.hostname" = "a"\n[database]\nhostname = "b"\n')
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, {}, REQUIRED)
+    assert raised.value.key == "database.hostname"
+
+
+def test_load_config_parses_env_strings_into_types() -> None:
+    env = {
+        "PGBRIDGE_TOMBSTONES_ON_DELETE": "false",
+        "PGBRIDGE_DATABASE_PORT": "5433",
+        "PGBRIDGE_TABLE_INCLUDE_LIST": "public\\.orders, inventory\\..*",
+        "PGBRIDGE_DECIMAL_HANDLING_MODE": "STRING",
+        "PGBRIDGE_LOG_LEVEL": "debug",
+    }
+    config = _load(env=env)
+    assert config.events.tombstones_on_delete is False
+    assert config.database.port == 5433
+    assert config.filters.table_include == ("public\\.orders", "inventory\\..*")
+    assert config.events.decimal_handling_mode == "string"
+    assert config.logging.level == "DEBUG"
+
+
+def test_load_config_ignores_devstack_and_foreign_environment() -> None:
+    env = {
+        "PGBRIDGE_PG_DSN": "host=x",
+        "PGBRIDGE_STACK_DIR": "/tmp",
+        "PATH": "/usr/bin",
+        "KAFKA_HEAP_OPTS": "-Xmx1g",
+    }
+    assert _load(env=env).database.dsn is None
+
+
+def test_load_config_pass_through_producer_and_topic_settings(tmp_path: Path) -> None:
+    env = {
+        "PGBRIDGE_KAFKA_PRODUCER_SECURITY_PROTOCOL": "SASL_SSL",
+        "PGBRIDGE_TOPIC_CREATION_DEFAULT_RETENTION_MS": "86400000",
+    }
+    config = _load(
+        {"kafka.producer.sasl.password": "pw", "kafka.producer.socket.timeout.ms": "5"}, env
+    )
+    overrides = dict(config.kafka.producer_overrides)
+    assert overrides["security.protocol"] == "SASL_SSL"
+    assert overrides["socket.timeout.ms"] == "5"
+    assert overrides["sasl.password"] == Secret("pw")
+    assert config.topic_creation.topic_config() == {
+        "cleanup.policy": "delete",
+        "retention.ms": "86400000",
+    }
+
+
+# -- validation -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("database.port", "abc", "expected an integer"),
+        ("database.port", "70000", "not a TCP port"),
+        ("slot.name", "Bad-Slot", "lower-case"),
+        ("publication.autocreate.mode", "some", "all_tables, filtered, disabled"),
+        ("decimal.handling.mode", "float", "precise, string, double"),
+        ("plugin.name", "wal2json", "pgoutput"),
+        ("tombstones.on.delete", "maybe", "true or false"),
+        ("topic.prefix", "shop/eu", "not a valid Kafka topic name"),
+        ("topic.creation.default.partitions", "0", "-1 (broker default) or at least 1"),
+        ("topic.creation.default.cleanup.policy", "forever", "delete, compact"),
+        ("kafka.compression.type", "brotli", "lz4"),
+        ("max.queue.size", "0", "at least 1"),
+        ("table.include.list", "public.(orders", "not a regular expression"),
+        ("schema.compatibility.level", "SOMETIMES", "BACKWARD"),
+        ("log.format", "xml", "text, json"),
+        ("kafka.producer.acks", "1", "acks=all is required"),
+        ("kafka.producer.enable.idempotence", "false", "always on"),
+        ("kafka.producer.linger.ms", "5", "use kafka.linger.ms"),
+    ],
+)
+def test_load_config_invalid_value_names_the_key(key: str, value: str, message: str) -> None:
+    error = _error(overrides={key: value})
+    assert error.key == key
+    assert message in str(error)
+    assert str(error).startswith(f"{key}: ")
+
+
+@pytest.mark.parametrize("key", ["topic.prefix", "kafka.bootstrap.servers", "schema.registry.url"])
+def test_load_config_missing_required_key_names_it(key: str) -> None:
+    given = {k: v for k, v in REQUIRED.items() if k != key}
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, {}, given)
+    assert raised.value.key == key
+    assert env_name(key) in str(raised.value)
+
+
+def test_load_config_needs_dbname_or_dsn() -> None:
+    given = {k: v for k, v in REQUIRED.items() if k != "database.dbname"}
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, {}, given)
+    assert raised.value.key == "database.dbname"
+    assert load_config(None, {}, {**given, "database.dsn": "dbname=x"}).database.dbname is None
+
+
+def test_load_config_include_and_exclude_lists_are_exclusive() -> None:
+    error = _error(overrides={"table.include.list": "a\\.b", "table.exclude.list": "a\\.c"})
+    assert error.key == "table.exclude.list"
+
+
+def test_load_config_heartbeat_query_needs_an_interval() -> None:
+    error = _error(overrides={"heartbeat.action.query": "SELECT 1"})
+    assert error.key == "heartbeat.interval.ms"
+
+
+# -- unknown keys ---------------------------------------------------------------------------------
+
+
+def test_load_config_unknown_flag_suggests_the_closest_key() -> None:
+    error = _error(overrides={"topic.prefx": "x"})
+    assert error.key == "topic.prefx"
+    assert "did you mean 'topic.prefix'?" in str(error)
+
+
+def test_load_config_unknown_file_key_suggests_the_closest_key(tmp_path: Path) -> None:
+    path = _file(tmp_path, '[database]\nhostnme = "db"\n')
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, {}, REQUIRED)
+    assert raised.value.key == "database.hostnme"
+    assert "did you mean 'database.hostname'?" in str(raised.value)
+    assert str(path) in str(raised.value)
+
+
+def test_load_config_unknown_env_var_suggests_the_closest_name() -> None:
+    error = _error(env={"PGBRIDGE_TOMBSTONES_ON_DELET": "false"})
+    assert error.key == "PGBRIDGE_TOMBSTONES_ON_DELET"
+    assert "did you mean 'PGBRIDGE_TOMBSTONES_ON_DELETE'?" in str(error)
+
+
+def test_load_config_unknown_key_without_close_match_has_no_suggestion() -> None:
+    error = _error(overrides={"completely.different": "x"})
+    assert "unknown setting" in str(error) and "did you mean" not in str(error)
+
+
+def test_load_config_bad_toml_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(_file(tmp_path, "topic.prefix = "), {}, {})
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.toml", {}, {})
+
+
+# -- secrets --------------------------------------------------------------------------------------
+
+
+def test_secret_repr_and_str_are_masked() -> None:
+    secret = Secret("hunter2")
+    assert repr(secret) == str(secret) == "***"
+    assert f"{secret}" == "***" and "hunter2" not in repr([secret])
+    assert secret.reveal() == "hunter2"
+    assert secret == Secret("hunter2") and secret != Secret("other")
+
+
+def test_load_config_secrets_never_in_repr_describe_or_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = _load(
+        {
+            "database.password": "pg-pass-123",
+            "schema.registry.basic.auth.user.info": "u:reg-pass-456",
+            "kafka.producer.sasl.password": "kafka-pass-789",
+        },
+        env={"PGBRIDGE_DATABASE_HOSTNAME": "db"},
+    )
+    described = config.describe()
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("bridge.test").info("config %s / %r", config, config)
+    for text in (repr(config), str(config), described, caplog.text):
+        for secret in ("pg-pass-123", "reg-pass-456", "kafka-pass-789"):
+            assert secret not in text
+    assert "database.password" in described and "***" in described
+    assert "database.hostname" in described and "db" in described
+    # The clients still get the real values.
+    assert "pg-pass-123" in config.database.conninfo()
+    assert config.registry.client_config()["basic.auth.user.info"] == "u:reg-pass-456"
+
+
+def test_load_config_password_from_file(tmp_path: Path) -> None:
+    secret_file = tmp_path / "pw"
+    secret_file.write_text("s3cr3t\n")
+    config = _load(env={"PGBRIDGE_DATABASE_PASSWORD_FILE": str(secret_file)})
+    assert config.database.password == Secret("s3cr3t")
+    origins = {s.key: s.origin for s in config.settings}
+    assert "database.password.file" in origins["database.password"]
+    # A flag's password beats the environment's file; both in one source is an error.
+    flagged = _load(
+        {"database.password": "flag"}, env={"PGBRIDGE_DATABASE_PASSWORD_FILE": str(secret_file)}
+    )
+    assert flagged.database.password == Secret("flag")
+    error = _error(overrides={"database.password": "a", "database.password.file": str(secret_file)})
+    assert error.key == "database.password.file"
+    missing = _error(overrides={"database.password.file": str(tmp_path / "nope")})
+    assert missing.key == "database.password.file" and "cannot read" in str(missing)
+
+
+def test_load_config_secret_file_for_producer_sasl_password(tmp_path: Path) -> None:
+    secret_file = tmp_path / "kafka"
+    secret_file.write_text("kpw")
+    config = _load({"kafka.producer.sasl.password.file": str(secret_file)})
+    assert dict(config.kafka.producer_overrides)["sasl.password"] == Secret("kpw")
+
+
+def test_database_conninfo_from_parts_and_dsn() -> None:
+    parts = _load({"database.hostname": "db", "database.port": "5433", "database.user": "rep"})
+    assert conninfo_to_dict(parts.database.conninfo()) == {
+        "host": "db",
+        "port": "5433",
+        "user": "rep",
+        "dbname": "shop",
+    }
+    # Parts given explicitly override the DSN's (the required dbname here).
+    dsn = _load({"database.dsn": "host=a dbname=x", "database.password": "p w"})
+    assert conninfo_to_dict(dsn.database.conninfo()) == {
+        "host": "a",
+        "dbname": "shop",
+        "password": "p w",
+    }
+
+
+# -- filters --------------------------------------------------------------------------------------
+
+
+def test_table_filter_matches_whole_names_like_debezium() -> None:
+    only = TableFilter(table_include=(r"public\.orders", r"inventory\..*"))
+    assert only.includes("public", "orders")
+    assert not only.includes("public", "orders_archive")  # full match, not prefix
+    assert only.includes("inventory", "items")
+    assert not only.includes("public", "users")
+    without = TableFilter(schema_exclude=("audit",), table_exclude=(r".*\.tmp_.*",))
+    assert without.includes("public", "users")
+    assert not without.includes("audit", "log")
+    assert not without.includes("public", "tmp_x")
+    assert TableFilter().includes("any", "table")
+
+
+# -- the example file -----------------------------------------------------------------------------
+
+
+def test_example_toml_loads_and_documents_every_key() -> None:
+    config = load_config(EXAMPLE, {}, {})
+    assert config.topic_prefix == "shop"
+    text = EXAMPLE.read_text()
+    missing = [spec.key for spec in KEYS if f'"{spec.key}"' not in text]
+    assert missing == []
+
+
+def test_example_toml_values_are_the_defaults() -> None:
+    document = tomllib.loads(EXAMPLE.read_text())
+    required = {"topic.prefix", "database.dbname", "kafka.bootstrap.servers", "schema.registry.url"}
+    by_key = {spec.key: spec for spec in KEYS}
+    for key, value in document.items():
+        if key in required:
+            continue
+        spec = by_key[key]
+        parsed = spec.parse(key, value)
+        assert parsed == spec.default, key
