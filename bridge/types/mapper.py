@@ -14,6 +14,7 @@ warning per type, or raises :class:`UnknownTypeError` when ``unknown_types="fail
 from __future__ import annotations
 
 import logging
+import re
 from typing import Final
 
 from bridge.pgoutput.messages import Type
@@ -33,16 +34,27 @@ logger = logging.getLogger(__name__)
 _CATALOG_NAMESPACES: Final = ("", "pg_catalog")
 
 
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
 def _text_fallback(type_name: str) -> ColumnType:
     def from_binary(raw: bytes) -> str:
-        # Without knowing the type we cannot read an arbitrary binary form; the ones that are
-        # text (enums, most text-like extension types) decode, anything else is refused.
+        # Without knowing the type we cannot read an arbitrary binary form. Enums and most
+        # text-like extension types send their text; other forms (a composite's record_send
+        # starts with a big-endian column count) contain control bytes and are refused rather
+        # than passed on as garbage.
         try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = "\x00"
+        if _CONTROL.search(text):
             raise ConversionError(
-                type_name, "unknown type sent in binary form; use a text publication", raw=raw
-            ) from exc
+                type_name,
+                "unknown type sent in binary form; publish it as text (binary 'false') "
+                "or map the type",
+                raw=raw,
+            )
+        return text
 
     return ColumnType(
         type_name, "string", lambda raw: raw.decode("utf-8"), from_binary, DEBEZIUM_UNAVAILABLE

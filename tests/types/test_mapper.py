@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from bridge.pgoutput.messages import Type
-from bridge.types import TypeMapper, TypeOptions, UnknownTypeError
+from bridge.types import ConversionError, TypeMapper, TypeOptions, UnknownTypeError
 from tests.types.vectors import schema_of
 
 
@@ -84,3 +84,12 @@ def test_mapper_caches_per_oid_and_typmod() -> None:
     mapper = TypeMapper()
     assert mapper.column_type(1700, 655366) is mapper.column_type(1700, 655366)
     assert mapper.column_type(1700, 655366) is not mapper.column_type(1700, -1)
+
+
+def test_mapper_unknown_type_in_binary_form_is_refused_unless_text() -> None:
+    mapper = TypeMapper()
+    mapper.observe(Type(None, 70008, "public", "complex_t"))
+    ct = mapper.column_type(70008)
+    assert ct.from_binary("label ü".encode()) == "label ü"  # e.g. an enum without labels
+    with pytest.raises(ConversionError, match="binary"):
+        ct.from_binary(b"\x00\x00\x00\x02\x00\x00\x00\x17")  # record_send of a composite
