@@ -23,7 +23,9 @@ Threads
     :meth:`~KafkaPublisher.publish` does while the queue is full), on the thread that called
     them: in pgbridge, the pipeline thread. So the acknowledgement tracker is only ever touched
     from one thread between two source messages; ``on_delivered`` needs no locking of its own
-    and cannot interleave with the pipeline registering the next transaction.
+    and cannot interleave with the pipeline registering the next transaction. The publisher
+    itself is meant for that one thread: call publish/poll/flush/close from the same thread
+    (its failure record and in-flight count are not locked).
 
 Throughput settings
     ``compression.type=lz4`` by default: Avro rows of one table repeat field layouts and
@@ -173,12 +175,12 @@ class KafkaPublisher:
     Usage by the pipeline::
 
         publisher = KafkaPublisher(config.kafka, config.topic_creation)
-        publisher.publish(topic, key, value, on_delivered=lambda: tracker.record_delivered(tok))
-        tracker.record_sent(tok)
+        tracker.record_sent(tok)  # before publish: the count is never behind a callback
+        publisher.publish(topic, key, value, functools.partial(tracker.record_delivered, tok))
         ...
-        publisher.poll()          # whenever the source is idle; runs the delivery callbacks
-        publisher.flush(10.0)     # at shutdown
-        publisher.close()
+        publisher.poll()          # after each source message / when idle: runs the callbacks
+        metrics.in_flight(publisher.in_flight)
+        publisher.close()         # at shutdown: flushes, returns what was left undelivered
 
     Every method may raise :class:`DeliveryError` for a record published earlier; after that
     the publisher refuses new records (the pipeline must stop and restart from the slot).
