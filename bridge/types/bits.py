@@ -1,9 +1,11 @@
 """Bit strings: bit(n) and bit varying(n).
 
-Like Debezium: ``bit(1)`` is an Avro ``boolean``; longer bit strings are ``io.debezium.data.Bits``
-``bytes`` with a ``length`` parameter. The bytes are the bit string read as a binary number,
-little-endian, padded to ``ceil(n / 8)`` bytes (Java's ``BitSet.toByteArray`` order, which
-Debezium uses): ``B'0000000100000010'`` is ``b"\\x02\\x01"``.
+Like Debezium: ``bit(1)`` and ``varbit(1)`` are Avro ``boolean``; longer bit strings are
+``io.debezium.data.Bits`` ``bytes`` with a ``length`` parameter. The bytes are the bit string
+read as a binary number, little-endian (Java's ``BitSet`` order, which Debezium uses):
+``B'0000000100000010'`` is ``b"\\x02\\x01"``. pgbridge pads to ``ceil(n / 8)`` bytes where
+Debezium drops high zero bytes; ``BitSet.valueOf`` reads both the same, and a fixed width lets
+readers without the ``length`` parameter keep leading zero bits.
 """
 
 from __future__ import annotations
@@ -34,11 +36,11 @@ def bits_from_binary(raw: bytes) -> bytes:
 
 
 def _bit1_text(raw: bytes) -> bool:
-    return raw == b"1"
+    return raw == b"1"  # an empty varbit(1) is false, as in Debezium
 
 
 def _bit1_binary(raw: bytes) -> bool:
-    return bool(raw[4] & 0x80)
+    return len(raw) > 4 and bool(raw[4] & 0x80)  # varbit(1) may hold zero bits
 
 
 def _bits(pg_name: str) -> Any:
@@ -46,7 +48,7 @@ def _bits(pg_name: str) -> Any:
         # For bit types atttypmod is the length itself (no VARHDRSZ offset); -1 = unbounded.
         length = request.typmod if request.typmod > 0 else None
         shown = pg_name if length is None else f"{pg_name}({length})"
-        if pg_name == "bit" and length == 1:
+        if length == 1:
             return ColumnType(shown, "boolean", _bit1_text, _bit1_binary)
         return ColumnType(shown, bits_schema(length), bits_from_text, bits_from_binary)
 

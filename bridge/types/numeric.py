@@ -130,8 +130,16 @@ def variable_scale(d: Decimal) -> dict[str, Any] | None:
     sign, digits, exp = d.as_tuple()
     assert isinstance(exp, int)
     unscaled = int("".join(map(str, digits)) or "0")
-    if exp > 0:  # e.g. Decimal('1E+3'): Debezium's scale is never negative for PG values
+    if exp > 0:  # e.g. Decimal('1E+3'): the scale is never negative
         unscaled *= 10**exp
+        exp = 0
+    # Debezium strips trailing zeros (BigDecimal.stripTrailingZeros, then a scale of at least
+    # 0), so 3.1400 is (scale 2, 314). Done on the integer: Decimal.normalize would round to
+    # the context's 28 digits.
+    while exp < 0 and unscaled and unscaled % 10 == 0:
+        unscaled //= 10
+        exp += 1
+    if not unscaled:
         exp = 0
     if sign:
         unscaled = -unscaled

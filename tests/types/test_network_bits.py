@@ -59,3 +59,14 @@ def test_bits_schema_has_length_parameter() -> None:
 
 def test_bits_from_text_large() -> None:
     assert bits_from_text(b"1" + b"0" * 99) == (1 << 99).to_bytes(13, "little")
+
+
+def test_varbit_1_is_boolean_like_debezium() -> None:
+    ct = TypeMapper().column_type(1562, 1)  # varbit(1)
+    assert ct.avro == "boolean"
+    assert (ct.from_text(b"1"), ct.from_text(b""), ct.from_binary(b"\x00\x00\x00\x01\x80")) == (
+        True,
+        False,
+        True,
+    )
+    assert ct.from_binary(b"\x00\x00\x00\x00") is False

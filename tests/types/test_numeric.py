@@ -164,3 +164,20 @@ def test_type_options_reject_unknown_mode() -> None:
     with pytest.raises(ConfigError) as info:
         TypeOptions(decimal_handling="exact")  # type: ignore[arg-type]
     assert info.value.key == "decimal_handling"
+
+
+@pytest.mark.parametrize(
+    ("text", "scale", "unscaled"),
+    [
+        (b"3.1400", 2, 314),
+        (b"0.000", 0, 0),
+        (b"-100.0", 0, -100),
+        (b"12345678901234567890.10", 1, 123456789012345678901),
+    ],
+)
+def test_variable_scale_strips_trailing_zeros_like_debezium(
+    text: bytes, scale: int, unscaled: int
+) -> None:
+    record = TypeMapper().column_type(1700).from_text(text)
+    assert record["scale"] == scale
+    assert int.from_bytes(record["value"], "big", signed=True) == unscaled
