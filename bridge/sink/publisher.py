@@ -362,12 +362,21 @@ class KafkaPublisher:
             topic
         ]
         try:
-            future.result(timeout=_ADMIN_TIMEOUT_S * 2)
+            description = future.result(timeout=_ADMIN_TIMEOUT_S * 2)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 return False
             raise TopicCreationError(topic, error.name(), error.str()) from None
+        wanted = self._topics.partitions
+        if wanted != -1 and len(description.partitions) != wanted:
+            # Not changed: repartitioning moves keys, which only an operator may decide.
+            logger.warning(
+                "topic %s exists with %d partitions, not the configured %d; using it as it is",
+                topic,
+                len(description.partitions),
+                wanted,
+            )
         return True
 
     def _create_topic(self, admin: AdminClient, topic: str) -> None:

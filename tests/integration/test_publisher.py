@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 import uuid
@@ -283,7 +284,10 @@ def test_publisher_raises_delivery_error_for_missing_topic_without_creation(
 
 
 def test_publisher_ensure_topic_keeps_an_existing_topic_as_it_is(
-    kafka: KafkaConfig, admin: AdminClient, opened: list[KafkaPublisher]
+    kafka: KafkaConfig,
+    admin: AdminClient,
+    opened: list[KafkaPublisher],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from confluent_kafka.cimpl import NewTopic
 
@@ -292,6 +296,8 @@ def test_publisher_ensure_topic_keeps_an_existing_topic_as_it_is(
     publisher = KafkaPublisher(kafka, TopicCreationConfig(partitions=6, replication_factor=1))
     opened.append(publisher)
     publisher.ensure_topic(topic)
-    publisher.ensure_topic(topic)  # cached: no second round trip, no error
+    publisher.ensure_topic(topic)  # cached: no second round trip, no second warning
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and topic in r.message]
+    assert len(warnings) == 1 and "2 partitions, not the configured 6" in warnings[0].message
     description = admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=30)
     assert len(description.partitions) == 2
