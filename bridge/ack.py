@@ -15,11 +15,16 @@ method, and each method is O(1) amortised, so the lock is never held for long.
 
 Usage by the pipeline::
 
-    token = tracker.begin_transaction(commit.end_lsn)   # at Commit, or at Begin if known
-    for each record: producer.produce(..., on_delivery=...); tracker.record_sent(token)
+    token = tracker.begin_transaction(begin.final_lsn)   # at Begin: records may follow at once
+    for each record: tracker.record_sent(token); producer.produce(..., on_delivery=...)
     # in the delivery callback: tracker.record_delivered(token) (or record_failed on error)
-    tracker.transaction_complete(token)                  # after the last record was produced
+    tracker.transaction_complete(token, commit.end_lsn)  # at Commit, after the last record
     source.acknowledge(tracker.flush_lsn)
+
+The position given at Begin is a stand-in; the Commit's *end* LSN given at completion is what
+gets confirmed, and it matters: confirming the end LSN makes the server skip the transaction on
+restart, while its commit LSN would have it sent again. A non-transactional logical message is
+registered with its own ``lsn`` and completed without an end LSN.
 
 A transaction with no records (an empty or fully filtered one) is done as soon as it is
 complete; registering it anyway is what lets the slot move past it.
@@ -105,9 +110,11 @@ class AckTracker:
     # -- registration -------------------------------------------------------------------------
 
     def begin_transaction(self, end_lsn: Lsn) -> TransactionToken:
-        """Register the next transaction in commit order; ``end_lsn`` is its Commit's end LSN.
+        """Register the next transaction in commit order.
 
-        End LSNs normally increase; an equal or lower one (a transaction the server sent again
+        ``end_lsn`` is the Commit's end LSN when already known, else a stand-in no later than it
+        (Begin's ``final_lsn``) replaced at :meth:`transaction_complete`. Positions normally
+        increase; an equal or lower one (a transaction the server sent again
         after a reconnect) is accepted and simply cannot move the flush position backward.
         """
         with self._lock:

@@ -141,11 +141,14 @@ def test_ack_tracker_delivery_from_other_threads_confirms_everything() -> None:
 def test_ack_tracker_property_flush_monotonic_and_never_passes_undelivered(
     sizes: list[int], data: st.DataObject
 ) -> None:
-    """Any interleaving of sends, completions and deliveries: the flush position only moves
-    forward, is always below the end of every transaction not yet done, and reaches the last
-    end once everything is delivered."""
+    """Any interleaving of sends, completions and deliveries, with transactions registered at
+    Begin (commit LSN as stand-in, end LSN at completion) or at Commit: the flush position only
+    moves forward, is always below the commit LSN of every transaction not yet done, and
+    reaches the last end once everything is delivered."""
     tracker = AckTracker(Lsn(1))
     ends = [Lsn(100 * (i + 1)) for i in range(len(sizes))]
+    commits = [Lsn(end - 50) for end in ends]
+    at_begin = data.draw(st.lists(st.booleans(), min_size=len(sizes), max_size=len(sizes)))
     tokens: list[TransactionToken] = []
     sent = [0] * len(sizes)
     delivered = [0] * len(sizes)
@@ -165,12 +168,12 @@ def test_ack_tracker_property_flush_monotonic_and_never_passes_undelivered(
             break
         action, i = data.draw(st.sampled_from(actions))
         if action == "begin":
-            tokens.append(tracker.begin_transaction(ends[i]))
+            tokens.append(tracker.begin_transaction(commits[i] if at_begin[i] else ends[i]))
         elif action == "send":
             tracker.record_sent(tokens[i])
             sent[i] += 1
         elif action == "complete":
-            tracker.transaction_complete(tokens[i])
+            tracker.transaction_complete(tokens[i], ends[i] if at_begin[i] else None)
             completed[i] = True
         else:
             tracker.record_delivered(tokens[i])
@@ -181,7 +184,7 @@ def test_ack_tracker_property_flush_monotonic_and_never_passes_undelivered(
         for j in range(len(tokens)):
             done = completed[j] and delivered[j] == sizes[j]
             if not done:
-                assert flush < ends[j]
+                assert flush < commits[j]
     assert tracker.flush_lsn == ends[-1]
     assert tracker.in_flight == 0
 

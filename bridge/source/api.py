@@ -28,9 +28,10 @@ What the pipeline may rely on:
 
 What the pipeline must do:
 
-- Register *every* Commit with the ack tracker (``begin_transaction(commit.end_lsn)``), also
-  empty or filtered transactions, and every non-transactional message with its ``lsn``;
-  otherwise the slot cannot move past them.
+- Register *every* transaction with the ack tracker (``begin_transaction(begin.final_lsn)``,
+  ``transaction_complete(token, commit.end_lsn)``), also empty or filtered ones, and every
+  non-transactional message with its ``lsn``; otherwise the slot cannot move past them (an idle
+  slot advances only once everything emitted is acknowledged).
 - Call :meth:`ChangeSource.acknowledge` with the tracker's flush position, and keep iterating:
   status updates to the server are sent from inside the iterator, so a pipeline that stops
   pulling for longer than the server's ``wal_sender_timeout`` (default 60 s) gets disconnected.

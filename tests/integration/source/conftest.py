@@ -79,6 +79,7 @@ class FakePipeline:
         self.auto_deliver = auto_deliver
         self.transactions: list[Txn] = []
         self.current: Txn | None = None
+        self.token: TransactionToken | None = None
         self.undelivered: list[tuple[TransactionToken, int]] = []
         self.acked_history: list[Lsn] = []
         self.logical_messages: list[Message] = []
@@ -107,6 +108,8 @@ class FakePipeline:
         if isinstance(message, Begin):
             assert self.current is None, "Begin inside a transaction"
             self.current = Txn(message.xid, message.final_lsn)
+            # Registered at Begin like the real pipeline: records may be produced before Commit.
+            self.token = self.tracker.begin_transaction(message.final_lsn)
         elif isinstance(message, Insert | Update | Delete):
             assert self.current is not None, "change outside a transaction"
             tup = message.new_tuple if not isinstance(message, Delete) else message.old_tuple
@@ -115,22 +118,24 @@ class FakePipeline:
             kind = tup.kind(0).value
             self.kinds.append(kind)
             self.current.ids.append(int(raw) if kind == "t" else int.from_bytes(raw, "big"))
+            assert self.token is not None
+            self.tracker.record_sent(self.token)
         elif isinstance(message, Message):
             self.logical_messages.append(message)
             if not message.transactional:
                 assert self.current is None, "non-transactional message inside a transaction"
-                token = self.tracker.begin_transaction(message.lsn)
-                self.tracker.transaction_complete(token)
+                unit = self.tracker.begin_transaction(message.lsn)
+                self.tracker.transaction_complete(unit)
         elif isinstance(message, Commit):
             txn = self.current
             assert txn is not None and txn.commit_lsn == message.commit_lsn
             txn.end_lsn = message.end_lsn
             self.transactions.append(txn)
             self.current = None
-            token = self.tracker.begin_transaction(message.end_lsn)
-            if txn.ids:
-                self.tracker.record_sent(token, len(txn.ids))
-            self.tracker.transaction_complete(token)
+            token = self.token
+            assert token is not None
+            self.token = None
+            self.tracker.transaction_complete(token, message.end_lsn)
             self.undelivered.append((token, len(txn.ids)))
             if self.auto_deliver:
                 self.deliver()
