@@ -499,8 +499,16 @@ class Decoder:
                     append(pos)
                 else:
                     if pos == len(buf):
-                        tup = _make_tuple(_KIND_BYTES[k0] * ncols, buf, tuple(spans))
-                        return _make_insert(xid, oid, tup)
+                        # _make_tuple and _make_insert, inlined.
+                        tup: TupleData = _new(TupleData)
+                        _set_kinds(tup, _KIND_BYTES[k0] * ncols)
+                        _set_buffer(tup, buf)
+                        _set_spans(tup, tuple(spans))
+                        m: Insert = _new(Insert)
+                        _set_insert_xid(m, xid)
+                        _set_insert_oid(m, oid)
+                        _set_insert_new(m, tup)
+                        return m
             except struct.error:
                 pass
         return self._insert_checked(buf)
