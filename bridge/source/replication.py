@@ -272,7 +272,7 @@ class LogicalReplicationSource:
         cfg = self.config
         params = conninfo_to_dict(cfg.dsn)
         options = str(params.get("options") or "")
-        extra = " ".join(f"-c {k}={v}" for k, v in cfg.server_options)
+        extra = " ".join(f"-c {k}={_escape_option(v)}" for k, v in cfg.server_options)
         return make_conninfo(
             cfg.dsn,
             replication="database",
@@ -425,6 +425,11 @@ class LogicalReplicationSource:
         idle = self.config.idle_interval
         while not self._closed:
             now = self._clock()
+            if now - last_yield >= idle:
+                # Also while only keepalives or buffered stream blocks arrive: the pipeline
+                # serves its delivery callbacks (and so its acknowledgements) on these ticks.
+                yield None
+                last_yield = now = self._clock()
             self._housekeeping(now)
             try:
                 nbytes, data = pgconn.get_copy_data(1)
@@ -450,9 +455,6 @@ class LogicalReplicationSource:
                     pgconn.consume_input()
             except (OSError, psycopg.OperationalError) as exc:
                 raise self._stream_error(pgconn, exc) from exc
-            if not ready and self._clock() - last_yield >= idle:
-                yield None
-                last_yield = self._clock()
 
     def _handle(self, buf: bytes) -> Iterator[LogicalMessage]:
         frame = parse_copy_data(buf)
@@ -533,6 +535,11 @@ class LogicalReplicationSource:
         if value is None:
             raise SourceError(f"the source is not open ({what} unknown); call open() first")
         return value
+
+
+def _escape_option(value: str) -> str:
+    # libpq splits the "options" parameter at spaces unless they are backslash-escaped.
+    return value.replace("\\", "\\\\").replace(" ", "\\ ")
 
 
 def _text(raw: bytes | str) -> str:

@@ -42,3 +42,20 @@ def test_source_used_before_open_raises_source_error() -> None:
     with pytest.raises(SourceError, match="open"):
         source.acknowledge(Lsn(1))
     source.close()  # closing a source that never opened is harmless
+
+
+def test_source_replication_conninfo_adds_replication_and_escaped_options() -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    config = SourceConfig(
+        dsn="host=h dbname=d options='-c search_path=s'",
+        slot_name="s",
+        publication=PublicationConfig("p"),
+        server_options=(("logical_decoding_work_mem", "64kB"), ("application_name", "a b")),
+    )
+    params = conninfo_to_dict(LogicalReplicationSource(config)._replication_conninfo())
+    assert params["replication"] == "database"
+    assert params["dbname"] == "d"
+    assert params["options"] == (
+        "-c search_path=s -c logical_decoding_work_mem=64kB -c application_name=a\\ b"
+    )
