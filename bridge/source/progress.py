@@ -74,6 +74,7 @@ class Progress:
         self._skip_changes = 0
         self._resuming_open = False
         self.duplicates_dropped = 0
+        self.resumed_mid_transaction = 0  # reconnects that continued a half-emitted transaction
 
     # -- positions ----------------------------------------------------------------------------
 
@@ -177,6 +178,7 @@ class Progress:
             if self._resuming_open and message.final_lsn == self._open.commit_lsn:
                 # The transaction that broke off: continue after what was already emitted.
                 self._skip_changes = self._open.changes
+                self.resumed_mid_transaction += 1
                 return self._drop()
             if self._resuming_open and message.final_lsn < self._open.commit_lsn:
                 self._skipping_whole = True  # an earlier transaction, emitted and confirmed

@@ -274,3 +274,40 @@ def test_source_binary_option_sends_binary_values_where_supported(source_db: Sou
     assert pipeline.ids == [7, 8]
     assert source.options.binary is (source_db.version_num >= 140000)
     assert set(pipeline.kinds) == ({"b"} if source.options.binary else {"t"})
+
+
+def test_source_reconnect_mid_large_transaction_continues_after_emitted_changes(
+    source_db: SourceDb,
+) -> None:
+    make_table(source_db)
+    rows = 200_000  # far more than socket buffers hold, so the walsender dies mid-send
+    source = source_db.source(streaming=False)
+    source_db.execute(
+        "INSERT INTO t SELECT g, repeat('p', 100) FROM generate_series(1, %s::int) g", (rows,)
+    )
+    insert_transactions(source_db, [range(rows + 1, rows + 3)])
+    pipeline = FakePipeline(source)
+    pipeline.run(lambda p: p.current is not None and len(p.current.ids) >= 1000)
+    source_db.terminate_walsender()
+    pipeline.run(lambda p: len(p.ids) >= rows + 2, timeout=120)
+    assert pipeline.ids == list(range(1, rows + 3))
+    assert source.stats.reconnects >= 1
+    assert source.progress.resumed_mid_transaction == 1
+
+
+def test_source_reconnect_while_stream_buffered_delivers_it_once(source_db: SourceDb) -> None:
+    make_table(source_db)
+    source = source_db.source(server_options=(("logical_decoding_work_mem", "64kB"),))
+    pipeline = FakePipeline(source)
+    streaming = source_db.version_num >= 140000
+    with psycopg.connect(source_db.dsn) as writer:
+        writer.execute("INSERT INTO t SELECT g, repeat('p', 200) FROM generate_series(1, 3000) g")
+        if streaming:
+            pipeline.run(lambda p: source.assembler.open_transactions == 1)
+        source_db.terminate_walsender()
+        writer.execute("INSERT INTO t VALUES (3001, 'last')")
+    pipeline.run(lambda p: len(p.ids) >= 3001)
+    pipeline.pump(0.3)
+    assert pipeline.ids == list(range(1, 3002))
+    assert source.stats.reconnects >= 1
+    assert source.assembler.stats.memory_bytes == 0
