@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Final
 
 from bridge.pgoutput.messages import Type
@@ -93,6 +95,12 @@ class TypeMapper:
         if self._types.get(message.type_oid) != message:
             self._types[message.type_oid] = message
             self._cache = {k: v for k, v in self._cache.items() if k[0] != message.type_oid}
+
+    def set_enum_labels(self, labels: Mapping[str, tuple[str, ...]]) -> None:
+        """Replace the enum labels (after ``ALTER TYPE ... ADD VALUE``, say): mappings built
+        from the old labels are dropped, so the next Relation gets the new ``allowed`` list."""
+        self.options = replace(self.options, enum_labels=dict(labels))
+        self._cache.clear()
 
     def type_name(self, oid: int) -> str | None:
         known = self._types.get(oid)

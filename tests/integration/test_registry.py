@@ -15,7 +15,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from bridge.devstack.stack import StackInfo
 from bridge.pgoutput.messages import COLUMN_FLAG_KEY, Relation, RelationColumn, ReplicaIdentity
 from bridge.schema import RelationSchemas, relation_schemas
-from bridge.sink.registry import IncompatibleSchemaError, SchemaRegistrar
+from bridge.sink.registry import IncompatibleSchemaError, RegistryError, SchemaRegistrar
 from bridge.types import TypeMapper
 
 pytestmark = pytest.mark.integration
@@ -173,3 +173,12 @@ def test_registry_type_zoo_schema_is_accepted(client: CountingClient, prefix: st
     ids = SchemaRegistrar(client).register_relation(zoo)
     fetched = client.get_schema(ids.value_id)
     assert fetched.schema_str is not None and "VariableScaleDecimal" in fetched.schema_str
+
+
+def test_registry_unreachable_is_a_registry_error_naming_the_subject(prefix: str) -> None:
+    # A real connection to a port nobody listens on: the error is typed, not a client internal.
+    registrar = SchemaRegistrar.from_url("http://127.0.0.1:9")
+    v1 = schemas(prefix, *BASE)
+    with pytest.raises(RegistryError) as info:
+        registrar.register_relation(v1)
+    assert info.value.subject == v1.key_subject

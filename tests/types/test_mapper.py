@@ -93,3 +93,11 @@ def test_mapper_unknown_type_in_binary_form_is_refused_unless_text() -> None:
     assert ct.from_binary("label ü".encode()) == "label ü"  # e.g. an enum without labels
     with pytest.raises(ConversionError, match="binary"):
         ct.from_binary(b"\x00\x00\x00\x02\x00\x00\x00\x17")  # record_send of a composite
+
+
+def test_mapper_set_enum_labels_rebuilds_enum_mappings() -> None:
+    mapper = TypeMapper(TypeOptions(enum_labels={"mood": ("sad",)}))
+    mapper.observe(Type(None, 70009, "public", "mood"))
+    assert schema_of(mapper.column_type(70009))["connect.parameters"] == {"allowed": "sad"}
+    mapper.set_enum_labels({"mood": ("sad", "happy")})
+    assert schema_of(mapper.column_type(70009))["connect.parameters"] == {"allowed": "sad,happy"}
