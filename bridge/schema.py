@@ -45,7 +45,7 @@ from typing import Any, Final, Literal
 from bridge.errors import PgBridgeError
 from bridge.pgoutput.messages import Relation, ReplicaIdentity, TupleData
 from bridge.types import ColumnType, TypeMapper
-from bridge.types.errors import ConversionError, TypeMappingError
+from bridge.types.errors import ConversionError
 
 logger = logging.getLogger(__name__)
 
@@ -223,12 +223,9 @@ def relation_schemas(
     fields: list[dict[str, Any]] = []
     by_column: dict[str, tuple[str, ColumnType]] = {}
     for column in relation.columns:
-        try:
-            column_type = mapper.column_type(
-                column.type_oid, column.type_modifier, table=table, column=column.name
-            )
-        except TypeMappingError:
-            raise
+        column_type = mapper.column_type(
+            column.type_oid, column.type_modifier, table=table, column=column.name
+        )
         name = avro_name(column.name)
         if name in names:
             raise SchemaError(
@@ -288,7 +285,8 @@ def relation_schemas(
         ],
         "connect.name": f"{namespace}.Envelope",
     }
-    value_schema = _dedupe_named(envelope, set())
+    # A private copy: the column types' schema dicts are shared through the mapper's cache.
+    value_schema = _dedupe_named(copy.deepcopy(envelope), set())
     encoder = RowEncoder(table, tuple(names), tuple(columns))
     return RelationSchemas(
         relation=relation,
