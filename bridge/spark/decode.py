@@ -1,0 +1,295 @@
+"""Decoding a micro-batch: Confluent framing + the registry's writer schemas -> per-table changes.
+
+Runs on the driver inside ``foreachBatch``. It looks at the batch's distinct (topic, schema id)
+pairs, fetches each schema once (cached for the life of the job: a schema id never changes
+meaning), decodes each group with its own writer schema, and conforms the groups of one table
+to the newest schema's shape. Records written under different schema versions thus decode
+correctly in one batch.
+
+The registry is the only I/O here. A definite "no such schema id" answer dead-letters the
+records; a registry that cannot answer fails the batch (it is retried from the checkpoint),
+because dead-lettering good records over a network blip would lose them from the tables.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from bridge.spark import transforms as tf
+from bridge.spark.config import ApplyConfig
+from bridge.spark.errors import RegistryUnavailableError, TableApplyError
+
+__all__ = ["DecodedBatch", "SchemaCache", "TableBatch", "decode_batch"]
+
+logger = logging.getLogger(__name__)
+
+# Fields a change envelope must have for the job to apply it.
+_ENVELOPE_FIELDS = ("op", "source")
+_SOURCE_FIELDS = ("commit_lsn", "seq", "ts_ms")
+
+
+class SchemaCache:
+    """Schema id -> Avro schema JSON with references inlined, fetched once per id.
+
+    ``client`` is a ``confluent_kafka.schema_registry.SchemaRegistryClient`` (or anything with
+    its ``get_schema`` / ``get_version``). ``None`` means the registry does not know the id.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._schemas: dict[int, str | None] = {}
+
+    @classmethod
+    def for_url(cls, url: str, options: dict[str, str] | None = None) -> SchemaCache:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        return cls(SchemaRegistryClient({"url": url, **(options or {})}))
+
+    def schema_json(self, schema_id: int) -> str | None:
+        if schema_id not in self._schemas:
+            self._schemas[schema_id] = self._fetch(schema_id)
+        return self._schemas[schema_id]
+
+    def field_names(self, schema_id: int) -> tuple[str, ...] | None:
+        """Top-level field names of a record schema (a key schema's replica-identity columns)."""
+        text = self.schema_json(schema_id)
+        if text is None:
+            return None
+        parsed = json.loads(text)
+        if not isinstance(parsed, dict) or parsed.get("type") != "record":
+            return None
+        return tuple(str(f["name"]) for f in parsed.get("fields", []))
+
+    def _fetch(self, schema_id: int) -> str | None:
+        from confluent_kafka.schema_registry import SchemaRegistryError
+
+        try:
+            schema = self._client.get_schema(schema_id)
+            if schema.schema_type not in (None, "AVRO"):
+                logger.warning("schema id %d is %s, not Avro", schema_id, schema.schema_type)
+                return None
+            if not schema.references:
+                return str(schema.schema_str)
+            named: dict[str, Any] = {}
+            self._collect_references(schema.references, named)
+            return json.dumps(_inline(json.loads(schema.schema_str), named, set()))
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                return None
+            raise RegistryUnavailableError(schema_id, str(exc)) from exc
+        except (OSError, ValueError) as exc:  # connection refused, timeouts, bad JSON
+            raise RegistryUnavailableError(schema_id, repr(exc)) from exc
+
+    def _collect_references(self, references: Any, named: dict[str, Any]) -> None:
+        """Referenced schemas (recursively), keyed by the full name each one defines."""
+        for ref in references:
+            registered = self._client.get_version(ref.subject, ref.version)
+            if registered.schema.references:
+                self._collect_references(registered.schema.references, named)
+            parsed = json.loads(registered.schema.schema_str)
+            named[_full_name(parsed)] = _inline(parsed, named, set())
+
+
+def _full_name(schema: dict[str, Any]) -> str:
+    name = str(schema["name"])
+    namespace = schema.get("namespace")
+    return f"{namespace}.{name}" if namespace and "." not in name else name
+
+
+def _inline(node: Any, named: dict[str, Any], defined: set[str]) -> Any:
+    """Replace the first use of each referenced type name by its definition (Avro needs one)."""
+    if isinstance(node, str):
+        if node in named and node not in defined:
+            defined.add(node)
+            return _inline(named[node], named, defined)
+        return node
+    if isinstance(node, list):
+        return [_inline(item, named, defined) for item in node]
+    if isinstance(node, dict):
+        if node.get("type") in ("record", "enum", "fixed") and "name" in node:
+            defined.add(_full_name(node))
+        return {
+            k: _inline(v, named, defined) if k in ("type", "fields", "items", "values") else v
+            for k, v in node.items()
+        }
+    return node
+
+
+@dataclass(frozen=True, slots=True)
+class TableBatch:
+    """The changes of one source table in one micro-batch, conformed to one shape."""
+
+    topic: str
+    schema: str
+    table: str
+    changes: DataFrame
+    columns: T.StructType  # the row's columns, newest schema version first
+    key_columns: tuple[str, ...]  # empty: no keyed record in this batch (e.g. only a truncate)
+
+    @property
+    def name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+@dataclass(slots=True)
+class DecodedBatch:
+    """A decoded micro-batch: changes per table, and the records that cannot be applied."""
+
+    tables: list[TableBatch] = field(default_factory=list)
+    dead_letters: list[DataFrame] = field(default_factory=list)
+    cached: list[DataFrame] = field(default_factory=list)  # unpersist when the batch is done
+
+
+@dataclass(slots=True)
+class _Group:
+    schema_id: int
+    changes: DataFrame
+    columns: T.StructType
+    key_columns: tuple[str, ...]
+
+
+def _envelope_problem(decoded: DataFrame) -> str | None:
+    envelope = decoded.schema[tf.ENVELOPE].dataType
+    if not isinstance(envelope, T.StructType):
+        return "not a record"
+    missing = [f for f in _ENVELOPE_FIELDS if f not in envelope.fieldNames()]
+    if not ({"after", "before"} & set(envelope.fieldNames())):
+        missing.append("after/before")
+    if not missing:
+        source = envelope["source"].dataType
+        if not isinstance(source, T.StructType):
+            missing.append("source record")
+        else:
+            missing += [f"source.{f}" for f in _SOURCE_FIELDS if f not in source.fieldNames()]
+    return f"missing {', '.join(missing)}" if missing else None
+
+
+def decode_batch(
+    framed: DataFrame, config: ApplyConfig, schemas: SchemaCache, batch_id: int
+) -> DecodedBatch:
+    """Decode a batch framed by :func:`bridge.spark.transforms.frame` (cache it first)."""
+    out = DecodedBatch()
+    out.dead_letters.append(
+        tf.dead_letters(
+            framed.where(F.col(tf.FRAMING_ERROR).isNotNull()), F.col(tf.FRAMING_ERROR), batch_id
+        )
+    )
+    groups = (
+        framed.where(F.col(tf.FRAMING_ERROR).isNull() & F.col("value").isNotNull())
+        .groupBy("topic", tf.VALUE_SCHEMA_ID)
+        .agg(F.max(tf.KEY_SCHEMA_ID).alias("key_id"), F.min(tf.KEY_SCHEMA_ID).alias("min_key_id"))
+        .collect()
+    )
+    per_table: dict[str, list[_Group]] = {}
+    for row in sorted(groups, key=lambda r: (r["topic"], r[tf.VALUE_SCHEMA_ID])):
+        topic, schema_id = str(row["topic"]), int(row[tf.VALUE_SCHEMA_ID])
+        group_rows = framed.where(
+            (F.col("topic") == topic)
+            & (F.col(tf.VALUE_SCHEMA_ID) == schema_id)
+            & F.col(tf.FRAMING_ERROR).isNull()
+            & F.col("value").isNotNull()
+        )
+        if config.split_topic(topic) is None:
+            out.dead_letters.append(
+                tf.dead_letters(
+                    group_rows, f"topic is not {config.topic_prefix}.<schema>.<table>", batch_id
+                )
+            )
+            continue
+        schema_json = schemas.schema_json(schema_id)
+        if schema_json is None:
+            out.dead_letters.append(
+                tf.dead_letters(group_rows, f"unknown schema id {schema_id}", batch_id)
+            )
+            continue
+        decoded = tf.decode_envelopes(framed, topic, schema_id, schema_json)
+        problem = _envelope_problem(decoded)
+        if problem is not None:
+            out.dead_letters.append(
+                tf.dead_letters(
+                    group_rows,
+                    f"schema id {schema_id} is not a change envelope: {problem}",
+                    batch_id,
+                )
+            )
+            continue
+        # Decoding is the expensive part; it feeds both the changes and the dead letters.
+        decoded = decoded.persist()
+        out.cached.append(decoded)
+        out.dead_letters.append(
+            tf.dead_letters(
+                decoded.where(F.col(tf.UNDECODABLE)),
+                f"payload does not decode with schema id {schema_id}",
+                batch_id,
+            )
+        )
+        out.dead_letters.append(
+            tf.dead_letters(
+                tf.unknown_ops(decoded),
+                F.concat(F.lit("unknown op "), F.col(f"{tf.ENVELOPE}.op")),
+                batch_id,
+            )
+        )
+        key_columns = _key_columns(schemas, topic, row["key_id"], row["min_key_id"])
+        columns = tf.envelope_fields(decoded)
+        missing = [k for k in key_columns if k not in columns.fieldNames()]
+        if missing:
+            raise TableApplyError(
+                topic, f"key columns {missing} are not columns of schema id {schema_id}"
+            )
+        per_table.setdefault(topic, []).append(
+            _Group(schema_id, tf.envelope_to_changes(decoded), columns, key_columns)
+        )
+    for topic, table_groups in per_table.items():
+        split = config.split_topic(topic)
+        assert split is not None  # checked above
+        newest = max(table_groups, key=lambda g: g.schema_id)
+        columns = _union_columns([newest, *[g for g in table_groups if g is not newest]])
+        keys = newest.key_columns or next(
+            (g.key_columns for g in table_groups if g.key_columns), ()
+        )
+        out.tables.append(
+            TableBatch(
+                topic=topic,
+                schema=split[0],
+                table=split[1],
+                changes=tf.conform([g.changes for g in table_groups], columns),
+                columns=columns,
+                key_columns=keys,
+            )
+        )
+    return out
+
+
+def _key_columns(schemas: SchemaCache, topic: str, key_id: Any, min_key_id: Any) -> tuple[str, ...]:
+    """The replica-identity columns, from the key schema (subject ``<topic>-key``) in the batch."""
+    if key_id is None:
+        return ()
+    if min_key_id is not None and min_key_id != key_id:
+        # A changed replica identity: the newest key schema (highest id) describes the table now.
+        logger.warning(
+            "%s: key schema ids %s..%s in one batch; using the newest", topic, min_key_id, key_id
+        )
+    names = schemas.field_names(int(key_id))
+    if names is None:
+        raise TableApplyError(topic, f"key schema id {key_id} is unknown or not a record")
+    return names
+
+
+def _union_columns(groups: list[_Group]) -> T.StructType:
+    """The newest group's columns, then columns only older versions have (kept, not lost)."""
+    fields: list[T.StructField] = []
+    seen: set[str] = set()
+    for group in groups:
+        for f in group.columns.fields:
+            if f.name not in seen:
+                seen.add(f.name)
+                fields.append(T.StructField(f.name, f.dataType, True))
+    return T.StructType(fields)

@@ -1,0 +1,311 @@
+"""The apply job's wiring: Kafka source -> foreachBatch(decode, MERGE per table) -> Delta.
+
+Locally: ``pgbridge apply`` calls :func:`run_apply`. On a cluster::
+
+    spark-submit --packages <bridge.spark.packages.packages_option()> \\
+        --py-files pgbridge.zip bridge/spark/job.py --topic-prefix … (see ``--help``)
+
+Each micro-batch is applied by :class:`BatchApplier`: frame, decode per (topic, schema id),
+then per table one idempotent MERGE (see :mod:`bridge.spark.merge`), and the dead letters in
+one idempotent append. Bad records are counted (log, Prometheus counter, :class:`ApplyStats`),
+never dropped silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import Counter
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from bridge.errors import PgBridgeError
+from bridge.spark import transforms as tf
+from bridge.spark.config import ApplyConfig
+from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
+from bridge.spark.errors import ApplyError
+from bridge.spark.merge import MergePlan, ensure_table, merge_changes, table_key_columns
+
+__all__ = [
+    "ApplyStats",
+    "BatchApplier",
+    "add_apply_arguments",
+    "config_from_args",
+    "main",
+    "run_apply",
+    "start_apply",
+]
+
+logger = logging.getLogger(__name__)
+
+CHANGES_APPLIED = Counter(
+    "pgbridge_apply_changes", "Change records applied to Delta (before per-key folding)", ["table"]
+)
+DEAD_LETTERS = Counter("pgbridge_apply_dead_letters", "Records written to the dead-letter table")
+
+#: Session settings the job wants, beside those of ``build_spark_session``.
+JOB_CONF: dict[str, str] = {
+    # Delta's snapshot state is tiny for these tables; 50 partitions only cost task overhead.
+    "spark.databricks.delta.snapshotPartitions": "8",
+}
+
+
+@dataclass(slots=True)
+class ApplyStats:
+    """Running totals of one job (driver side)."""
+
+    batches: int = 0
+    changes: int = 0
+    dead_letters: int = 0
+    per_table: dict[str, int] = field(default_factory=dict)
+
+
+class BatchApplier:
+    """The ``foreachBatch`` function. Calling it twice with the same batch id applies once."""
+
+    def __init__(self, config: ApplyConfig, schemas: SchemaCache | None = None) -> None:
+        self.config = config
+        self.schemas = schemas or SchemaCache.for_url(
+            config.registry_url, dict(config.registry_options)
+        )
+        self.stats = ApplyStats()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        framed = tf.frame(batch).persist()
+        decoded = None
+        try:
+            decoded = decode_batch(framed, self.config, self.schemas, batch_id)
+            for table in decoded.tables:
+                self._apply_table(batch.sparkSession, table, batch_id)
+            self._write_dead_letters(batch.sparkSession, decoded.dead_letters, batch_id)
+            self.stats.batches += 1
+        finally:
+            for cached in decoded.cached if decoded else []:
+                cached.unpersist()
+            framed.unpersist()
+
+    def _apply_table(self, spark: Any, table: TableBatch, batch_id: int) -> None:
+        path = self.config.table_path(table.schema, table.table)
+        changes = table.changes.persist()
+        try:
+            summary = changes.agg(
+                F.count(F.lit(1)).alias("n"),
+                F.max(F.when(F.col(tf.OP) == "t", F.struct(tf.COMMIT_LSN, tf.SEQ))).alias("trunc"),
+                F.max(F.size(tf.UNCHANGED) > 0).alias("toast"),
+            ).first()
+            count = int(summary["n"]) if summary else 0
+            if count == 0:
+                return
+            truncate = summary["trunc"] if summary else None
+            truncate_at = (int(truncate[0]), int(truncate[1])) if truncate else None
+            keys = table.key_columns
+            exists = _is_delta_table(spark, path)
+            if not keys and exists:
+                keys = table_key_columns(spark, path)
+            if not keys:
+                if exists or truncate_at is None:
+                    raise ApplyError(f"{table.name}: no key columns known for {path}")
+                logger.info("%s: truncate of a table never applied; nothing to do", table.name)
+                return
+            ensure_table(spark, path, table.columns, keys, table.topic)
+            if truncate_at is not None:
+                changes = tf.drop_before(changes, *truncate_at)
+            fold = bool(summary["toast"]) if summary else False
+            latest = tf.last_change_per_key(changes, keys, fold_unchanged=fold)
+            plan = MergePlan(
+                key_columns=tuple(keys),
+                value_columns=tuple(table.columns.fieldNames()),
+                truncate_at=truncate_at,
+                fold_unchanged=fold,
+            )
+            merge_changes(spark, path, latest, plan, self.config.txn_app_id, batch_id)
+        finally:
+            changes.unpersist()
+            table.changes.unpersist()
+        self.stats.changes += count
+        self.stats.per_table[table.name] = self.stats.per_table.get(table.name, 0) + count
+        CHANGES_APPLIED.labels(table.name).inc(count)
+        logger.info(
+            "batch %d: %s: %d changes%s",
+            batch_id,
+            table.name,
+            count,
+            f", truncate at {truncate_at}" if truncate_at else "",
+        )
+
+    def _write_dead_letters(self, spark: Any, frames: list[DataFrame], batch_id: int) -> None:
+        if not frames:
+            return
+        rows = frames[0]
+        for other in frames[1:]:
+            rows = rows.unionByName(other)
+        rows = rows.persist()
+        try:
+            count = rows.count()
+            if count == 0:
+                return
+            # Idempotent append: a replayed batch does not write its dead letters twice.
+            (
+                rows.write.format("delta")
+                .mode("append")
+                .option("txnAppId", self.config.txn_app_id)
+                .option("txnVersion", str(batch_id))
+                .save(self.config.dead_letter_location)
+            )
+            reasons = rows.groupBy("reason").count().collect()
+        finally:
+            rows.unpersist()
+        self.stats.dead_letters += count
+        DEAD_LETTERS.inc(count)
+        logger.warning(
+            "batch %d: %d records dead-lettered to %s: %s",
+            batch_id,
+            count,
+            self.config.dead_letter_location,
+            {r["reason"]: r["count"] for r in reasons},
+        )
+
+
+def _is_delta_table(spark: Any, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = None) -> Any:
+    """Start the streaming query (returns the ``StreamingQuery``; the caller awaits or stops it)."""
+    for key, value in JOB_CONF.items():
+        spark.conf.set(key, value)
+    source = spark.readStream.format("kafka").options(**config.kafka_source_options()).load()
+    writer = (
+        source.writeStream.foreachBatch(applier or BatchApplier(config))
+        .option("checkpointLocation", config.checkpoint_location)
+        .queryName(config.query_name)
+    )
+    if config.available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=config.trigger_interval)
+    return writer.start()
+
+
+def run_apply(
+    config: ApplyConfig, spark: Any = None, session_factory: Callable[[], Any] | None = None
+) -> None:
+    """Run the job until it stops (``available_now``), fails, or is interrupted.
+
+    Without ``spark``, builds a session with :func:`bridge.spark.session.build_spark_session`
+    (master from ``spark-submit`` or ``PGBRIDGE_SPARK_MASTER``, jars from
+    ``PGBRIDGE_SPARK_JARS`` or resolved from Maven).
+    """
+    if spark is None:
+        if session_factory is not None:
+            spark = session_factory()
+        else:
+            from bridge.spark.session import build_spark_session
+
+            spark = build_spark_session(
+                config.query_name, master=os.environ.get("PGBRIDGE_SPARK_MASTER"), conf=JOB_CONF
+            )
+    query = start_apply(spark, config)
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        logger.info("interrupted; stopping the query (the checkpoint keeps the position)")
+        query.stop()
+    except Exception as exc:  # StreamingQueryException wraps the batch's real error
+        raise ApplyError(f"the apply query failed: {exc}") from exc
+
+
+def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
+    """The job's options, for ``spark-submit job.py`` and for ``pgbridge apply``."""
+    env = os.environ.get
+    parser.add_argument(
+        "--topic-prefix", required=True, help="topics are <prefix>.<schema>.<table>"
+    )
+    parser.add_argument("--bootstrap-servers", default=env("PGBRIDGE_BOOTSTRAP_SERVERS"))
+    parser.add_argument("--registry-url", default=env("PGBRIDGE_REGISTRY_URL"))
+    parser.add_argument("--delta-base", required=True, help="tables go to <base>/<schema>/<table>")
+    parser.add_argument("--checkpoint", required=True, help="the streaming checkpoint location")
+    parser.add_argument("--dead-letter", required=True, help="the dead-letter Delta table's path")
+    parser.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        help="schema.table (repeat; default: all under the prefix)",
+    )
+    parser.add_argument("--trigger-interval", default="10 seconds")
+    parser.add_argument(
+        "--available-now", action="store_true", help="apply what is there, then stop"
+    )
+    parser.add_argument("--starting-offsets", default="earliest")
+    parser.add_argument("--max-offsets-per-trigger", type=int)
+    parser.add_argument("--app-id", default="", help="Delta txnAppId (default: from --checkpoint)")
+    parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--registry-option", action="append", default=[], metavar="KEY=VALUE")
+
+
+def _pairs(items: Sequence[str], key: str) -> tuple[tuple[str, str], ...]:
+    from bridge.errors import ConfigError
+
+    pairs = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(key, f"{item!r} is not KEY=VALUE")
+        pairs.append((name, value))
+    return tuple(pairs)
+
+
+def config_from_args(args: argparse.Namespace) -> ApplyConfig:
+    """An :class:`ApplyConfig` from :func:`add_apply_arguments`' options (validated)."""
+    from bridge.errors import ConfigError
+
+    if not args.bootstrap_servers:
+        raise ConfigError(
+            "bootstrap_servers", "give --bootstrap-servers or PGBRIDGE_BOOTSTRAP_SERVERS"
+        )
+    if not args.registry_url:
+        raise ConfigError("registry_url", "give --registry-url or PGBRIDGE_REGISTRY_URL")
+    return ApplyConfig(
+        topic_prefix=args.topic_prefix,
+        bootstrap_servers=args.bootstrap_servers,
+        registry_url=args.registry_url,
+        delta_base=args.delta_base,
+        checkpoint_location=args.checkpoint,
+        dead_letter_location=args.dead_letter,
+        tables=tuple(args.table),
+        trigger_interval=args.trigger_interval,
+        available_now=args.available_now,
+        starting_offsets=args.starting_offsets,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        app_id=args.app_id,
+        kafka_options=_pairs(args.kafka_option, "kafka_options"),
+        registry_options=_pairs(args.registry_option, "registry_options"),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``spark-submit bridge/spark/job.py``."""
+    parser = argparse.ArgumentParser(prog="pgbridge-apply", description=__doc__.split("\n")[0])
+    add_apply_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        run_apply(config_from_args(args))
+    except PgBridgeError as exc:
+        print(f"pgbridge-apply: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

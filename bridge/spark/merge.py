@@ -1,0 +1,187 @@
+"""MERGE of one table's micro-batch into its Delta table, idempotently.
+
+Exactly once rests on two independent guards:
+
+* Delta's idempotent DML: the MERGE runs with ``spark.databricks.delta.write.txnAppId`` /
+  ``txnVersion`` set to (the job's app id, the micro-batch id). Delta records the pair in the
+  table's log in the same commit, and skips a later write whose version is not above the
+  recorded one. A micro-batch replayed after a crash between the Delta commit and the
+  checkpoint is therefore a no-op, per table, even if only some of its tables were committed.
+  Everything a batch does to a table is that one MERGE (truncate included), so one
+  (app id, batch id) pair covers it.
+* Every row stores the (commit_lsn, seq) of the change that wrote it, and a change applies only
+  when it is newer. This also makes resends by an at-least-once producer harmless.
+
+Schema changes (new columns) and table creation are separate commits made *before* the MERGE,
+outside the idempotency window (they would otherwise consume the batch's txnVersion); both are
+idempotent by themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from bridge.spark import transforms as tf
+from bridge.spark.errors import TableApplyError
+
+__all__ = [
+    "KEY_COLUMNS_PROPERTY",
+    "MergePlan",
+    "ensure_table",
+    "idempotent_writes",
+    "merge_changes",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Table property holding the key (replica identity) columns, comma-separated: a batch with only
+#: a truncate has no keyed record to learn them from.
+KEY_COLUMNS_PROPERTY = "pgbridge.keyColumns"
+TOPIC_PROPERTY = "pgbridge.topic"
+
+_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+_META_FIELDS = (
+    T.StructField(tf.COMMIT_LSN, T.LongType()),
+    T.StructField(tf.SEQ, T.LongType()),
+    T.StructField(tf.COMMIT_TS, T.TimestampType()),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MergePlan:
+    """What one MERGE does. ``truncate_at``: the batch's last truncate position, if any."""
+
+    key_columns: tuple[str, ...]
+    value_columns: tuple[str, ...]
+    truncate_at: tuple[int, int] | None = None
+    fold_unchanged: bool = False
+
+
+@contextmanager
+def idempotent_writes(spark: Any, app_id: str, version: int) -> Iterator[None]:
+    """Delta DML inside is skipped if (app_id, version) was already committed to its table."""
+    spark.conf.set(_TXN_APP_ID, app_id)
+    spark.conf.set(_TXN_VERSION, str(version))
+    try:
+        yield
+    finally:
+        # Unset even on failure: left set, it would make the next unrelated write a no-op.
+        spark.conf.unset(_TXN_APP_ID)
+        spark.conf.unset(_TXN_VERSION)
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def table_key_columns(spark: Any, path: str) -> tuple[str, ...]:
+    """The key columns recorded in an existing table's properties (empty if none)."""
+    from delta.tables import DeltaTable
+
+    detail = DeltaTable.forPath(spark, path).detail().select("properties").first()
+    value = (detail["properties"] or {}).get(KEY_COLUMNS_PROPERTY, "") if detail else ""
+    return tuple(c for c in str(value).split(",") if c)
+
+
+def ensure_table(
+    spark: Any, path: str, columns: T.StructType, key_columns: Sequence[str], topic: str
+) -> list[str]:
+    """Create the Delta table at ``path``, or add the columns it lacks; returns the added names.
+
+    Columns are nullable whatever the source says: a column added later is null in old rows, and
+    a delete's row image may carry only the key.
+    """
+    from delta.tables import DeltaTable
+
+    clash = [f.name for f in columns.fields if f.name.startswith("_pgbridge_")]
+    if clash:
+        raise TableApplyError(
+            topic, f"source columns {clash} clash with pgbridge's metadata columns"
+        )
+    wanted = T.StructType([T.StructField(f.name, f.dataType, True) for f in columns.fields])
+    if not DeltaTable.isDeltaTable(spark, path):
+        (
+            DeltaTable.createIfNotExists(spark)
+            .location(path)
+            .addColumns(T.StructType([*wanted.fields, *_META_FIELDS]))
+            .property(KEY_COLUMNS_PROPERTY, ",".join(key_columns))
+            .property(TOPIC_PROPERTY, topic)
+            .execute()
+        )
+        logger.info("created Delta table %s for %s (key %s)", path, topic, list(key_columns))
+        return []
+    existing = {f.name.lower() for f in DeltaTable.forPath(spark, path).toDF().schema.fields}
+    added = [f for f in wanted.fields if f.name.lower() not in existing]
+    if added:
+        # An empty append with mergeSchema: Delta's schema evolution with the exact Spark types
+        # (no DDL strings to render for nested or decimal types).
+        spark.createDataFrame([], T.StructType(added)).write.format("delta").mode("append").option(
+            "mergeSchema", "true"
+        ).save(path)
+        logger.info("%s: added columns %s", path, [f.name for f in added])
+    return [f.name for f in added]
+
+
+def _before(alias: str, position: tuple[int, int]) -> Column:
+    lsn, seq = position
+    return (F.col(f"{alias}.{tf.COMMIT_LSN}") < lsn) | (
+        (F.col(f"{alias}.{tf.COMMIT_LSN}") == lsn) & (F.col(f"{alias}.{tf.SEQ}") < seq)
+    )
+
+
+def merge_changes(
+    spark: Any, path: str, latest: DataFrame, plan: MergePlan, app_id: str, batch_id: int
+) -> None:
+    """MERGE the last change per key (see ``last_change_per_key``) into the table at ``path``.
+
+    c/r/u upsert, d deletes, a truncate deletes the rows written before it, and a column the
+    change marks as unchanged TOAST keeps the target's value.
+    """
+    from delta.tables import DeltaTable
+
+    if not plan.key_columns:
+        raise TableApplyError(path, "no key columns: cannot match changes to rows")
+    target = DeltaTable.forPath(spark, path)
+    on = F.lit(True)
+    for key in plan.key_columns:
+        on = on & F.col(f"t.{_quote(key)}").eqNullSafe(F.col(f"s.{_quote(key)}"))
+    is_delete = F.col(f"s.{tf.OP}") == "d"
+    newer = tf.newer("s", "t")
+    updates: dict[str, str | Column] = {}
+    for name in plan.value_columns:
+        if name in plan.key_columns:
+            continue
+        source = F.col(f"s.{_quote(name)}")
+        if plan.fold_unchanged:
+            source = F.when(
+                F.array_contains(F.col(f"s.{tf.UNCHANGED}"), name), F.col(f"t.{_quote(name)}")
+            ).otherwise(source)
+        updates[_quote(name)] = source
+    for meta in tf.PERSISTED_META:
+        updates[meta] = F.col(f"s.{meta}")
+    inserts: dict[str, str | Column] = {
+        _quote(n): F.col(f"s.{_quote(n)}") for n in plan.value_columns
+    }
+    inserts.update({m: F.col(f"s.{m}") for m in tf.PERSISTED_META})
+
+    builder = (
+        target.alias("t")
+        .merge(latest.alias("s"), on)
+        .whenMatchedDelete(condition=is_delete & newer)
+        .whenMatchedUpdate(condition=~is_delete & newer, set=updates)
+        .whenNotMatchedInsert(condition=~is_delete, values=inserts)
+    )
+    if plan.truncate_at is not None:
+        builder = builder.whenNotMatchedBySourceDelete(condition=_before("t", plan.truncate_at))
+    with idempotent_writes(spark, app_id, batch_id):
+        builder.execute()

@@ -1,0 +1,340 @@
+"""The apply job on the real stack: change topics in Kafka -> Spark -> Delta tables.
+
+Records are produced through the real Apicurio registry (AvroSerializer, Confluent framing) in
+the wire contract's shape, under two schema versions of one table, with deletes + tombstones,
+a key change, a truncate, unchanged-TOAST markers and poison records; the job runs as a real
+Structured Streaming query (or its foreachBatch function directly, to replay a batch).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+import uuid
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.devstack.stack import StackInfo
+from bridge.spark import transforms as tf
+from bridge.spark.config import ApplyConfig
+from bridge.spark.job import BatchApplier, start_apply
+from bridge.spark.merge import KEY_COLUMNS_PROPERTY
+from tests.spark.envelopes import RegistryProducer, TableVersion, create_topics
+
+pytestmark = pytest.mark.integration
+
+DECIMAL: dict[str, Any] = {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}
+CUSTOMER_V1: list[dict[str, Any]] = [
+    {"name": "id", "type": "long"},
+    {"name": "name", "type": ["null", "string"], "default": None},
+    {"name": "amount", "type": ["null", DECIMAL], "default": None},
+    {"name": "born", "type": ["null", {"type": "int", "logicalType": "date"}], "default": None},
+    {
+        "name": "updated_at",
+        "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}],
+        "default": None,
+    },
+    {"name": "doc", "type": ["null", "string"], "default": None},
+]
+CUSTOMER_V2: list[dict[str, Any]] = [
+    *CUSTOMER_V1,
+    {"name": "email", "type": ["null", "string"], "default": None},
+    {
+        "name": "ext_id",
+        "type": ["null", {"type": "string", "logicalType": "uuid"}],
+        "default": None,
+    },
+]
+ORDERS: list[dict[str, Any]] = [
+    {"name": "order_id", "type": "long"},
+    {"name": "note", "type": ["null", "string"], "default": None},
+]
+UPDATED_AT = dt.datetime(2026, 1, 1, 10, 0, 0, 123456, tzinfo=dt.UTC)
+BIG_DOC = "toasted " * 1000
+EXT_ID = "6b1f7a36-9d8e-4a55-8f0a-0c1d2e3f4a5b"
+
+
+class Scenario:
+    """Two phases of changes to public.customers (v1, then v1+v2 mixed) and public.orders."""
+
+    def __init__(self, stack: StackInfo) -> None:
+        self.prefix = f"it{uuid.uuid4().hex[:8]}"
+        self.c1 = TableVersion(self.prefix, "public", "customers", CUSTOMER_V1, ["id"])
+        self.c2 = TableVersion(self.prefix, "public", "customers", CUSTOMER_V2, ["id"])
+        self.orders = TableVersion(self.prefix, "public", "orders", ORDERS, ["order_id"])
+        create_topics(stack.bootstrap_servers, [self.c1.topic, self.orders.topic])
+        self.producer = RegistryProducer(stack.bootstrap_servers, stack.registry_url)
+
+    def customer(self, id_: int, name: str | None = None, **extra: Any) -> dict[str, Any]:
+        row: dict[str, Any] = {"id": id_, "name": name, "amount": None, "born": None}
+        row.update({"updated_at": None, "doc": None, **extra})
+        return row
+
+    def phase1(self) -> None:
+        p, c1, o = self.producer, self.c1, self.orders
+        ann = self.customer(
+            1,
+            "ann",
+            amount=Decimal("12.34"),
+            born=dt.date(1990, 1, 2),
+            updated_at=UPDATED_AT,
+            doc=BIG_DOC,
+        )
+        p.change(c1, c1.envelope("c", 100, 0, after=ann), {"id": 1})
+        p.change(c1, c1.envelope("c", 100, 1, after=self.customer(2, "bob")), {"id": 2})
+        p.change(c1, c1.envelope("c", 100, 2, after=self.customer(3, "cy")), {"id": 3})
+        p.change(o, o.envelope("r", 90, 0, after={"order_id": 1, "note": "one"}), {"order_id": 1})
+        p.change(o, o.envelope("r", 90, 1, after={"order_id": 2, "note": "two"}), {"order_id": 2})
+        p.flush()
+
+    def phase2(self) -> None:
+        p, c1, c2, o = self.producer, self.c1, self.c2, self.orders
+        ann = self.customer(
+            1, "ann2", amount=Decimal("12.34"), born=dt.date(1990, 1, 2), updated_at=UPDATED_AT
+        )
+        p.change(c1, c1.envelope("u", 200, 0, after=ann, unchanged=["doc"]), {"id": 1})
+        p.change(c1, c1.envelope("d", 300, 0, before=self.customer(2)), {"id": 2})
+        p.change(c1, None, {"id": 2})  # tombstone
+        # The key of customer 3 changes to 30: delete + tombstone + create, in one transaction.
+        p.change(c1, c1.envelope("d", 400, 0, before=self.customer(3)), {"id": 3})
+        p.change(c1, None, {"id": 3})
+        p.change(c1, c1.envelope("c", 400, 1, after=self.customer(30, "cy")), {"id": 30})
+        # Schema v2 (email, ext_id) from here on, in the same batch as the v1 records.
+        dee = self.customer(4, "dee", email="d@x", ext_id=EXT_ID)
+        p.change(c2, c2.envelope("c", 500, 0, after=dee), {"id": 4})
+        ann3 = {**ann, "name": "ann3", "email": "a@x", "ext_id": None}
+        p.change(c2, c2.envelope("u", 600, 0, after=ann3, unchanged=["doc"]), {"id": 1})
+        # Orders: truncate (null key), then a new row in a later transaction.
+        p.change(o, o.envelope("t", 700, 0), None)
+        p.change(
+            o, o.envelope("c", 800, 0, after={"order_id": 3, "note": "three"}), {"order_id": 3}
+        )
+        # Poison: bad magic byte, unknown schema id, truncated payload under a real schema id.
+        good = p.serialize(c2, c2.envelope("c", 900, 0, after=self.customer(5, "eve")), False)
+        p.raw(c1.topic, None, b"\x01" + good[1:])
+        p.raw(c1.topic, None, b"\x00" + struct.pack(">I", 987_654_321) + good[5:])
+        p.raw(c1.topic, None, good[:8])
+        p.flush()
+        self.v2_schema_id = struct.unpack(">I", good[1:5])[0]
+
+    def expected_customers(self) -> list[dict[str, Any]]:
+        base = {
+            "amount": None,
+            "born": None,
+            "updated_at": None,
+            "doc": None,
+            "email": None,
+            "ext_id": None,
+        }
+        return [
+            {
+                **base,
+                "id": 1,
+                "name": "ann3",
+                "amount": Decimal("12.34"),
+                "born": dt.date(1990, 1, 2),
+                "updated_at": UPDATED_AT.replace(tzinfo=None),  # session time zone is UTC
+                "doc": BIG_DOC,  # unchanged TOAST: kept from the row applied in phase 1
+                "email": "a@x",
+            },
+            {**base, "id": 4, "name": "dee", "email": "d@x", "ext_id": EXT_ID},
+            {**base, "id": 30, "name": "cy"},
+        ]
+
+    def config(self, tmp: Path, **overrides: Any) -> ApplyConfig:
+        settings: dict[str, Any] = {
+            "topic_prefix": self.prefix,
+            "bootstrap_servers": self.producer.bootstrap,
+            "registry_url": self.producer.registry_url,
+            "delta_base": str(tmp / "delta"),
+            "checkpoint_location": str(tmp / "checkpoint"),
+            "dead_letter_location": str(tmp / "dead"),
+            "available_now": True,
+        }
+        settings.update(overrides)
+        return ApplyConfig(**settings)
+
+
+def _run(spark: Any, config: ApplyConfig, applier: BatchApplier | None = None) -> None:
+    query = start_apply(spark, config, applier)
+    try:
+        finished = query.awaitTermination(300)
+    finally:
+        query.stop()
+    assert finished, "the available-now query did not finish in 300 s"
+    assert query.exception() is None
+
+
+def _rows(spark: Any, path: str, key: str) -> list[dict[str, Any]]:
+    df = spark.read.format("delta").load(path)
+    data = [c for c in df.columns if not c.startswith("_pgbridge_")]
+    return [r.asDict() for r in df.select(*data).orderBy(key).collect()]
+
+
+def _merges(spark: Any, path: str) -> int:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forPath(spark, path).history().where("operation = 'MERGE'").count()
+
+
+@pytest.fixture(scope="module")
+def streamed(
+    local_stack: StackInfo, spark: Any, tmp_path_factory: Any
+) -> Iterator[tuple[Scenario, ApplyConfig]]:
+    """Phase 1 applied by one available-now run, phase 2 by a second run from its checkpoint."""
+    scenario = Scenario(local_stack)
+    config = scenario.config(tmp_path_factory.mktemp("streamed"))
+    scenario.phase1()
+    _run(spark, config)
+    scenario.phase2()
+    _run(spark, config)
+    yield scenario, config
+
+
+def test_apply_job_writes_expected_rows_and_types(
+    streamed: tuple[Scenario, ApplyConfig], spark: Any
+) -> None:
+    scenario, config = streamed
+    path = config.table_path("public", "customers")
+    assert _rows(spark, path, "id") == scenario.expected_customers()
+    types = dict(spark.read.format("delta").load(path).dtypes)
+    assert types == {
+        "id": "bigint",
+        "name": "string",
+        "amount": "decimal(10,2)",
+        "born": "date",
+        "updated_at": "timestamp",
+        "doc": "string",
+        "email": "string",
+        "ext_id": "string",
+        tf.COMMIT_LSN: "bigint",
+        tf.SEQ: "bigint",
+        tf.COMMIT_TS: "timestamp",
+    }
+
+
+def test_apply_job_records_position_of_last_change_per_row(
+    streamed: tuple[Scenario, ApplyConfig], spark: Any
+) -> None:
+    _, config = streamed
+    df = spark.read.format("delta").load(config.table_path("public", "customers"))
+    got = sorted((r["id"], r[tf.COMMIT_LSN], r[tf.SEQ]) for r in df.collect())
+    assert got == [(1, 600, 0), (4, 500, 0), (30, 400, 1)]
+
+
+def test_apply_job_truncate_deletes_only_rows_before_it(
+    streamed: tuple[Scenario, ApplyConfig], spark: Any
+) -> None:
+    _, config = streamed
+    path = config.table_path("public", "orders")
+    assert _rows(spark, path, "order_id") == [{"order_id": 3, "note": "three"}]
+    from delta.tables import DeltaTable
+
+    detail = DeltaTable.forPath(spark, path).detail().first()
+    assert detail is not None
+    properties = detail["properties"]
+    assert properties[KEY_COLUMNS_PROPERTY] == "order_id"
+
+
+def test_apply_job_dead_letters_poison_records_with_reasons(
+    streamed: tuple[Scenario, ApplyConfig], spark: Any
+) -> None:
+    scenario, config = streamed
+    rows = spark.read.format("delta").load(config.dead_letter_location).orderBy("offset").collect()
+    assert [(r["topic"], r["reason"]) for r in rows] == [
+        (scenario.c1.topic, "magic byte is 0x01, not 0"),
+        (scenario.c1.topic, "unknown schema id 987654321"),
+        (scenario.c1.topic, f"payload does not decode with schema id {scenario.v2_schema_id}"),
+    ]
+    assert rows[0]["value"][:1] == b"\x01" and len(rows[2]["value"]) == 8
+    assert [r["partition"] for r in rows] == [0, 0, 0]
+    assert rows[0]["offset"] < rows[1]["offset"] < rows[2]["offset"]
+
+
+def _static_batches(spark: Any, scenario: Scenario, bootstrap: str) -> tuple[Any, Any]:
+    """Phase 1 and phase 2 records as two static batches, as the Kafka source would cut them."""
+    scenario.phase1()
+    topics = f"{scenario.c1.topic},{scenario.orders.topic}"
+    first = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topics)
+        .load()
+    )
+    ends = {
+        r["topic"]: r["n"]
+        for r in first.groupBy("topic")
+        .agg({"offset": "max"})
+        .withColumnRenamed("max(offset)", "n")
+        .collect()
+    }
+    scenario.phase2()
+    everything = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topics)
+        .load()
+    )
+    from pyspark.sql import functions as F
+
+    later = F.lit(False)
+    for topic, end in ends.items():
+        later = later | ((F.col("topic") == topic) & (F.col("offset") > end))
+    return everything.where(~later).localCheckpoint(), everything.where(later).localCheckpoint()
+
+
+def test_batch_applier_replayed_batch_applies_once(
+    local_stack: StackInfo, spark: Any, tmp_path: Path
+) -> None:
+    scenario = Scenario(local_stack)
+    config = scenario.config(tmp_path)
+    first, second = _static_batches(spark, scenario, local_stack.bootstrap_servers)
+    BatchApplier(config)(first, 0)
+    BatchApplier(config)(second, 1)
+    # A crash after the Delta commits but before the checkpoint: the same batch id comes again,
+    # to a fresh applier (a restarted driver).
+    replay = BatchApplier(config)
+    replay(second, 1)
+    customers = config.table_path("public", "customers")
+    assert _rows(spark, customers, "id") == scenario.expected_customers()
+    assert _rows(spark, config.table_path("public", "orders"), "order_id") == [
+        {"order_id": 3, "note": "three"}
+    ]
+    assert _merges(spark, customers) == 2  # batches 0 and 1; the replay committed nothing
+    assert spark.read.format("delta").load(config.dead_letter_location).count() == 3
+    assert replay.stats.dead_letters == 3  # still counted: the replay did see them
+
+
+class _CrashAfterFirstTable(BatchApplier):
+    """Dies in batch 1 after the first table's MERGE committed, before the checkpoint."""
+
+    def _apply_table(self, spark: Any, table: Any, batch_id: int) -> None:
+        super()._apply_table(spark, table, batch_id)
+        if batch_id == 1:
+            raise RuntimeError("simulated crash mid-batch")
+
+
+def test_apply_job_restart_after_crash_mid_batch_applies_once(
+    local_stack: StackInfo, spark: Any, tmp_path: Path
+) -> None:
+    scenario = Scenario(local_stack)
+    config = scenario.config(tmp_path)
+    scenario.phase1()
+    _run(spark, config)
+    scenario.phase2()
+    query = start_apply(spark, config, _CrashAfterFirstTable(config))
+    with pytest.raises(Exception, match="simulated crash mid-batch"):
+        query.awaitTermination(300)
+    query.stop()
+    _run(spark, config)  # restart from the checkpoint: batch 1 again
+    customers = config.table_path("public", "customers")
+    assert _rows(spark, customers, "id") == scenario.expected_customers()
+    assert _rows(spark, config.table_path("public", "orders"), "order_id") == [
+        {"order_id": 3, "note": "three"}
+    ]
+    assert _merges(spark, customers) == 2
+    assert spark.read.format("delta").load(config.dead_letter_location).count() == 3

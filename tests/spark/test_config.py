@@ -1,0 +1,75 @@
+"""ApplyConfig validation and the Kafka options it produces (pure, nothing running)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.errors import ConfigError
+from bridge.spark.config import ApplyConfig
+
+
+def _config(**overrides: object) -> ApplyConfig:
+    settings: dict[str, object] = {
+        "topic_prefix": "pg-1",
+        "bootstrap_servers": "localhost:9092",
+        "registry_url": "http://localhost:8081",
+        "delta_base": "/data/delta",
+        "checkpoint_location": "/data/checkpoint",
+        "dead_letter_location": "/data/dead",
+    }
+    settings.update(overrides)
+    return ApplyConfig(**settings)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"topic_prefix": ""}, "topic_prefix"),
+        ({"topic_prefix": "a b"}, "topic_prefix"),
+        ({"registry_url": "localhost:8081"}, "registry_url"),
+        ({"bootstrap_servers": " "}, "bootstrap_servers"),
+        ({"delta_base": ""}, "delta_base"),
+        ({"dead_letter_location": "/data/delta/"}, "dead_letter_location"),
+        ({"tables": ("public",)}, "tables"),
+        ({"tables": ("a.b.c",)}, "tables"),
+        ({"trigger_interval": "soon"}, "trigger_interval"),
+        ({"starting_offsets": "beginning"}, "starting_offsets"),
+        ({"max_offsets_per_trigger": 0}, "max_offsets_per_trigger"),
+        ({"kafka_options": (("kafka.security.protocol", "SSL"),)}, "kafka_options"),
+    ],
+)
+def test_apply_config_rejects_invalid_setting(overrides: dict[str, object], key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _config(**overrides)
+    assert info.value.key == key
+
+
+def test_apply_config_subscribes_by_pattern_without_table_list() -> None:
+    options = _config().kafka_source_options()
+    assert options["subscribePattern"] == r"pg\-1\.[^.]+\.[^.]+"
+    assert "subscribe" not in options
+    assert options["startingOffsets"] == "earliest"
+    assert options["failOnDataLoss"] == "true"
+
+
+def test_apply_config_subscribes_to_explicit_tables() -> None:
+    options = _config(
+        tables=("public.a", "s.b"), max_offsets_per_trigger=10, kafka_options=(("x.y", "1"),)
+    ).kafka_source_options()
+    assert options["subscribe"] == "pg-1.public.a,pg-1.s.b"
+    assert options["maxOffsetsPerTrigger"] == "10"
+    assert options["kafka.x.y"] == "1"
+
+
+def test_apply_config_txn_app_id_follows_checkpoint() -> None:
+    assert _config().txn_app_id == _config(checkpoint_location="/data/checkpoint/").txn_app_id
+    assert _config().txn_app_id != _config(checkpoint_location="/other").txn_app_id
+    assert _config(app_id="mine").txn_app_id == "mine"
+
+
+def test_apply_config_paths_and_topic_split() -> None:
+    config = _config(delta_base="s3a://b/delta/")
+    assert config.table_path("public", "t") == "s3a://b/delta/public/t"
+    assert config.split_topic("pg-1.public.t") == ("public", "t")
+    assert config.split_topic("pg-1.transaction") is None
+    assert config.split_topic("other.public.t") is None
