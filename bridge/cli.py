@@ -7,9 +7,13 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from bridge import __version__
-from bridge.errors import PgBridgeError
+from bridge.errors import ConfigError, PgBridgeError
+
+if TYPE_CHECKING:
+    from bridge.config import BridgeConfig
 
 logger = logging.getLogger(__name__)
 
@@ -35,11 +39,55 @@ def _dev(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_config(args: argparse.Namespace) -> BridgeConfig:
+    import os
+    from pathlib import Path
+
+    from bridge.config import load_config
+
+    overrides: dict[str, str] = {}
+    for item in args.set or ():
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(item, "--set takes key=value")
+        overrides[key.strip()] = value
+    return load_config(Path(args.config) if args.config else None, os.environ, overrides)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from bridge.logs import configure_logging
+    from bridge.runner import run
+
+    config = _load_config(args)
+    configure_logging(config.logging.format, "DEBUG" if args.verbose else config.logging.level)
+    if args.print_config:
+        print(config.describe())
+        return 0
+    return run(config)
+
+
+def _add_config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-c", "--config", help="TOML file (see pgbridge.example.toml)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override one setting (repeatable); wins over the file and PGBRIDGE_* variables",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgbridge", description=__doc__)
     parser.add_argument("--version", action="version", version=f"pgbridge {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="stream changes from PostgreSQL to Kafka")
+    _add_config_options(run)
+    run.add_argument(
+        "--print-config", action="store_true", help="print the effective settings and exit"
+    )
+    run.set_defaults(handler=_run)
 
     dev = commands.add_parser("dev", help="the local stack of real services (no Docker needed)")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)

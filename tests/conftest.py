@@ -9,13 +9,18 @@ Outside CI the stack is left running afterwards; ``pgbridge dev down`` stops it.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bridge.devstack.stack import LocalStack, StackInfo
+# confluent-kafka 2.15 imports authlib's deprecated httpx integration at import time, before
+# pytest's own filters apply; nothing for us to act on.
+warnings.filterwarnings("ignore", message="The httpx module is deprecated")
+
+from bridge.devstack.stack import LocalStack, StackInfo  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,259 @@
+"""The one place that wires source -> change events -> Avro + registry -> Kafka -> acknowledgements.
+
+At-least-once, never lose a change: every transaction is registered with the
+:class:`~bridge.ack.AckTracker` at Begin (so a five-million-row transaction streams through
+without being held in memory), each record it produces is counted as sent and, in its delivery
+callback, as delivered, and the transaction is completed at Commit with its end LSN. The
+position confirmed to PostgreSQL is the tracker's flush LSN, which never passes a transaction
+with an undelivered record. A failure anywhere stops the loop with a typed error and nothing
+past the last fully delivered transaction is confirmed; a restart resends from there.
+
+Delivery callbacks run inside ``publisher.poll()``/``flush()`` on this thread (see
+:mod:`bridge.sink.publisher`), so the loop is single-threaded apart from librdkafka's own I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from bridge.ack import AckTracker, TransactionToken
+from bridge.events import ChangeEvent, EventBuilder, LogicalMessageEvent, Output, TransactionEnd
+from bridge.pgoutput.lsn import Lsn, pg_timestamp_to_unix_micros
+from bridge.pgoutput.messages import Begin, LogicalMessage
+from bridge.schema import RelationSchemas, static_schema
+from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
+from bridge.sink.serializer import EnvelopeSerializer, message_value_schema
+from bridge.source.api import ChangeSource
+
+logger = logging.getLogger(__name__)
+
+#: Serve delivery callbacks at least every this many source messages (they also run whenever
+#: the producer's queue is full and whenever the source is idle).
+_POLL_EVERY = 256
+
+
+class Publisher(Protocol):
+    """What the pipeline needs from :class:`bridge.sink.publisher.KafkaPublisher`."""
+
+    def publish(
+        self, topic: str, key: bytes | None, value: bytes | None, on_delivered: Callable[[], None]
+    ) -> None: ...
+
+    def poll(self, timeout: float = 0.0) -> int: ...
+
+    def flush(self, timeout: float) -> int: ...
+
+    def close(self, timeout: float = 30.0) -> int: ...
+
+
+class PipelineObserver(Protocol):
+    """Hooks for metrics; every method must be cheap (called on the hot path)."""
+
+    def on_event(self, table: str, op: str, nbytes: int) -> None: ...
+
+    def on_transaction(self, commit_ts_unix_us: int, end_lsn: Lsn) -> None: ...
+
+    def on_acknowledged(self, flush_lsn: Lsn, in_flight: int) -> None: ...
+
+
+class _NoObserver:
+    def on_event(self, table: str, op: str, nbytes: int) -> None:
+        pass
+
+    def on_transaction(self, commit_ts_unix_us: int, end_lsn: Lsn) -> None:
+        pass
+
+    def on_acknowledged(self, flush_lsn: Lsn, in_flight: int) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineOptions:
+    messages_topic: str
+    tombstones_on_delete: bool = True
+    truncate_events: bool = True
+    #: (schema, table) -> captured? Tables outside it produce nothing (but their transactions
+    #: are still acknowledged, so the slot moves past them).
+    table_filter: Callable[[str, str], bool] | None = None
+    shutdown_flush_timeout: float = 30.0
+
+
+class Pipeline:
+    def __init__(
+        self,
+        source: ChangeSource,
+        builder: EventBuilder,
+        registrar: SchemaRegistrar,
+        serializer: EnvelopeSerializer,
+        publisher: Publisher,
+        options: PipelineOptions,
+        observer: PipelineObserver | None = None,
+    ) -> None:
+        self.source = source
+        self.builder = builder
+        self.registrar = registrar
+        self.serializer = serializer
+        self.publisher = publisher
+        self.options = options
+        self.observer: PipelineObserver = observer or _NoObserver()
+        self.tracker = AckTracker(source.start_lsn)
+        # id(RelationSchemas) -> (that object, its ids). Holding the object keeps its id from
+        # being reused by a later table version while the entry exists.
+        self._ids: dict[int, tuple[RelationSchemas, RegisteredSchemas]] = {}
+        self._message_ids: tuple[int, int] | None = None
+        self._token: TransactionToken | None = None
+        self.events_published = 0
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Stream until ``stop`` is set (then drain and confirm what was delivered) or an error."""
+        stop = stop or threading.Event()
+        since_poll = 0
+        try:
+            for message in self.source.messages():
+                if message is None:
+                    self.publisher.poll(0)
+                    since_poll = 0
+                else:
+                    self._on_message(message)
+                    since_poll += 1
+                    if since_poll >= _POLL_EVERY:
+                        self.publisher.poll(0)
+                        since_poll = 0
+                self._acknowledge()
+                if stop.is_set():
+                    break
+        finally:
+            self._shutdown()
+
+    def _on_message(self, message: LogicalMessage) -> None:
+        if type(message) is Begin:
+            # Registered before its records are produced; the end LSN comes with the Commit.
+            self._token = self.tracker.begin_transaction(message.final_lsn)
+        for output in self.builder.feed(message):
+            self._on_output(output)
+
+    def _on_output(self, output: Output) -> None:
+        if type(output) is ChangeEvent:
+            self._publish_change(output)
+        elif type(output) is TransactionEnd:
+            token = self._require_token()
+            self.tracker.transaction_complete(token, output.end_lsn)
+            self._token = None
+            self.observer.on_transaction(
+                pg_timestamp_to_unix_micros(output.tx.commit_ts), output.end_lsn
+            )
+        elif type(output) is LogicalMessageEvent:
+            self._publish_message(output)
+
+    def _acknowledge(self) -> None:
+        flush = self.tracker.flush_lsn
+        self.source.acknowledge(flush)
+        self.observer.on_acknowledged(flush, self.tracker.in_flight)
+
+    # -- records --------------------------------------------------------------------------------
+
+    def _publish_change(self, event: ChangeEvent) -> None:
+        table = event.table
+        if event.op == "t" and not self.options.truncate_events:
+            return
+        schema, _, name = table.table.partition(".")
+        if self.options.table_filter is not None and not self.options.table_filter(schema, name):
+            return
+        ids = self._registered(table)
+        key = self.serializer.key(event, ids)
+        value = self.serializer.value(event, ids)
+        self._send(table.topic, key, value)
+        self.observer.on_event(table.table, event.op, len(value))
+        if event.op == "d" and self.options.tombstones_on_delete and key is not None:
+            self._send(table.topic, key, None)  # lets a compacted topic forget the key
+
+    def _publish_message(self, event: LogicalMessageEvent) -> None:
+        key_id, value_id = self._message_schema_ids()
+        key, value = self.serializer.message(event, key_id, value_id)
+        if event.tx is None:
+            # Outside any transaction: its own unit of acknowledgement at the message's LSN.
+            token = self.tracker.begin_transaction(event.message.lsn)
+            self._send(self.options.messages_topic, key, value, token)
+            self.tracker.transaction_complete(token)
+        else:
+            self._send(self.options.messages_topic, key, value)
+        self.observer.on_event("<messages>", "m", len(value))
+
+    def _send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        token: TransactionToken | None = None,
+    ) -> None:
+        token = token or self._require_token()
+        tracker = self.tracker
+        # Count it as sent first: publish() may serve callbacks (queue full) before it returns.
+        tracker.record_sent(token)
+        self.publisher.publish(topic, key, value, lambda: tracker.record_delivered(token))
+        self.events_published += 1
+
+    def _registered(self, table: RelationSchemas) -> RegisteredSchemas:
+        cached = self._ids.get(id(table))
+        if cached is not None:
+            return cached[1]
+        # A new table version: register (an incompatible change raises here, before any
+        # record of it is produced, so nothing after it can be acknowledged).
+        ids = self.registrar.register_relation(table)
+        if ids.key_id is not None and table.key_schema is not None:
+            self.serializer.register_parsed(ids.key_id, table.key_schema)
+        self.serializer.register_parsed(ids.value_id, table.value_schema)
+        self._ids[id(table)] = (table, ids)
+        return ids
+
+    def _message_schema_ids(self) -> tuple[int, int]:
+        if self._message_ids is None:
+            topic = self.options.messages_topic
+            key_schema: dict[str, Any] = static_schema("message_key")
+            value_schema = message_value_schema()
+            key_id = self.registrar.register(f"{topic}-key", key_schema, table="<messages>")
+            value_id = self.registrar.register(f"{topic}-value", value_schema, table="<messages>")
+            self.serializer.register_parsed(key_id, key_schema)
+            self.serializer.register_parsed(value_id, value_schema)
+            self._message_ids = (key_id, value_id)
+        return self._message_ids
+
+    def _require_token(self) -> TransactionToken:
+        if self._token is None:
+            raise RuntimeError("a record was produced outside a registered transaction")
+        return self._token
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        """Deliver what was handed to Kafka, confirm what is complete, disconnect.
+
+        Runs on a clean stop and after an error alike: confirming the delivered prefix is
+        always safe, and it spares a restart from resending it.
+        """
+        started = time.monotonic()
+        try:
+            remaining = self.publisher.flush(self.options.shutdown_flush_timeout)
+            if remaining:
+                logger.warning(
+                    "%d record(s) not delivered at shutdown; they will be resent", remaining
+                )
+        except Exception:
+            logger.exception("flushing the producer at shutdown failed")
+        finally:
+            flush = self.tracker.flush_lsn
+            self.source.acknowledge(flush)
+            self.source.close()
+            logger.info(
+                "stopped: confirmed %s, %d record(s) published, %.1f s to drain",
+                flush,
+                self.events_published,
+                time.monotonic() - started,
+            )

@@ -1,0 +1,126 @@
+"""``pgbridge run``: build the pipeline from a validated configuration and run it until stopped.
+
+The library (source, events, sink, pipeline) knows nothing of processes; this module owns what
+a process needs: signal handling for a graceful stop, the metrics endpoint, the final log line.
+SIGTERM and SIGINT stop the loop at the next message boundary; the pipeline then flushes the
+producer, confirms what Kafka acknowledged and exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from bridge.config import BridgeConfig
+from bridge.events import EventBuilder
+from bridge.pipeline import Pipeline, PipelineObserver, PipelineOptions
+from bridge.sink.publisher import KafkaPublisher
+from bridge.sink.registry import SchemaRegistrar
+from bridge.sink.serializer import EnvelopeSerializer, SourceSettings
+from bridge.source.config import PublicationConfig, PublicationMode, SourceConfig
+from bridge.source.replication import LogicalReplicationSource
+from bridge.types import TypeMapper, TypeOptions
+
+logger = logging.getLogger(__name__)
+
+_PUBLICATION_MODES = {
+    "all_tables": PublicationMode.ALL_TABLES,
+    "filtered": PublicationMode.FILTERED,
+    "disabled": PublicationMode.USER,
+}
+
+
+def source_config(config: BridgeConfig) -> SourceConfig:
+    """The replication source's settings from the bridge's configuration."""
+    rep = config.replication
+    mode = _PUBLICATION_MODES[rep.publication_autocreate_mode]
+    filtered = mode is PublicationMode.FILTERED
+    publication = PublicationConfig(
+        name=rep.publication_name,
+        mode=mode,
+        # In filtered mode the include lists name schemas and tables literally.
+        include_schemas=config.filters.schema_include if filtered else (),
+        include_tables=config.filters.table_include if filtered else (),
+        exclude_tables=config.filters.table_exclude if filtered else (),
+        create=mode is not PublicationMode.USER,
+    )
+    return SourceConfig(
+        dsn=config.database.conninfo(),
+        slot_name=rep.slot_name,
+        publication=publication,
+        binary=rep.pgoutput_binary,
+        status_interval=rep.status_update_interval_ms / 1000,
+        spill_threshold=rep.spill_threshold_bytes,
+        spill_dir=rep.spill_dir,
+        heartbeat_query=rep.heartbeat_action_query,
+        heartbeat_interval=(rep.heartbeat_interval_ms or 60_000) / 1000,
+    )
+
+
+def build_pipeline(
+    config: BridgeConfig,
+    observer: PipelineObserver | None = None,
+    source: LogicalReplicationSource | None = None,
+) -> Pipeline:
+    """Everything wired, the source opened (slot and publication checked or created)."""
+    source = source or LogicalReplicationSource(source_config(config))
+    source.open()
+    mapper = TypeMapper(TypeOptions(decimal_handling=config.events.decimal_handling_mode))  # type: ignore[arg-type]
+    registrar = SchemaRegistrar(
+        SchemaRegistryClient(config.registry.client_config()),
+        compatibility=config.registry.compatibility_level or "BACKWARD",
+    )
+    dbname = _database_name(source)
+    serializer = EnvelopeSerializer(
+        SourceSettings(
+            topic_prefix=config.topic_prefix,
+            database=dbname,
+            provide_transaction_metadata=config.events.provide_transaction_metadata,
+        )
+    )
+    return Pipeline(
+        source=source,
+        builder=EventBuilder(config.topic_prefix, mapper),
+        registrar=registrar,
+        serializer=serializer,
+        publisher=KafkaPublisher(config.kafka, config.topic_creation),
+        options=PipelineOptions(
+            messages_topic=config.events.messages_topic,
+            tombstones_on_delete=config.events.tombstones_on_delete,
+            truncate_events=config.events.truncate_events,
+            table_filter=config.filters.includes,
+        ),
+        observer=observer,
+    )
+
+
+def _database_name(source: LogicalReplicationSource) -> str:
+    from psycopg.conninfo import conninfo_to_dict
+
+    return str(conninfo_to_dict(source.config.dsn).get("dbname") or "postgres")
+
+
+def run(config: BridgeConfig, stop: threading.Event | None = None) -> int:
+    """Run until SIGTERM/SIGINT (or ``stop``); 0 after a clean stop."""
+    stop = stop or threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        logger.info("%s received: draining and stopping", signal.Signals(signum).name)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+    pipeline = build_pipeline(config)
+    logger.info(
+        "streaming slot %s from %s to topics %s.*",
+        config.replication.slot_name,
+        pipeline.source.start_lsn,
+        config.topic_prefix,
+    )
+    pipeline.run(stop)
+    return 0

@@ -1,0 +1,229 @@
+"""Test harness for the bridge on the real stack: a scratch database, a running pipeline, and an
+independent consumer that rebuilds tables from the topics.
+
+The consumer uses only plain confluent-kafka and the registry's Avro deserializer, the way a
+user's consumer would, never pgbridge's own code.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from bridge.config import BridgeConfig, load_config
+from bridge.devstack.stack import StackInfo
+from bridge.pgoutput.lsn import Lsn
+from bridge.pipeline import Pipeline
+from bridge.runner import build_pipeline
+
+
+@contextmanager
+def scratch_database(stack: StackInfo) -> Iterator[str]:
+    """A new database; its slots are dropped and it is removed afterwards."""
+    name = f"e2e_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(stack.postgres_dsn(), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield stack.postgres_dsn(name)
+    finally:
+        with psycopg.connect(stack.postgres_dsn(), autocommit=True) as admin:
+            for (slot,) in admin.execute(
+                "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,)
+            ).fetchall():
+                admin.execute(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                    "WHERE slot_name = %s AND active_pid IS NOT NULL",
+                    (slot,),
+                )
+                for _ in range(50):
+                    try:
+                        admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                        break
+                    except psycopg.errors.ObjectInUse:
+                        time.sleep(0.1)
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def bridge_settings(stack: StackInfo, dsn: str, prefix: str, **extra: str) -> dict[str, str]:
+    return {
+        "database.dsn": dsn,
+        "topic.prefix": prefix,
+        "slot.name": prefix.replace("-", "_"),
+        "publication.name": f"{prefix.replace('-', '_')}_pub",
+        "kafka.bootstrap.servers": stack.bootstrap_servers,
+        "schema.registry.url": stack.registry_url,
+        "status.update.interval.ms": "500",
+        **extra,
+    }
+
+
+def bridge_config(stack: StackInfo, dsn: str, prefix: str, **extra: str) -> BridgeConfig:
+    return load_config(None, {}, bridge_settings(stack, dsn, prefix, **extra))
+
+
+class RunningBridge:
+    """``pgbridge run``'s pipeline on a thread."""
+
+    def __init__(self, config: BridgeConfig) -> None:
+        self.pipeline: Pipeline = build_pipeline(config)
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="bridge", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.pipeline.run(self._stop)
+        except BaseException as exc:  # surfaced by wait_confirmed/stop
+            self.error = exc
+
+    def wait_confirmed(self, lsn: Lsn, timeout: float = 120.0) -> None:
+        """Until the tracker's flush position reaches ``lsn`` (everything before is in Kafka)."""
+        deadline = time.monotonic() + timeout
+        while self.pipeline.tracker.flush_lsn < lsn:
+            if self.error is not None:
+                raise self.error
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"flush at {self.pipeline.tracker.flush_lsn}, waited for {lsn}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        if self.error is not None:
+            raise self.error
+
+
+def mark(dsn: str) -> Lsn:
+    """Commit a marker transaction and return an LSN inside it.
+
+    Once the bridge confirms past that LSN, every transaction committed before the marker is in
+    Kafka. (The WAL end is no target: aborted transactions and other databases write WAL that
+    no transaction of ours ends at.)
+    """
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        row = conn.execute(
+            "SELECT pg_logical_emit_message(true, 'pgbridge-test', 'mark')::text"
+        ).fetchone()
+    assert row is not None
+    return Lsn.parse(row[0])
+
+
+def topics_with_prefix(bootstrap: str, prefix: str) -> list[str]:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    return sorted(t for t in md.topics if t.startswith(prefix + "."))
+
+
+def read_topic(bootstrap: str, registry_url: str, topic: str) -> list[tuple[Any, Any]]:
+    """Every (key, value) of a topic, Avro-decoded through the registry; None for tombstones."""
+    registry = SchemaRegistryClient({"url": registry_url})
+    deserializer = AvroDeserializer(registry)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+        }
+    )
+    md = consumer.list_topics(topic, timeout=10).topics[topic]
+    records: list[tuple[Any, Any]] = []
+    try:
+        for partition in md.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, partition, low)])
+            seen = 0
+            while seen < high - low:
+                msg = consumer.poll(5.0)
+                if msg is None:
+                    raise TimeoutError(f"{topic}[{partition}]: read {seen} of {high - low}")
+                if msg.error():
+                    raise RuntimeError(str(msg.error()))
+                seen += 1
+                key_ctx = SerializationContext(topic, MessageField.KEY)
+                value_ctx = SerializationContext(topic, MessageField.VALUE)
+                key = deserializer(msg.key(), key_ctx) if msg.key() is not None else None
+                value = deserializer(msg.value(), value_ctx) if msg.value() is not None else None
+                records.append((key, value))
+    finally:
+        consumer.close()
+    return records
+
+
+def rebuild_tables(
+    bootstrap: str, registry_url: str, prefix: str
+) -> dict[str, dict[tuple[Any, ...], dict[str, Any]]]:
+    """Apply every change event in (commit LSN, seq) order: ``{schema.table: {key: row}}``.
+
+    Duplicates (after a restart) are harmless: events are applied by position, and a position
+    seen twice is applied once.
+    """
+    events: list[tuple[int, int, str, dict[str, Any] | None, dict[str, Any]]] = []
+    for topic in topics_with_prefix(bootstrap, prefix):
+        if topic == f"{prefix}.messages":
+            continue
+        for key, value in read_topic(bootstrap, registry_url, topic):
+            if value is None:
+                continue  # tombstone
+            src = value["source"]
+            events.append(
+                (src["commit_lsn"], src["seq"], f"{src['schema']}.{src['table']}", key, value)
+            )
+    events.sort(key=lambda e: (e[0], e[1]))
+    tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {}
+    seen: set[tuple[int, int, str]] = set()
+    for commit_lsn, seq, table, key, value in events:
+        if (commit_lsn, seq, table) in seen:
+            continue
+        seen.add((commit_lsn, seq, table))
+        rows = tables.setdefault(table, {})
+        op = value["op"]
+        if op == "t":
+            rows.clear()
+        elif op in ("c", "u", "r"):
+            assert key is not None
+            after = dict(value["after"])
+            previous = rows.get(tuple(key.values()), {})
+            for column in value.get("unchanged_toast_columns", ()):
+                after[column] = previous.get(column)  # not sent because it did not change
+            rows[tuple(key.values())] = after
+        elif op == "d":
+            assert key is not None
+            rows.pop(tuple(key.values()), None)
+    return tables
+
+
+def normalize(value: Any) -> Any:
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC)
+    if isinstance(value, Decimal):
+        return value.normalize()
+    return value
+
+
+def source_rows(
+    dsn: str, table: str, key: tuple[str, ...]
+) -> dict[tuple[Any, ...], dict[str, Any]]:
+    with psycopg.connect(dsn) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+        rows = cur.execute(f"SELECT * FROM {table}").fetchall()
+    return {tuple(r[k] for k in key): {k: normalize(v) for k, v in r.items()} for r in rows}
+
+
+def normalized(
+    rows: dict[tuple[Any, ...], dict[str, Any]],
+) -> dict[tuple[Any, ...], dict[str, Any]]:
+    return {k: {c: normalize(v) for c, v in r.items()} for k, r in rows.items()}
