@@ -87,11 +87,14 @@ class TableHints:
     - ``table_comment``: the ``Value`` record's ``doc``.
     - ``key_columns``: overrides the replica identity as the message key (e.g. the primary key of
       a REPLICA IDENTITY FULL table, like Debezium's ``message.key.columns``).
+    - ``array_dimensions``: column name -> dimensions of an array column (``attndims``) when
+      more than one; the Avro schema then nests arrays.
     """
 
     comments: Mapping[str, str] = field(default_factory=dict)
     table_comment: str | None = None
     key_columns: tuple[str, ...] | None = None
+    array_dimensions: Mapping[str, int] = field(default_factory=dict)
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -224,7 +227,11 @@ def relation_schemas(
     by_column: dict[str, tuple[str, ColumnType]] = {}
     for column in relation.columns:
         column_type = mapper.column_type(
-            column.type_oid, column.type_modifier, table=table, column=column.name
+            column.type_oid,
+            column.type_modifier,
+            dimensions=max(1, hints.array_dimensions.get(column.name, 1)),
+            table=table,
+            column=column.name,
         )
         name = avro_name(column.name)
         if name in names:

@@ -261,6 +261,15 @@ def test_column_comments_become_doc_and_renamed_columns_keep_their_name() -> Non
     )
 
 
+def test_array_dimensions_hint_nests_the_field() -> None:
+    rel = relation(col("id", 23, key=True), col("grid", 1007))
+    hints = TableHints(array_dimensions={"grid": 2})
+    schemas = relation_schemas(rel, TypeMapper(), topic_prefix="pg", hints=hints)
+    grid = schemas.value_schema["fields"][0]["type"][1]["fields"][1]["type"][1]
+    assert grid == {"type": "array", "items": {"type": "array", "items": ["null", "int"]}}
+    assert schemas.encoder.encode(tuple_data(b"1", b"{{1,2},{3,4}}"))[0]["grid"] == [[1, 2], [3, 4]]
+
+
 def test_colliding_column_names_are_a_schema_error() -> None:
     rel = relation(col("a b", 23, key=True), col("a_b", 23))
     with pytest.raises(SchemaError, match="a_b"):

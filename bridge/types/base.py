@@ -118,13 +118,15 @@ class ColumnType:
 
 @dataclass(frozen=True, slots=True)
 class TypeRequest:
-    """What a factory is asked to map: one column type with its modifier, under some options."""
+    """What a factory is asked to map: one column type with its modifier (and, for arrays, its
+    declared dimensions), under some options."""
 
     oid: int
     typmod: int
     name: str
     options: TypeOptions
     mapper: TypeMapper
+    dimensions: int = 1  # for array types: how deep the Avro arrays nest
 
 
 Factory = Callable[[TypeRequest], ColumnType]

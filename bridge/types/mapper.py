@@ -87,7 +87,7 @@ class TypeMapper:
         self.options = options or TypeOptions()
         self.registry = registry or default_registry()
         self._types: dict[int, Type] = {}
-        self._cache: dict[tuple[int, int], ColumnType] = {}
+        self._cache: dict[tuple[int, int, int], ColumnType] = {}
         self._warned: set[int] = set()
 
     def observe(self, message: Type) -> None:
@@ -113,10 +113,17 @@ class TypeMapper:
         return None
 
     def column_type(
-        self, oid: int, typmod: int = -1, *, table: str = "?", column: str = "?"
+        self,
+        oid: int,
+        typmod: int = -1,
+        *,
+        dimensions: int = 1,
+        table: str = "?",
+        column: str = "?",
     ) -> ColumnType:
-        """The mapping of one column type; ``table`` and ``column`` only name it in errors."""
-        key = (oid, typmod)
+        """The mapping of one column type; ``dimensions`` applies to array types only;
+        ``table`` and ``column`` only name the place in errors."""
+        key = (oid, typmod, dimensions)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
@@ -124,7 +131,8 @@ class TypeMapper:
         if factory is None:
             result = self._unknown(oid, name, table, column)
         else:
-            result = factory(TypeRequest(oid, typmod, name or str(oid), self.options, self))
+            request = TypeRequest(oid, typmod, name or str(oid), self.options, self, dimensions)
+            result = factory(request)
         self._cache[key] = result
         return result
 

@@ -21,7 +21,7 @@ import pytest
 from bridge.devstack.stack import StackInfo
 from bridge.pgoutput.decoder import Decoder
 from bridge.pgoutput.messages import Insert, Relation, Type, Update
-from bridge.schema import UNCHANGED_TOAST_FIELD, RelationSchemas, relation_schemas
+from bridge.schema import UNCHANGED_TOAST_FIELD, RelationSchemas, TableHints, relation_schemas
 from bridge.types import DEBEZIUM_UNAVAILABLE, ConversionError, TypeMapper, TypeOptions
 from bridge.types.temporal import INT32_MAX, INT64_MIN, US_PER_AVG_MONTH, days_from_civil
 
@@ -84,6 +84,7 @@ COLUMNS = [
     Col("ai", "integer[]", "'{1,NULL,3}'", "'{}'", [1, None, 3]),
     Col("at", "text[]", "ARRAY['a b', NULL, 'ü']", "'{}'", ["a b", None, "ü"]),
     Col("an", "numeric(6,2)[]", "'{1.5}'", "'{NULL}'", [Decimal("1.50")]),
+    Col("grid", "integer[][]", "'{{1,2},{3,NULL}}'", "'{}'", [[1, 2], [3, None]]),
     Col("e", "mood", "'happy'", "'sad'", "happy"),
     Col("ea", "mood[]", "'{sad,happy}'", "'{}'", ["sad", "happy"], False),
     Col("dm", "posint", "5", "2147483647", 5),
@@ -100,6 +101,7 @@ class Zoo:
     slot: str
     publication: str
     enum_labels: dict[str, tuple[str, ...]]
+    array_dimensions: dict[str, int]
 
 
 @pytest.fixture
@@ -137,7 +139,12 @@ def zoo(local_stack: StackInfo) -> Iterator[Zoo]:
         )
         conn.execute("UPDATE toasty SET n = 1 WHERE id = 1")
         (labels,) = conn.execute("SELECT enum_range(NULL::mood)::text[]").fetchone()  # type: ignore[misc]
-        yield Zoo(conn, schema, slot, pub, {f"{schema}.mood": tuple(labels)})
+        # What a caller with catalog access passes along: declared array dimensions.
+        dims = conn.execute(
+            "SELECT attname::text, attndims FROM pg_attribute"
+            " WHERE attrelid = 'zoo'::regclass AND attndims > 1"
+        ).fetchall()
+        yield Zoo(conn, schema, slot, pub, {f"{schema}.mood": tuple(labels)}, dict(dims))
     finally:
         conn.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
@@ -174,7 +181,10 @@ def stream(zoo: Zoo, table: str, *, binary: bool) -> list[Change]:
         if isinstance(message, Type):
             mapper.observe(message)
         elif isinstance(message, Relation):
-            relations[message.relation_oid] = relation_schemas(message, mapper, topic_prefix="zoo")
+            hints = TableHints(array_dimensions=zoo.array_dimensions)
+            relations[message.relation_oid] = relation_schemas(
+                message, mapper, topic_prefix="zoo", hints=hints
+            )
         elif isinstance(message, (Insert, Update)):
             schemas = relations[message.relation_oid]
             if schemas.relation.relation_name != table:
@@ -272,7 +282,7 @@ def test_type_zoo_extremes(zoo: Zoo, binary: bool) -> None:
     assert edge["ttz"] == "12:00:00Z"
     assert (edge["t"], edge["c"], edge["by"], edge["vb"]) == ("", "    ", b"", b"")
     assert (edge["r"], edge["tr"], edge["mr"]) == ("empty", "(,)", "{}")
-    assert (edge["ai"], edge["an"], edge["ea"]) == ([], [None], [])
+    assert (edge["ai"], edge["an"], edge["ea"], edge["grid"]) == ([], [None], [], [])
 
 
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])

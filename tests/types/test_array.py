@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from datetime import date
 from decimal import Decimal
 
@@ -62,11 +63,43 @@ def test_array_of_points_roundtrips() -> None:
     assert roundtrip(vector.column_type().avro, binary) == binary
 
 
-def test_array_multidimensional_names_the_type() -> None:
+def test_array_multidimensional_value_in_one_dimensional_column_names_the_type() -> None:
     vector = find("integer[]", "'{{1,2},{3,4}}'")
     with pytest.raises(ConversionError) as info:
         vector.column_type().from_text(vector.text)
     assert info.value.type_name == "integer[]"
+
+
+def test_array_declared_two_dimensions_nests_avro_arrays() -> None:
+    ct = TypeMapper().column_type(1009, dimensions=2)  # text[][]
+    assert ct.pg_name == "text[][]"
+    assert ct.avro == {"type": "array", "items": {"type": "array", "items": ["null", "string"]}}
+    value = ct.from_text(b'{{a,NULL},{"b c",d}}')
+    assert value == [["a", None], ["b c", "d"]]
+    assert roundtrip(ct.avro, value) == value
+    assert (
+        ct.from_text(b"{}")
+        == ct.from_binary(b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x19")
+        == []
+    )
+
+
+def test_array_declared_two_dimensions_refuses_one_dimensional_value() -> None:
+    ct = TypeMapper().column_type(1007, dimensions=2)
+    vector = find("integer[]", "'{1,NULL,-3}'")
+    with pytest.raises(ConversionError, match="2 dimension"):
+        ct.from_text(vector.text)
+    with pytest.raises(ConversionError, match="2 dimension"):
+        ct.from_binary(vector.binary)
+
+
+def test_array_three_dimensions_from_binary() -> None:
+    ct = TypeMapper().column_type(1007, dimensions=3)
+    text = b"{{{1,2}},{{3,NULL}}}"
+    head = struct.pack(">iiI", 3, 1, 23) + struct.pack(">ii", 2, 1) * 1
+    head += struct.pack(">ii", 1, 1) + struct.pack(">ii", 2, 1)
+    body = b"".join(struct.pack(">ii", 4, v) for v in (1, 2, 3)) + struct.pack(">i", -1)
+    assert ct.from_text(text) == ct.from_binary(head + body) == [[[1, 2]], [[3, None]]]
 
 
 def test_array_typmod_applies_to_elements() -> None:

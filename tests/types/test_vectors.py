@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.types import ConversionError
+from bridge.types import ConversionError, TypeMapper
 from tests.types.vectors import VECTORS, Vector, decode, encode, find, same
 
 MULTI_DIMENSIONAL = [v for v in VECTORS if v.text.startswith(b"{{")]
@@ -40,12 +40,16 @@ def test_vector_roundtrips_through_avro(vector: Vector) -> None:
 
 
 @pytest.mark.parametrize("vector", MULTI_DIMENSIONAL, ids=_id)
-def test_vector_multidimensional_array_is_refused(vector: Vector) -> None:
+def test_vector_multidimensional_array_needs_declared_dimensions(vector: Vector) -> None:
     ct = vector.column_type()
-    with pytest.raises(ConversionError, match="multi-dimensional"):
+    with pytest.raises(ConversionError, match="dimension"):
         ct.from_text(vector.text)
-    with pytest.raises(ConversionError, match="multi-dimensional"):
+    with pytest.raises(ConversionError, match="dimension"):
         ct.from_binary(vector.binary)
+    declared = TypeMapper().column_type(vector.oid, vector.typmod, dimensions=2)
+    from_text, from_binary = declared.from_text(vector.text), declared.from_binary(vector.binary)
+    assert from_text == from_binary
+    assert decode(declared.avro, encode(declared.avro, from_binary)) == from_binary
 
 
 @pytest.mark.parametrize("vector", OUT_OF_RANGE, ids=_id)
