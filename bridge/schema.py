@@ -290,6 +290,8 @@ def relation_schemas(
                 "it is not NULL in the database.",
             },
         ],
+        # Debezium 2+ envelopes are Connect schema version 2 (with ts_us, ts_ns).
+        "connect.version": 2,
         "connect.name": f"{namespace}.Envelope",
     }
     # A private copy: the column types' schema dicts are shared through the mapper's cache.

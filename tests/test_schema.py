@@ -141,10 +141,11 @@ def test_avro_name_replaces_invalid_characters_and_leading_digit() -> None:
 
 def test_value_schema_is_debezium_envelope() -> None:
     value = relation_schemas(ORDERS, TypeMapper(), topic_prefix="pg").value_schema
-    assert (value["name"], value["namespace"], value["connect.name"]) == (
+    assert (value["name"], value["namespace"], value["connect.name"], value["connect.version"]) == (
         "Envelope",
         "pg.public.orders",
         "pg.public.orders.Envelope",
+        2,
     )
     names = [f["name"] for f in value["fields"]]
     assert names == [
