@@ -15,14 +15,14 @@ from bridge.types import (
     bits,
     extensions,
     geometric,
-    json,
     network,
     numeric,
-    range,
     temporal,
     text,
     textsearch,
 )
+from bridge.types import json as json_types  # aliases: do not shadow the json module and range()
+from bridge.types import range as range_types
 from bridge.types.base import (
     DEBEZIUM_UNAVAILABLE,
     DEBEZIUM_UNAVAILABLE_BYTES,
@@ -35,7 +35,18 @@ from bridge.types.base import (
 from bridge.types.errors import ConversionError, TypeMappingError, UnknownTypeError
 from bridge.types.mapper import TypeMapper
 
-_FAMILIES = (numeric, text, json, temporal, network, geometric, bits, textsearch, range, extensions)
+_FAMILIES = (
+    numeric,
+    text,
+    json_types,
+    temporal,
+    network,
+    geometric,
+    bits,
+    textsearch,
+    range_types,
+    extensions,
+)
 
 
 @cache
