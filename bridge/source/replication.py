@@ -282,18 +282,18 @@ class LogicalReplicationSource:
 
     def _connect_with_retry(self, *, first: bool, cause: SourceError | None = None) -> None:
         policy = self.config.reconnect
-        attempt = 0
+        retries = 0
         busy_since: float | None = None
         last: SourceError | None = cause
+        immediate = first  # open() tries once at once; a reconnect waits before its first try
         while True:
-            if not first or attempt > 0:
-                attempt += 1
-                if policy.max_attempts is not None and attempt > policy.max_attempts:
+            if not immediate:
+                retries += 1
+                if policy.max_attempts is not None and retries > policy.max_attempts:
                     detail = last.args[0] if last is not None else "gave up"
-                    raise ReplicationConnectionLost(str(detail), attempts=attempt - 1)
-                self._sleep(policy.delay(attempt))
-            else:
-                attempt = 1  # the first try of open() does not wait
+                    raise ReplicationConnectionLost(str(detail), attempts=retries - 1)
+                self._sleep(policy.delay(retries))
+            immediate = False
             try:
                 self._connect()
             except SlotInUseError as exc:
