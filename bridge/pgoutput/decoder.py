@@ -9,15 +9,16 @@ Stop. Inside a streamed transaction (protocol 2 and later) the server prefixes R
 Insert, Update, Delete, Truncate and Message with the transaction's Xid, so the layout of those
 messages depends on it.
 
-Malformed input raises :class:`~bridge.pgoutput.errors.DecodeError` and nothing else: the checks
-below are explicit bounds checks against the payload length, so a lying length field can neither
-allocate nor loop beyond the bytes actually received. On an error the decoder's state is left as
-it was before the call.
+Malformed input raises :class:`~bridge.pgoutput.errors.DecodeError` and nothing else. Every
+length and count is checked against the bytes actually received before it is used, so a lying
+length field can neither allocate nor loop beyond the payload; on an error the decoder's state is
+left as it was before the call.
 
 Speed matters here (every row of every table passes through ``decode``): fixed parts are read with
-precompiled :class:`struct.Struct` objects, dispatch is one list lookup on the first byte, and row
-data stays in the payload — :class:`~bridge.pgoutput.messages.TupleData` only records kind bytes
-and offsets, the values are sliced out when a later stage asks for them.
+precompiled :class:`struct.Struct` objects, dispatch is one list lookup on the first byte, rows
+take the fast paths of :mod:`bridge.pgoutput.rows`, and row data stays in the payload —
+:class:`~bridge.pgoutput.messages.TupleData` only records kind bytes and offsets, the values are
+sliced out when a later stage asks for them.
 """
 
 from __future__ import annotations
@@ -54,6 +55,24 @@ from bridge.pgoutput.messages import (
     Type,
     Update,
 )
+from bridge.pgoutput.rows import (
+    UNIFORM_KIND,
+    kind_length,
+    make_delete,
+    make_insert,
+    make_update,
+    new_object,
+    read_tuple,
+    row_header,
+    row_header_xid,
+    set_buffer,
+    set_insert_new,
+    set_insert_oid,
+    set_insert_xid,
+    set_kinds,
+    set_spans,
+    truncated,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +100,6 @@ _PREPARE = struct.Struct("!BQQqI")  # flags, lsn, end_lsn, ts, xid; then gid
 _ROLLBACK_PREPARED = struct.Struct("!BQQqqI")  # flags, prep_end, rb_end, prep_ts, rb_ts, xid
 
 _K, _O, _N = 0x4B, 0x4F, 0x4E  # tuple markers in Update/Delete/Insert
-_ZERO_SPAN = (0, 0)
 
 _REPLICA_IDENTITY = {ord(r.value): r for r in ReplicaIdentity}
 
@@ -124,10 +142,6 @@ _MIN_VERSION: dict[int, int] = {
 }
 
 
-def _truncated(name: str, offset: int) -> DecodeError:
-    return DecodeError(name, offset, "truncated message")
-
-
 def _cstring(buf: bytes, pos: int, name: str) -> tuple[str, int]:
     """A NUL-terminated string at ``pos`` and the offset just past its terminator."""
     z = buf.find(0, pos)
@@ -138,181 +152,6 @@ def _cstring(buf: bytes, pos: int, name: str) -> tuple[str, int]:
         return buf[pos:z].decode(), z + 1
     except UnicodeDecodeError as exc:
         raise DecodeError(name, pos + exc.start, "string is not valid UTF-8") from None
-
-
-# Hot-path constructors. The messages are frozen dataclasses, whose generated __init__ goes
-# through object.__setattr__ once per field; writing the slots through their descriptors builds
-# the identical object (no __post_init__ is skipped: there is none) in about two thirds of the
-# time, and rows are built hundreds of thousands of times a second.
-_new = object.__new__
-_set_kinds = vars(TupleData)["kinds"].__set__
-_set_buffer = vars(TupleData)["buffer"].__set__
-_set_spans = vars(TupleData)["spans"].__set__
-_set_insert_xid = vars(Insert)["xid"].__set__
-_set_insert_oid = vars(Insert)["relation_oid"].__set__
-_set_insert_new = vars(Insert)["new_tuple"].__set__
-_KIND_BYTES = {0x74: b"t", 0x62: b"b"}
-_kind_length = struct.Struct("!BI").unpack_from  # kind byte and (unsigned) value length
-_row_header = struct.Struct("!IBHB").unpack_from  # oid, 'N', column count, first kind
-_row_header_xid = struct.Struct("!IIBHB").unpack_from  # xid, then as above
-
-
-def _make_tuple(kinds: bytes, buf: bytes, spans: tuple[int, ...]) -> TupleData:
-    t: TupleData = _new(TupleData)
-    _set_kinds(t, kinds)
-    _set_buffer(t, buf)
-    _set_spans(t, spans)
-    return t
-
-
-def _make_insert(xid: int | None, oid: int, new: TupleData) -> Insert:
-    m: Insert = _new(Insert)
-    _set_insert_xid(m, xid)
-    _set_insert_oid(m, oid)
-    _set_insert_new(m, new)
-    return m
-
-
-_set_update_xid = vars(Update)["xid"].__set__
-_set_update_oid = vars(Update)["relation_oid"].__set__
-_set_update_old_kind = vars(Update)["old_kind"].__set__
-_set_update_old = vars(Update)["old_tuple"].__set__
-_set_update_new = vars(Update)["new_tuple"].__set__
-
-
-def _make_update(
-    xid: int | None, oid: int, old_kind: str | None, old: TupleData | None, new: TupleData
-) -> Update:
-    m: Update = _new(Update)
-    _set_update_xid(m, xid)
-    _set_update_oid(m, oid)
-    _set_update_old_kind(m, old_kind)
-    _set_update_old(m, old)
-    _set_update_new(m, new)
-    return m
-
-
-_set_delete_xid = vars(Delete)["xid"].__set__
-_set_delete_oid = vars(Delete)["relation_oid"].__set__
-_set_delete_old_kind = vars(Delete)["old_kind"].__set__
-_set_delete_old = vars(Delete)["old_tuple"].__set__
-
-
-def _make_delete(xid: int | None, oid: int, old_kind: str, old: TupleData) -> Delete:
-    m: Delete = _new(Delete)
-    _set_delete_xid(m, xid)
-    _set_delete_oid(m, oid)
-    _set_delete_old_kind(m, old_kind)
-    _set_delete_old(m, old)
-    return m
-
-
-def _tuple(buf: bytes, pos: int, end: int, name: str) -> tuple[TupleData, int]:
-    """The TupleData at ``pos`` and the offset just past it.
-
-    The hot loop of the decoder, in two fast stages and a checked fallback:
-
-    1. while every column has the first column's kind (all text, or all binary: the usual
-       row), one struct call per column reads kind and length, and the kinds bytes are built at
-       the end in one go;
-    2. from the first column of another kind on (NULLs, unchanged TOAST), the kinds are
-       recorded one by one;
-    3. anything unexpected goes to :func:`_tuple_checked`, which decodes the tuple again from
-       its start, checking every step, and raises the precise DecodeError.
-
-    The fast stages need only one bounds check, at the end: lengths are read unsigned, so a
-    negative or oversized one moves ``pos`` past the end, where the next read fails (IndexError,
-    struct.error: caught, fallback) or the final ``pos <= end`` does.
-    """
-    start = pos
-    try:
-        ncols = (buf[pos] << 8) | buf[pos + 1]
-        pos += 2
-        spans: list[int] = []
-        append = spans.append
-        k0 = buf[pos] if ncols else 0
-        done = 0
-        if k0 in (0x74, 0x62):  # 't', 'b'
-            try:
-                for _ in repeat(None, ncols):
-                    k, length = _kind_length(buf, pos)
-                    if k != k0:
-                        break
-                    pos += 5
-                    append(pos)
-                    pos += length
-                    append(pos)
-                else:
-                    if pos <= end:
-                        return _make_tuple(_KIND_BYTES[k0] * ncols, buf, tuple(spans)), pos
-                    return _tuple_checked(buf, start, end, name)
-            except struct.error:
-                pass  # a one-byte 'n' or 'u' column at the very end: stage 2 reads it
-            done = len(spans) >> 1
-            kinds = bytearray(_KIND_BYTES[k0] * done)
-        else:
-            kinds = bytearray()
-        add_kind = kinds.append
-        for _ in repeat(None, ncols - done):
-            k = buf[pos]
-            add_kind(k)
-            if k in (0x74, 0x62):  # 't', 'b': a length and the value follow
-                pos += 5
-                append(pos)
-                pos += _u32(buf, pos - 4)[0]
-                append(pos)
-            elif k in (0x6E, 0x75):  # 'n', 'u': nothing follows
-                pos += 1
-                append(0)
-                append(0)
-            else:
-                break
-        else:
-            if pos <= end:
-                return _make_tuple(bytes(kinds), buf, tuple(spans)), pos
-    except (IndexError, struct.error):
-        pass
-    return _tuple_checked(buf, start, end, name)
-
-
-def _tuple_checked(buf: bytes, pos: int, end: int, name: str) -> tuple[TupleData, int]:
-    """The TupleData at ``pos``, every column of any kind, every bound checked."""
-    if pos + 2 > end:
-        raise _truncated(name, pos)
-    ncols = (buf[pos] << 8) | buf[pos + 1]
-    pos += 2
-    # Every column takes at least its kind byte: a count beyond the bytes left is a lie, and
-    # refusing it here keeps the allocation below bounded by the payload.
-    if ncols > end - pos:
-        raise DecodeError(name, pos - 2, f"column count {ncols} exceeds the {end - pos} bytes left")
-    kinds = bytearray(ncols)
-    spans: list[int] = []
-    append = spans.append
-    for i in range(ncols):
-        if pos >= end:
-            raise _truncated(name, pos)
-        k = buf[pos]
-        kinds[i] = k
-        if k in (0x74, 0x62):  # 't', 'b': a length and the value follow
-            if pos + 5 > end:
-                raise _truncated(name, pos + 1)
-            length = _i32(buf, pos + 1)[0]
-            if length < 0:
-                raise DecodeError(name, pos + 1, f"negative column length {length}")
-            start = pos + 5
-            pos = start + length
-            if pos > end:
-                raise DecodeError(
-                    name, start - 4, f"column length {length} exceeds the {end - start} bytes left"
-                )
-            append(start)
-            append(pos)
-        elif k in (0x6E, 0x75):  # 'n', 'u': nothing follows
-            pos += 1
-            spans += _ZERO_SPAN
-        else:
-            raise DecodeError(name, pos, f"unknown tuple column kind {bytes([k])!r}")
-    return _make_tuple(bytes(kinds), buf, tuple(spans)), pos
 
 
 class Decoder:
@@ -412,7 +251,7 @@ class Decoder:
 
     def _origin(self, buf: bytes) -> Origin:
         if len(buf) < 9:
-            raise _truncated("Origin", len(buf))
+            raise truncated("Origin", len(buf))
         (lsn,) = _LSN.unpack_from(buf, 1)
         name, pos = _cstring(buf, 9, "Origin")
         _end(buf, pos, "Origin")
@@ -424,7 +263,7 @@ class Decoder:
         """The streamed-transaction Xid (or None outside a stream) and the offset after it."""
         if self._in_stream:
             if len(buf) < 5:
-                raise _truncated(name, len(buf))
+                raise truncated(name, len(buf))
             return _u32(buf, 1)[0], 5
         return None, 1
 
@@ -433,12 +272,12 @@ class Decoder:
         xid, pos = self._xid_prefix(buf, name)
         end = len(buf)
         if pos + 4 > end:
-            raise _truncated(name, end)
+            raise truncated(name, end)
         (oid,) = _u32(buf, pos)
         namespace, pos = _cstring(buf, pos + 4, name)
         relname, pos = _cstring(buf, pos, name)
         if pos + 3 > end:
-            raise _truncated(name, end)
+            raise truncated(name, end)
         ident = _REPLICA_IDENTITY.get(buf[pos])
         if ident is None:
             raise DecodeError(name, pos, f"unknown replica identity {bytes([buf[pos]])!r}")
@@ -447,11 +286,11 @@ class Decoder:
         columns = []
         for _ in range(ncols):
             if pos >= end:
-                raise _truncated(name, pos)
+                raise truncated(name, pos)
             flags = buf[pos]
             colname, pos = _cstring(buf, pos + 1, name)
             if pos + 8 > end:
-                raise _truncated(name, end)
+                raise truncated(name, end)
             type_oid, typmod = _u32i32(buf, pos)
             pos += 8
             columns.append(RelationColumn(flags, colname, type_oid, typmod))
@@ -462,7 +301,7 @@ class Decoder:
         name = "Type"
         xid, pos = self._xid_prefix(buf, name)
         if pos + 4 > len(buf):
-            raise _truncated(name, len(buf))
+            raise truncated(name, len(buf))
         (oid,) = _u32(buf, pos)
         namespace, pos = _cstring(buf, pos + 4, name)
         typname, pos = _cstring(buf, pos, name)
@@ -473,15 +312,15 @@ class Decoder:
 
     def _insert(self, buf: bytes) -> Insert:
         # The hottest message, so the common row (all text or all binary columns) is decoded
-        # right here with the header read in one call; see _tuple for why the checks suffice.
+        # right here with the header read in one call; see read_tuple for why the checks suffice.
         # Anything else goes to _insert_checked.
         try:
             if self._in_stream:
-                xid, oid, marker, ncols, k0 = _row_header_xid(buf, 1)
+                xid, oid, marker, ncols, k0 = row_header_xid(buf, 1)
                 pos = 12
             else:
                 xid = None
-                oid, marker, ncols, k0 = _row_header(buf, 1)
+                oid, marker, ncols, k0 = row_header(buf, 1)
                 pos = 8
         except struct.error:
             return self._insert_checked(buf)
@@ -490,7 +329,7 @@ class Decoder:
             append = spans.append
             try:
                 for _ in repeat(None, ncols):
-                    k, length = _kind_length(buf, pos)
+                    k, length = kind_length(buf, pos)
                     if k != k0:
                         break
                     pos += 5
@@ -499,15 +338,15 @@ class Decoder:
                     append(pos)
                 else:
                     if pos == len(buf):
-                        # _make_tuple and _make_insert, inlined.
-                        tup: TupleData = _new(TupleData)
-                        _set_kinds(tup, _KIND_BYTES[k0] * ncols)
-                        _set_buffer(tup, buf)
-                        _set_spans(tup, tuple(spans))
-                        m: Insert = _new(Insert)
-                        _set_insert_xid(m, xid)
-                        _set_insert_oid(m, oid)
-                        _set_insert_new(m, tup)
+                        # make_tuple and make_insert, inlined.
+                        tup: TupleData = new_object(TupleData)
+                        set_kinds(tup, UNIFORM_KIND[k0] * ncols)
+                        set_buffer(tup, buf)
+                        set_spans(tup, tuple(spans))
+                        m: Insert = new_object(Insert)
+                        set_insert_xid(m, xid)
+                        set_insert_oid(m, oid)
+                        set_insert_new(m, tup)
                         return m
             except struct.error:
                 pass
@@ -517,32 +356,32 @@ class Decoder:
         end = len(buf)
         if self._in_stream:
             if end < 10:
-                raise _truncated("Insert", end)
+                raise truncated("Insert", end)
             xid, oid = _u32u32(buf, 1)
             pos = 9
         else:
             if end < 6:
-                raise _truncated("Insert", end)
+                raise truncated("Insert", end)
             xid = None
             (oid,) = _u32(buf, 1)
             pos = 5
         if buf[pos] != _N:
             raise DecodeError("Insert", pos, f"expected 'N', got {bytes([buf[pos]])!r}")
-        new, pos = _tuple(buf, pos + 1, end, "Insert")
+        new, pos = read_tuple(buf, pos + 1, end, "Insert")
         if pos != end:
             raise _trailing("Insert", pos, end)
-        return _make_insert(xid, oid, new)
+        return make_insert(xid, oid, new)
 
     def _update(self, buf: bytes) -> Update:
         end = len(buf)
         if self._in_stream:
             if end < 10:
-                raise _truncated("Update", end)
+                raise truncated("Update", end)
             xid, oid = _u32u32(buf, 1)
             pos = 9
         else:
             if end < 6:
-                raise _truncated("Update", end)
+                raise truncated("Update", end)
             xid = None
             (oid,) = _u32(buf, 1)
             pos = 5
@@ -551,44 +390,44 @@ class Decoder:
         old: TupleData | None = None
         if marker in (0x4B, 0x4F):  # 'K', 'O'
             old_kind = "K" if marker == _K else "O"
-            old, pos = _tuple(buf, pos + 1, end, "Update")
+            old, pos = read_tuple(buf, pos + 1, end, "Update")
             if pos >= end:
-                raise _truncated("Update", pos)
+                raise truncated("Update", pos)
             marker = buf[pos]
         if marker != _N:
             raise DecodeError("Update", pos, f"expected 'K', 'O' or 'N', got {bytes([marker])!r}")
-        new, pos = _tuple(buf, pos + 1, end, "Update")
+        new, pos = read_tuple(buf, pos + 1, end, "Update")
         if pos != end:
             raise _trailing("Update", pos, end)
-        return _make_update(xid, oid, old_kind, old, new)
+        return make_update(xid, oid, old_kind, old, new)
 
     def _delete(self, buf: bytes) -> Delete:
         end = len(buf)
         if self._in_stream:
             if end < 10:
-                raise _truncated("Delete", end)
+                raise truncated("Delete", end)
             xid, oid = _u32u32(buf, 1)
             pos = 9
         else:
             if end < 6:
-                raise _truncated("Delete", end)
+                raise truncated("Delete", end)
             xid = None
             (oid,) = _u32(buf, 1)
             pos = 5
         marker = buf[pos]
         if marker != _K and marker != _O:
             raise DecodeError("Delete", pos, f"expected 'K' or 'O', got {bytes([marker])!r}")
-        old, pos = _tuple(buf, pos + 1, end, "Delete")
+        old, pos = read_tuple(buf, pos + 1, end, "Delete")
         if pos != end:
             raise _trailing("Delete", pos, end)
-        return _make_delete(xid, oid, "K" if marker == _K else "O", old)
+        return make_delete(xid, oid, "K" if marker == _K else "O", old)
 
     def _truncate(self, buf: bytes) -> Truncate:
         name = "Truncate"
         xid, pos = self._xid_prefix(buf, name)
         end = len(buf)
         if pos + 5 > end:
-            raise _truncated(name, end)
+            raise truncated(name, end)
         (nrels,) = _i32(buf, pos)
         options = buf[pos + 4]
         pos += 5
@@ -609,11 +448,11 @@ class Decoder:
         xid, pos = self._xid_prefix(buf, name)
         end = len(buf)
         if pos + _MESSAGE.size > end:
-            raise _truncated(name, end)
+            raise truncated(name, end)
         flags, lsn = _MESSAGE.unpack_from(buf, pos)
         prefix, pos = _cstring(buf, pos + _MESSAGE.size, name)
         if pos + 4 > end:
-            raise _truncated(name, end)
+            raise truncated(name, end)
         (length,) = _i32(buf, pos)
         if length < 0:
             raise DecodeError(name, pos, f"negative content length {length}")
@@ -660,7 +499,7 @@ class Decoder:
     def _begin_prepare(self, buf: bytes) -> BeginPrepare:
         name = "BeginPrepare"
         if len(buf) < 1 + _BEGIN_PREPARE.size:
-            raise _truncated(name, len(buf))
+            raise truncated(name, len(buf))
         lsn, end_lsn, ts, xid = _BEGIN_PREPARE.unpack_from(buf, 1)
         gid, pos = _cstring(buf, 1 + _BEGIN_PREPARE.size, name)
         _end(buf, pos, name)
@@ -669,7 +508,7 @@ class Decoder:
     def _prepare_like(self, buf: bytes, name: str) -> tuple[int, Lsn, Lsn, int, int, str]:
         # Prepare, Commit Prepared and Stream Prepare share one layout.
         if len(buf) < 1 + _PREPARE.size:
-            raise _truncated(name, len(buf))
+            raise truncated(name, len(buf))
         flags, lsn, end_lsn, ts, xid = _PREPARE.unpack_from(buf, 1)
         gid, pos = _cstring(buf, 1 + _PREPARE.size, name)
         _end(buf, pos, name)
@@ -687,7 +526,7 @@ class Decoder:
     def _rollback_prepared(self, buf: bytes) -> RollbackPrepared:
         name = "RollbackPrepared"
         if len(buf) < 1 + _ROLLBACK_PREPARED.size:
-            raise _truncated(name, len(buf))
+            raise truncated(name, len(buf))
         flags, prep_end, rb_end, prep_ts, rb_ts, xid = _ROLLBACK_PREPARED.unpack_from(buf, 1)
         gid, pos = _cstring(buf, 1 + _ROLLBACK_PREPARED.size, name)
         _end(buf, pos, name)
@@ -702,7 +541,7 @@ def _exact(buf: bytes, size: int, name: str) -> None:
     """Fixed-size messages: anything shorter is truncated, anything longer has trailing bytes."""
     if len(buf) != size:
         if len(buf) < size:
-            raise _truncated(name, len(buf))
+            raise truncated(name, len(buf))
         raise _trailing(name, size, len(buf))
 
 

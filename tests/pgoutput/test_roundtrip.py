@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.pgoutput import DecodeError, Decoder, Insert, StreamStart, StreamStop
-from bridge.pgoutput.decoder import _tuple, _tuple_checked
 from bridge.pgoutput.messages import LogicalMessage, TupleData
+from bridge.pgoutput.rows import read_tuple, read_tuple_checked
 
 from . import strategies as S
 from .encoder import encode, make_tuple, tuple_columns
@@ -92,7 +92,7 @@ def test_tuple_fast_path_agrees_with_checked_path(case: tuple[bytes, int]) -> No
     # valid rows, truncated rows and noise alike.
     buf, cut = case
     for data in (buf, buf[:cut]):
-        assert _outcome(_tuple, data) == _outcome(_tuple_checked, data)
+        assert _outcome(read_tuple, data) == _outcome(read_tuple_checked, data)
 
 
 def _insert_outcome(fn: Any, buf: bytes) -> Any:
