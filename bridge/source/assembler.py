@@ -245,11 +245,10 @@ class StreamAssembler:
         while self.stats.memory_bytes > self._threshold:
             # Like PostgreSQL's reorder buffer: evict the biggest, which frees the most memory
             # for the fewest files.
-            largest = max(
-                (t for t in self._open.values() if t.spill is None and t.memory > 0),
-                key=lambda t: t.memory,
-            )
-            self._spill(largest)
+            candidates = [t for t in self._open.values() if t.spill is None and t.memory > 0]
+            if not candidates:
+                break  # what remains belongs to a replay in progress; it is freed as it ends
+            self._spill(max(candidates, key=lambda t: t.memory))
         self.stats.peak_memory_bytes = max(self.stats.peak_memory_bytes, self.stats.memory_bytes)
 
     def _spill(self, txn: _OpenTransaction) -> None:
