@@ -184,8 +184,12 @@ def run_fuzz(count: int, seed: int = 0) -> FuzzResult:
             d.decode(enter)
         before = d.in_stream
         try:
-            d.decode(data)
+            msg = d.decode(data)
             result.decoded += 1
+            # Whatever decodes must be exactly what the bytes said: re-encoding it gives the
+            # input back. (Message and Stream Start keep only one bit of a flags byte.)
+            if not isinstance(msg, Message | StreamStart) and encode(msg) != data:
+                result.failures.append(f"decoded {msg!r} does not re-encode to {data.hex()}")
         except DecodeError:
             result.decode_errors += 1
             if d.in_stream != before:
@@ -210,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     r = run_fuzz(args.count, args.seed)
     print(
         f"inputs={r.inputs} decoded={r.decoded} decode_errors={r.decode_errors} "
-        f"other_exceptions={len(r.failures)} seconds={r.seconds:.1f} seed={args.seed}"
+        f"failures={len(r.failures)} seconds={r.seconds:.1f} seed={args.seed}"
     )
     for f in r.failures:
         print(f)

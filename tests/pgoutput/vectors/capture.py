@@ -2,13 +2,19 @@
 
 Usage (as root or a normal user; the servers run as a non-root service user)::
 
-    .venv/bin/python tests/pgoutput/vectors/capture.py            # PostgreSQL 13, 15 and 18
-    .venv/bin/python tests/pgoutput/vectors/capture.py 14 16 17   # any of 13..18
+    .venv/bin/python tests/pgoutput/vectors/capture.py          # PostgreSQL 13 to 18
+    .venv/bin/python tests/pgoutput/vectors/capture.py 13 18    # only these
 
 For each major version it starts a throwaway cluster (``bridge.devstack.postgres``), runs a set of
 scenarios, each on its own slot, and reads the raw pgoutput bytes with
 ``pg_logical_slot_peek_binary_changes`` — one row per message, no replication connection needed.
 It writes ``pg<major>.json`` next to this file.
+
+Scenarios need the server features they use: messages and binary mode PostgreSQL 14, two-phase
+PostgreSQL 15, streaming 14 (protocol 2), ``streaming = parallel`` 16 (protocol 4). PostgreSQL 18
+no longer decodes a transaction that had already aborted when decoding reached it, so on 18 the
+whole-transaction Stream Abort is covered by the older servers' vectors; the case's ``notes`` say
+so.
 
 Each message in a vector holds the payload in hex, the LSN and xid the server reported for it,
 and ``expect``: what a correct decoder must find in it. Expectations are built from the SQL the
