@@ -311,3 +311,25 @@ def test_source_reconnect_while_stream_buffered_delivers_it_once(source_db: Sour
     assert pipeline.ids == list(range(1, 3002))
     assert source.stats.reconnects >= 1
     assert source.assembler.stats.memory_bytes == 0
+
+
+def test_source_answers_reply_requested_keepalives_at_once(source_db: SourceDb) -> None:
+    # With status updates every 30 s, only immediate answers to the server's requests keep a
+    # 1 s wal_sender_timeout from cutting the connection.
+    source = source_db.source(status_interval=30.0, server_options=(("wal_sender_timeout", "1s"),))
+    pipeline = FakePipeline(source)
+    pipeline.pump(3.5)
+    assert source.stats.keepalives >= 2
+    assert source.stats.reconnects == 0
+    assert source.stats.status_updates >= 3  # the first one, then one per request
+
+
+def test_drop_slot_drops_only_when_asked(source_db: SourceDb) -> None:
+    from bridge.source.slots import drop_slot, get_slot
+
+    source_db.source().close()
+    source_db.wait_slot_released()
+    assert get_slot(source_db.admin, source_db.slot) is not None
+    assert drop_slot(source_db.admin, source_db.slot) is True
+    assert get_slot(source_db.admin, source_db.slot) is None
+    assert drop_slot(source_db.admin, source_db.slot) is False
