@@ -593,6 +593,10 @@ class StreamPlan:
     # WAL position and clock before and after the (sub)transaction's abort: where the abort LSN
     # and timestamp of a protocol 4 ``streaming = parallel`` Stream Abort must lie.
     abort_bounds: list[int] = field(default_factory=list)
+    message: dict[str, Any] = field(default_factory=dict)  # where the message's LSN must lie
+
+
+MESSAGE_ROW = -1  # in StreamPlan.rows: the place of the logical message
 
 
 def _insert_big(srv: Server, first: int, count: int) -> list[int]:
@@ -608,6 +612,10 @@ def run_streaming(srv: Server, two_phase: bool) -> list[StreamPlan]:
     # 1. A big transaction with an aborted subtransaction, committed.
     t = begin(srv)
     ids = _insert_big(srv, 1, BIG_ROWS)
+    # A transactional message inside the streamed transaction: it carries the Xid too.
+    before = srv.wal()
+    end = lsn_int(srv.one("SELECT pg_logical_emit_message(true, 'big', 'inside')::text"))
+    message = {"lsn_between": [before, end]}
     srv.run("SAVEPOINT s1")
     sub_ids = _insert_big(srv, 100_001, BIG_ROWS)
     (sub,) = srv.sub_xids(t.xid)
@@ -616,8 +624,11 @@ def run_streaming(srv: Server, two_phase: bool) -> list[StreamPlan]:
     more = _insert_big(srv, 200_001, 10)
     (sub2,) = srv.sub_xids(t.xid)
     commit(srv, t)
-    rows = [(t.xid, i) for i in ids] + [(sub, i) for i in sub_ids] + [(sub2, i) for i in more]
-    plans.append(StreamPlan(t, rows, "commit", aborted_sub=sub, abort_bounds=sub_abort))
+    rows = [(t.xid, i) for i in ids] + [(t.xid, MESSAGE_ROW)]
+    rows += [(sub, i) for i in sub_ids] + [(sub2, i) for i in more]
+    plans.append(
+        StreamPlan(t, rows, "commit", aborted_sub=sub, abort_bounds=sub_abort, message=message)
+    )
     # 2. A big transaction rolled back as a whole.
     t = begin(srv)
     ids = _insert_big(srv, 300_001, BIG_ROWS)
@@ -663,6 +674,19 @@ def align_streaming(
                 # The Relation carries the xid of the (sub)transaction whose change made the
                 # server send it: the next row.
                 r["expect"] = exp_relation(srv, "t_big", "d", big_cols, xid=pending[0][0])
+            elif tag == b"M":
+                xid, ident = pending.pop(0)
+                assert ident == MESSAGE_ROW, ident
+                # The server sends the top-level Xid for messages (their own (sub)transaction's
+                # for row changes).
+                r["expect"] = {
+                    "type": "Message",
+                    "xid": top,
+                    "transactional": True,
+                    "prefix": "big",
+                    "content_hex": b"inside".hex(),
+                    **plan.message,
+                }
             elif tag == b"I":
                 xid, ident = pending.pop(0)
                 r["expect"] = exp_row(
@@ -810,7 +834,9 @@ def capture_version(major: str, work: Path) -> dict[str, Any]:
             name = "streaming"
             make_slot(srv, name, two_phase)
             plans = run_streaming(srv, two_phase)
-            opts = {**base, "streaming": "true", **({"two_phase": "true"} if two_phase else {})}
+            opts = {**base, "streaming": "true", "messages": "true"}
+            if two_phase:
+                opts["two_phase"] = "true"
             srv.run("SET logical_decoding_work_mem = '64kB'")
             rows = peek(srv, name, opts)
             notes = align_streaming(srv, plans, rows)
@@ -818,7 +844,8 @@ def capture_version(major: str, work: Path) -> dict[str, Any]:
                 {
                     "name": "streaming",
                     "description": "Large transactions past logical_decoding_work_mem, streamed: "
-                    "one committed with an aborted subtransaction, one aborted as a whole"
+                    "one committed with a logical message and an aborted subtransaction, one "
+                    "aborted as a whole"
                     + (", one prepared (Stream Prepare) then committed" if two_phase else ""),
                     "options": opts,
                     "notes": notes,
