@@ -7,6 +7,7 @@ the point, so a shared misreading of the spec by encoder and decoder would still
 from __future__ import annotations
 
 import struct
+import tracemalloc
 
 import pytest
 
@@ -425,3 +426,25 @@ def test_decoder_round_trips_encoder_for_smoke() -> None:
     # Guards the encoder used by the property tests against drifting from the fixed layouts above.
     msg = Begin(Lsn(LSN_A), TS, 1)
     assert encode(msg) == b"B" + struct.pack("!QqI", LSN_A, TS, 1)
+
+
+LYING_LENGTHS = [
+    _insert(struct.pack("!H", 1) + b"t" + struct.pack("!i", 0x7FFFFFFF) + b"x"),
+    _insert(struct.pack("!H", 0xFFFF) + b"t" + struct.pack("!i", 1) + b"x"),
+    b"T" + struct.pack("!iB", 0x7FFFFFFF, 0) + bytes(8),
+    b"M" + struct.pack("!BQ", 1, 0) + b"p\x00" + struct.pack("!i", 0x7FFFFFFF) + b"abc",
+    b"R" + struct.pack("!I", 1) + b"s\x00t\x00d" + struct.pack("!H", 0xFFFF) + b"\x00c\x00",
+    b"U" + struct.pack("!I", 1) + b"O" + struct.pack("!H", 0xFFFF) + b"n" * 10,
+]
+
+
+@pytest.mark.parametrize("payload", LYING_LENGTHS)
+def test_decoder_lying_length_allocates_nothing_large(payload: bytes) -> None:
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecodeError):
+            Decoder().decode(payload)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024  # a decoder and an error, not a lying 2 GB or 65,535-column header
