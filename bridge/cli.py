@@ -66,6 +66,14 @@ def _run(args: argparse.Namespace) -> int:
     return run(config)
 
 
+def _status(args: argparse.Namespace) -> int:
+    from bridge.status import collect
+
+    status = collect(_load_config(args))
+    print(json.dumps(status.as_dict(), indent=2) if args.json else status.render())
+    return 0 if not status.problems and status.slot.exists else 3
+
+
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--config", help="TOML file (see pgbridge.example.toml)")
     parser.add_argument(
@@ -89,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=_run)
 
+    status = commands.add_parser("status", help="slot position and lag, topics, subjects")
+    _add_config_options(status)
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(handler=_status)
+
     dev = commands.add_parser("dev", help="the local stack of real services (no Docker needed)")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
     up = dev_commands.add_parser("up", help="download what is missing and start everything")
@@ -102,10 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from bridge.logs import configure_logging
+
+    configure_logging("text", "DEBUG" if args.verbose else "INFO")
     try:
         code: int = args.handler(args)
     except PgBridgeError as exc:

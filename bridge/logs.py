@@ -77,4 +77,6 @@ def configure_logging(format: str, level: str, stream: TextIO | None = None) -> 
     setattr(handler, _HANDLER_MARK, True)
     root.addHandler(handler)
     root.setLevel(numeric)
+    # The registry client logs every HTTP request at INFO: noise unless debugging.
+    logging.getLogger("httpx").setLevel(max(numeric, logging.WARNING))
     return handler

@@ -32,9 +32,11 @@ from bridge.source.api import ChangeSource
 
 logger = logging.getLogger(__name__)
 
-#: Serve delivery callbacks at least every this many source messages (they also run whenever
-#: the producer's queue is full and whenever the source is idle).
+#: Serve delivery callbacks at least every this many source messages or seconds, whichever comes
+#: first (they also run whenever the producer's queue is full and whenever the source is idle).
+#: Acknowledgement latency is bounded by this, so it is short; a poll(0) costs microseconds.
 _POLL_EVERY = 256
+_POLL_INTERVAL_S = 0.005
 
 
 class Publisher(Protocol):
@@ -115,17 +117,16 @@ class Pipeline:
         """Stream until ``stop`` is set (then drain and confirm what was delivered) or an error."""
         stop = stop or threading.Event()
         since_poll = 0
+        next_poll = time.monotonic() + _POLL_INTERVAL_S
         try:
             for message in self.source.messages():
-                if message is None:
-                    self.publisher.poll(0)
-                    since_poll = 0
-                else:
+                if message is not None:
                     self._on_message(message)
                     since_poll += 1
-                    if since_poll >= _POLL_EVERY:
-                        self.publisher.poll(0)
-                        since_poll = 0
+                if message is None or since_poll >= _POLL_EVERY or time.monotonic() >= next_poll:
+                    self.publisher.poll(0)
+                    since_poll = 0
+                    next_poll = time.monotonic() + _POLL_INTERVAL_S
                 self._acknowledge()
                 if stop.is_set():
                     break

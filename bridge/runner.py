@@ -16,7 +16,10 @@ from types import FrameType
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bridge.config import BridgeConfig
+from bridge.errors import PgBridgeError
 from bridge.events import EventBuilder
+from bridge.metrics import BridgeMetrics
+from bridge.observe import MetricsObserver
 from bridge.pipeline import Pipeline, PipelineObserver, PipelineOptions
 from bridge.sink.publisher import KafkaPublisher
 from bridge.sink.registry import SchemaRegistrar
@@ -32,6 +35,16 @@ _PUBLICATION_MODES = {
     "filtered": PublicationMode.FILTERED,
     "disabled": PublicationMode.USER,
 }
+
+
+#: Session settings of the replication connection that text-format values depend on.
+WALSENDER_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("datestyle", "ISO, MDY"),
+    ("intervalstyle", "postgres"),
+    ("timezone", "UTC"),
+    ("extra_float_digits", "3"),
+    ("bytea_output", "hex"),
+)
 
 
 def source_config(config: BridgeConfig) -> SourceConfig:
@@ -58,16 +71,18 @@ def source_config(config: BridgeConfig) -> SourceConfig:
         spill_dir=rep.spill_dir,
         heartbeat_query=rep.heartbeat_action_query,
         heartbeat_interval=(rep.heartbeat_interval_ms or 60_000) / 1000,
+        # Wake the loop often when the server is quiet, so that delivery reports of the last
+        # records are served (and acknowledged) promptly rather than at the next change.
+        idle_interval=0.02,
+        # Text-format values are rendered with the walsender session's settings; the type
+        # converters read exactly these forms (ISO dates, postgres intervals, UTC offsets).
+        server_options=WALSENDER_SETTINGS,
     )
 
 
-def build_pipeline(
-    config: BridgeConfig,
-    observer: PipelineObserver | None = None,
-    source: LogicalReplicationSource | None = None,
-) -> Pipeline:
+def build_pipeline(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> Pipeline:
     """Everything wired, the source opened (slot and publication checked or created)."""
-    source = source or LogicalReplicationSource(source_config(config))
+    source = LogicalReplicationSource(source_config(config))
     source.open()
     mapper = TypeMapper(TypeOptions(decimal_handling=config.events.decimal_handling_mode))  # type: ignore[arg-type]
     registrar = SchemaRegistrar(
@@ -82,12 +97,21 @@ def build_pipeline(
             provide_transaction_metadata=config.events.provide_transaction_metadata,
         )
     )
+    publisher = KafkaPublisher(config.kafka, config.topic_creation)
+    observer: PipelineObserver | None = None
+    if metrics is not None:
+        progress = source.progress
+        observer = MetricsObserver(
+            metrics,
+            received=lambda: (int(progress.received), int(progress.received)),
+            in_flight_records=lambda: publisher.in_flight,
+        )
     return Pipeline(
         source=source,
         builder=EventBuilder(config.topic_prefix, mapper),
         registrar=registrar,
         serializer=serializer,
-        publisher=KafkaPublisher(config.kafka, config.topic_creation),
+        publisher=publisher,
         options=PipelineOptions(
             messages_topic=config.events.messages_topic,
             tombstones_on_delete=config.events.tombstones_on_delete,
@@ -115,12 +139,21 @@ def run(config: BridgeConfig, stop: threading.Event | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
-    pipeline = build_pipeline(config)
-    logger.info(
-        "streaming slot %s from %s to topics %s.*",
-        config.replication.slot_name,
-        pipeline.source.start_lsn,
-        config.topic_prefix,
-    )
-    pipeline.run(stop)
+    metrics = BridgeMetrics()
+    if config.metrics.port:
+        metrics.serve(config.metrics.port, config.metrics.host)
+    try:
+        pipeline = build_pipeline(config, metrics)
+        logger.info(
+            "streaming slot %s from %s to topics %s.*",
+            config.replication.slot_name,
+            pipeline.source.start_lsn,
+            config.topic_prefix,
+        )
+        pipeline.run(stop)
+    except PgBridgeError as exc:
+        metrics.error(type(exc).__name__)
+        raise
+    finally:
+        metrics.close()
     return 0

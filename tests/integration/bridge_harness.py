@@ -8,6 +8,9 @@ user's consumer would, never pgbridge's own code.
 from __future__ import annotations
 
 import datetime as dt
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -227,3 +230,50 @@ def normalized(
     rows: dict[tuple[Any, ...], dict[str, Any]],
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
     return {k: {c: normalize(v) for c, v in r.items()} for k, r in rows.items()}
+
+
+class BridgeProcess:
+    """``pgbridge run`` as a separate process, configured with ``--set`` flags."""
+
+    def __init__(self, settings: dict[str, str], log_path: str) -> None:
+        args = [sys.executable, "-m", "bridge.cli", "run"]
+        for key, value in settings.items():
+            args += ["--set", f"{key}={value}"]
+        self.log_path = log_path
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        self.proc.kill()  # SIGKILL: no flush, no goodbye
+        self.proc.wait(30)
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def log(self) -> str:
+        with open(self.log_path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+
+
+def slot_confirmed(dsn: str, slot: str) -> Lsn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (slot,),
+        ).fetchone()
+    return Lsn.parse(row[0]) if row and row[0] else Lsn(0)
+
+
+def wait_slot_confirmed(
+    dsn: str, slot: str, lsn: Lsn, process: BridgeProcess, timeout: float = 120
+) -> None:
+    deadline = time.monotonic() + timeout
+    while slot_confirmed(dsn, slot) < lsn:
+        if process.proc.poll() is not None:
+            raise RuntimeError(
+                f"pgbridge run exited {process.proc.returncode}:\n{process.log()[-3000:]}"
+            )
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"slot {slot} at {slot_confirmed(dsn, slot)}, waited for {lsn}")
+        time.sleep(0.2)

@@ -4,6 +4,8 @@ an independent consumer that rebuilds every table from the topics equals the sou
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -12,14 +14,18 @@ import pytest
 
 from bridge.devstack.stack import StackInfo
 from tests.integration.bridge_harness import (
+    BridgeProcess,
     RunningBridge,
     bridge_config,
+    bridge_settings,
     mark,
     normalized,
     read_topic,
     rebuild_tables,
     scratch_database,
+    slot_confirmed,
     source_rows,
+    wait_slot_confirmed,
 )
 
 pytestmark = pytest.mark.integration
@@ -139,3 +145,42 @@ def test_pipeline_end_to_end_tables_rebuilt_from_topics_equal_source(
         )
         updates = [v for _, v in docs if v is not None and v["op"] == "u"]
         assert updates and all(v["unchanged_toast_columns"] == ["body"] for v in updates)
+
+
+def test_pipeline_kill_9_mid_workload_and_restart_loses_nothing(
+    local_stack: StackInfo, tmp_path: Any
+) -> None:
+    prefix = f"kill{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        prepare_database(dsn)
+        settings = bridge_settings(local_stack, dsn, prefix)
+        slot = settings["slot.name"]
+        log = str(tmp_path / "bridge.log")
+        first = BridgeProcess(settings, log)
+        wait_slot_exists(dsn, slot, first)
+        worker = threading.Thread(target=workload, args=(dsn, 60_000))
+        worker.start()
+        time.sleep(1.5)  # mid-workload: some transactions delivered, others in flight
+        first.kill()
+        confirmed_at_kill = slot_confirmed(dsn, slot)
+        second = BridgeProcess(settings, log)
+        worker.join(300)
+        target = mark(dsn)
+        wait_slot_confirmed(dsn, slot, target, second)
+        assert second.terminate() == 0, second.log()[-3000:]  # SIGTERM: graceful, exit 0
+        assert slot_confirmed(dsn, slot) >= confirmed_at_kill
+        assert_tables_equal(local_stack, dsn, prefix)
+
+
+def wait_slot_exists(dsn: str, slot: str, process: BridgeProcess, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+            ).fetchone()
+        if row is not None and row[0]:
+            return
+        if process.proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"pgbridge run did not start streaming:\n{process.log()[-3000:]}")
+        time.sleep(0.2)

@@ -1,0 +1,292 @@
+"""Benchmark: `pgbridge run` end to end, against a raw receive of the same changes.
+
+    .venv/bin/python bench/pipeline_bench.py [--rows 1000000] [--rate 5000] [--big-rows 5000000]
+
+On the local stack (real PostgreSQL 18, Kafka, Apicurio; started if needed), in one run:
+
+1. **throughput**: ``--rows`` inserts into a 6-column table (int, text, numeric, timestamptz,
+   bool, jsonb) in 1,000-row transactions, written *before* anything reads them. Two slots
+   created at the same position then receive exactly the same changes:
+   - **raw**: ``pg_recvlogical`` (C) streams them over a replication connection to /dev/null:
+     the rate at which the server decodes and sends them, the ceiling for any client;
+   - **pgbridge**: the whole pipeline (decode, events, Avro, registry, Kafka with acks=all)
+     until Kafka acknowledged the last change.
+   Printed: changes/s of each and the ratio pgbridge / raw.
+2. **latency**: a writer commits 100-row transactions at ``--rate`` changes/s for
+   ``--seconds`` while the bridge runs; commit-to-Kafka-acknowledgement latency per transaction
+   (p50, p99, max). Commit times come from the server's Commit messages; both clocks are this
+   machine's.
+3. **memory**: one transaction of ``--big-rows`` rows through ``pgbridge run`` as a separate
+   process; its peak RSS (VmHWM), against the same process idle.
+
+Numbers are measured, never asserted; the README quotes them with this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bridge.config import load_config
+from bridge.devstack.stack import LocalStack, StackInfo
+from bridge.pgoutput.lsn import Lsn
+from bridge.runner import build_pipeline
+
+PG_RECVLOGICAL = [
+    Path("/usr/lib/postgresql") / v / "bin/pg_recvlogical" for v in ("18", "17", "16", "15")
+]
+
+SETUP = """
+CREATE TABLE bench (
+    id bigint PRIMARY KEY,
+    name text NOT NULL,
+    amount numeric(12, 2),
+    created timestamptz NOT NULL,
+    active bool NOT NULL,
+    doc jsonb
+);
+CREATE PUBLICATION bench_pub FOR TABLE bench;
+"""
+
+INSERT = """
+INSERT INTO bench
+SELECT g, 'customer ' || g, (g %% 100000) / 100.0, now() - g * interval '1 second', g %% 3 = 0,
+       jsonb_build_object('sku', 'SKU-' || (g %% 5000), 'qty', g %% 7, 'note', md5(g::text))
+FROM generate_series(%s::bigint, %s::bigint) g
+"""
+
+
+def settings(stack: StackInfo, dsn: str, slot: str) -> dict[str, str]:
+    return {
+        "database.dsn": dsn,
+        "topic.prefix": f"bench{uuid.uuid4().hex[:6]}",
+        "slot.name": slot,
+        "publication.name": "bench_pub",
+        "publication.autocreate.mode": "disabled",
+        "kafka.bootstrap.servers": stack.bootstrap_servers,
+        "schema.registry.url": stack.registry_url,
+        "status.update.interval.ms": "1000",
+    }
+
+
+def create_slot(dsn: str, slot: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+
+
+def load(dsn: str, first: int, rows: int, per_tx: int = 1000) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for start in range(first, first + rows, per_tx):
+            conn.execute(INSERT, (start, min(start + per_tx, first + rows) - 1))
+
+
+def end_marker(dsn: str) -> Lsn:
+    """A committed marker after the load; its LSN is where a reader has seen everything."""
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        row = conn.execute("SELECT pg_logical_emit_message(true, 'bench', 'end')::text").fetchone()
+    assert row is not None
+    return Lsn.parse(row[0])
+
+
+def raw_receive(dsn: str, slot: str, endpos: Lsn) -> float:
+    recv = next((p for p in PG_RECVLOGICAL if p.exists()), None) or shutil.which("pg_recvlogical")
+    if recv is None:
+        raise SystemExit("pg_recvlogical not found (Debian: apt-get install postgresql-client)")
+    cmd = [str(recv), "-d", dsn, "--slot", slot, "--start", "--no-loop", "--endpos", str(endpos)]
+    cmd += [
+        "-F",
+        "0",
+        "-f",
+        "/dev/null",
+        "-o",
+        "proto_version=4",
+        "-o",
+        "publication_names=bench_pub",
+    ]
+    started = time.perf_counter()
+    subprocess.run(cmd, check=True, timeout=3600)
+    return time.perf_counter() - started
+
+
+def bridge_until(stack: StackInfo, dsn: str, slot: str, endpos: Lsn) -> float:
+    config = load_config(None, {}, settings(stack, dsn, slot))
+    pipeline = build_pipeline(config)
+    stop = threading.Event()
+    thread = threading.Thread(target=pipeline.run, args=(stop,), daemon=True)
+    started = time.perf_counter()
+    thread.start()
+    while pipeline.tracker.flush_lsn < endpos:
+        if not thread.is_alive():
+            raise SystemExit("the pipeline stopped early")
+        time.sleep(0.01)
+    elapsed = time.perf_counter() - started
+    stop.set()
+    thread.join(120)
+    return elapsed
+
+
+class LatencyProbe:
+    """Commit-to-acknowledgement latency per transaction, from the pipeline's observer hooks."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[Lsn, float]] = []  # (end LSN, commit time, unix seconds)
+        self.latencies: list[float] = []
+
+    def on_event(self, table: str, op: str, nbytes: int) -> None:
+        pass
+
+    def on_transaction(self, commit_ts_unix_us: int, end_lsn: Lsn) -> None:
+        self.pending.append((end_lsn, commit_ts_unix_us / 1e6))
+
+    def on_acknowledged(self, flush_lsn: Lsn, in_flight: int) -> None:
+        if self.pending and self.pending[0][0] <= flush_lsn:
+            now = time.time()
+            while self.pending and self.pending[0][0] <= flush_lsn:
+                self.latencies.append(now - self.pending.pop(0)[1])
+
+
+def latency(stack: StackInfo, dsn: str, rate: int, seconds: float) -> list[float]:
+    create_slot(dsn, "bench_latency")
+    config = load_config(None, {}, settings(stack, dsn, "bench_latency"))
+    pipeline = build_pipeline(config)
+    probe = LatencyProbe()
+    pipeline.observer = probe
+    stop = threading.Event()
+    thread = threading.Thread(target=pipeline.run, args=(stop,), daemon=True)
+    thread.start()
+    per_tx = 100
+    interval = per_tx / rate
+    first = 50_000_000
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        deadline = time.monotonic() + seconds
+        next_at = time.monotonic()
+        while time.monotonic() < deadline:
+            conn.execute(INSERT, (first, first + per_tx - 1))
+            first += per_tx
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+    time.sleep(2)
+    stop.set()
+    thread.join(120)
+    return probe.latencies
+
+
+def peak_rss(stack: StackInfo, dsn: str, big_rows: int, log: Path) -> tuple[int, int]:
+    """(idle peak RSS, peak RSS over one ``big_rows``-row transaction) of ``pgbridge run``."""
+    create_slot(dsn, "bench_memory")
+    args = [sys.executable, "-m", "bridge.cli", "run"]
+    for key, value in settings(stack, dsn, "bench_memory").items():
+        args += ["--set", f"{key}={value}"]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        time.sleep(5)  # connected and idle
+        idle = _vm_hwm(proc.pid)
+        first = 100_000_000
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(INSERT, (first, first + big_rows - 1))  # one transaction
+        endpos = end_marker(dsn)
+        while _confirmed(dsn, "bench_memory") < endpos:
+            if proc.poll() is not None:
+                raise SystemExit(f"pgbridge run exited {proc.returncode}; see {log}")
+            time.sleep(1)
+        return idle, _vm_hwm(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(120)
+
+
+def _vm_hwm(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM")
+
+
+def _confirmed(dsn: str, slot: str) -> Lsn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (slot,),
+        ).fetchone()
+    return Lsn.parse(row[0]) if row and row[0] else Lsn(0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000, help="changes for throughput")
+    parser.add_argument("--rate", type=int, default=5_000, help="changes/s for latency")
+    parser.add_argument("--seconds", type=float, default=20.0, help="latency run length")
+    parser.add_argument("--big-rows", type=int, default=5_000_000, help="rows of the big tx")
+    parser.add_argument("--skip", action="append", default=[], help="throughput|latency|memory")
+    args = parser.parse_args()
+
+    stack = LocalStack().up()
+    dbname = f"bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(stack.postgres_dsn(), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{dbname}"')
+    dsn = stack.postgres_dsn(dbname)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SETUP)
+    print(f"PostgreSQL {stack.postgres_major}, database {dbname}, {os.cpu_count()} cores")
+    try:
+        if "throughput" not in args.skip:
+            create_slot(dsn, "bench_raw")
+            create_slot(dsn, "bench_bridge")
+            t = time.perf_counter()
+            load(dsn, 1, args.rows)
+            endpos = end_marker(dsn)
+            print(f"loaded {args.rows} rows in {time.perf_counter() - t:.1f} s; end at {endpos}")
+            raw_s = raw_receive(dsn, "bench_raw", endpos)
+            bridge_s = bridge_until(stack, dsn, "bench_bridge", endpos)
+            raw_rate, bridge_rate = args.rows / raw_s, args.rows / bridge_s
+            print(f"raw receive (pg_recvlogical): {raw_s:7.2f} s  {raw_rate:10,.0f} changes/s")
+            print(
+                f"pgbridge run (to Kafka acks): {bridge_s:7.2f} s  {bridge_rate:10,.0f} changes/s"
+            )
+            print(f"ratio pgbridge / raw: {bridge_rate / raw_rate:.2f}  (floor 0.5, target 0.8)")
+        if "latency" not in args.skip:
+            lat = sorted(latency(stack, dsn, args.rate, args.seconds))
+            if lat:
+                p50 = statistics.median(lat) * 1000
+                p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
+                print(
+                    f"latency at {args.rate} changes/s over {len(lat)} transactions: "
+                    f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {lat[-1] * 1000:.1f} ms"
+                )
+        if "memory" not in args.skip:
+            with tempfile.TemporaryDirectory() as tmp:
+                idle, peak = peak_rss(stack, dsn, args.big_rows, Path(tmp) / "bridge.log")
+            print(
+                f"memory: pgbridge run idle {idle / 2**20:.0f} MB, peak over one "
+                f"{args.big_rows:,}-row transaction {peak / 2**20:.0f} MB (limit 300 MB)"
+            )
+    finally:
+        with psycopg.connect(stack.postgres_dsn(), autocommit=True) as admin:
+            for (slot,) in admin.execute(
+                "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (dbname,)
+            ).fetchall():
+                admin.execute(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                    "WHERE slot_name = %s AND active_pid IS NOT NULL",
+                    (slot,),
+                )
+                time.sleep(0.5)
+                admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""``pgbridge status``: where the bridge stands, read from PostgreSQL, Kafka and the registry.
+
+Reads only: the slot's confirmed position and how much WAL it holds back, the publication, the
+topics under the prefix, the registry subjects. Works whether or not ``pgbridge run`` is up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psycopg
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from bridge.config import BridgeConfig
+from bridge.sink.publisher import admin_config
+
+
+@dataclass
+class SlotStatus:
+    name: str
+    exists: bool
+    active: bool = False
+    active_pid: int | None = None
+    confirmed_flush_lsn: str | None = None
+    restart_lsn: str | None = None
+    wal_status: str | None = None  # reserved | extended | unreserved | lost
+    lag_bytes: int | None = None  # current WAL end minus confirmed flush
+    retained_bytes: int | None = None  # current WAL end minus restart LSN: WAL kept for us
+
+
+@dataclass
+class BridgeStatus:
+    slot: SlotStatus
+    publication: str
+    publication_exists: bool
+    topics: list[str] = field(default_factory=list)
+    subjects: int | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def render(self) -> str:
+        s = self.slot
+        lines = [
+            f"slot {s.name}: "
+            + (
+                f"{'active (pid ' + str(s.active_pid) + ')' if s.active else 'inactive'}, "
+                f"confirmed {s.confirmed_flush_lsn}, lag {s.lag_bytes} bytes, "
+                f"retains {s.retained_bytes} bytes of WAL ({s.wal_status})"
+                if s.exists
+                else "missing"
+            ),
+            f"publication {self.publication}: {'exists' if self.publication_exists else 'missing'}",
+            f"topics: {len(self.topics)}" + (f" ({', '.join(self.topics)})" if self.topics else ""),
+            f"registry subjects: {self.subjects if self.subjects is not None else 'unreachable'}",
+        ]
+        lines += [f"problem: {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+_SLOT_QUERY = """
+SELECT active, active_pid, confirmed_flush_lsn::text, restart_lsn::text, wal_status,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
+FROM pg_replication_slots WHERE slot_name = %s
+"""
+
+
+def collect(config: BridgeConfig) -> BridgeStatus:
+    rep = config.replication
+    status = BridgeStatus(SlotStatus(rep.slot_name, False), rep.publication_name, False)
+    try:
+        with psycopg.connect(config.database.conninfo(), autocommit=True, connect_timeout=10) as c:
+            row = c.execute(_SLOT_QUERY, (rep.slot_name,)).fetchone()
+            if row is not None:
+                status.slot = SlotStatus(rep.slot_name, True, *row)
+            status.publication_exists = bool(
+                c.execute(
+                    "SELECT 1 FROM pg_publication WHERE pubname = %s", (rep.publication_name,)
+                ).fetchone()
+            )
+    except psycopg.Error as exc:
+        status.problems.append(f"PostgreSQL: {exc}".strip())
+    if status.slot.wal_status == "lost":
+        status.problems.append("the slot is invalidated (WAL it needed was removed): re-snapshot")
+    try:
+        md = AdminClient(admin_config(config.kafka)).list_topics(timeout=10)
+        status.topics = sorted(t for t in md.topics if t.startswith(config.topic_prefix + "."))
+    except Exception as exc:  # the client raises KafkaException or plain errors
+        status.problems.append(f"Kafka: {exc}")
+    try:
+        subjects = SchemaRegistryClient(config.registry.client_config()).get_subjects()
+        status.subjects = sum(1 for s in subjects if s.startswith(config.topic_prefix + "."))
+    except Exception as exc:
+        status.problems.append(f"registry: {exc}")
+    return status
