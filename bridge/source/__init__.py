@@ -2,6 +2,7 @@
 
 :class:`LogicalReplicationSource` implements :class:`ChangeSource` (see :mod:`bridge.source.api`
 for the contract with the pipeline); :class:`SourceConfig` configures it.
+:class:`SlotWithSnapshot` creates a slot with an exported snapshot for the initial copy.
 """
 
 from bridge.source.api import ChangeSource
@@ -24,10 +25,12 @@ from bridge.source.errors import (
 )
 from bridge.source.protocol import StreamOptions, negotiate
 from bridge.source.replication import LogicalReplicationSource, SourceStats
+from bridge.source.snapshot_slot import ExportedSnapshot, SlotWithSnapshot
 
 __all__ = [
     "AssemblerStats",
     "ChangeSource",
+    "ExportedSnapshot",
     "LogicalReplicationSource",
     "PublicationConfig",
     "PublicationMismatchError",
@@ -41,6 +44,7 @@ __all__ = [
     "SlotInvalidatedError",
     "SlotMismatchError",
     "SlotMissingError",
+    "SlotWithSnapshot",
     "SourceConfig",
     "SourceError",
     "SourceStats",

@@ -333,3 +333,28 @@ def test_drop_slot_drops_only_when_asked(source_db: SourceDb) -> None:
     assert drop_slot(source_db.admin, source_db.slot) is True
     assert get_slot(source_db.admin, source_db.slot) is None
     assert drop_slot(source_db.admin, source_db.slot) is False
+
+
+def test_source_exported_snapshot_hands_off_to_stream_without_gap_or_overlap(
+    source_db: SourceDb,
+) -> None:
+    from bridge.source.snapshot_slot import SlotWithSnapshot
+
+    make_table(source_db)
+    # The publication must exist before the slot's start: changes are matched against the
+    # publication as the catalog was when they were made.
+    source_db.execute(f'CREATE PUBLICATION "{source_db.publication}" FOR ALL TABLES')
+    insert_transactions(source_db, [range(1, 4)])
+    with SlotWithSnapshot(source_db.dsn, source_db.slot) as exported:
+        insert_transactions(source_db, [range(4, 6)])  # after the snapshot: the stream's part
+        with psycopg.connect(source_db.dsn) as reader:
+            reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            reader.execute(f"SET TRANSACTION SNAPSHOT '{exported.snapshot_name}'")
+            snapshot_ids = [r[0] for r in reader.execute("SELECT id FROM t ORDER BY id")]
+    assert snapshot_ids == [1, 2, 3]
+    source = source_db.source(create_slot=False)
+    assert source.start_lsn == exported.consistent_point
+    pipeline = FakePipeline(source)
+    pipeline.run(lambda p: len(p.ids) >= 2)
+    pipeline.pump(0.3)
+    assert pipeline.ids == [4, 5]
