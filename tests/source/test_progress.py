@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bridge.pgoutput.lsn import Lsn
 from bridge.pgoutput.messages import (
@@ -128,3 +130,34 @@ def test_progress_drops_resent_non_transactional_message() -> None:
     progress.reconnected()
     assert not progress.admit(note)
     assert admitted(progress, txn(400, 1)) == txn(400, 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 4), min_size=1, max_size=8),
+    data=st.data(),
+)
+def test_progress_property_reconnect_anywhere_emits_everything_exactly_once(
+    sizes: list[int], data: st.DataObject
+) -> None:
+    """Cut the stream after any message, confirm any transaction completed before the cut,
+    resend from there (as the server does) and possibly cut again: the emitted changes,
+    Begins and Commits are the original ones, each exactly once, in order."""
+    transactions = [
+        txn(1000 * (i + 1), *range(10 * i, 10 * i + n), xid=i) for i, n in enumerate(sizes)
+    ]
+    stream = [m for t in transactions for m in t]
+    progress = Progress(Lsn(0))
+    out: list[LogicalMessage] = []
+    confirmed_txn = 0  # transactions before this index are confirmed (server skips them)
+    position = 0  # how far into `stream` the current connection has sent
+    for _ in range(data.draw(st.integers(0, 3))):  # that many broken connections
+        cut = data.draw(st.integers(position, len(stream)))
+        out += admitted(progress, stream[position:cut])
+        done = sum(1 for m in out if isinstance(m, Commit))
+        confirmed_txn = data.draw(st.integers(confirmed_txn, max(confirmed_txn, done)))
+        progress.reconnected()
+        position = sum(len(t) for t in transactions[:confirmed_txn])
+    out += admitted(progress, stream[position:])
+    without_relations = [m for m in out if not isinstance(m, Relation)]
+    assert without_relations == [m for m in stream if not isinstance(m, Relation)]
