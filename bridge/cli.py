@@ -74,6 +74,19 @@ def _status(args: argparse.Namespace) -> int:
     return 0 if not status.problems and status.slot.exists else 3
 
 
+def _apply(args: argparse.Namespace) -> int:
+    from bridge.spark.job import config_from_args, run_apply
+
+    run_apply(config_from_args(args))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from bridge.demo import run_demo
+
+    return run_demo()
+
+
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--config", help="TOML file (see pgbridge.example.toml)")
     parser.add_argument(
@@ -96,6 +109,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--print-config", action="store_true", help="print the effective settings and exit"
     )
     run.set_defaults(handler=_run)
+
+    from bridge.spark.job import add_apply_arguments
+
+    apply = commands.add_parser(
+        "apply", help="the Spark job: apply the change topics to Delta tables (local mode)"
+    )
+    add_apply_arguments(apply)
+    apply.set_defaults(handler=_apply)
+
+    demo = commands.add_parser("demo", help="the whole flow on the local stack")
+    demo.set_defaults(handler=_demo)
 
     status = commands.add_parser("status", help="slot position and lag, topics, subjects")
     _add_config_options(status)
