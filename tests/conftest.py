@@ -3,7 +3,9 @@
 Unit tests need nothing. Integration tests (``@pytest.mark.integration``) use the real local
 stack: PostgreSQL, Apache Kafka, Apicurio Registry and Spark. The ``local_stack`` fixture starts
 it (or reuses a running one) and makes the test ERROR, not skip, when a part cannot start.
-Outside CI the stack is left running afterwards; ``pgbridge dev down`` stops it.
+Outside CI the stack is left running afterwards; ``pgbridge dev down`` stops it. With
+``PGBRIDGE_STACK=containers`` (a machine with a Docker engine) the same parts run as containers
+through testcontainers instead.
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ from bridge.devstack.stack import LocalStack, StackInfo  # noqa: E402
 
 @pytest.fixture(scope="session")
 def local_stack() -> Iterator[StackInfo]:
+    if os.environ.get("PGBRIDGE_STACK") == "containers":  # a Docker engine: testcontainers
+        from bridge.devstack.containers import start_container_stack
+
+        info, stop = start_container_stack()
+        os.environ.update(info.env)
+        yield info
+        stop()
+        return
     stack = LocalStack(
         Path(os.environ["PGBRIDGE_STACK_DIR"]) if "PGBRIDGE_STACK_DIR" in os.environ else None
     )

@@ -41,9 +41,12 @@ class StackInfo:
     registry_url: str
     spark_jars: tuple[str, ...] = ()
     start_seconds: dict[str, float] = field(default_factory=dict)
+    postgres_host: str = "127.0.0.1"
+    postgres_password: str | None = None  # the local cluster trusts loopback; containers do not
 
     def postgres_dsn(self, dbname: str = "postgres") -> str:
-        return f"host=127.0.0.1 port={self.postgres_port} user=postgres dbname={dbname}"
+        dsn = f"host={self.postgres_host} port={self.postgres_port} user=postgres dbname={dbname}"
+        return dsn + (f" password={self.postgres_password}" if self.postgres_password else "")
 
     @property
     def env(self) -> dict[str, str]:
