@@ -1,3 +1,3 @@
-"""pgbridge: PostgreSQL change data capture (pgoutput) to Kafka, applied to Delta Lake with Spark."""
+"""pgbridge: PostgreSQL change data capture (pgoutput) to Kafka, applied to Delta Lake."""
 
 __version__ = "0.1.0"
