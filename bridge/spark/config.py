@@ -34,7 +34,8 @@ class ApplyConfig:
 
     ``app_id`` names the job in Delta's idempotent-write bookkeeping (``txnAppId``); by default
     it is derived from the checkpoint location, because batch ids restart with a new checkpoint
-    and must not be compared with those of an old one.
+    and must not be compared with those of an old one. ``parallel_tables`` tables of a batch are
+    merged at the same time.
     """
 
     topic_prefix: str
@@ -52,6 +53,7 @@ class ApplyConfig:
     kafka_options: tuple[tuple[str, str], ...] = ()
     registry_options: tuple[tuple[str, str], ...] = ()
     query_name: str = "pgbridge-apply"
+    parallel_tables: int = 2
 
     def __post_init__(self) -> None:
         if not self.topic_prefix or not _TOPIC_CHARS.match(self.topic_prefix):
@@ -76,6 +78,8 @@ class ApplyConfig:
             raise ConfigError(
                 "starting_offsets", "must be 'earliest', 'latest' or Spark's per-partition JSON"
             )
+        if self.parallel_tables < 1:
+            raise ConfigError("parallel_tables", "must be at least 1")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
             raise ConfigError("max_offsets_per_trigger", "must be positive")
         for key, value in self.kafka_options:

@@ -244,8 +244,21 @@ def decode_batch(
             raise TableApplyError(
                 topic, f"key columns {missing} are not columns of schema id {schema_id}"
             )
+        # Only a truncate has a null key in a keyed table; any other change with a null key is
+        # from a table without a replica-identity key (the producer's null_key mode), which
+        # cannot be matched to a row.
+        keyless = (
+            F.col("key").isNull() & (F.col(f"{tf.ENVELOPE}.op") != "t") & ~F.col(tf.UNDECODABLE)
+        )
+        out.dead_letters.append(
+            tf.dead_letters(
+                decoded.where(keyless & F.col(f"{tf.ENVELOPE}.op").isin(*tf.APPLY_OPS)),
+                "null key: the table has no replica-identity key to MERGE on",
+                batch_id,
+            )
+        )
         per_table.setdefault(topic, []).append(
-            _Group(schema_id, tf.envelope_to_changes(decoded), columns, key_columns)
+            _Group(schema_id, tf.envelope_to_changes(decoded.where(~keyless)), columns, key_columns)
         )
     for topic, table_groups in per_table.items():
         split = config.split_topic(topic)

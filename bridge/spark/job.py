@@ -17,7 +17,10 @@ import argparse
 import logging
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,16 +78,57 @@ class BatchApplier:
             config.registry_url, dict(config.registry_options)
         )
         self.stats = ApplyStats()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _session(self, spark: Any) -> Any:
+        """This thread's own session (same SparkContext and cache, own SQL conf).
+
+        Delta's idempotent-DML settings are session conf: tables merged concurrently must not
+        see each other's, so each worker thread merges through a session of its own.
+        """
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = spark.newSession()
+            for key, value in JOB_CONF.items():
+                session.conf.set(key, value)
+            self._local.session = session
+        return session
+
+    def _apply_tables(self, spark: Any, tables: Sequence[TableBatch], batch_id: int) -> None:
+        if self.config.parallel_tables == 1 or len(tables) <= 1:
+            for table in tables:
+                self._apply_table(self._session(spark), table, batch_id)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                self.config.parallel_tables, thread_name_prefix="pgbridge-apply"
+            )
+        pool = self._pool
+        futures = [
+            pool.submit(lambda t: self._apply_table(self._session(spark), t, batch_id), table)
+            for table in tables
+        ]
+        # Wait for all before raising: a MERGE still running must not outlive the batch.
+        errors = [f.exception() for f in futures]
+        for error in errors:
+            if error is not None:
+                raise error
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
         framed = tf.frame(batch).persist()
         decoded = None
         try:
             decoded = decode_batch(framed, self.config, self.schemas, batch_id)
-            for table in decoded.tables:
-                self._apply_table(batch.sparkSession, table, batch_id)
+            logger.info("batch %d: decode planned in %.1f s", batch_id, time.monotonic() - started)
+            # Per-table MERGEs are mostly driver-side latency (log replay, planning, commit):
+            # running them side by side keeps the cores busy.
+            self._apply_tables(batch.sparkSession, decoded.tables, batch_id)
             self._write_dead_letters(batch.sparkSession, decoded.dead_letters, batch_id)
             self.stats.batches += 1
+            logger.info("batch %d: done in %.1f s", batch_id, time.monotonic() - started)
         finally:
             for cached in decoded.cached if decoded else []:
                 cached.unpersist()
@@ -92,7 +136,9 @@ class BatchApplier:
 
     def _apply_table(self, spark: Any, table: TableBatch, batch_id: int) -> None:
         path = self.config.table_path(table.schema, table.table)
-        changes = table.changes.persist()
+        started = time.monotonic()
+        cached = table.changes.persist()  # read by the summary and by the MERGE
+        changes = cached
         try:
             summary = changes.agg(
                 F.count(F.lit(1)).alias("n"),
@@ -124,19 +170,23 @@ class BatchApplier:
                 truncate_at=truncate_at,
                 fold_unchanged=fold,
             )
+            merge_started = time.monotonic()
             merge_changes(spark, path, latest, plan, self.config.txn_app_id, batch_id)
+            merge_seconds = time.monotonic() - merge_started
         finally:
-            changes.unpersist()
-            table.changes.unpersist()
-        self.stats.changes += count
-        self.stats.per_table[table.name] = self.stats.per_table.get(table.name, 0) + count
+            cached.unpersist()
+        with self._lock:
+            self.stats.changes += count
+            self.stats.per_table[table.name] = self.stats.per_table.get(table.name, 0) + count
         CHANGES_APPLIED.labels(table.name).inc(count)
         logger.info(
-            "batch %d: %s: %d changes%s",
+            "batch %d: %s: %d changes%s in %.1f s (MERGE %.1f s)",
             batch_id,
             table.name,
             count,
             f", truncate at {truncate_at}" if truncate_at else "",
+            time.monotonic() - started,
+            merge_seconds,
         )
 
     def _write_dead_letters(self, spark: Any, frames: list[DataFrame], batch_id: int) -> None:
@@ -246,6 +296,7 @@ def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--starting-offsets", default="earliest")
     parser.add_argument("--max-offsets-per-trigger", type=int)
+    parser.add_argument("--parallel-tables", type=int, default=2, help="tables merged at once")
     parser.add_argument("--app-id", default="", help="Delta txnAppId (default: from --checkpoint)")
     parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--registry-option", action="append", default=[], metavar="KEY=VALUE")
@@ -286,6 +337,7 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         starting_offsets=args.starting_offsets,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         app_id=args.app_id,
+        parallel_tables=args.parallel_tables,
         kafka_options=_pairs(args.kafka_option, "kafka_options"),
         registry_options=_pairs(args.registry_option, "registry_options"),
     )

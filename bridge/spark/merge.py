@@ -169,9 +169,16 @@ def merge_changes(
         updates[_quote(name)] = source
     for meta in tf.PERSISTED_META:
         updates[meta] = F.col(f"s.{meta}")
-    inserts: dict[str, str | Column] = {
-        _quote(n): F.col(f"s.{_quote(n)}") for n in plan.value_columns
-    }
+    inserts: dict[str, str | Column] = {}
+    for name in plan.value_columns:
+        source = F.col(f"s.{_quote(name)}")
+        if plan.fold_unchanged and name not in plan.key_columns:
+            # No row to keep a value from (the job started after the row's insert): null, not
+            # the placeholder Debezium puts in string columns.
+            source = F.when(
+                F.array_contains(F.col(f"s.{tf.UNCHANGED}"), name), F.lit(None)
+            ).otherwise(source)
+        inserts[_quote(name)] = source
     inserts.update({m: F.col(f"s.{m}") for m in tf.PERSISTED_META})
 
     builder = (

@@ -35,6 +35,7 @@ def _config(**overrides: object) -> ApplyConfig:
         ({"trigger_interval": "soon"}, "trigger_interval"),
         ({"starting_offsets": "beginning"}, "starting_offsets"),
         ({"max_offsets_per_trigger": 0}, "max_offsets_per_trigger"),
+        ({"parallel_tables": 0}, "parallel_tables"),
         ({"kafka_options": (("kafka.security.protocol", "SSL"),)}, "kafka_options"),
     ],
 )

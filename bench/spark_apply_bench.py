@@ -1,0 +1,416 @@
+"""Benchmark: the apply job's throughput and freshness against Spark's raw Kafka read rate.
+
+    .venv/bin/python bench/spark_apply_bench.py [--changes 1000000] [--tables 4] [--partitions 2]
+        [--max-offsets-per-trigger 250000] [--fresh-seconds 30] [--fresh-rate 2000]
+
+Uses the real local stack (``pgbridge dev up``; started if needed) and a local[2] Spark. In one run:
+
+1. **produce**: N changes across the tables (70 % inserts, 25 % updates of earlier keys, 5 %
+   deletes + tombstones, in 100-change transactions) as Confluent-framed Avro envelopes whose
+   schemas are registered in the real registry.
+2. **raw read** (baseline): a Structured Streaming query reading the same topics with the same
+   ``maxOffsetsPerTrigger`` into Spark's ``noop`` sink: what Spark's Kafka source costs alone.
+3. **apply**: the real job (decode by schema id, last change per key, idempotent MERGE per
+   table) over the same records, from an empty checkpoint; changes applied per second, and the
+   ratio to the raw read. The resulting tables are checked against the expected live rows.
+4. **freshness**: a fresh prefix, the job running with a 1 s trigger while a producer writes
+   ``--fresh-rate`` changes/s for ``--fresh-seconds``; for every micro-batch, the time from a
+   change's commit (its Kafka CreateTime, which equals ``source.ts_ms`` here) until the batch's
+   Delta commits are done, for the oldest and newest change of the batch. Percentiles over
+   batches, plus the time from the last produced change until it is visible.
+
+Numbers are printed, never asserted; the ratio apply / raw read is what carries over between
+machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import random
+import shutil
+import statistics
+import struct
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bridge.devstack.stack import LocalStack
+from bridge.spark.config import ApplyConfig
+from bridge.spark.job import BatchApplier, start_apply
+from bridge.spark.session import build_spark_session
+from tests.spark.envelopes import TableVersion, create_topics
+
+COLUMNS: list[dict[str, Any]] = [
+    {"name": "id", "type": "long"},
+    {"name": "name", "type": ["null", "string"], "default": None},
+    {
+        "name": "amount",
+        "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}],
+        "default": None,
+    },
+    {
+        "name": "updated_at",
+        "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}],
+        "default": None,
+    },
+    {"name": "note", "type": ["null", "string"], "default": None},
+]
+
+
+class FastProducer:
+    """Registers each table's schemas once, then frames fastavro output by hand (no per-record
+    registry context), so producing is not what the benchmark measures."""
+
+    def __init__(self, bootstrap: str, registry_url: str) -> None:
+        from confluent_kafka import Producer
+        from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+        self._schema_cls = Schema
+        self.registry = SchemaRegistryClient({"url": registry_url})
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 50,
+                "batch.num.messages": 10000,
+                "queue.buffering.max.messages": 2_000_000,
+                "compression.type": "lz4",
+            }
+        )
+        self._writers: dict[str, tuple[bytes, Any, bytes, Any]] = {}
+        self.records = 0  # Kafka records sent, tombstones included
+
+    def register(self, version: TableVersion) -> None:
+        key_id = self.registry.register_schema(
+            f"{version.topic}-key", self._schema_cls(json.dumps(version.key_schema()), "AVRO")
+        )
+        value_id = self.registry.register_schema(
+            f"{version.topic}-value", self._schema_cls(json.dumps(version.value_schema()), "AVRO")
+        )
+        self._writers[version.topic] = (
+            b"\x00" + struct.pack(">I", key_id),
+            fastavro.parse_schema(version.key_schema()),
+            b"\x00" + struct.pack(">I", value_id),
+            fastavro.parse_schema(version.value_schema()),
+        )
+
+    def send(self, topic: str, key: dict[str, Any], envelope: dict[str, Any] | None) -> None:
+        key_head, key_schema, value_head, value_schema = self._writers[topic]
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, key_schema, key)
+        key_bytes = key_head + buffer.getvalue()
+        value_bytes = None
+        if envelope is not None:
+            buffer = io.BytesIO()
+            fastavro.schemaless_writer(buffer, value_schema, envelope)
+            value_bytes = value_head + buffer.getvalue()
+        while True:
+            try:
+                self.producer.produce(topic, key=key_bytes, value=value_bytes)
+                self.records += 1
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def flush(self) -> None:
+        if self.producer.flush(300) != 0:
+            raise RuntimeError("the producer could not deliver everything in 300 s")
+
+
+class Workload:
+    """Deterministic changes: inserts, updates of earlier keys, deletes; tracks the live rows."""
+
+    def __init__(self, prefix: str, tables: int, seed: int = 7) -> None:
+        self.versions = [
+            TableVersion(prefix, "public", f"t{i}", COLUMNS, ["id"]) for i in range(tables)
+        ]
+        self.live: list[dict[int, str]] = [{} for _ in range(tables)]
+        self.next_id = [0] * tables
+        self.random = random.Random(seed)
+        self.lsn = 1_000_000
+        self.seq = 0
+
+    def one(self, producer: FastProducer, now_ms: int) -> None:
+        t = self.random.randrange(len(self.versions))
+        version, live = self.versions[t], self.live[t]
+        if self.seq == 100:  # 100 changes per transaction
+            self.lsn += 1000
+            self.seq = 0
+        roll = self.random.random()
+        if roll < 0.70 or len(live) < 10:
+            op, key = "c", self.next_id[t]
+            self.next_id[t] += 1
+        else:
+            op = "u" if roll < 0.95 else "d"
+            key = self.random.randrange(self.next_id[t])
+            if key not in live:
+                op = "c"
+        if op == "d":
+            envelope = version.envelope(
+                "d", self.lsn, self.seq, before={**_row(key, ""), "name": None}, ts_ms=now_ms
+            )
+            del live[key]
+            producer.send(version.topic, {"id": key}, envelope)
+            producer.send(version.topic, {"id": key}, None)  # tombstone
+        else:
+            name = f"name-{key}-{self.lsn}-{self.seq}"
+            envelope = version.envelope(op, self.lsn, self.seq, after=_row(key, name), ts_ms=now_ms)
+            live[key] = name
+            producer.send(version.topic, {"id": key}, envelope)
+        self.seq += 1
+
+
+def _row(key: int, name: str) -> dict[str, Any]:
+    return {
+        "id": key,
+        "name": name,
+        "amount": Decimal(key % 100000) / 100,
+        "updated_at": 1_700_000_000_000_000 + key,
+        "note": "n" * 40,
+    }
+
+
+def produce(
+    stack: Any, prefix: str, tables: int, partitions: int, changes: int
+) -> tuple[Workload, float]:
+    workload = Workload(prefix, tables)
+    create_topics(stack.bootstrap_servers, [v.topic for v in workload.versions], partitions)
+    producer = FastProducer(stack.bootstrap_servers, stack.registry_url)
+    for version in workload.versions:
+        producer.register(version)
+    start = time.perf_counter()
+    now_ms = int(time.time() * 1000)
+    for i in range(changes):
+        if i % 10000 == 0:
+            now_ms = int(time.time() * 1000)
+            producer.producer.poll(0)
+        workload.one(producer, now_ms)
+    producer.flush()
+    return workload, time.perf_counter() - start
+
+
+def raw_read(spark: Any, config: ApplyConfig, records: int) -> float:
+    """Seconds for Spark's Kafka source alone to read the topics (noop sink), same batching."""
+    source = spark.readStream.format("kafka").options(**config.kafka_source_options()).load()
+    start = time.perf_counter()
+    query = (
+        source.writeStream.format("noop")
+        .option("checkpointLocation", config.checkpoint_location + "-raw")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - start
+    read = sum(p["numInputRows"] for p in query.recentProgress)
+    if read != records:
+        print(f"  (raw read saw {read} records, expected {records})")
+    return elapsed
+
+
+class TimedApplier(BatchApplier):
+    """Records, per micro-batch: records, oldest/newest Kafka CreateTime, and when it finished."""
+
+    def __init__(self, config: ApplyConfig) -> None:
+        super().__init__(config)
+        self.batches: list[tuple[int, float, float, float]] = []
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        span = batch.agg(F.count(F.lit(1)), F.min("timestamp"), F.max("timestamp")).first()
+        super().__call__(batch, batch_id)
+        done = time.time()
+        if span and span[0]:
+            self.batches.append((int(span[0]), span[1].timestamp(), span[2].timestamp(), done))
+
+
+def check_tables(spark: Any, config: ApplyConfig, workload: Workload) -> None:
+    for version, live in zip(workload.versions, workload.live, strict=True):
+        df = spark.read.format("delta").load(config.table_path(version.schema, version.table))
+        got = dict((r["id"], r["name"]) for r in df.select("id", "name").collect())
+        if got != live:
+            missing = len(set(live) - set(got))
+            extra = len(set(got) - set(live))
+            wrong = sum(1 for k in set(live) & set(got) if live[k] != got[k])
+            raise SystemExit(
+                f"{version.topic}: table differs (missing {missing}, extra {extra}, wrong {wrong})"
+            )
+    print(
+        f"  tables checked: {sum(len(x) for x in workload.live)} live rows equal the expected ones"
+    )
+
+
+def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
+    prefix = f"fresh{uuid.uuid4().hex[:6]}"
+    workload = Workload(prefix, args.tables)
+    create_topics(stack.bootstrap_servers, [v.topic for v in workload.versions], args.partitions)
+    producer = FastProducer(stack.bootstrap_servers, stack.registry_url)
+    for version in workload.versions:
+        producer.register(version)
+    config = _config(
+        stack, prefix, work / "fresh", available_now=False, trigger_interval="1 second"
+    )
+    applier = TimedApplier(config)
+    query = start_apply(spark, config, applier)
+    stop = threading.Event()
+
+    def run_producer() -> None:
+        interval = 1.0 / args.fresh_rate
+        start = time.time()
+        sent = 0
+        while not stop.is_set() and time.time() - start < args.fresh_seconds:
+            target = int((time.time() - start) / interval)
+            while sent < target:
+                workload.one(producer, int(time.time() * 1000))
+                sent += 1
+            producer.producer.poll(0)
+            time.sleep(0.01)
+        producer.flush()
+
+    thread = threading.Thread(target=run_producer)
+    thread.start()
+    thread.join()
+    last_sent = time.time()
+    # Wait until the job has applied every record produced.
+    deadline = time.time() + 300
+    while time.time() < deadline and sum(b[0] for b in applier.batches) < producer.records:
+        time.sleep(0.2)
+    visible = time.time()
+    query.stop()
+    applied = sum(b[0] for b in applier.batches)
+    oldest = sorted(b[3] - b[1] for b in applier.batches)
+    newest = sorted(b[3] - b[2] for b in applier.batches)
+    print(f"freshness ({args.fresh_rate}/s for {args.fresh_seconds} s, ", end="")
+    print(f"{len(applier.batches)} batches, {applied} of {producer.records} records):")
+    print(
+        f"  commit -> visible, oldest change of a batch: p50 {_pct(oldest, 50):.2f} s  "
+        f"p95 {_pct(oldest, 95):.2f} s  max {oldest[-1]:.2f} s"
+    )
+    print(
+        f"  commit -> visible, newest change of a batch: p50 {_pct(newest, 50):.2f} s  "
+        f"p95 {_pct(newest, 95):.2f} s"
+    )
+    print(f"  last change produced -> job caught up: {visible - last_sent:.2f} s")
+    check_tables(spark, config, workload)
+
+
+def _pct(values: list[float], pct: int) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
+
+
+def _config(stack: Any, prefix: str, where: Path, **overrides: Any) -> ApplyConfig:
+    settings: dict[str, Any] = {
+        "topic_prefix": prefix,
+        "bootstrap_servers": stack.bootstrap_servers,
+        "registry_url": stack.registry_url,
+        "delta_base": str(where / "delta"),
+        "checkpoint_location": str(where / "checkpoint"),
+        "dead_letter_location": str(where / "dead"),
+        "available_now": True,
+    }
+    settings.update(overrides)
+    return ApplyConfig(**settings)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--changes", type=int, default=1_000_000)
+    parser.add_argument("--tables", type=int, default=4)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=250_000)
+    parser.add_argument("--fresh-seconds", type=int, default=30)
+    parser.add_argument("--fresh-rate", type=int, default=2000)
+    parser.add_argument("--skip-freshness", action="store_true")
+    parser.add_argument("--parallel-tables", type=int, default=1)
+    parser.add_argument("--verbose", action="store_true", help="the job's per-batch log")
+    parser.add_argument("--workdir", help="default: a temporary directory, removed afterwards")
+    args = parser.parse_args()
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+        logging.getLogger("py4j").setLevel(logging.WARNING)
+
+    stack = LocalStack().up()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="pgbridge-apply-bench-"))
+    spark = build_spark_session(
+        "pgbridge-apply-bench",
+        jars=stack.spark_jars,
+        master="local[2]",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "3g",
+            "spark.ui.showConsoleProgress": "false",
+        },
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        prefix = f"bench{uuid.uuid4().hex[:6]}"
+        print(
+            f"producing {args.changes} changes: {args.tables} tables x {args.partitions} partitions"
+        )
+        workload, produce_s = produce(stack, prefix, args.tables, args.partitions, args.changes)
+        print(f"  produced in {produce_s:.1f} s ({args.changes / produce_s:,.0f} changes/s)")
+        config = _config(
+            stack,
+            prefix,
+            work / "bulk",
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+            parallel_tables=args.parallel_tables,
+        )
+        records = _records(spark, config)
+        raw_s = raw_read(spark, config, records)
+        print(f"raw Kafka read (noop sink): {records} records in {raw_s:.1f} s", end="")
+        print(f" = {records / raw_s:,.0f} records/s")
+        applier = TimedApplier(config)
+        start = time.perf_counter()
+        query = start_apply(spark, config, applier)
+        query.awaitTermination()
+        apply_s = time.perf_counter() - start
+        if query.exception() is not None:
+            raise SystemExit(f"apply failed: {query.exception()}")
+        print(
+            f"apply: {args.changes} changes ({records} records, {len(applier.batches)} batches) in "
+            f"{apply_s:.1f} s = {args.changes / apply_s:,.0f} changes/s"
+        )
+        print(
+            f"ratio apply / raw read: {(records / apply_s) / (records / raw_s):.3f} "
+            f"(raw read is {apply_s / raw_s:.1f}x faster)"
+        )
+        first_commit = min(b[1] for b in applier.batches)
+        print(
+            f"bulk freshness: first commit -> all {args.changes} visible: "
+            f"{max(b[3] for b in applier.batches) - first_commit:.1f} s "
+            f"(includes the {produce_s:.1f} s of producing and the raw-read run)"
+        )
+        check_tables(spark, config, workload)
+        if not args.skip_freshness:
+            freshness(spark, stack, work, args)
+    finally:
+        spark.stop()
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _records(spark: Any, config: ApplyConfig) -> int:
+    options = {
+        k: v for k, v in config.kafka_source_options().items() if k != "maxOffsetsPerTrigger"
+    }
+    return int(spark.read.format("kafka").options(**options).load().count())
+
+
+if __name__ == "__main__":
+    main()
