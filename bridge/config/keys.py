@@ -1,0 +1,267 @@
+"""The key table: every setting's dotted name, parser, default and help text."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from bridge.config.settings import (
+    _SECRET_WORDS,
+    SECRET_FILE_SUFFIX,
+    Secret,
+    env_name,
+)
+from bridge.errors import ConfigError
+
+# -- the key table --------------------------------------------------------------------------------
+
+Parser = Callable[[str, object], object]
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpec:
+    """One known key: its parser, its default and a one-line description."""
+
+    key: str
+    parse: Parser
+    default: object
+    doc: str
+
+
+def _text(key: str, raw: object) -> str:
+    if isinstance(raw, str):
+        return raw
+    raise ConfigError(key, f"expected a string, got {type(raw).__name__} {raw!r}")
+
+
+def _optional_text(key: str, raw: object) -> str | None:
+    text = _text(key, raw)
+    return text or None
+
+
+def _integer(key: str, raw: object) -> int:
+    if isinstance(raw, bool):  # bool is an int subclass; `true` is not a number of bytes
+        raise ConfigError(key, f"expected an integer, got {raw!r}")
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str):
+        try:
+            return int(raw.strip().replace("_", ""))
+        except ValueError:
+            pass
+    raise ConfigError(key, f"expected an integer, got {raw!r}")
+
+
+def _boolean(key: str, raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str):
+        lowered = raw.strip().lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+    raise ConfigError(key, f"expected true or false, got {raw!r}")
+
+
+def _string_list(key: str, raw: object) -> tuple[str, ...]:
+    if isinstance(raw, str):
+        items = raw.split(",")
+    elif isinstance(raw, list) and all(isinstance(i, str) for i in raw):
+        items = raw
+    else:
+        raise ConfigError(key, f"expected a list of strings or a comma-separated string: {raw!r}")
+    return tuple(i.strip() for i in items if i.strip())
+
+
+def _patterns(key: str, raw: object) -> tuple[str, ...]:
+    patterns = _string_list(key, raw)
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(key, f"{pattern!r} is not a regular expression: {exc}") from None
+    return patterns
+
+
+def _secret(key: str, raw: object) -> Secret | None:
+    text = _text(key, raw)
+    return Secret(text) if text else None
+
+
+def _choice(*choices: str, upper: bool = False) -> Parser:
+    def parse(key: str, raw: object) -> str:
+        text = _text(key, raw).strip()
+        text = text.upper() if upper else text.lower()
+        if text not in choices:
+            raise ConfigError(key, f"{raw!r} is not one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+def _optional_choice(*choices: str, upper: bool = False) -> Parser:
+    inner = _choice(*choices, upper=upper)
+
+    def parse(key: str, raw: object) -> str | None:
+        return None if raw in ("", None) else str(inner(key, raw))
+
+    return parse
+
+
+def _path(key: str, raw: object) -> Path | None:
+    text = _text(key, raw)
+    return Path(text).expanduser() if text else None
+
+
+def _passthrough_value(key: str, raw: object) -> str:
+    # librdkafka and the broker take every value as a string; TOML's native types are a
+    # convenience, rendered the way those systems spell them.
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if isinstance(raw, (int, float, str)):
+        return str(raw)
+    raise ConfigError(key, f"expected a string, number or boolean, got {raw!r}")
+
+
+KEYS: Final[tuple[KeySpec, ...]] = (
+    KeySpec("database.hostname", _optional_text, None, "PostgreSQL host (libpq default if unset)"),
+    KeySpec("database.port", _integer, None, "PostgreSQL port (libpq default 5432 if unset)"),
+    KeySpec("database.user", _optional_text, None, "user with the REPLICATION attribute"),
+    KeySpec("database.password", _secret, None, "password (or database.password.file)"),
+    KeySpec("database.dbname", _optional_text, None, "database to stream"),
+    KeySpec("database.dsn", _secret, None, "libpq DSN instead of the parts above"),
+    KeySpec(
+        "database.sslmode",
+        _optional_choice("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+        None,
+        "libpq sslmode",
+    ),
+    KeySpec("topic.prefix", _text, None, "topics are <prefix>.<schema>.<table> (required)"),
+    KeySpec("slot.name", _text, "pgbridge", "logical replication slot"),
+    KeySpec("publication.name", _text, "pgbridge_publication", "publication to stream"),
+    KeySpec(
+        "publication.autocreate.mode",
+        _choice("all_tables", "filtered", "disabled"),
+        "all_tables",
+        "create the publication for all tables, for the filtered tables, or not at all",
+    ),
+    KeySpec("plugin.name", _choice("pgoutput"), "pgoutput", "logical decoding plugin"),
+    KeySpec("pgoutput.binary", _boolean, False, "ask pgoutput for binary column values"),
+    KeySpec("status.update.interval.ms", _integer, 10_000, "standby status update interval"),
+    KeySpec("heartbeat.interval.ms", _integer, 0, "heartbeat interval; 0 disables it"),
+    KeySpec("heartbeat.action.query", _optional_text, None, "SQL run at every heartbeat"),
+    KeySpec(
+        "streaming.spill.threshold.bytes",
+        _integer,
+        64 * 1024 * 1024,
+        "memory for in-progress streamed transactions before spilling to disk",
+    ),
+    KeySpec("streaming.spill.dir", _path, None, "spill directory (system temp dir if unset)"),
+    KeySpec("table.include.list", _patterns, (), "regexes of schema.table to capture"),
+    KeySpec("table.exclude.list", _patterns, (), "regexes of schema.table to skip"),
+    KeySpec("schema.include.list", _patterns, (), "regexes of schemas to capture"),
+    KeySpec("schema.exclude.list", _patterns, (), "regexes of schemas to skip"),
+    KeySpec("tombstones.on.delete", _boolean, True, "emit a tombstone after each delete"),
+    KeySpec(
+        "decimal.handling.mode",
+        _choice("precise", "string", "double"),
+        "precise",
+        "numeric as Avro decimal, string or double",
+    ),
+    KeySpec("provide.transaction.metadata", _boolean, False, "BEGIN/END records and tx block"),
+    KeySpec("truncate.events", _boolean, True, "emit op 't' records for TRUNCATE"),
+    KeySpec("messages.topic", _optional_text, None, "logical messages topic (<prefix>.messages)"),
+    KeySpec("kafka.bootstrap.servers", _text, None, "Kafka brokers (required)"),
+    KeySpec(
+        "kafka.compression.type",
+        _choice("none", "gzip", "snappy", "lz4", "zstd"),
+        "lz4",
+        "producer batch compression",
+    ),
+    KeySpec("kafka.linger.ms", _integer, 20, "how long the producer waits to fill a batch"),
+    KeySpec("kafka.batch.size", _integer, 1_000_000, "maximum bytes per partition batch"),
+    KeySpec(
+        "kafka.delivery.timeout.ms", _integer, 300_000, "give up on a record after this (stops)"
+    ),
+    KeySpec("kafka.client.id", _text, "pgbridge", "client id shown in broker logs and quotas"),
+    KeySpec("max.queue.size", _integer, 100_000, "records in flight to Kafka at most"),
+    KeySpec(
+        "max.queue.size.in.bytes", _integer, 256 * 1024 * 1024, "bytes in flight to Kafka at most"
+    ),
+    KeySpec("topic.creation.enable", _boolean, True, "create missing topics"),
+    KeySpec("topic.creation.default.partitions", _integer, -1, "-1: the broker's default"),
+    KeySpec("topic.creation.default.replication.factor", _integer, -1, "-1: broker's default"),
+    KeySpec(
+        "topic.creation.default.cleanup.policy",
+        _choice("delete", "compact", "compact,delete"),
+        "delete",
+        "cleanup.policy of created topics",
+    ),
+    KeySpec("schema.registry.url", _text, None, "Confluent-compatible registry URL (required)"),
+    KeySpec(
+        "schema.registry.basic.auth.user.info", _secret, None, "user:password for the registry"
+    ),
+    KeySpec(
+        "schema.compatibility.level",
+        _optional_choice(
+            "NONE",
+            "BACKWARD",
+            "BACKWARD_TRANSITIVE",
+            "FORWARD",
+            "FORWARD_TRANSITIVE",
+            "FULL",
+            "FULL_TRANSITIVE",
+            upper=True,
+        ),
+        "BACKWARD",
+        "subject compatibility set on registration; empty: leave as is",
+    ),
+    KeySpec("metrics.port", _integer, 0, "Prometheus endpoint port; 0 disables it"),
+    KeySpec("metrics.host", _text, "0.0.0.0", "address the metrics endpoint listens on"),
+    KeySpec("log.format", _choice("text", "json"), "text", "log line format"),
+    KeySpec(
+        "log.level",
+        _choice("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", upper=True),
+        "INFO",
+        "log level",
+    ),
+)
+
+_SPECS: Final = {spec.key: spec for spec in KEYS}
+_SECRET_KEYS: Final = frozenset(
+    {"database.password", "database.dsn", "schema.registry.basic.auth.user.info"}
+)
+_ENV_TO_KEY: Final = {env_name(k): k for k in _SPECS} | {
+    env_name(k + SECRET_FILE_SUFFIX): k + SECRET_FILE_SUFFIX for k in _SECRET_KEYS
+}
+
+# Producer properties fixed by the delivery contract, or spelt with a first-class key.
+_PRODUCER_FORBIDDEN: Final = {
+    "acks": "acks=all is required by the at-least-once contract",
+    "request.required.acks": "acks=all is required by the at-least-once contract",
+    "enable.idempotence": "idempotence keeps per-key order across retries; it is always on",
+    "partitioner": "murmur2_random places keys like the Java clients; consumers rely on it",
+    "max.in.flight.requests.per.connection": "idempotence needs it at librdkafka's default",
+    "max.in.flight": "idempotence needs it at librdkafka's default",
+    "bootstrap.servers": "use kafka.bootstrap.servers",
+    "compression.type": "use kafka.compression.type",
+    "compression.codec": "use kafka.compression.type",
+    "linger.ms": "use kafka.linger.ms",
+    "queue.buffering.max.ms": "use kafka.linger.ms",
+    "batch.size": "use kafka.batch.size",
+    "message.timeout.ms": "use kafka.delivery.timeout.ms",
+    "delivery.timeout.ms": "use kafka.delivery.timeout.ms",
+    "client.id": "use kafka.client.id",
+    "queue.buffering.max.messages": "use max.queue.size",
+    "queue.buffering.max.kbytes": "use max.queue.size.in.bytes",
+}
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a setting holds a credential (masked everywhere, may come from a ``.file``)."""
+    lowered = key.lower()
+    return key in _SECRET_KEYS or any(word in lowered for word in _SECRET_WORDS)

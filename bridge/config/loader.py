@@ -1,0 +1,339 @@
+"""Loading: merge file, environment and flags per key, then validate into dataclasses."""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from bridge.config.keys import (
+    _ENV_TO_KEY,
+    _PRODUCER_FORBIDDEN,
+    _SECRET_KEYS,
+    _SPECS,
+    KEYS,
+    _passthrough_value,
+    _text,
+    is_secret_key,
+)
+from bridge.config.settings import (
+    _SLOT_NAME,
+    _T,
+    _TOPIC_NAME,
+    ENV_PREFIX,
+    PRODUCER_PREFIX,
+    RESERVED_ENV,
+    SECRET_FILE_SUFFIX,
+    TOPIC_CONFIG_PREFIX,
+    BridgeConfig,
+    DatabaseConfig,
+    EventsConfig,
+    KafkaConfig,
+    LoggingConfig,
+    MetricsConfig,
+    RegistryConfig,
+    ReplicationConfig,
+    Secret,
+    Setting,
+    TableFilter,
+    TopicCreationConfig,
+    env_name,
+)
+from bridge.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+# -- loading --------------------------------------------------------------------------------------
+
+
+def load_config(
+    path: Path | None,
+    env: Mapping[str, str],
+    overrides: Mapping[str, str],
+) -> BridgeConfig:
+    """Merge defaults < ``path`` (TOML) < ``env`` (``PGBRIDGE_*``) < ``overrides`` and validate.
+
+    Raises :class:`~bridge.errors.ConfigError` naming the first bad key.
+    """
+    raw: dict[str, tuple[object, str]] = {}
+    if path is not None:
+        for key, value in _read_toml(path).items():
+            raw[_check_key(key, "in " + str(path))] = (value, f"file {path}")
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or name in RESERVED_ENV:
+            continue
+        raw[_env_key(name)] = (value, f"env {name}")
+    for key, value in overrides.items():
+        raw[_check_key(key, "in flags")] = (value, "flag")
+    _resolve_secret_files(raw)
+    return _build(raw)
+
+
+def _read_toml(path: Path) -> dict[str, object]:
+    try:
+        with path.open("rb") as fh:
+            document = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError("config file", f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("config file", f"{path} is not valid TOML: {exc}") from None
+    flat: dict[str, object] = {}
+
+    def walk(prefix: str, table: Mapping[str, object]) -> None:
+        for name, value in table.items():
+            key = f"{prefix}.{name}" if prefix else name
+            if isinstance(value, dict):
+                walk(key, value)
+                continue
+            if key in flat:  # e.g. [database] hostname and "database.hostname" both given
+                raise ConfigError(key, f"given twice in {path}")
+            flat[key] = value
+
+    walk("", document)
+    return flat
+
+
+def _is_secret_file_key(key: str) -> bool:
+    """``<secret>.file``: the secret is read from that file."""
+    if not key.endswith(SECRET_FILE_SUFFIX) or key in _SPECS:
+        return False
+    base = key.removesuffix(SECRET_FILE_SUFFIX)
+    return base in _SECRET_KEYS or (base.startswith(PRODUCER_PREFIX) and is_secret_key(base))
+
+
+def _known(key: str) -> bool:
+    if key in _SPECS or _is_secret_file_key(key):
+        return True
+    for prefix in (PRODUCER_PREFIX, TOPIC_CONFIG_PREFIX):
+        if key.startswith(prefix) and len(key) > len(prefix):
+            return True
+    return False
+
+
+def _suggest(word: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _check_key(key: str, where: str) -> str:
+    if not _known(key):
+        raise ConfigError(key, f"unknown setting {where}{_suggest(key, _SPECS)}")
+    return key
+
+
+def _env_key(name: str) -> str:
+    if name in _ENV_TO_KEY:
+        return _ENV_TO_KEY[name]
+    # Pass-through properties are dotted lower-case names (librdkafka's and Kafka's own).
+    for prefix in (PRODUCER_PREFIX, TOPIC_CONFIG_PREFIX):
+        env_prefix = env_name(prefix)
+        if name.startswith(env_prefix) and len(name) > len(env_prefix):
+            key = prefix + name[len(env_prefix) :].lower().replace("_", ".")
+            if key not in _SPECS:
+                return key
+    raise ConfigError(name, f"unknown environment variable{_suggest(name, _ENV_TO_KEY)}")
+
+
+def _resolve_secret_files(raw: dict[str, tuple[object, str]]) -> None:
+    """Replace ``<secret>.file`` entries by the file's content under ``<secret>``.
+
+    Precedence holds across the pair (a flag's ``database.password`` beats the environment's
+    ``database.password.file``); giving both in the same source is an error.
+    """
+    for file_key in [k for k in raw if _is_secret_file_key(k)]:
+        path_value, origin = raw.pop(file_key)
+        key = file_key.removesuffix(SECRET_FILE_SUFFIX)
+        if key in raw:
+            other = _rank(raw[key][1])
+            if other == _rank(origin):
+                raise ConfigError(file_key, f"give {key} or {file_key}, not both")
+            if other > _rank(origin):  # e.g. a flag's password beats the environment's file
+                continue
+        path = Path(_text(file_key, path_value)).expanduser()
+        try:
+            # A trailing newline is how editors and `echo` write files, never part of a password.
+            secret = path.read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as exc:
+            raise ConfigError(file_key, f"cannot read {path}: {exc.strerror}") from None
+        raw[key] = (secret, f"{origin} ({file_key})")
+
+
+def _rank(origin: str) -> int:
+    return 3 if origin.startswith("flag") else 2 if origin.startswith("env") else 1
+
+
+def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
+    values: dict[str, object] = {}
+    settings: list[Setting] = []
+    for spec in KEYS:
+        if spec.key in raw:
+            value, origin = raw[spec.key]
+            parsed = spec.parse(spec.key, value)
+        else:
+            parsed, origin = spec.default, "default"
+        values[spec.key] = parsed
+        settings.append(Setting(spec.key, parsed, origin))
+
+    producer: list[tuple[str, str | Secret]] = []
+    topic_extra: list[tuple[str, str]] = []
+    for key in sorted(k for k in raw if k not in _SPECS):
+        value, origin = raw[key]
+        text = _passthrough_value(key, value)
+        if key.startswith(PRODUCER_PREFIX):
+            prop = key.removeprefix(PRODUCER_PREFIX)
+            if prop in _PRODUCER_FORBIDDEN:
+                raise ConfigError(key, f"cannot be set: {_PRODUCER_FORBIDDEN[prop]}")
+            stored: str | Secret = Secret(text) if is_secret_key(key) else text
+            producer.append((prop, stored))
+            settings.append(Setting(key, stored, origin))
+        else:
+            topic_extra.append((key.removeprefix(TOPIC_CONFIG_PREFIX), text))
+            settings.append(Setting(key, text, origin))
+
+    def typed(key: str, kind: type[_T]) -> _T | None:
+        value = values[key]
+        # The parsers in KEYS produce these types; a mismatch is a bug in the table.
+        assert value is None or isinstance(value, kind), (key, value)
+        return value
+
+    def required(key: str) -> Any:
+        value = values[key]
+        if value is None or value == "":
+            raise ConfigError(key, f"is required (set it in the file or {env_name(key)})")
+        return value
+
+    def at_least(key: str, minimum: int) -> int:
+        value = values[key]
+        assert isinstance(value, int)
+        if value < minimum:
+            raise ConfigError(key, f"must be at least {minimum}, got {value}")
+        return value
+
+    def partitions_like(key: str) -> int:
+        value = values[key]
+        assert isinstance(value, int)
+        if value == 0 or value < -1:
+            raise ConfigError(key, f"must be -1 (broker default) or at least 1, got {value}")
+        return value
+
+    prefix = required("topic.prefix")
+    _check_topic_name("topic.prefix", prefix)
+    messages_topic = values["messages.topic"] or f"{prefix}.messages"
+    _check_topic_name("messages.topic", str(messages_topic))
+
+    database = DatabaseConfig(
+        hostname=typed("database.hostname", str),
+        port=typed("database.port", int),
+        user=typed("database.user", str),
+        password=typed("database.password", Secret),
+        dbname=typed("database.dbname", str),
+        dsn=typed("database.dsn", Secret),
+        sslmode=typed("database.sslmode", str),
+    )
+    if database.dsn is None and database.dbname is None:
+        raise ConfigError("database.dbname", "is required unless database.dsn is given")
+    if database.port is not None and not 1 <= database.port <= 65535:
+        raise ConfigError("database.port", f"{database.port} is not a TCP port")
+
+    slot = str(values["slot.name"])
+    if not _SLOT_NAME.match(slot):
+        raise ConfigError("slot.name", f"{slot!r}: use 1-63 lower-case letters, digits, _")
+    if not values["publication.name"]:
+        raise ConfigError("publication.name", "must not be empty")
+    heartbeat_ms = at_least("heartbeat.interval.ms", 0)
+    if values["heartbeat.action.query"] and heartbeat_ms == 0:
+        raise ConfigError("heartbeat.interval.ms", "must be set for heartbeat.action.query")
+    replication = ReplicationConfig(
+        slot_name=slot,
+        publication_name=str(values["publication.name"]),
+        publication_autocreate_mode=str(values["publication.autocreate.mode"]),
+        plugin_name=str(values["plugin.name"]),
+        pgoutput_binary=bool(values["pgoutput.binary"]),
+        status_update_interval_ms=at_least("status.update.interval.ms", 1),
+        heartbeat_interval_ms=heartbeat_ms,
+        heartbeat_action_query=typed("heartbeat.action.query", str),
+        spill_threshold_bytes=at_least("streaming.spill.threshold.bytes", 0),
+        spill_dir=typed("streaming.spill.dir", Path),
+    )
+
+    for include, exclude in (
+        ("table.include.list", "table.exclude.list"),
+        ("schema.include.list", "schema.exclude.list"),
+    ):
+        if values[include] and values[exclude]:
+            raise ConfigError(exclude, f"cannot be combined with {include}")
+    filters = TableFilter(
+        table_include=typed("table.include.list", tuple) or (),
+        table_exclude=typed("table.exclude.list", tuple) or (),
+        schema_include=typed("schema.include.list", tuple) or (),
+        schema_exclude=typed("schema.exclude.list", tuple) or (),
+    )
+
+    events = EventsConfig(
+        messages_topic=str(messages_topic),
+        tombstones_on_delete=bool(values["tombstones.on.delete"]),
+        decimal_handling_mode=str(values["decimal.handling.mode"]),
+        provide_transaction_metadata=bool(values["provide.transaction.metadata"]),
+        truncate_events=bool(values["truncate.events"]),
+    )
+
+    kafka = KafkaConfig(
+        bootstrap_servers=required("kafka.bootstrap.servers"),
+        compression_type=str(values["kafka.compression.type"]),
+        linger_ms=at_least("kafka.linger.ms", 0),
+        batch_size=at_least("kafka.batch.size", 1),
+        delivery_timeout_ms=at_least("kafka.delivery.timeout.ms", 1),
+        max_queue_size=at_least("max.queue.size", 1),
+        max_queue_size_in_bytes=at_least("max.queue.size.in.bytes", 1024),
+        client_id=str(values["kafka.client.id"]),
+        producer_overrides=tuple(producer),
+    )
+
+    topic_creation = TopicCreationConfig(
+        enable=bool(values["topic.creation.enable"]),
+        partitions=partitions_like("topic.creation.default.partitions"),
+        replication_factor=partitions_like("topic.creation.default.replication.factor"),
+        cleanup_policy=str(values["topic.creation.default.cleanup.policy"]),
+        extra=tuple(topic_extra),
+    )
+
+    registry = RegistryConfig(
+        url=required("schema.registry.url"),
+        basic_auth_user_info=typed("schema.registry.basic.auth.user.info", Secret),
+        compatibility_level=typed("schema.compatibility.level", str),
+    )
+
+    metrics_port = at_least("metrics.port", 0)
+    if metrics_port > 65535:
+        raise ConfigError("metrics.port", f"{metrics_port} is not a TCP port")
+    metrics = MetricsConfig(port=metrics_port, host=str(values["metrics.host"]))
+    logging_config = LoggingConfig(format=str(values["log.format"]), level=str(values["log.level"]))
+
+    # messages.topic's default is derived; show the value actually used.
+    settings = [
+        Setting(s.key, messages_topic, s.origin) if s.key == "messages.topic" else s
+        for s in settings
+    ]
+    return BridgeConfig(
+        topic_prefix=prefix,
+        database=database,
+        replication=replication,
+        filters=filters,
+        events=events,
+        kafka=kafka,
+        topic_creation=topic_creation,
+        registry=registry,
+        metrics=metrics,
+        logging=logging_config,
+        settings=tuple(sorted(settings, key=lambda s: s.key)),
+    )
+
+
+def _check_topic_name(key: str, name: str) -> None:
+    if not _TOPIC_NAME.match(name) or name in (".", ".."):
+        raise ConfigError(
+            key, f"{name!r} is not a valid Kafka topic name (letters, digits, '.', '_', '-')"
+        )

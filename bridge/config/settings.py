@@ -1,0 +1,280 @@
+"""The configuration's constants, the :class:`Secret` wrapper and the frozen dataclasses.
+
+See :mod:`bridge.config` for how settings are merged and named."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+ENV_PREFIX: Final = "PGBRIDGE_"
+PRODUCER_PREFIX: Final = "kafka.producer."
+TOPIC_CONFIG_PREFIX: Final = "topic.creation.default."
+SECRET_FILE_SUFFIX: Final = ".file"
+
+# Variables the devstack and test tooling export; not configuration keys (see bridge.devstack).
+RESERVED_ENV: Final = frozenset(
+    {
+        "PGBRIDGE_PG_DSN",
+        "PGBRIDGE_BOOTSTRAP_SERVERS",
+        "PGBRIDGE_REGISTRY_URL",
+        "PGBRIDGE_SPARK_JARS",
+        "PGBRIDGE_STACK_DIR",
+        "PGBRIDGE_KEEP_STACK",
+        "PGBRIDGE_CACHE",
+        "PGBRIDGE_JAVA_HOME",
+        "PGBRIDGE_PG_VERSIONS",
+        "PGBRIDGE_CONFIG",
+    }
+)
+
+# Kafka topic names: legal characters and maximum length, as the broker enforces them.
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# Replication slot names, as PostgreSQL requires.
+_SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
+_SECRET_WORDS = ("password", "secret", "sasl", "token", "user.info", "credentials")
+
+
+class Secret:
+    """A string that must not be shown: ``repr``/``str`` give ``***``; :meth:`reveal` the value.
+
+    Equality compares in constant time so a config comparison does not leak length/prefixes.
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The secret itself: pass it to the client that needs it, never to a logger."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "***"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self._value.encode(), other._value.encode())
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+def env_name(key: str) -> str:
+    """The environment variable for a dotted key: ``topic.prefix`` -> ``PGBRIDGE_TOPIC_PREFIX``."""
+    return ENV_PREFIX + key.upper().replace(".", "_").replace("-", "_")
+
+
+# -- the settings, as frozen dataclasses ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseConfig:
+    """Where the source database is; either ``dsn`` or the parts (parts override the DSN's).
+
+    Unset parts fall back to libpq's own defaults (``PGHOST``, the local socket, port 5432, …).
+    """
+
+    hostname: str | None = None
+    port: int | None = None
+    user: str | None = None
+    password: Secret | None = None
+    dbname: str | None = None
+    dsn: Secret | None = None
+    sslmode: str | None = None
+
+    def conninfo(self) -> str:
+        """A libpq connection string for psycopg. It contains the password: never log it."""
+        from psycopg.conninfo import make_conninfo
+
+        parts: dict[str, Any] = {
+            "host": self.hostname,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password.reveal() if self.password else None,
+            "dbname": self.dbname,
+            "sslmode": self.sslmode,
+        }
+        return make_conninfo(
+            self.dsn.reveal() if self.dsn else "",
+            **{k: v for k, v in parts.items() if v is not None},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    """The replication slot and publication, and how the stream is consumed."""
+
+    slot_name: str = "pgbridge"
+    publication_name: str = "pgbridge_publication"
+    publication_autocreate_mode: str = "all_tables"  # all_tables | filtered | disabled
+    plugin_name: str = "pgoutput"
+    pgoutput_binary: bool = False
+    status_update_interval_ms: int = 10_000
+    heartbeat_interval_ms: int = 0  # 0: no heartbeat
+    heartbeat_action_query: str | None = None
+    spill_threshold_bytes: int = 64 * 1024 * 1024
+    spill_dir: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TableFilter:
+    """Debezium's include/exclude lists: regular expressions that must match the whole name.
+
+    Table patterns match ``schema.table``, schema patterns match ``schema``. An include list
+    and the matching exclude list are mutually exclusive, as in Debezium.
+    """
+
+    table_include: tuple[str, ...] = ()
+    table_exclude: tuple[str, ...] = ()
+    schema_include: tuple[str, ...] = ()
+    schema_exclude: tuple[str, ...] = ()
+
+    def includes(self, schema: str, table: str) -> bool:
+        """Whether changes of ``schema.table`` are captured."""
+        qualified = f"{schema}.{table}"
+        if self.schema_include and not _any_match(self.schema_include, schema):
+            return False
+        if self.schema_exclude and _any_match(self.schema_exclude, schema):
+            return False
+        if self.table_include and not _any_match(self.table_include, qualified):
+            return False
+        return not (self.table_exclude and _any_match(self.table_exclude, qualified))
+
+
+def _any_match(patterns: Iterable[str], name: str) -> bool:
+    return any(re.fullmatch(p, name) for p in patterns)
+
+
+@dataclass(frozen=True, slots=True)
+class EventsConfig:
+    """What the change events contain and which extra records are emitted."""
+
+    messages_topic: str
+    tombstones_on_delete: bool = True
+    decimal_handling_mode: str = "precise"  # precise | string | double
+    provide_transaction_metadata: bool = False
+    truncate_events: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConfig:
+    """The producer. ``acks=all`` and idempotence are fixed by the delivery contract.
+
+    ``max_queue_size``/``max_queue_size_in_bytes`` bound the records handed to the producer and
+    not yet acknowledged (librdkafka's local queue); when full, publishing waits for deliveries,
+    which is the bridge's back-pressure toward PostgreSQL.
+    """
+
+    bootstrap_servers: str
+    compression_type: str = "lz4"
+    linger_ms: int = 20
+    batch_size: int = 1_000_000
+    delivery_timeout_ms: int = 300_000
+    max_queue_size: int = 100_000
+    max_queue_size_in_bytes: int = 256 * 1024 * 1024
+    client_id: str = "pgbridge"
+    producer_overrides: tuple[tuple[str, str | Secret], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCreationConfig:
+    """How missing topics are created. ``-1`` partitions/replication: the broker's defaults."""
+
+    enable: bool = True
+    partitions: int = -1
+    replication_factor: int = -1
+    cleanup_policy: str = "delete"  # delete | compact | compact,delete
+    extra: tuple[tuple[str, str], ...] = ()
+
+    def topic_config(self) -> dict[str, str]:
+        """The topic-level configs to create topics with."""
+        return {"cleanup.policy": self.cleanup_policy, **dict(self.extra)}
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryConfig:
+    """The Confluent-compatible schema registry."""
+
+    url: str
+    basic_auth_user_info: Secret | None = None
+    compatibility_level: str | None = "BACKWARD"  # None: leave the registry's setting alone
+
+    def client_config(self) -> dict[str, str]:
+        """Configuration for ``confluent_kafka.schema_registry.SchemaRegistryClient``."""
+        conf = {"url": self.url}
+        if self.basic_auth_user_info is not None:
+            conf["basic.auth.user.info"] = self.basic_auth_user_info.reveal()
+        return conf
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """The Prometheus endpoint; ``port`` 0 disables it."""
+
+    port: int = 0
+    host: str = "0.0.0.0"  # scraped from other hosts and containers
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingConfig:
+    format: str = "text"  # text | json
+    level: str = "INFO"
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One effective setting and its origin (``default``, ``file …``, ``env NAME``, ``flag``)."""
+
+    key: str
+    value: object
+    origin: str
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeConfig:
+    """The whole, validated configuration of one ``pgbridge run``."""
+
+    topic_prefix: str
+    database: DatabaseConfig
+    replication: ReplicationConfig
+    filters: TableFilter
+    events: EventsConfig
+    kafka: KafkaConfig
+    topic_creation: TopicCreationConfig
+    registry: RegistryConfig
+    metrics: MetricsConfig
+    logging: LoggingConfig
+    settings: tuple[Setting, ...] = field(default=(), repr=False, compare=False)
+
+    def describe(self) -> str:
+        """The effective configuration, one ``key = value  # origin`` per line, secrets masked."""
+        width = max((len(s.key) for s in self.settings), default=0)
+        return "\n".join(
+            f"{s.key.ljust(width)} = {_show(s.value)}  # {s.origin}" for s in self.settings
+        )
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "(not set)"
+    if isinstance(value, Secret):
+        return "***"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) or "(empty)"
+    return str(value)
