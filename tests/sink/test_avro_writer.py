@@ -122,7 +122,8 @@ def values_for(schema: Any) -> st.SearchStrategy[Any]:
             )
         else:
             raise AssertionError(f"no strategy for {s!r}")
-        return named[full]
+        strategy: st.SearchStrategy[Any] = named[full]
+        return strategy
 
     return build(schema, "", 0)
 
@@ -356,7 +357,7 @@ def test_serializer_envelope_parts_equal_fastavro_of_the_whole(
 ) -> None:
     """The pre-encoded source prefix + seq, cached timestamps and op bytes make exactly the
     bytes fastavro writes for the envelope dict (the clock is frozen to compare them)."""
-    monkeypatch.setattr(serializer_module.time, "time_ns", lambda: 1_700_000_000_123_456_789)
+    monkeypatch.setattr("bridge.sink.serializer.time.time_ns", lambda: 1_700_000_000_123_456_789)
     settings_ = SourceSettings("app", "shop", provide_transaction_metadata=transaction_metadata)
     fast = EnvelopeSerializer(settings_)
     reference = EnvelopeSerializer(settings_)
@@ -371,6 +372,7 @@ def test_serializer_envelope_parts_equal_fastavro_of_the_whole(
         )
         assert fast.value(event, ids) == expected
         key = event.table.key_of(event.after or event.before or {})
+        assert ids.key_id is not None
         assert fast.key(event, ids) == serializer_module.frame(
             ids.key_id, fastavro_bytes(event.table.key_schema, key)
         )
