@@ -10,6 +10,8 @@ past the last fully delivered transaction is confirmed; a restart resends from t
 
 Delivery callbacks run inside ``publisher.poll()``/``flush()`` on this thread (see
 :mod:`bridge.sink.publisher`), so the loop is single-threaded apart from librdkafka's own I/O.
+The flush LSN can therefore only move inside those calls or when a transaction completes, and
+it is handed to the source right after each of them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from bridge.ack import AckTracker, TransactionToken
@@ -107,8 +110,14 @@ class Pipeline:
         # id(RelationSchemas) -> (that object, its ids). Holding the object keeps its id from
         # being reused by a later table version while the entry exists.
         self._ids: dict[int, tuple[RelationSchemas, RegisteredSchemas]] = {}
+        # id(RelationSchemas) -> (that object, captured by the table filter?), decided once
+        # per table version rather than per event.
+        self._captured: dict[int, tuple[RelationSchemas, bool]] = {}
         self._message_ids: tuple[int, int] | None = None
         self._token: TransactionToken | None = None
+        # The delivery callback of the current transaction's records: one bound partial per
+        # transaction instead of a closure per record.
+        self._delivered: Callable[[], None] | None = None
         self.events_published = 0
 
     # -- the loop -------------------------------------------------------------------------------
@@ -117,16 +126,22 @@ class Pipeline:
         """Stream until ``stop`` is set (then drain and confirm what was delivered) or an error."""
         stop = stop or threading.Event()
         since_poll = 0
-        next_poll = time.monotonic() + _POLL_INTERVAL_S
+        monotonic = time.monotonic
+        next_poll = monotonic() + _POLL_INTERVAL_S
+        on_message, poll = self._on_message, self.publisher.poll
         try:
             for message in self.source.messages():
                 if message is not None:
-                    self._on_message(message)
+                    on_message(message)
                     since_poll += 1
-                if message is None or since_poll >= _POLL_EVERY or time.monotonic() >= next_poll:
-                    self.publisher.poll(0)
-                    since_poll = 0
-                    next_poll = time.monotonic() + _POLL_INTERVAL_S
+                    if since_poll < _POLL_EVERY and monotonic() < next_poll:
+                        continue
+                # Idle, or a poll is due: serve delivery callbacks (they move the flush LSN),
+                # hand the flush LSN to the source and look at the stop flag. Between two of
+                # these the flush LSN moves only at a Commit (see _on_output).
+                poll(0)
+                since_poll = 0
+                next_poll = monotonic() + _POLL_INTERVAL_S
                 self._acknowledge()
                 if stop.is_set():
                     break
@@ -136,7 +151,8 @@ class Pipeline:
     def _on_message(self, message: LogicalMessage) -> None:
         if type(message) is Begin:
             # Registered before its records are produced; the end LSN comes with the Commit.
-            self._token = self.tracker.begin_transaction(message.final_lsn)
+            token = self._token = self.tracker.begin_transaction(message.final_lsn)
+            self._delivered = partial(self.tracker.record_delivered, token)
         for output in self.builder.feed(message):
             self._on_output(output)
 
@@ -146,10 +162,12 @@ class Pipeline:
         elif type(output) is TransactionEnd:
             token = self._require_token()
             self.tracker.transaction_complete(token, output.end_lsn)
-            self._token = None
+            self._token = self._delivered = None
             self.observer.on_transaction(
                 pg_timestamp_to_unix_micros(output.tx.commit_ts), output.end_lsn
             )
+            # An empty or fully delivered transaction moves the flush LSN right here.
+            self._acknowledge()
         elif type(output) is LogicalMessageEvent:
             self._publish_message(output)
 
@@ -162,18 +180,32 @@ class Pipeline:
 
     def _publish_change(self, event: ChangeEvent) -> None:
         table = event.table
-        if event.op == "t" and not self.options.truncate_events:
+        op = event.op
+        if op == "t" and not self.options.truncate_events:
             return
+        if not self._is_captured(table):
+            return
+        cached = self._ids.get(id(table))
+        ids = cached[1] if cached is not None else self._registered(table)
+        serializer = self.serializer
+        key = serializer.key(event, ids)
+        value = serializer.value(event, ids)
+        tombstone = op == "d" and key is not None and self.options.tombstones_on_delete
+        self._send(table.topic, key, value, count=2 if tombstone else 1)
+        self.observer.on_event(table.table, op, len(value))
+        if tombstone:
+            # Lets a compacted topic forget the key; already counted as sent above.
+            self._send(table.topic, key, None, count=0)
+
+    def _is_captured(self, table: RelationSchemas) -> bool:
+        cached = self._captured.get(id(table))
+        if cached is not None:
+            return cached[1]
+        table_filter = self.options.table_filter
         schema, _, name = table.table.partition(".")
-        if self.options.table_filter is not None and not self.options.table_filter(schema, name):
-            return
-        ids = self._registered(table)
-        key = self.serializer.key(event, ids)
-        value = self.serializer.value(event, ids)
-        self._send(table.topic, key, value)
-        self.observer.on_event(table.table, event.op, len(value))
-        if event.op == "d" and self.options.tombstones_on_delete and key is not None:
-            self._send(table.topic, key, None)  # lets a compacted topic forget the key
+        captured = table_filter is None or table_filter(schema, name)
+        self._captured[id(table)] = (table, captured)
+        return captured
 
     def _publish_message(self, event: LogicalMessageEvent) -> None:
         key_id, value_id = self._message_schema_ids()
@@ -181,7 +213,13 @@ class Pipeline:
         if event.tx is None:
             # Outside any transaction: its own unit of acknowledgement at the message's LSN.
             token = self.tracker.begin_transaction(event.message.lsn)
-            self._send(self.options.messages_topic, key, value, token)
+            self._send(
+                self.options.messages_topic,
+                key,
+                value,
+                token=token,
+                on_delivered=partial(self.tracker.record_delivered, token),
+            )
             self.tracker.transaction_complete(token)
         else:
             self._send(self.options.messages_topic, key, value)
@@ -192,17 +230,29 @@ class Pipeline:
         topic: str,
         key: bytes | None,
         value: bytes | None,
+        *,
+        count: int = 1,
         token: TransactionToken | None = None,
+        on_delivered: Callable[[], None] | None = None,
     ) -> None:
-        token = token or self._require_token()
-        tracker = self.tracker
-        # Count it as sent first: publish() may serve callbacks (queue full) before it returns.
-        tracker.record_sent(token)
-        self.publisher.publish(topic, key, value, lambda: tracker.record_delivered(token))
+        """Publish one record of the current transaction (or of ``token``).
+
+        ``count`` records are counted as sent first (publish() may serve callbacks, when the
+        queue is full, before it returns): a delete counts its tombstone along with it, and the
+        tombstone is then sent with ``count=0``.
+        """
+        if token is None:
+            token = self._require_token()
+            on_delivered = self._delivered
+        if on_delivered is None:
+            raise RuntimeError("a record was produced without a delivery callback")
+        if count:
+            self.tracker.record_sent(token, count)
+        self.publisher.publish(topic, key, value, on_delivered)
         self.events_published += 1
 
     def _registered(self, table: RelationSchemas) -> RegisteredSchemas:
-        cached = self._ids.get(id(table))
+        cached = self._ids.get(id(table))  # (_publish_change looks here first, inline)
         if cached is not None:
             return cached[1]
         # A new table version: register (an incompatible change raises here, before any
