@@ -31,6 +31,7 @@ import decimal
 import io
 import struct
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import fastavro
@@ -160,12 +161,36 @@ def compile_writer(schema: Any) -> Writer:
     return _Compiler(named).compile(schema, "")
 
 
+@dataclass(frozen=True, slots=True)
+class _Inline:
+    """How a record writer may inline a field's writer instead of calling it."""
+
+    base: str  # a key of _INLINE_CODE
+    null_index: int | None = None  # the null branch of a ["null", base] union
+    convert: Callable[[Any, Any], Any] | None = None  # fastavro's logical-type conversion
+    schema: Mapping[str, Any] | None = None  # the logical type's schema, for convert
+    pytype: type | None = None  # values of this type need no conversion
+
+
+_PRIMITIVE_INLINE: Final[dict[Writer, _Inline]] = {
+    write_long: _Inline("long"),
+    _write_int: _Inline("int"),
+    _write_string: _Inline("string"),
+    _write_bytes: _Inline("bytes"),
+    _write_boolean: _Inline("boolean"),
+    _write_double: _Inline("double"),
+    _write_float: _Inline("float"),
+}
+
+
 class _Compiler:
     def __init__(self, fastavro_named: dict[str, Any]) -> None:
         self._fastavro_named = fastavro_named
         # Full name -> writer; a record's entry is a trampoline until it is compiled, so
         # recursive references work.
         self._named: dict[str, Writer] = {}
+        # Writers a record writer may inline (primitives, their logical types and optionals).
+        self._inline: dict[Writer, _Inline] = dict(_PRIMITIVE_INLINE)
 
     def compile(self, schema: Any, namespace: str) -> Writer:
         if isinstance(schema, str):
@@ -236,7 +261,8 @@ class _Compiler:
             writer = self.compile(f["type"], ns)
             fields.append((f["name"], writer))
             defaults.append((f["name"], "default" in f, f.get("default"), f["type"]))
-        writer = _record_writer(full, tuple(fields), tuple(defaults))
+        inline = [self._inline.get(w) for _, w in fields]
+        writer = _record_writer(full, tuple(fields), tuple(defaults), inline)
         cell.append(writer)
         self._named[full] = writer  # later references skip the trampoline
         return writer
@@ -274,7 +300,11 @@ class _Compiler:
         if len(branches) == 2 and "null" in kinds and kinds[0] != kinds[1]:
             null_index = kinds.index("null")
             other = self.compile(branches[1 - null_index], namespace)
-            return _optional_writer(other, null_index)
+            optional = _optional_writer(other, null_index)
+            shape = self._inline.get(other)
+            if shape is not None and shape.null_index is None:
+                self._inline[optional] = replace(shape, null_index=null_index)
+            return optional
         if len(branches) == 1:
             inner = self.compile(branches[0], namespace)
 
@@ -302,6 +332,7 @@ class _Compiler:
                 value = convert(value, frozen)
             base(buf, value)
 
+        self._inline[write_logical] = _Inline(kind, convert=convert, schema=frozen, pytype=pytype)
         return write_logical
 
     def _fallback(self, schema: Any, namespace: str) -> Writer:
@@ -359,16 +390,88 @@ def _names_in(schema: Any, namespace: str) -> set[str]:
 _MISSING: Final = object()
 
 
+#: Inline encodings of ``v`` (already converted) by _Inline.base, appending to ``buf``.
+_INLINE_CODE: Final = {
+    "long": """
+z = (v << 1) ^ (v >> 63)
+if 0 <= z < 0x80:
+    append(z)
+else:
+    write_long(buf, v)""",
+    "int": """
+if -0x40 <= v < 0x40:
+    append((v << 1) ^ (v >> 63))
+else:
+    write_int(buf, v)""",
+    "string": """
+b = v.encode()
+n = len(b)
+if n < 0x40:
+    append(n << 1)
+else:
+    write_long(buf, n)
+buf += b""",
+    "bytes": """
+n = len(v)
+if n < 0x40:
+    append(n << 1)
+else:
+    write_long(buf, n)
+buf += v""",
+    "boolean": """
+append(1 if v else 0)""",
+    "double": """
+buf += pack_double(v)""",
+    "float": """
+buf += pack_float(v)""",
+}
+
+
 def _record_writer(
     full: str,
     fields: tuple[tuple[str, Writer], ...],
     defaults: tuple[tuple[str, bool, Any, Any], ...],
+    inline: list[_Inline | None],
 ) -> Writer:
+    """One function for the whole record, its source generated here: a field of a primitive
+    type, of a logical type over one or of a ["null", primitive] union is encoded inline (no
+    call per field, one-byte varints without a call), any other field calls its writer. This
+    is what namedtuple and dataclasses do for their methods; the names and writers reach the
+    code through its globals, never as text."""
+    env: dict[str, Any] = {
+        "write_long": write_long,
+        "write_int": _write_int,
+        "pack_double": _DOUBLE,
+        "pack_float": _FLOAT,
+    }
+    lines = ["def write_record(buf, record):", "    append = buf.append"]
+    for i, ((name, writer), shape) in enumerate(zip(fields, inline, strict=True)):
+        env[f"N{i}"], env[f"W{i}"] = name, writer
+        lines.append(f"    v = record[N{i}]")
+        if shape is None:
+            lines.append(f"    W{i}(buf, v)")
+            continue
+        body: list[str] = []
+        if shape.convert is not None:
+            env[f"C{i}"], env[f"S{i}"], env[f"T{i}"] = shape.convert, shape.schema, shape.pytype
+            body.append(f"if type(v) is not T{i}:\n    v = C{i}(v, S{i})")
+        body.append(_INLINE_CODE[shape.base])
+        code = "\n".join(body).strip("\n")
+        if shape.null_index is None:
+            lines.append(_indent(code, 4))
+        else:
+            lines.append("    if v is None:")
+            lines.append(f"        append({shape.null_index << 1})")
+            lines.append("    else:")
+            lines.append(f"        append({(1 - shape.null_index) << 1})")
+            lines.append(_indent(code, 8))
+    exec("\n".join(lines), env)  # the source is built above from fixed fragments only
+    fast: Writer = env["write_record"]
+
     def write_record(buf: bytearray, record: Any) -> None:
         start = len(buf)
         try:
-            for name, writer in fields:
-                writer(buf, record[name])
+            fast(buf, record)
         except KeyError:
             # A field is missing (or a writer below raised KeyError): start over with
             # fastavro's rule, the field's default, and let a real error surface from there.
@@ -376,6 +479,11 @@ def _record_writer(
             _write_record_with_defaults(buf, record, full, fields, defaults)
 
     return write_record
+
+
+def _indent(code: str, spaces: int) -> str:
+    pad = " " * spaces
+    return "\n".join(pad + line for line in code.splitlines())
 
 
 def _write_record_with_defaults(
