@@ -1,29 +1,45 @@
-"""A table with a column of every type family on the real PostgreSQL of the local stack: rows
-read through a logical slot (pgoutput, text and binary), decoded by the pgoutput decoder,
-converted, Avro-encoded, decoded by fastavro, and compared with the expected values and with
-what psycopg reads from the table itself."""
+"""A table with a column of every type family on real PostgreSQL, the oldest and the newest
+supported major (``PGBRIDGE_PG_VERSIONS``, default ``13,18``; the stack's own server for its
+major, a throwaway cluster for the others): rows read through a logical slot (pgoutput, text
+and, from PostgreSQL 14, binary), decoded by the pgoutput decoder, converted, Avro-encoded,
+decoded by fastavro and by Spark's ``from_avro``, and compared with the expected values and with
+what psycopg reads from the table itself.
+
+Columns whose type the server lacks (multiranges before 14, an extension that is not
+installed) are left out of that server's zoo; :func:`test_type_zoo_covers_every_type_family`
+pins exactly which, so coverage cannot shrink unnoticed.
+"""
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import tempfile
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import fastavro
 import psycopg
 import pytest
+from psycopg.types import TypeInfo
+from psycopg.types.hstore import register_hstore
+from pyspark.sql.types import DateType, TimestampNTZType, TimestampType
 
+from bridge.devstack.postgres import PostgresCluster, ensure_postgres_binaries
 from bridge.devstack.stack import StackInfo
 from bridge.pgoutput.decoder import Decoder
 from bridge.pgoutput.messages import Insert, Relation, Type, Update
 from bridge.schema import UNCHANGED_TOAST_FIELD, RelationSchemas, TableHints, relation_schemas
 from bridge.types import DEBEZIUM_UNAVAILABLE, ConversionError, TypeMapper, TypeOptions
 from bridge.types.temporal import INT32_MAX, INT64_MIN, US_PER_AVG_MONTH, days_from_civil
+from tests.integration import zoo_spark
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +54,10 @@ class Col:
     normal: str  # SQL literal of row 1
     edge: str  # SQL literal of row 2 (extremes)
     expected: Any  # row 1 after Avro encode -> fastavro decode with logical types
-    psycopg: bool = True  # psycopg's own value of row 1 equals ``expected``
+    psycopg: bool = True  # psycopg's own value of row 1 equals ``expected`` (else: PSYCOPG_VIEWS)
+    since: int = 13  # the first PostgreSQL major with this type
+    extension: str | None = None  # the extension providing the type
+    edge_before_14: str | None = None  # row 2's literal on servers older than 14
 
 
 COLUMNS = [
@@ -48,7 +67,9 @@ COLUMNS = [
     Col("f4", "real", "1.5", "'NaN'", 1.5),
     Col("f8", "double precision", "2.25", "'-Infinity'", 2.25),
     Col("n", "numeric(12,3)", "1234.5", "'NaN'", Decimal("1234.500")),
-    Col("nu", "numeric", "3.14159", "'Infinity'", {"scale": 5, "value": b"\x04\xcb\x2f"}, False),
+    # numeric has infinities only since PostgreSQL 14.
+    Col("nu", "numeric", "3.14159", "'Infinity'", {"scale": 5, "value": b"\x04\xcb\x2f"}, False,
+        edge_before_14="'NaN'"),
     Col("m", "money", "12.34", "-92233720368547758.08", Decimal("12.34"), False),
     Col("b", "boolean", "true", "false", True),
     Col("t", "text", "'héllo 😀'", "''", "héllo 😀"),
@@ -58,7 +79,7 @@ COLUMNS = [
     Col("u", "uuid", f"'{UUID}'", f"'{UUID}'", uuid.UUID(UUID)),
     Col("j", "json", "'{\"a\": [1, null]}'", "'[]'", '{"a": [1, null]}', False),
     Col("jb", "jsonb", "'{\"a\": [1, null]}'", "'\"s\"'", '{"a": [1, null]}', False),
-    Col("x", "xml", "'<a>t</a>'", "'<b/>'", "<a>t</a>", False),
+    Col("x", "xml", "'<a>t</a>'", "'<b/>'", "<a>t</a>"),
     Col("d", "date", "'2024-02-29'", "'infinity'", date(2024, 2, 29)),
     Col("tm", "time", "'12:34:56.789'", "'24:00:00'", time(12, 34, 56, 789000)),
     Col("ttz", "timetz", "'12:00:00+05:30'", "'00:00:00-12'", "06:30:00Z", False),
@@ -70,17 +91,17 @@ COLUMNS = [
         3 * 86_400 * US + (4 * 3600 + 5 * 60 + 6) * US + 500_000, False),
     Col("ip", "inet", "'192.168.0.1/24'", "'::1'", "192.168.0.1/24", False),
     Col("cd", "cidr", "'10.0.0.0/8'", "'2001:db8::/32'", "10.0.0.0/8", False),
-    Col("mac", "macaddr", "'08:00:2b:01:02:03'", "'ff:ff:ff:ff:ff:ff'", "08:00:2b:01:02:03", False),
+    Col("mac", "macaddr", "'08:00:2b:01:02:03'", "'ff:ff:ff:ff:ff:ff'", "08:00:2b:01:02:03"),
     Col("bt", "bit(4)", "B'1010'", "B'0000'", b"\x0a", False),
     Col("vb", "varbit", "B'1'", "B''", b"\x01", False),
-    Col("tsv", "tsvector", "'a:1 b:2'", "''", "'a':1 'b':2", False),
-    Col("tsq", "tsquery", "'a & !b'", "''", "'a' & !'b'", False),
+    Col("tsv", "tsvector", "'a:1 b:2'", "''", "'a':1 'b':2"),
+    Col("tsq", "tsquery", "'a & !b'", "''", "'a' & !'b'"),
     Col("pt", "point", "'(1,2)'", "'(-1e300,0)'", None, False),
-    Col("bx", "box", "'(1,1),(0,0)'", "'(0,0),(0,0)'", "(1,1),(0,0)", False),
+    Col("bx", "box", "'(1,1),(0,0)'", "'(0,0),(0,0)'", "(1,1),(0,0)"),
     Col("r", "int4range", "'[1,5)'", "'empty'", "[1,5)", False),
     Col("tr", "tstzrange", "'[2024-01-01 00:00:00+00,)'", "'(,)'", '["2024-01-01 00:00:00+00",)',
         False),
-    Col("mr", "int4multirange", "'{[1,3)}'", "'{}'", "{[1,3)}", False),
+    Col("mr", "int4multirange", "'{[1,3)}'", "'{}'", "{[1,3)}", False, since=14),
     Col("ai", "integer[]", "'{1,NULL,3}'", "'{}'", [1, None, 3]),
     Col("at", "text[]", "ARRAY['a b', NULL, 'ü']", "'{}'", ["a b", None, "ü"]),
     Col("an", "numeric(6,2)[]", "'{1.5}'", "'{NULL}'", [Decimal("1.50")]),
@@ -88,48 +109,92 @@ COLUMNS = [
     Col("e", "mood", "'happy'", "'sad'", "happy"),
     Col("ea", "mood[]", "'{sad,happy}'", "'{}'", ["sad", "happy"], False),
     Col("dm", "posint", "5", "2147483647", 5),
-    Col("ct", "citext", "'MiXeD'", "''", "MiXeD"),
-    Col("hs", "hstore", "'a=>1, b=>NULL'", "''", {"a": "1", "b": None}, False),
-    Col("lt", "ltree", "'a.b.c'", "'x'", "a.b.c", False),
+    Col("ct", "citext", "'MiXeD'", "''", "MiXeD", extension="citext"),
+    Col("hs", "hstore", "'a=>1, b=>NULL'", "''", {"a": "1", "b": None}, extension="hstore"),
+    Col("lt", "ltree", "'a.b.c'", "'x'", "a.b.c", extension="ltree"),
 ]  # fmt: skip
+
+
+#: Oldest and newest supported majors by default, like tests/integration/source.
+PG_VERSIONS = [
+    v.strip() for v in os.environ.get("PGBRIDGE_PG_VERSIONS", "13,18").split(",") if v.strip()
+]
+#: pgoutput's ``binary`` option (binary column values) exists from PostgreSQL 14.
+BINARY_SINCE = 14
+#: (PostgreSQL major, binary) combinations: text everywhere, binary where the server has it.
+STREAMS = [  # for ("zoo", "binary")
+    pytest.param(v, binary, id=f"pg{v}-{'binary' if binary else 'text'}")
+    for v in PG_VERSIONS
+    for binary in (False, True)
+    if not binary or int(v) >= BINARY_SINCE
+]
+BINARY_SERVERS = [pytest.param(v, id=f"pg{v}") for v in PG_VERSIONS if int(v) >= BINARY_SINCE]
+TEXT_ONLY_SERVERS = [pytest.param(v, id=f"pg{v}") for v in PG_VERSIONS if int(v) < BINARY_SINCE]
 
 
 @dataclass
 class Zoo:
     conn: psycopg.Connection[Any]
+    major: int
     schema: str
     slot: str
     publication: str
     enum_labels: dict[str, tuple[str, ...]]
     array_dimensions: dict[str, int]
+    columns: list[Col]
+    omitted: dict[str, str] = field(default_factory=dict)  # column -> why this server lacks it
+    spark_reads: dict[bool, SparkZoo] = field(default_factory=dict)  # binary -> Spark's read
 
 
-@pytest.fixture
-def zoo(local_stack: StackInfo) -> Iterator[Zoo]:
+def server_columns(conn: psycopg.Connection[Any], major: int) -> tuple[list[Col], dict[str, str]]:
+    """The columns this server can hold, and why each other one is left out."""
+    wanted = sorted({c.extension for c in COLUMNS if c.extension})
+    available = {
+        name
+        for (name,) in conn.execute(
+            "SELECT name FROM pg_available_extensions WHERE name = ANY(%s)", (wanted,)
+        )
+    }
+    columns, omitted = [], {}
+    for c in COLUMNS:
+        if major < c.since:
+            omitted[c.name] = f"{c.type} needs PostgreSQL {c.since}"
+        elif c.extension and c.extension not in available:
+            omitted[c.name] = f"extension {c.extension} is not available"
+        else:
+            columns.append(c)
+    return columns, omitted
+
+
+@contextmanager
+def build_zoo(dsn: str, major: int) -> Iterator[Zoo]:
+    """The zoo tables, their changes waiting in a fresh slot; all dropped on exit."""
     suffix = uuid.uuid4().hex[:8]
     schema, slot, pub = f"zoo_{suffix}", f"zoo_slot_{suffix}", f"zoo_pub_{suffix}"
-    conn = psycopg.connect(local_stack.postgres_dsn(), autocommit=True)
+    conn = psycopg.connect(dsn, autocommit=True)
+    assert conn.info.server_version // 10_000 == major
     try:
-        for ext in ("citext", "hstore", "ltree"):
+        cols, omitted = server_columns(conn, major)
+        for ext in sorted({c.extension for c in cols if c.extension}):
             conn.execute(f"CREATE EXTENSION IF NOT EXISTS {ext}")
         conn.execute(f"CREATE SCHEMA {schema}")
         conn.execute(f"SET search_path = {schema}, public")
         conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
         conn.execute("CREATE DOMAIN posint AS integer CHECK (VALUE > 0)")
         conn.execute("CREATE TYPE pair AS (a integer, b text)")
-        columns = ", ".join(f"{c.name} {c.type}" for c in COLUMNS)
+        columns = ", ".join(f"{c.name} {c.type}" for c in cols)
         conn.execute(f"CREATE TABLE zoo (id integer PRIMARY KEY, {columns})")
         conn.execute("CREATE TABLE comp (id integer PRIMARY KEY, p pair)")
         conn.execute("CREATE TABLE toasty (id integer PRIMARY KEY, big text, n integer)")
         conn.execute(f"CREATE PUBLICATION {pub} FOR TABLE zoo, comp, toasty")
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
-        names = ", ".join(c.name for c in COLUMNS)
-        conn.execute(
-            f"INSERT INTO zoo (id, {names}) VALUES (1, {', '.join(c.normal for c in COLUMNS)})"
+        names = ", ".join(c.name for c in cols)
+        normal = ", ".join(c.normal for c in cols)
+        edge = ", ".join(
+            c.edge_before_14 if c.edge_before_14 and major < 14 else c.edge for c in cols
         )
-        conn.execute(
-            f"INSERT INTO zoo (id, {names}) VALUES (2, {', '.join(c.edge for c in COLUMNS)})"
-        )
+        conn.execute(f"INSERT INTO zoo (id, {names}) VALUES (1, {normal})")
+        conn.execute(f"INSERT INTO zoo (id, {names}) VALUES (2, {edge})")
         conn.execute("INSERT INTO zoo (id) VALUES (3)")  # every column NULL
         conn.execute("INSERT INTO comp VALUES (1, ROW(7, 'x y'))")
         # Random-looking text does not compress, so it is stored out of line (TOASTed).
@@ -139,12 +204,19 @@ def zoo(local_stack: StackInfo) -> Iterator[Zoo]:
         )
         conn.execute("UPDATE toasty SET n = 1 WHERE id = 1")
         (labels,) = conn.execute("SELECT enum_range(NULL::mood)::text[]").fetchone()  # type: ignore[misc]
+        if any(c.extension == "hstore" for c in cols):  # psycopg reads hstore as a dict
+            hstore = TypeInfo.fetch(conn, "hstore")
+            assert hstore is not None
+            register_hstore(hstore, conn)
         # What a caller with catalog access passes along: declared array dimensions.
         dims = conn.execute(
             "SELECT attname::text, attndims FROM pg_attribute"
             " WHERE attrelid = 'zoo'::regclass AND attndims > 1"
         ).fetchall()
-        yield Zoo(conn, schema, slot, pub, {f"{schema}.mood": tuple(labels)}, dict(dims))
+        yield Zoo(
+            conn, major, schema, slot, pub, {f"{schema}.mood": tuple(labels)},
+            dict(dims), cols, omitted,
+        )  # fmt: skip
     finally:
         conn.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
@@ -156,6 +228,48 @@ def zoo(local_stack: StackInfo) -> Iterator[Zoo]:
         conn.close()
 
 
+class ZooKeeper:
+    """One zoo per PostgreSQL major, built on first use and kept for the module (its tests only
+    peek at the slot): the stack's own server for its major, a throwaway cluster for others."""
+
+    def __init__(self, stack: StackInfo, exits: ExitStack) -> None:
+        self.stack = stack
+        self.exits = exits
+        self.zoos: dict[str, Zoo] = {}
+
+    def zoo(self, version: str) -> Zoo:
+        if version not in self.zoos:
+            self.zoos[version] = self.exits.enter_context(
+                build_zoo(self.server_dsn(version), int(version))
+            )
+        return self.zoos[version]
+
+    def server_dsn(self, version: str) -> str:
+        if version == self.stack.postgres_major:
+            return self.stack.postgres_dsn()
+        bindir = ensure_postgres_binaries(version)
+        # PostgreSQL runs as a non-root account: its directory must be traversable.
+        base = Path(tempfile.mkdtemp(prefix=f"pgbridge-zoo-pg{version}-", dir="/tmp"))
+        base.chmod(0o755)
+        cluster = PostgresCluster(bindir, base_dir=base)
+        self.exits.callback(cluster.destroy)
+        cluster.start()
+        return cluster.dsn()
+
+
+@pytest.fixture(scope="module")
+def zookeeper(local_stack: StackInfo) -> Iterator[ZooKeeper]:
+    with ExitStack() as exits:
+        yield ZooKeeper(local_stack, exits)
+
+
+@pytest.fixture(params=[pytest.param(v, id=f"pg{v}") for v in PG_VERSIONS])
+def zoo(request: pytest.FixtureRequest, zookeeper: ZooKeeper) -> Zoo:
+    """The zoo on the PostgreSQL major ``request.param`` (tests narrow it by parametrizing
+    ``zoo`` indirectly)."""
+    return zookeeper.zoo(str(request.param))
+
+
 @dataclass
 class Change:
     table: str
@@ -165,19 +279,24 @@ class Change:
     unchanged: list[str]
 
 
-def stream(zoo: Zoo, table: str, *, binary: bool) -> list[Change]:
-    """Peek the slot's changes and run those of ``table`` through decoder, mapper, encoder."""
+def peek(zoo: Zoo, *, binary: bool) -> list[bytes]:
+    """The slot's pending pgoutput messages, without consuming them."""
     rows = zoo.conn.execute(
         "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', "
-        "'1', 'publication_names', %s, 'binary', %s)",
-        (zoo.slot, zoo.publication, "true" if binary else "false"),
+        "'1', 'publication_names', %s" + (", 'binary', 'true')" if binary else ")"),
+        (zoo.slot, zoo.publication),
     ).fetchall()
+    return [bytes(data) for (data,) in rows]
+
+
+def stream(zoo: Zoo, table: str, *, binary: bool) -> list[Change]:
+    """Peek the slot's changes and run those of ``table`` through decoder, mapper, encoder."""
     decoder = Decoder(1)
     mapper = TypeMapper(TypeOptions(enum_labels=zoo.enum_labels))
     relations: dict[int, RelationSchemas] = {}
     out = []
-    for (data,) in rows:
-        message = decoder.decode(bytes(data))
+    for data in peek(zoo, binary=binary):
+        message = decoder.decode(data)
         if isinstance(message, Type):
             mapper.observe(message)
         elif isinstance(message, Relation):
@@ -217,44 +336,126 @@ def strip_logical(schema: Any) -> Any:
     return schema
 
 
+def encode(change: Change) -> bytes:
+    """The change's envelope, schemaless Avro in its value schema (the record after the
+    Confluent framing)."""
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(
+        buf, fastavro.parse_schema(change.schemas.value_schema), envelope(change)
+    )
+    return buf.getvalue()
+
+
 def through_avro(change: Change, *, logical: bool = True) -> dict[str, Any]:
     """Encode the change's envelope with its value schema and decode it with fastavro."""
     schema = change.schemas.value_schema
-    buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), envelope(change))
-    buf.seek(0)
     reader = fastavro.parse_schema(schema if logical else strip_logical(schema))
-    decoded: Any = fastavro.schemaless_reader(buf, reader)
+    decoded: Any = fastavro.schemaless_reader(io.BytesIO(encode(change)), reader)
     return dict(decoded)
+
+
+def row_schema(schemas: RelationSchemas) -> dict[str, Any]:
+    """The value schema's row record (the type of ``after``), named references expanded."""
+    expanded: Any = fastavro.parse_schema(schemas.value_schema, expand=True)
+    (after,) = (f for f in expanded["fields"] if f["name"] == "after")
+    (record,) = (t for t in after["type"] if t != "null")
+    return dict(record)
 
 
 def zoo_changes(zoo: Zoo, *, binary: bool) -> dict[int, Change]:
     return {c.row["id"]: c for c in stream(zoo, "zoo", binary=binary)}
 
 
-@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+def psycopg_row(zoo: Zoo, key: int, *, text: bool = False) -> dict[str, Any]:
+    """Row ``key`` as psycopg reads it; with ``text``, every column cast to ``text`` first."""
+    cols = ", ".join(
+        ["id", *(f"{c.name}::text AS {c.name}" if text else c.name for c in zoo.columns)]
+    )
+    cur = zoo.conn.execute(f"SELECT {cols} FROM {zoo.schema}.zoo WHERE id = %s", (key,))
+    names = [d.name for d in cur.description or ()]
+    return dict(zip(names, cur.fetchone() or (), strict=True))
+
+
+def _unscaled(v: dict[str, Any]) -> Decimal:
+    return Decimal(int.from_bytes(v["value"], "big", signed=True)).scaleb(-v["scale"])
+
+
+def _utc_time(t: time) -> time:
+    return datetime.combine(date(2000, 1, 1), t).astimezone(UTC).timetz()
+
+
+def _same(v: Any, *_: Any) -> Any:
+    return v
+
+
+def _server_text(_: Any, text: str) -> str:
+    return text
+
+
+#: Row 1's columns whose value psycopg reads in another form than pgbridge sends: for each,
+#: (our value -> x, (psycopg's value, psycopg's value of ``column::text``) -> x) with equal x.
+#: Our value is fastavro's, or Spark's in :mod:`zoo_spark`'s plain form: the same here.
+PSYCOPG_VIEWS: dict[str, tuple[Callable[[Any], Any], Callable[[Any, str], Any]]] = {
+    "nu": (_unscaled, _same),  # VariableScaleDecimal (scale, unscaled bytes) vs Decimal
+    "m": (_same, lambda v, _: Decimal(v.replace("$", "").replace(",", ""))),  # '$12.34'
+    "j": (json.loads, _same),  # JSON text vs parsed
+    "jb": (json.loads, _same),
+    "ttz": (time.fromisoformat, lambda v, _: _utc_time(v)),  # '06:30:00Z' vs time(+05:30)
+    "iv": (_same, lambda v, _: v // timedelta(microseconds=1)),  # MicroDuration vs timedelta
+    "ip": (_same, lambda v, _: str(v)),  # string vs ipaddress objects
+    "cd": (_same, lambda v, _: str(v)),
+    "bt": (lambda v: int.from_bytes(v, "big"), lambda v, _: int(v, 2)),  # bytes vs '1010'
+    "vb": (lambda v: int.from_bytes(v, "big"), lambda v, _: int(v, 2)),
+    "pt": (lambda v: (v["x"], v["y"]), lambda v, _: tuple(map(float, v.strip("()").split(",")))),
+    "r": (_same, _server_text),  # PostgreSQL's text form vs psycopg's Range objects
+    "tr": (_same, _server_text),
+    "mr": (_same, _server_text),
+    "ea": (_same, lambda v, _: v.strip("{}").split(",")),  # psycopg: '{sad,happy}' (no loader)
+}
+
+
+def assert_matches_psycopg(
+    ours: dict[str, Any], zoo: Zoo, convert: Callable[[str, Any], Any] = lambda _, v: v
+) -> None:
+    """Every column of row 1 (``ours``) equals what psycopg reads: directly (after
+    ``convert(column, psycopg value)``) or under its :data:`PSYCOPG_VIEWS` entry."""
+    theirs, text = psycopg_row(zoo, 1), psycopg_row(zoo, 1, text=True)
+    assert ours.keys() == theirs.keys()
+    for c in zoo.columns:
+        if c.psycopg:
+            assert ours[c.name] == convert(c.name, theirs[c.name]), c.name
+        else:
+            mine, their = PSYCOPG_VIEWS[c.name]
+            assert mine(ours[c.name]) == their(theirs[c.name], text[c.name]), c.name
+
+
+# --- fastavro --------------------------------------------------------------------------------
+
+
+def test_type_zoo_covers_every_type_family(zoo: Zoo) -> None:
+    # Multiranges arrived in PostgreSQL 14; citext, hstore and ltree ship with every supported
+    # major, so a missing one is a broken server install, not a reason to test less.
+    expected = {"mr": "int4multirange needs PostgreSQL 14"} if zoo.major < 14 else {}
+    assert zoo.omitted == expected
+    assert [c.name for c in zoo.columns] == [c.name for c in COLUMNS if c.name not in expected]
+
+
+@pytest.mark.parametrize(("zoo", "binary"), STREAMS, indirect=["zoo"])
 def test_type_zoo_values_roundtrip_to_expected(zoo: Zoo, binary: bool) -> None:
     after = through_avro(zoo_changes(zoo, binary=binary)[1])["after"]
-    for c in COLUMNS:
+    assert list(after) == ["id", *(c.name for c in zoo.columns)]
+    for c in zoo.columns:
         if c.expected is not None:
             assert after[c.name] == c.expected, c.name
     assert (after["pt"]["x"], after["pt"]["y"]) == (1.0, 2.0)
 
 
-@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+@pytest.mark.parametrize(("zoo", "binary"), STREAMS, indirect=["zoo"])
 def test_type_zoo_values_match_what_psycopg_reads(zoo: Zoo, binary: bool) -> None:
-    after = through_avro(zoo_changes(zoo, binary=binary)[1])["after"]
-    cur = zoo.conn.execute(f"SELECT * FROM {zoo.schema}.zoo WHERE id = 1")
-    names = [d.name for d in cur.description or ()]
-    theirs = dict(zip(names, cur.fetchone() or (), strict=True))
-    for c in COLUMNS:
-        if c.psycopg:
-            assert after[c.name] == theirs[c.name], c.name
-    assert json.loads(after["jb"]) == theirs["jb"]
-    assert json.loads(after["j"]) == theirs["j"]
-    assert after["iv"] == theirs["iv"] // (theirs["iv"].resolution)
+    assert_matches_psycopg(through_avro(zoo_changes(zoo, binary=binary)[1])["after"], zoo)
 
 
+@pytest.mark.parametrize("zoo", BINARY_SERVERS, indirect=True)
 def test_type_zoo_text_and_binary_publications_agree(zoo: Zoo) -> None:
     text, binary = zoo_changes(zoo, binary=False), zoo_changes(zoo, binary=True)
     assert text.keys() == binary.keys() == {1, 2, 3}
@@ -268,11 +469,20 @@ def test_type_zoo_text_and_binary_publications_agree(zoo: Zoo) -> None:
                 assert a[name] == b[name], (key, name)
 
 
-@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+@pytest.mark.parametrize("zoo", TEXT_ONLY_SERVERS, indirect=True)
+def test_type_zoo_binary_mode_is_refused_before_pg14(zoo: Zoo) -> None:
+    # pgoutput before PostgreSQL 14 has no 'binary' option: a binary stream cannot be asked for
+    # (the startup callback's elog(ERROR), hence no specific SQLSTATE).
+    with pytest.raises(psycopg.errors.InternalError_, match="unrecognized pgoutput option: binary"):
+        peek(zoo, binary=True)
+    assert zoo_changes(zoo, binary=False).keys() == {1, 2, 3}  # the slot is unharmed
+
+
+@pytest.mark.parametrize(("zoo", "binary"), STREAMS, indirect=["zoo"])
 def test_type_zoo_extremes(zoo: Zoo, binary: bool) -> None:
     edge = through_avro(zoo_changes(zoo, binary=binary)[2], logical=False)["after"]
     assert edge["i8"] == -(2**63)
-    assert edge["n"] is None and edge["nu"] is None  # NaN, Infinity in decimal form
+    assert edge["n"] is None and edge["nu"] is None  # NaN, Infinity (NaN before 14): no decimal
     assert edge["f8"] == float("-inf")
     assert int.from_bytes(edge["m"], "big", signed=True) == -(2**63)  # cents, unscaled
     assert edge["d"] == INT32_MAX and edge["tstz"] == INT64_MIN
@@ -281,37 +491,151 @@ def test_type_zoo_extremes(zoo: Zoo, binary: bool) -> None:
     assert edge["iv"] == -14 * US_PER_AVG_MONTH
     assert edge["ttz"] == "12:00:00Z"
     assert (edge["t"], edge["c"], edge["by"], edge["vb"]) == ("", "    ", b"", b"")
-    assert (edge["r"], edge["tr"], edge["mr"]) == ("empty", "(,)", "{}")
+    assert (edge["r"], edge["tr"]) == ("empty", "(,)")
+    assert edge.get("mr", "absent") == ("{}" if zoo.major >= 14 else "absent")
     assert (edge["ai"], edge["an"], edge["ea"], edge["grid"]) == ([], [None], [], [])
 
 
-@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+@pytest.mark.parametrize(("zoo", "binary"), STREAMS, indirect=["zoo"])
 def test_type_zoo_null_row(zoo: Zoo, binary: bool) -> None:
     after = through_avro(zoo_changes(zoo, binary=binary)[3])["after"]
-    assert after == {"id": 3, **{c.name: None for c in COLUMNS}}
+    assert after == {"id": 3, **{c.name: None for c in zoo.columns}}
 
 
 def test_type_zoo_schema_names_enum_and_domain(zoo: Zoo) -> None:
     schemas = zoo_changes(zoo, binary=False)[1].schemas
-    fields = {
-        f["name"]: f["type"][1] for f in schemas.value_schema["fields"][0]["type"][1]["fields"]
-    }
+    fields = {f["name"]: f["type"][1] for f in row_schema(schemas)["fields"]}
     assert fields["e"]["connect.parameters"] == {"allowed": "sad,ok,happy"}
     assert fields["dm"] == "int"  # the domain is its base type
     assert schemas.topic == f"zoo.{zoo.schema}.zoo"
 
 
-def test_type_zoo_unchanged_toast_is_marked(zoo: Zoo) -> None:
-    for binary in (False, True):
-        update = next(c for c in stream(zoo, "toasty", binary=binary) if c.op == "u")
-        assert update.unchanged == ["big"]
-        assert update.row == {"id": 1, "big": DEBEZIUM_UNAVAILABLE, "n": 1}
-        assert through_avro(update)[UNCHANGED_TOAST_FIELD] == ["big"]
+@pytest.mark.parametrize(("zoo", "binary"), STREAMS, indirect=["zoo"])
+def test_type_zoo_unchanged_toast_is_marked(zoo: Zoo, binary: bool) -> None:
+    update = next(c for c in stream(zoo, "toasty", binary=binary) if c.op == "u")
+    assert update.unchanged == ["big"]
+    assert update.row == {"id": 1, "big": DEBEZIUM_UNAVAILABLE, "n": 1}
+    assert through_avro(update)[UNCHANGED_TOAST_FIELD] == ["big"]
 
 
-def test_type_zoo_composite_is_text_and_refused_in_binary_form(zoo: Zoo) -> None:
-    (text,) = stream(zoo, "comp", binary=False)
-    assert text.row == {"id": 1, "p": '(7,"x y")'}
+@pytest.mark.parametrize(("zoo", "binary"), STREAMS, indirect=["zoo"])
+def test_type_zoo_composite_is_text_and_refused_in_binary_form(zoo: Zoo, binary: bool) -> None:
+    if not binary:
+        (text,) = stream(zoo, "comp", binary=False)
+        assert text.row == {"id": 1, "p": '(7,"x y")'}
+        return
     with pytest.raises(ConversionError) as info:
         stream(zoo, "comp", binary=True)
     assert (info.value.table, info.value.column) == (f"{zoo.schema}.comp", "p")
+
+
+# --- Spark's from_avro -----------------------------------------------------------------------
+
+#: The Spark SQL type of each column as from_avro reads pgbridge's schema: logical types land
+#: as native types (decimal, date, timestamp, timestamp_ntz); time-micros stays a long.
+SPARK_TYPES = {
+    "id": "int", "i2": "int", "i4": "int", "i8": "bigint", "f4": "float", "f8": "double",
+    "n": "decimal(12,3)", "nu": "struct<scale:int,value:binary>", "m": "decimal(19,2)",
+    "b": "boolean", "t": "string", "vc": "string", "c": "string", "by": "binary",
+    "u": "string", "j": "string", "jb": "string", "x": "string", "d": "date", "tm": "bigint",
+    "ttz": "string", "ts": "timestamp_ntz", "tstz": "timestamp", "iv": "bigint",
+    "ip": "string", "cd": "string", "mac": "string", "bt": "binary", "vb": "binary",
+    "tsv": "string", "tsq": "string", "pt": "struct<x:double,y:double,wkb:binary,srid:int>",
+    "bx": "string", "r": "string", "tr": "string", "mr": "string", "ai": "array<int>",
+    "at": "array<string>", "an": "array<decimal(6,2)>", "grid": "array<array<int>>",
+    "e": "string", "ea": "array<string>", "dm": "int", "ct": "string",
+    "hs": "map<string,string>", "lt": "string",
+}  # fmt: skip
+
+
+@dataclass
+class SparkZoo:
+    changes: dict[int, Change]
+    row: dict[str, Any]  # the Avro row record
+    read: zoo_spark.SparkRead
+
+
+def spark_zoo(zoo: Zoo, spark: Any, *, binary: bool) -> SparkZoo:
+    """The zoo's rows decoded by Spark (once per zoo and mode: a Spark job is slow)."""
+    if binary not in zoo.spark_reads:
+        changes = zoo_changes(zoo, binary=binary)
+        schemas = changes[1].schemas
+        payloads = {key: encode(change) for key, change in changes.items()}
+        read = zoo_spark.read(spark, schemas.value_schema, payloads, natural_keys={1, 3})
+        zoo.spark_reads[binary] = SparkZoo(changes, row_schema(schemas), read)
+    return zoo.spark_reads[binary]
+
+
+def assert_same_row(spark_row: dict[str, Any], expected: dict[str, Any], what: str) -> None:
+    assert list(spark_row) == list(expected), what  # every column, in order: none skipped
+    for name, value in expected.items():
+        assert spark_row[name] == value, f"{what}, column {name}: Spark read {spark_row[name]!r}"
+
+
+@pytest.mark.parametrize(("zoo", "binary"), STREAMS, indirect=["zoo"])
+def test_type_zoo_spark_types_are_native(zoo: Zoo, spark: Any, binary: bool) -> None:
+    after = spark_zoo(zoo, spark, binary=binary).read.after
+    assert {f.name: f.dataType.simpleString() for f in after.fields} == {
+        name: t for name, t in SPARK_TYPES.items() if name not in zoo.omitted
+    }
+
+
+@pytest.mark.parametrize(("zoo", "binary"), STREAMS, indirect=["zoo"])
+def test_type_zoo_spark_reads_what_fastavro_reads(zoo: Zoo, spark: Any, binary: bool) -> None:
+    sz = spark_zoo(zoo, spark, binary=binary)
+    assert sz.read.ops == {1: "c", 2: "c", 3: "c"}
+    # Rows 1 (ordinary values) and 3 (all NULL), as PySpark collects them.
+    assert sz.read.natural.keys() == {1, 3}
+    for key, spark_row in sz.read.natural.items():
+        fast = through_avro(sz.changes[key])["after"]
+        assert_same_row(spark_row, zoo_spark.avro_as_spark(sz.row, fast), f"row {key}")
+    # Row 1 against the table of expected values as well.
+    fields = {f["name"]: f["type"] for f in sz.row["fields"]}
+    row1 = sz.read.natural[1]
+    for c in zoo.columns:
+        if c.expected is not None:
+            assert row1[c.name] == zoo_spark.avro_as_spark(fields[c.name], c.expected), c.name
+    assert (row1["pt"]["x"], row1["pt"]["y"]) == (1.0, 2.0)
+    # Every row, row 2's extremes included, with dates and timestamps as their wire integers.
+    assert sz.read.integral.keys() == {1, 2, 3}
+    for key, spark_row in sz.read.integral.items():
+        raw = through_avro(sz.changes[key], logical=False)["after"]
+        want = zoo_spark.avro_as_spark(sz.row, raw, logical=False)
+        assert_same_row(spark_row, want, f"row {key} (dates and timestamps as integers)")
+    assert sz.read.integral[2]["d"] == INT32_MAX and sz.read.integral[2]["tstz"] == INT64_MIN
+
+
+@pytest.mark.parametrize(("zoo", "binary"), STREAMS, indirect=["zoo"])
+def test_type_zoo_spark_values_match_what_psycopg_reads(zoo: Zoo, spark: Any, binary: bool) -> None:
+    sz = spark_zoo(zoo, spark, binary=binary)
+    fields = {f["name"]: f["type"] for f in sz.row["fields"]}
+    ours = sz.read.natural[1]
+    assert_matches_psycopg(ours, zoo, lambda name, v: zoo_spark.avro_as_spark(fields[name], v))
+    # The two kinds of timestamps: the instant (timestamptz), the wall clock (timestamp).
+    assert ours["tstz"] == datetime(2024, 1, 1, 21, 34, 5, 678901, tzinfo=UTC)
+    assert ours["ts"] == datetime(2024, 1, 2, 3, 4, 5, 678901)
+
+
+@pytest.mark.parametrize(("zoo", "binary"), STREAMS, indirect=["zoo"])
+def test_type_zoo_spark_extremes_stay_sentinels(zoo: Zoo, spark: Any, binary: bool) -> None:
+    """``infinity`` / ``-infinity`` reach Spark as its extreme date / timestamp (the int32 /
+    int64 sentinels, exact), BC timestamps as proleptic Gregorian ones; Spark shows them, but
+    PySpark cannot turn them into Python objects (years outside 1..9999)."""
+    sz = spark_zoo(zoo, spark, binary=binary)
+    assert sz.read.shown[2] == {
+        "d": "+5881580-07-11",  # 2**31 - 1 days after 1970-01-01
+        "ts": "-0043-03-15 12:00:00",  # 44 BC is astronomical year -43
+        "tstz": "-290308-12-21 19:59:05.224192",  # -2**63 microseconds
+    }
+    assert sz.read.shown[1] == {
+        "d": "2024-02-29",
+        "ts": "2024-01-02 03:04:05.678901",
+        "tstz": "2024-01-01 21:34:05.678901",  # the session zone is UTC
+    }
+    # collect() builds Python objects with the types' fromInternal: year out of range.
+    with pytest.raises((ValueError, OverflowError)):
+        zoo_spark.after_of(sz.read.decoded, 2).collect()
+    wire = sz.read.integral[2]
+    for name, dtype in (("d", DateType()), ("ts", TimestampNTZType()), ("tstz", TimestampType())):
+        with pytest.raises((ValueError, OverflowError)):
+            dtype.fromInternal(wire[name])
