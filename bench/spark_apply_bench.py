@@ -335,7 +335,8 @@ def main() -> None:
     parser.add_argument("--fresh-seconds", type=int, default=30)
     parser.add_argument("--fresh-rate", type=int, default=2000)
     parser.add_argument("--skip-freshness", action="store_true")
-    parser.add_argument("--parallel-tables", type=int, default=1)
+    parser.add_argument("--parallel-tables", type=int, default=2)
+    parser.add_argument("--no-deletion-vectors", dest="deletion_vectors", action="store_false")
     parser.add_argument("--verbose", action="store_true", help="the job's per-batch log")
     parser.add_argument("--workdir", help="default: a temporary directory, removed afterwards")
     args = parser.parse_args()
@@ -370,6 +371,7 @@ def main() -> None:
             work / "bulk",
             max_offsets_per_trigger=args.max_offsets_per_trigger,
             parallel_tables=args.parallel_tables,
+            deletion_vectors=args.deletion_vectors,
         )
         records = _records(spark, config)
         raw_s = raw_read(spark, config, records)

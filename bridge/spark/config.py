@@ -35,7 +35,11 @@ class ApplyConfig:
     ``app_id`` names the job in Delta's idempotent-write bookkeeping (``txnAppId``); by default
     it is derived from the checkpoint location, because batch ids restart with a new checkpoint
     and must not be compared with those of an old one. ``parallel_tables`` tables of a batch are
-    merged at the same time.
+    merged at the same time. ``history`` also keeps an SCD type 2 table per source table under
+    ``history_base`` (default ``<delta_base>/_history``), see :mod:`bridge.spark.history`.
+    ``deletion_vectors`` creates tables with Delta deletion vectors, so a MERGE that updates a
+    few rows of a file marks them instead of rewriting the file (readers need Delta reader
+    version 3; turn it off for older readers).
     """
 
     topic_prefix: str
@@ -54,6 +58,9 @@ class ApplyConfig:
     registry_options: tuple[tuple[str, str], ...] = ()
     query_name: str = "pgbridge-apply"
     parallel_tables: int = 2
+    history: bool = False
+    deletion_vectors: bool = True
+    history_base: str = ""
 
     def __post_init__(self) -> None:
         if not self.topic_prefix or not _TOPIC_CHARS.match(self.topic_prefix):
@@ -99,6 +106,11 @@ class ApplyConfig:
     def table_path(self, schema: str, table: str) -> str:
         """Where the Delta table of ``schema.table`` lives."""
         return f"{self.delta_base.rstrip('/')}/{schema}/{table}"
+
+    def history_path(self, schema: str, table: str) -> str:
+        """Where the SCD type 2 history table of ``schema.table`` lives."""
+        base = self.history_base or f"{self.delta_base.rstrip('/')}/_history"
+        return f"{base.rstrip('/')}/{schema}/{table}"
 
     def kafka_source_options(self) -> dict[str, str]:
         """The options of ``spark.readStream.format("kafka")`` for this configuration."""

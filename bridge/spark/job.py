@@ -1,9 +1,20 @@
 """The apply job's wiring: Kafka source -> foreachBatch(decode, MERGE per table) -> Delta.
 
-Locally: ``pgbridge apply`` calls :func:`run_apply`. On a cluster::
+Locally: ``pgbridge apply`` calls :func:`run_apply`. On a cluster (the driver needs pgbridge's
+Python dependencies, confluent-kafka for the registry client; executors run no Python)::
 
-    spark-submit --packages <bridge.spark.packages.packages_option()> \\
-        --py-files pgbridge.zip bridge/spark/job.py --topic-prefix … (see ``--help``)
+    zip -r pgbridge.zip bridge
+    spark-submit \\
+      --packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0,\\
+    org.apache.spark:spark-avro_2.13:4.0.0,io.delta:delta-spark_2.13:4.0.0 \\
+      --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension \\
+      --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog \\
+      --py-files pgbridge.zip bridge/spark/job.py \\
+      --topic-prefix pg --bootstrap-servers broker:9092 --registry-url http://registry:8081 \\
+      --delta-base s3a://lake/cdc --checkpoint s3a://lake/_chk/apply \\
+      --dead-letter s3a://lake/_dead/apply
+
+(the ``--packages`` value is :func:`bridge.spark.packages.packages_option`).
 
 Each micro-batch is applied by :class:`BatchApplier`: frame, decode per (topic, schema id),
 then per table one idempotent MERGE (see :mod:`bridge.spark.merge`), and the dead letters in
@@ -33,6 +44,7 @@ from bridge.spark import transforms as tf
 from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
 from bridge.spark.errors import ApplyError
+from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
 from bridge.spark.merge import MergePlan, ensure_table, merge_changes, table_key_columns
 
 __all__ = [
@@ -96,6 +108,12 @@ class BatchApplier:
             self._local.session = session
         return session
 
+    def _properties(self) -> dict[str, str]:
+        """Delta properties of the tables the job creates."""
+        if self.config.deletion_vectors:
+            return {"delta.enableDeletionVectors": "true"}
+        return {}
+
     def _apply_tables(self, spark: Any, tables: Sequence[TableBatch], batch_id: int) -> None:
         if self.config.parallel_tables == 1 or len(tables) <= 1:
             for table in tables:
@@ -142,7 +160,9 @@ class BatchApplier:
         try:
             summary = changes.agg(
                 F.count(F.lit(1)).alias("n"),
-                F.max(F.when(F.col(tf.OP) == "t", F.struct(tf.COMMIT_LSN, tf.SEQ))).alias("trunc"),
+                F.max(
+                    F.when(F.col(tf.OP) == "t", F.struct(tf.COMMIT_LSN, tf.SEQ, tf.COMMIT_TS))
+                ).alias("trunc"),
                 F.max(F.size(tf.UNCHANGED) > 0).alias("toast"),
             ).first()
             count = int(summary["n"]) if summary else 0
@@ -159,7 +179,9 @@ class BatchApplier:
                     raise ApplyError(f"{table.name}: no key columns known for {path}")
                 logger.info("%s: truncate of a table never applied; nothing to do", table.name)
                 return
-            ensure_table(spark, path, table.columns, keys, table.topic)
+            ensure_table(
+                spark, path, table.columns, keys, table.topic, properties=self._properties()
+            )
             if truncate_at is not None:
                 changes = tf.drop_before(changes, *truncate_at)
             fold = bool(summary["toast"]) if summary else False
@@ -173,6 +195,8 @@ class BatchApplier:
             merge_started = time.monotonic()
             merge_changes(spark, path, latest, plan, self.config.txn_app_id, batch_id)
             merge_seconds = time.monotonic() - merge_started
+            if self.config.history:
+                self._apply_history(spark, table, changes, keys, truncate, fold, batch_id)
         finally:
             cached.unpersist()
         with self._lock:
@@ -187,6 +211,42 @@ class BatchApplier:
             f", truncate at {truncate_at}" if truncate_at else "",
             time.monotonic() - started,
             merge_seconds,
+        )
+
+    def _apply_history(
+        self,
+        spark: Any,
+        table: TableBatch,
+        changes: DataFrame,
+        keys: Sequence[str],
+        truncate: Any,
+        fold: bool,
+        batch_id: int,
+    ) -> None:
+        from delta.tables import DeltaTable
+
+        path = self.config.history_path(table.schema, table.table)
+        ensure_table(
+            spark,
+            path,
+            table.columns,
+            keys,
+            table.topic,
+            metadata=HISTORY_FIELDS,
+            properties=self._properties(),
+        )
+        current = None
+        if fold:
+            current = DeltaTable.forPath(spark, path).toDF().where(F.col(IS_CURRENT))
+        merge_history(
+            spark,
+            path,
+            history_versions(changes, keys, current),
+            keys,
+            table.columns.fieldNames(),
+            (int(truncate[0]), int(truncate[1]), truncate[2]) if truncate else None,
+            self.config.txn_app_id,
+            batch_id,
         )
 
     def _write_dead_letters(self, spark: Any, frames: list[DataFrame], batch_id: int) -> None:
@@ -297,6 +357,14 @@ def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--starting-offsets", default="earliest")
     parser.add_argument("--max-offsets-per-trigger", type=int)
     parser.add_argument("--parallel-tables", type=int, default=2, help="tables merged at once")
+    parser.add_argument("--history", action="store_true", help="also keep SCD type 2 history")
+    parser.add_argument("--history-base", default="", help="default: <delta-base>/_history")
+    parser.add_argument(
+        "--no-deletion-vectors",
+        dest="deletion_vectors",
+        action="store_false",
+        help="create tables without Delta deletion vectors (for readers without them)",
+    )
     parser.add_argument("--app-id", default="", help="Delta txnAppId (default: from --checkpoint)")
     parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--registry-option", action="append", default=[], metavar="KEY=VALUE")
@@ -338,6 +406,9 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         app_id=args.app_id,
         parallel_tables=args.parallel_tables,
+        history=args.history,
+        history_base=args.history_base,
+        deletion_vectors=args.deletion_vectors,
         kafka_options=_pairs(args.kafka_option, "kafka_options"),
         registry_options=_pairs(args.registry_option, "registry_options"),
     )

@@ -20,7 +20,7 @@ idempotent by themselves.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -94,7 +94,13 @@ def table_key_columns(spark: Any, path: str) -> tuple[str, ...]:
 
 
 def ensure_table(
-    spark: Any, path: str, columns: T.StructType, key_columns: Sequence[str], topic: str
+    spark: Any,
+    path: str,
+    columns: T.StructType,
+    key_columns: Sequence[str],
+    topic: str,
+    metadata: Sequence[T.StructField] = _META_FIELDS,
+    properties: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Create the Delta table at ``path``, or add the columns it lacks; returns the added names.
 
@@ -110,14 +116,16 @@ def ensure_table(
         )
     wanted = T.StructType([T.StructField(f.name, f.dataType, True) for f in columns.fields])
     if not DeltaTable.isDeltaTable(spark, path):
-        (
+        builder = (
             DeltaTable.createIfNotExists(spark)
             .location(path)
-            .addColumns(T.StructType([*wanted.fields, *_META_FIELDS]))
+            .addColumns(T.StructType([*wanted.fields, *metadata]))
             .property(KEY_COLUMNS_PROPERTY, ",".join(key_columns))
             .property(TOPIC_PROPERTY, topic)
-            .execute()
         )
+        for key, value in (properties or {}).items():
+            builder = builder.property(key, value)
+        builder.execute()
         logger.info("created Delta table %s for %s (key %s)", path, topic, list(key_columns))
         return []
     existing = {f.name.lower() for f in DeltaTable.forPath(spark, path).toDF().schema.fields}
@@ -132,7 +140,8 @@ def ensure_table(
     return [f.name for f in added]
 
 
-def _before(alias: str, position: tuple[int, int]) -> Column:
+def before(alias: str, position: tuple[int, int]) -> Column:
+    """``alias``'s (commit_lsn, seq) is before ``position``."""
     lsn, seq = position
     return (F.col(f"{alias}.{tf.COMMIT_LSN}") < lsn) | (
         (F.col(f"{alias}.{tf.COMMIT_LSN}") == lsn) & (F.col(f"{alias}.{tf.SEQ}") < seq)
@@ -189,6 +198,6 @@ def merge_changes(
         .whenNotMatchedInsert(condition=~is_delete, values=inserts)
     )
     if plan.truncate_at is not None:
-        builder = builder.whenNotMatchedBySourceDelete(condition=_before("t", plan.truncate_at))
+        builder = builder.whenNotMatchedBySourceDelete(condition=before("t", plan.truncate_at))
     with idempotent_writes(spark, app_id, batch_id):
         builder.execute()

@@ -66,7 +66,11 @@ class Scenario:
         self.c1 = TableVersion(self.prefix, "public", "customers", CUSTOMER_V1, ["id"])
         self.c2 = TableVersion(self.prefix, "public", "customers", CUSTOMER_V2, ["id"])
         self.orders = TableVersion(self.prefix, "public", "orders", ORDERS, ["order_id"])
-        create_topics(stack.bootstrap_servers, [self.c1.topic, self.orders.topic])
+        # A table without a replica-identity key: the producer sends its changes with null keys.
+        self.keyless = TableVersion(self.prefix, "public", "events", ORDERS, [])
+        create_topics(
+            stack.bootstrap_servers, [self.c1.topic, self.orders.topic, self.keyless.topic]
+        )
         self.producer = RegistryProducer(stack.bootstrap_servers, stack.registry_url)
 
     def customer(self, id_: int, name: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -118,6 +122,8 @@ class Scenario:
         p.raw(c1.topic, None, b"\x01" + good[1:])
         p.raw(c1.topic, None, b"\x00" + struct.pack(">I", 987_654_321) + good[5:])
         p.raw(c1.topic, None, good[:8])
+        k = self.keyless
+        p.change(k, k.envelope("c", 950, 0, after={"order_id": 1, "note": "no key"}), None)
         p.flush()
         self.v2_schema_id = struct.unpack(">I", good[1:5])[0]
 
@@ -187,7 +193,7 @@ def streamed(
 ) -> Iterator[tuple[Scenario, ApplyConfig]]:
     """Phase 1 applied by one available-now run, phase 2 by a second run from its checkpoint."""
     scenario = Scenario(local_stack)
-    config = scenario.config(tmp_path_factory.mktemp("streamed"))
+    config = scenario.config(tmp_path_factory.mktemp("streamed"), history=True)
     scenario.phase1()
     _run(spark, config)
     scenario.phase2()
@@ -244,21 +250,69 @@ def test_apply_job_dead_letters_poison_records_with_reasons(
     streamed: tuple[Scenario, ApplyConfig], spark: Any
 ) -> None:
     scenario, config = streamed
-    rows = spark.read.format("delta").load(config.dead_letter_location).orderBy("offset").collect()
+    dead = spark.read.format("delta").load(config.dead_letter_location)
+    rows = dead.orderBy("topic", "offset").collect()
     assert [(r["topic"], r["reason"]) for r in rows] == [
         (scenario.c1.topic, "magic byte is 0x01, not 0"),
         (scenario.c1.topic, "unknown schema id 987654321"),
         (scenario.c1.topic, f"payload does not decode with schema id {scenario.v2_schema_id}"),
+        (scenario.keyless.topic, "null key: the table has no replica-identity key to MERGE on"),
     ]
     assert rows[0]["value"][:1] == b"\x01" and len(rows[2]["value"]) == 8
-    assert [r["partition"] for r in rows] == [0, 0, 0]
+    assert [r["partition"] for r in rows] == [0, 0, 0, 0]
     assert rows[0]["offset"] < rows[1]["offset"] < rows[2]["offset"]
+    assert not Path(config.table_path("public", "events")).exists()
+
+
+def _ts(commit_lsn: int) -> dt.datetime:
+    """The scenario's commit time of a transaction (see TableVersion.envelope)."""
+    return dt.datetime(2023, 11, 14, 22, 13, 20) + dt.timedelta(seconds=commit_lsn)
+
+
+def test_apply_job_history_keeps_versions_with_validity(
+    streamed: tuple[Scenario, ApplyConfig], spark: Any
+) -> None:
+    from bridge.spark.history import IS_CURRENT, VALID_FROM, VALID_TO
+
+    _, config = streamed
+    df = spark.read.format("delta").load(config.history_path("public", "customers"))
+    got = [
+        (
+            r["id"],
+            r["name"],
+            r["doc"] == BIG_DOC,
+            r[tf.OP],
+            r[VALID_FROM],
+            r[VALID_TO],
+            r[IS_CURRENT],
+        )
+        for r in df.orderBy("id", VALID_FROM).collect()
+    ]
+    assert got == [
+        (1, "ann", True, "c", _ts(100), _ts(200), False),
+        # Unchanged TOAST: from the current version in the table, then carried within the batch.
+        (1, "ann2", True, "u", _ts(200), _ts(600), False),
+        (1, "ann3", True, "u", _ts(600), None, True),
+        (2, "bob", False, "c", _ts(100), _ts(300), False),
+        (3, "cy", False, "c", _ts(100), _ts(400), False),
+        (4, "dee", False, "c", _ts(500), None, True),
+        (30, "cy", False, "c", _ts(400), None, True),
+    ]
+    orders = spark.read.format("delta").load(config.history_path("public", "orders"))
+    assert [
+        (r["order_id"], r[VALID_FROM], r[VALID_TO], r[IS_CURRENT])
+        for r in orders.orderBy("order_id").collect()
+    ] == [
+        (1, _ts(90), _ts(700), False),  # ended by the truncate
+        (2, _ts(90), _ts(700), False),
+        (3, _ts(800), None, True),
+    ]
 
 
 def _static_batches(spark: Any, scenario: Scenario, bootstrap: str) -> tuple[Any, Any]:
     """Phase 1 and phase 2 records as two static batches, as the Kafka source would cut them."""
     scenario.phase1()
-    topics = f"{scenario.c1.topic},{scenario.orders.topic}"
+    topics = f"{scenario.c1.topic},{scenario.orders.topic},{scenario.keyless.topic}"
     first = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -281,10 +335,10 @@ def _static_batches(spark: Any, scenario: Scenario, bootstrap: str) -> tuple[Any
     )
     from pyspark.sql import functions as F
 
-    later = F.lit(False)
+    earlier = F.lit(False)
     for topic, end in ends.items():
-        later = later | ((F.col("topic") == topic) & (F.col("offset") > end))
-    return everything.where(~later).localCheckpoint(), everything.where(later).localCheckpoint()
+        earlier = earlier | ((F.col("topic") == topic) & (F.col("offset") <= end))
+    return everything.where(earlier).localCheckpoint(), everything.where(~earlier).localCheckpoint()
 
 
 def test_batch_applier_replayed_batch_applies_once(
@@ -305,8 +359,8 @@ def test_batch_applier_replayed_batch_applies_once(
         {"order_id": 3, "note": "three"}
     ]
     assert _merges(spark, customers) == 2  # batches 0 and 1; the replay committed nothing
-    assert spark.read.format("delta").load(config.dead_letter_location).count() == 3
-    assert replay.stats.dead_letters == 3  # still counted: the replay did see them
+    assert spark.read.format("delta").load(config.dead_letter_location).count() == 4
+    assert replay.stats.dead_letters == 4  # still counted: the replay did see them
 
 
 class _CrashAfterFirstTable(BatchApplier):
@@ -337,4 +391,4 @@ def test_apply_job_restart_after_crash_mid_batch_applies_once(
         {"order_id": 3, "note": "three"}
     ]
     assert _merges(spark, customers) == 2
-    assert spark.read.format("delta").load(config.dead_letter_location).count() == 3
+    assert spark.read.format("delta").load(config.dead_letter_location).count() == 4

@@ -136,8 +136,11 @@ class TableVersion:
         before: dict[str, Any] | None = None,
         after: dict[str, Any] | None = None,
         unchanged: list[str] | None = None,
-        ts_ms: int = 1_700_000_000_000,
+        ts_ms: int | None = None,
     ) -> dict[str, Any]:
+        """``ts_ms`` (commit time) defaults to 1,700,000,000 s + commit_lsn seconds."""
+        if ts_ms is None:
+            ts_ms = 1_700_000_000_000 + commit_lsn * 1000
         record: dict[str, Any] = {
             "before": before,
             "after": after,

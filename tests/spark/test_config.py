@@ -74,3 +74,67 @@ def test_apply_config_paths_and_topic_split() -> None:
     assert config.split_topic("pg-1.public.t") == ("public", "t")
     assert config.split_topic("pg-1.transaction") is None
     assert config.split_topic("other.public.t") is None
+
+
+def test_config_from_args_reads_options_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from bridge.spark.job import add_apply_arguments, config_from_args
+
+    monkeypatch.setenv("PGBRIDGE_BOOTSTRAP_SERVERS", "k:9092")
+    monkeypatch.setenv("PGBRIDGE_REGISTRY_URL", "http://r:8081")
+    parser = argparse.ArgumentParser()
+    add_apply_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--topic-prefix",
+            "pg",
+            "--delta-base",
+            "/d",
+            "--checkpoint",
+            "/c",
+            "--dead-letter",
+            "/x",
+            "--table",
+            "public.a",
+            "--table",
+            "s.b",
+            "--available-now",
+            "--kafka-option",
+            "security.protocol=SSL",
+        ]
+    )
+    config = config_from_args(args)
+    assert (config.bootstrap_servers, config.registry_url) == ("k:9092", "http://r:8081")
+    assert config.tables == ("public.a", "s.b") and config.available_now
+    assert config.kafka_options == (("security.protocol", "SSL"),)
+
+
+def test_config_from_args_rejects_option_without_value() -> None:
+    import argparse
+
+    from bridge.spark.job import add_apply_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_apply_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--topic-prefix",
+            "pg",
+            "--delta-base",
+            "/d",
+            "--checkpoint",
+            "/c",
+            "--dead-letter",
+            "/x",
+            "--bootstrap-servers",
+            "k:1",
+            "--registry-url",
+            "http://r",
+            "--registry-option",
+            "oops",
+        ]
+    )
+    with pytest.raises(ConfigError) as info:
+        config_from_args(args)
+    assert info.value.key == "registry_options"

@@ -128,7 +128,7 @@ def test_envelope_to_changes_takes_delete_values_from_before(spark: Any) -> None
         (1, "a", Decimal("1.50"), "c", 10, 0),
         (1, None, None, "d", 11, 3),
     ]
-    assert rows[0][tf.COMMIT_TS] == dt.datetime(2023, 11, 14, 22, 13, 20)
+    assert rows[0][tf.COMMIT_TS] == dt.datetime(2023, 11, 14, 22, 13, 30)
 
 
 def test_envelope_to_changes_without_toast_field_marks_nothing_unchanged(spark: Any) -> None:
