@@ -3,7 +3,11 @@
 At-least-once, never lose a change: every transaction is registered with the
 :class:`~bridge.ack.AckTracker` at Begin (so a five-million-row transaction streams through
 without being held in memory), each record it produces is counted as sent and, in its delivery
-callback, as delivered, and the transaction is completed at Commit with its end LSN. The
+callback, as delivered, and the transaction is completed at Commit with its end LSN. The counts
+are kept per transaction in a :class:`_Counts` and handed to the tracker in bulk after each
+``poll()`` and before each completion (the tracker takes a lock per call; per record that was a
+measurable share of the loop), so the tracker sees sends before their deliveries and every send
+before the completion, as it requires. The
 position confirmed to PostgreSQL is the tracker's flush LSN, which never passes a transaction
 with an undelivered record. A failure anywhere stops the loop with a typed error and nothing
 past the last fully delivered transaction is confirmed; a restart resends from there.
@@ -21,7 +25,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Protocol
 
 from bridge.ack import AckTracker, TransactionToken
@@ -64,6 +67,42 @@ class PipelineObserver(Protocol):
     def on_transaction(self, commit_ts_unix_us: int, end_lsn: Lsn) -> None: ...
 
     def on_acknowledged(self, flush_lsn: Lsn, in_flight: int) -> None: ...
+
+
+class _Counts:
+    """One transaction's records sent and delivered since last reported to the tracker.
+
+    ``on_delivered`` is the records' delivery callback: it only counts (callbacks run on the
+    pipeline thread, inside ``poll()``/``flush()``/a blocked ``publish()``).
+    """
+
+    __slots__ = ("complete", "delivered", "on_delivered", "outstanding", "sent", "token")
+
+    def __init__(self, token: TransactionToken) -> None:
+        self.token = token
+        self.sent = 0  # not yet reported
+        self.delivered = 0  # not yet reported
+        self.outstanding = 0  # reported sent minus reported delivered
+        self.complete = False
+        self.on_delivered: Callable[[], None] = self._delivered  # one bound method, reused
+
+    def _delivered(self) -> None:
+        self.delivered += 1
+
+    def report(self, tracker: AckTracker) -> None:
+        if self.sent:
+            tracker.record_sent(self.token, self.sent)
+            self.outstanding += self.sent
+            self.sent = 0
+        if self.delivered:
+            delivered, self.delivered = self.delivered, 0
+            self.outstanding -= delivered
+            tracker.record_delivered(self.token, delivered)
+
+    @property
+    def finished(self) -> bool:
+        """Completed, and every record reported delivered: nothing more to tell the tracker."""
+        return self.complete and self.outstanding == 0 and not self.sent and not self.delivered
 
 
 class _NoObserver:
@@ -114,10 +153,9 @@ class Pipeline:
         # per table version rather than per event.
         self._captured: dict[int, tuple[RelationSchemas, bool]] = {}
         self._message_ids: tuple[int, int] | None = None
-        self._token: TransactionToken | None = None
-        # The delivery callback of the current transaction's records: one bound partial per
-        # transaction instead of a closure per record.
-        self._delivered: Callable[[], None] | None = None
+        # The current transaction's counts; all transactions with something to report.
+        self._counts: _Counts | None = None
+        self._unreported: list[_Counts] = []
         self.events_published = 0
 
     # -- the loop -------------------------------------------------------------------------------
@@ -142,6 +180,7 @@ class Pipeline:
                 poll(0)
                 since_poll = 0
                 next_poll = monotonic() + _POLL_INTERVAL_S
+                self._report()
                 self._acknowledge()
                 if stop.is_set():
                     break
@@ -151,8 +190,7 @@ class Pipeline:
     def _on_message(self, message: LogicalMessage) -> None:
         if type(message) is Begin:
             # Registered before its records are produced; the end LSN comes with the Commit.
-            token = self._token = self.tracker.begin_transaction(message.final_lsn)
-            self._delivered = partial(self.tracker.record_delivered, token)
+            self._counts = self._register(message.final_lsn)
         for output in self.builder.feed(message):
             self._on_output(output)
 
@@ -160,9 +198,9 @@ class Pipeline:
         if type(output) is ChangeEvent:
             self._publish_change(output)
         elif type(output) is TransactionEnd:
-            token = self._require_token()
-            self.tracker.transaction_complete(token, output.end_lsn)
-            self._token = self._delivered = None
+            counts = self._require_counts()
+            self._complete(counts, output.end_lsn)
+            self._counts = None
             self.observer.on_transaction(
                 pg_timestamp_to_unix_micros(output.tx.commit_ts), output.end_lsn
             )
@@ -170,6 +208,25 @@ class Pipeline:
             self._acknowledge()
         elif type(output) is LogicalMessageEvent:
             self._publish_message(output)
+
+    def _register(self, lsn: Lsn) -> _Counts:
+        counts = _Counts(self.tracker.begin_transaction(lsn))
+        self._unreported.append(counts)
+        return counts
+
+    def _complete(self, counts: _Counts, end_lsn: Lsn | None) -> None:
+        counts.report(self.tracker)  # every send reported before the completion
+        counts.complete = True
+        self.tracker.transaction_complete(counts.token, end_lsn)
+
+    def _report(self) -> None:
+        """Hand the counts gathered since the last call to the tracker."""
+        tracker = self.tracker
+        unreported = self._unreported
+        for counts in unreported:
+            counts.report(tracker)
+        if unreported and unreported[0].finished:
+            self._unreported = [c for c in unreported if not c.finished]
 
     def _acknowledge(self) -> None:
         flush = self.tracker.flush_lsn
@@ -212,15 +269,9 @@ class Pipeline:
         key, value = self.serializer.message(event, key_id, value_id)
         if event.tx is None:
             # Outside any transaction: its own unit of acknowledgement at the message's LSN.
-            token = self.tracker.begin_transaction(event.message.lsn)
-            self._send(
-                self.options.messages_topic,
-                key,
-                value,
-                token=token,
-                on_delivered=partial(self.tracker.record_delivered, token),
-            )
-            self.tracker.transaction_complete(token)
+            counts = self._register(event.message.lsn)
+            self._send(self.options.messages_topic, key, value, counts=counts)
+            self._complete(counts, None)
         else:
             self._send(self.options.messages_topic, key, value)
         self.observer.on_event("<messages>", "m", len(value))
@@ -232,23 +283,18 @@ class Pipeline:
         value: bytes | None,
         *,
         count: int = 1,
-        token: TransactionToken | None = None,
-        on_delivered: Callable[[], None] | None = None,
+        counts: _Counts | None = None,
     ) -> None:
-        """Publish one record of the current transaction (or of ``token``).
+        """Publish one record of the current transaction (or of ``counts``'s).
 
         ``count`` records are counted as sent first (publish() may serve callbacks, when the
         queue is full, before it returns): a delete counts its tombstone along with it, and the
         tombstone is then sent with ``count=0``.
         """
-        if token is None:
-            token = self._require_token()
-            on_delivered = self._delivered
-        if on_delivered is None:
-            raise RuntimeError("a record was produced without a delivery callback")
-        if count:
-            self.tracker.record_sent(token, count)
-        self.publisher.publish(topic, key, value, on_delivered)
+        if counts is None:
+            counts = self._require_counts()
+        counts.sent += count
+        self.publisher.publish(topic, key, value, counts.on_delivered)
         self.events_published += 1
 
     def _registered(self, table: RelationSchemas) -> RegisteredSchemas:
@@ -276,10 +322,10 @@ class Pipeline:
             self._message_ids = (key_id, value_id)
         return self._message_ids
 
-    def _require_token(self) -> TransactionToken:
-        if self._token is None:
+    def _require_counts(self) -> _Counts:
+        if self._counts is None:
             raise RuntimeError("a record was produced outside a registered transaction")
-        return self._token
+        return self._counts
 
     # -- shutdown -------------------------------------------------------------------------------
 
@@ -300,6 +346,11 @@ class Pipeline:
             logger.exception("flushing the producer at shutdown failed")
         finally:
             flush = self.tracker.flush_lsn
+            try:
+                self._report()
+                flush = self.tracker.flush_lsn
+            except Exception:
+                logger.exception("reporting deliveries at shutdown failed")
             self.source.acknowledge(flush)
             self.source.close()
             logger.info(
