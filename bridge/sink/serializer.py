@@ -129,7 +129,7 @@ class EnvelopeSerializer:
 
     def __init__(self, settings: SourceSettings) -> None:
         self.settings = settings
-        self._writers: dict[int, Writer] = {}
+        self._writers: dict[int, tuple[bytes, Writer]] = {}  # id -> (framing, writer)
         self._envelopes: dict[int, _EnvelopeWriters | None] = {}
         self._table_order: Counter[str] = Counter()
         self._order_tx: tuple[int, int] | None = None
@@ -139,15 +139,17 @@ class EnvelopeSerializer:
         self._source_prefixes: dict[str, bytes] = {}
         self._clock_until_ns = 0
         self._clock: bytes = b""
+        self._tx_metadata = settings.provide_transaction_metadata
 
     def register_parsed(self, schema_id: int, schema: dict[str, Any]) -> None:
         if schema_id not in self._writers:
-            self._writers[schema_id] = compile_writer(schema)
+            self._writers[schema_id] = (_MAGIC.pack(0, schema_id), compile_writer(schema))
             self._envelopes[schema_id] = _envelope_writers(schema_id, schema)
 
     def _encode(self, schema_id: int, record: Any) -> bytes:
-        buf = bytearray(_MAGIC.pack(0, schema_id))
-        self._writers[schema_id](buf, record)
+        header, writer = self._writers[schema_id]
+        buf = bytearray(header)
+        writer(buf, record)
         return bytes(buf)
 
     def key(self, event: ChangeEvent, ids: RegisteredSchemas) -> bytes | None:
@@ -176,16 +178,24 @@ class EnvelopeSerializer:
         else:
             buf.append(2)
             parts.row(buf, after)
-        buf += self._source_prefix(event.tx, event.table.table, parts)
-        write_long(buf, event.seq)
-        if self.settings.provide_transaction_metadata:
+        tx, table = event.tx, event.table.table
+        prefix = self._source_prefixes.get(table) if tx is self._source_tx else None
+        buf += prefix or self._source_prefix(tx, table, parts)
+        seq = event.seq
+        if seq < 0x40:
+            buf.append(seq << 1)
+        else:
+            write_long(buf, seq)
+        if self._tx_metadata:
             buf.append(2)
             parts.transaction(buf, self._transaction(event))
         else:
             buf.append(0)
         op = event.op
         buf += _OPS.get(op) or _string_bytes(op)
-        buf += self._timestamps()
+        if time.time_ns() >= self._clock_until_ns:
+            self._timestamps()
+        buf += self._clock
         if event.unchanged_toast:
             parts.toast(buf, event.unchanged_toast)
         else:
