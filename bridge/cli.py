@@ -137,7 +137,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_dependency_warnings() -> None:
+    # confluent-kafka 2.15's registry client imports authlib's deprecated httpx integration,
+    # which warns on every start; authlib forces its warning to "always" when imported, so the
+    # filter goes in after that import. Nothing for a user to act on.
+    import warnings
+
+    from authlib.deprecate import AuthlibDeprecationWarning
+
+    warnings.filterwarnings("ignore", category=AuthlibDeprecationWarning)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _quiet_dependency_warnings()
     args = build_parser().parse_args(argv)
     from bridge.logs import configure_logging
 

@@ -272,5 +272,8 @@ def run_demo() -> int:
     say("\nSpark apply job (Structured Streaming, Kafka source -> MERGE into Delta):")
     equal = apply_with_spark(stack, dsn)
     say("\n" + ("every Delta table equals its PostgreSQL table" if equal else "MISMATCH"))
-    say("stop the stack with: .venv/bin/pgbridge dev down")
+    with psycopg.connect(stack.postgres_dsn(), autocommit=True) as admin:
+        # An idle slot nobody reads holds WAL forever; the demo's is not needed once it is done.
+        admin.execute("SELECT pg_drop_replication_slot(%s)", (SLOT,))
+    say(f"dropped the demo's slot {SLOT}; stop the stack with: .venv/bin/pgbridge dev down")
     return 0 if equal else 1

@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 
-# confluent-kafka 2.15 imports authlib's deprecated httpx integration at import time, before
-# pytest's own filters apply; nothing for us to act on.
-warnings.filterwarnings("ignore", message="The httpx module is deprecated")
+# confluent-kafka 2.15 imports authlib's deprecated httpx integration, which warns at import;
+# authlib forces that warning to "always" when imported, so filter after importing it.
+from authlib.deprecate import AuthlibDeprecationWarning
+
+warnings.filterwarnings("ignore", category=AuthlibDeprecationWarning)
 
 from bridge.devstack.stack import LocalStack, StackInfo  # noqa: E402
 
