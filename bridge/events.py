@@ -146,9 +146,16 @@ class EventBuilder:
     # -- per message --------------------------------------------------------------------------
 
     def _insert(self, message: Insert) -> list[Output]:
-        table = self._table(message.relation_oid, "Insert")
+        # The hot path of a bulk load: _table and _change inlined.
+        table = self.relations.get(message.relation_oid) or self._table(
+            message.relation_oid, "Insert"
+        )
         after, toast = table.encoder.encode(message.new_tuple)
-        return [self._change("c", table, None, after, toast)]
+        tx = self._tx or self._require_tx(table.table)
+        seq = self._seq
+        self._seq = seq + 1
+        self._counts[table.table] += 1
+        return [ChangeEvent("c", table, tx, seq, None, after, tuple(toast) if toast else ())]
 
     def _delete(self, message: Delete) -> list[Output]:
         table = self._table(message.relation_oid, "Delete")

@@ -149,9 +149,9 @@ class Pipeline:
         # id(RelationSchemas) -> (that object, its ids). Holding the object keeps its id from
         # being reused by a later table version while the entry exists.
         self._ids: dict[int, tuple[RelationSchemas, RegisteredSchemas]] = {}
-        # id(RelationSchemas) -> (that object, captured by the table filter?), decided once
-        # per table version rather than per event.
-        self._captured: dict[int, tuple[RelationSchemas, bool]] = {}
+        # id(RelationSchemas) -> (that object, its ids or None when the table filter leaves
+        # it out), decided once per table version rather than per event.
+        self._routes: dict[int, tuple[RelationSchemas, RegisteredSchemas | None]] = {}
         self._message_ids: tuple[int, int] | None = None
         # The current transaction's counts; all transactions with something to report.
         self._counts: _Counts | None = None
@@ -240,10 +240,10 @@ class Pipeline:
         op = event.op
         if op == "t" and not self.options.truncate_events:
             return
-        if not self._is_captured(table):
-            return
-        cached = self._ids.get(id(table))
-        ids = cached[1] if cached is not None else self._registered(table)
+        route = self._routes.get(id(table))
+        ids = route[1] if route is not None else self._route(table)
+        if ids is None:
+            return  # not captured
         serializer = self.serializer
         key = serializer.key(event, ids)
         value = serializer.value(event, ids)
@@ -254,15 +254,15 @@ class Pipeline:
             # Lets a compacted topic forget the key; already counted as sent above.
             self._send(table.topic, key, None, count=0)
 
-    def _is_captured(self, table: RelationSchemas) -> bool:
-        cached = self._captured.get(id(table))
-        if cached is not None:
-            return cached[1]
+    def _route(self, table: RelationSchemas) -> RegisteredSchemas | None:
+        """The table version's schema ids, or ``None`` if the table filter leaves it out;
+        decided (and registered) once per table version."""
         table_filter = self.options.table_filter
         schema, _, name = table.table.partition(".")
         captured = table_filter is None or table_filter(schema, name)
-        self._captured[id(table)] = (table, captured)
-        return captured
+        ids = self._registered(table) if captured else None
+        self._routes[id(table)] = (table, ids)
+        return ids
 
     def _publish_message(self, event: LogicalMessageEvent) -> None:
         key_id, value_id = self._message_schema_ids()
@@ -298,7 +298,7 @@ class Pipeline:
         self.events_published += 1
 
     def _registered(self, table: RelationSchemas) -> RegisteredSchemas:
-        cached = self._ids.get(id(table))  # (_publish_change looks here first, inline)
+        cached = self._ids.get(id(table))
         if cached is not None:
             return cached[1]
         # A new table version: register (an incompatible change raises here, before any
