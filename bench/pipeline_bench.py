@@ -11,7 +11,11 @@ On the local stack (real PostgreSQL 18, Kafka, Apicurio; started if needed), in 
      the rate at which the server decodes and sends them, the ceiling for any client;
    - **pgbridge**: the whole pipeline (decode, events, Avro, registry, Kafka with acks=all)
      until Kafka acknowledged the last change.
-   Printed: changes/s of each and the ratio pgbridge / raw.
+   Printed: changes/s of each and the ratio pgbridge / raw; also the CPU time each used per
+   change (pg_recvlogical's, and pgbridge's pipeline thread and whole process), which unlike
+   the rates hardly depends on what else the machine is running: on a loaded machine the
+   pipeline thread gets only part of a core, and 1 / (its CPU per change) is the rate it would
+   reach on a free one.
 2. **latency**: a writer commits 100-row transactions at ``--rate`` changes/s for
    ``--seconds`` while the bridge runs; commit-to-Kafka-acknowledgement latency per transaction
    (p50, p99, max). Commit times come from the server's Commit messages; both clocks are this
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -100,7 +105,8 @@ def end_marker(dsn: str) -> Lsn:
     return Lsn.parse(row[0])
 
 
-def raw_receive(dsn: str, slot: str, endpos: Lsn) -> float:
+def raw_receive(dsn: str, slot: str, endpos: Lsn) -> tuple[float, float]:
+    """(seconds, CPU seconds of pg_recvlogical)."""
     recv = next((p for p in PG_RECVLOGICAL if p.exists()), None) or shutil.which("pg_recvlogical")
     if recv is None:
         raise SystemExit("pg_recvlogical not found (Debian: apt-get install postgresql-client)")
@@ -115,26 +121,39 @@ def raw_receive(dsn: str, slot: str, endpos: Lsn) -> float:
         "-o",
         "publication_names=bench_pub",
     ]
+    cpu_before = _children_cpu()
     started = time.perf_counter()
     subprocess.run(cmd, check=True, timeout=3600)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, _children_cpu() - cpu_before
 
 
-def bridge_until(stack: StackInfo, dsn: str, slot: str, endpos: Lsn) -> float:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def bridge_until(stack: StackInfo, dsn: str, slot: str, endpos: Lsn) -> tuple[float, float, float]:
+    """(seconds until Kafka acknowledged everything, CPU seconds of the pipeline thread and of
+    this whole process (pipeline thread, librdkafka's threads, this waiting loop) meanwhile)."""
     config = load_config(None, {}, settings(stack, dsn, slot))
     pipeline = build_pipeline(config)
     stop = threading.Event()
     thread = threading.Thread(target=pipeline.run, args=(stop,), daemon=True)
+    process_cpu = time.process_time()
     started = time.perf_counter()
     thread.start()
+    assert thread.ident is not None
+    thread_clock = time.pthread_getcpuclockid(thread.ident)
     while pipeline.tracker.flush_lsn < endpos:
         if not thread.is_alive():
             raise SystemExit("the pipeline stopped early")
         time.sleep(0.01)
     elapsed = time.perf_counter() - started
+    thread_cpu = time.clock_gettime(thread_clock)
+    process_cpu = time.process_time() - process_cpu
     stop.set()
     thread.join(120)
-    return elapsed
+    return elapsed, thread_cpu, process_cpu
 
 
 class LatencyProbe:
@@ -249,12 +268,22 @@ def main() -> None:
             load(dsn, 1, args.rows)
             endpos = end_marker(dsn)
             print(f"loaded {args.rows} rows in {time.perf_counter() - t:.1f} s; end at {endpos}")
-            raw_s = raw_receive(dsn, "bench_raw", endpos)
-            bridge_s = bridge_until(stack, dsn, "bench_bridge", endpos)
+            raw_s, raw_cpu = raw_receive(dsn, "bench_raw", endpos)
+            bridge_s, thread_cpu, process_cpu = bridge_until(stack, dsn, "bench_bridge", endpos)
             raw_rate, bridge_rate = args.rows / raw_s, args.rows / bridge_s
-            print(f"raw receive (pg_recvlogical): {raw_s:7.2f} s  {raw_rate:10,.0f} changes/s")
+            us = 1e6 / args.rows
+            print(
+                f"raw receive (pg_recvlogical): {raw_s:7.2f} s  {raw_rate:10,.0f} changes/s"
+                f"   CPU {raw_cpu * us:.1f} us/change"
+            )
             print(
                 f"pgbridge run (to Kafka acks): {bridge_s:7.2f} s  {bridge_rate:10,.0f} changes/s"
+                f"   CPU {thread_cpu * us:.1f} us/change pipeline thread, "
+                f"{process_cpu * us:.1f} process"
+            )
+            print(
+                f"pipeline thread busy {thread_cpu / bridge_s:.0%} of the run; on a free core "
+                f"about {args.rows / thread_cpu:,.0f} changes/s"
             )
             print(f"ratio pgbridge / raw: {bridge_rate / raw_rate:.2f}  (floor 0.5, target 0.8)")
         if "latency" not in args.skip:
