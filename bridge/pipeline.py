@@ -20,6 +20,7 @@ it is handed to the source right after each of them.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -43,6 +44,12 @@ logger = logging.getLogger(__name__)
 #: Acknowledgement latency is bounded by this, so it is short; a poll(0) costs microseconds.
 _POLL_EVERY = 256
 _POLL_INTERVAL_S = 0.005
+
+#: The cyclic garbage collector's generation-0 threshold while the loop runs (CPython's default
+#: is 700). Every change allocates a few dozen short-lived objects that reference counting
+#: frees anyway; at the default, a collection every ~20 changes cost about 1.5 us per change
+#: (8% of the loop, measured with bench/pipeline_bench.py).
+_GC_GEN0_THRESHOLD = 100_000
 
 
 class Publisher(Protocol):
@@ -167,6 +174,8 @@ class Pipeline:
         monotonic = time.monotonic
         next_poll = monotonic() + _POLL_INTERVAL_S
         on_message, poll = self._on_message, self.publisher.poll
+        thresholds = gc.get_threshold()
+        gc.set_threshold(max(thresholds[0], _GC_GEN0_THRESHOLD), *thresholds[1:])
         try:
             for message in self.source.messages():
                 if message is not None:
@@ -185,6 +194,7 @@ class Pipeline:
                 if stop.is_set():
                     break
         finally:
+            gc.set_threshold(*thresholds)
             self._shutdown()
 
     def _on_message(self, message: LogicalMessage) -> None:
@@ -192,7 +202,10 @@ class Pipeline:
             # Registered before its records are produced; the end LSN comes with the Commit.
             self._counts = self._register(message.final_lsn)
         for output in self.builder.feed(message):
-            self._on_output(output)
+            if type(output) is ChangeEvent:  # the common case, without the dispatch call
+                self._publish_change(output)
+            else:
+                self._on_output(output)
 
     def _on_output(self, output: Output) -> None:
         if type(output) is ChangeEvent:
