@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import struct
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,6 +29,10 @@ from typing import Any
 import fastavro
 import psycopg
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from psycopg.types import TypeInfo
 from psycopg.types.hstore import register_hstore
 from pyspark.sql.types import DateType, TimestampNTZType, TimestampType
@@ -38,7 +43,13 @@ from bridge.pgoutput.decoder import Decoder
 from bridge.pgoutput.messages import Insert, Relation, Type, Update
 from bridge.schema import UNCHANGED_TOAST_FIELD, RelationSchemas, TableHints, relation_schemas
 from bridge.types import DEBEZIUM_UNAVAILABLE, ConversionError, TypeMapper, TypeOptions
-from bridge.types.temporal import INT32_MAX, INT64_MIN, US_PER_AVG_MONTH, days_from_civil
+from bridge.types.temporal import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MIN,
+    US_PER_AVG_MONTH,
+    days_from_civil,
+)
 from tests.integration import zoo_spark
 
 pytestmark = pytest.mark.integration
@@ -105,6 +116,14 @@ COLUMNS = [
     Col("ai", "integer[]", "'{1,NULL,3}'", "'{}'", [1, None, 3]),
     Col("at", "text[]", "ARRAY['a b', NULL, 'ü']", "'{}'", ["a b", None, "ü"]),
     Col("an", "numeric(6,2)[]", "'{1.5}'", "'{NULL}'", [Decimal("1.50")]),
+    Col("ad", "date[]", "'{2024-02-29,NULL}'", "'{infinity,-infinity}'", [date(2024, 2, 29), None]),
+    Col("atz", "timestamptz[]", "'{\"2024-01-02 03:04:05.5+00\"}'", "'{-infinity}'",
+        [datetime(2024, 1, 2, 3, 4, 5, 500000, tzinfo=UTC)]),
+    Col("ats", "timestamp[]", "'{\"2024-01-02 03:04:05\"}'", "'{\"0044-03-15 12:00:00 BC\"}'",
+        [datetime(2024, 1, 2, 3, 4, 5)]),
+    Col("au", "uuid[]", f"ARRAY['{UUID}'::uuid]", "'{}'", [uuid.UUID(UUID)]),
+    Col("anu", "numeric[]", "'{1.5,NULL}'", "'{NaN}'", [{"scale": 1, "value": b"\x0f"}, None],
+        False),
     Col("grid", "integer[][]", "'{{1,2},{3,NULL}}'", "'{}'", [[1, 2], [3, None]]),
     Col("e", "mood", "'happy'", "'sad'", "happy"),
     Col("ea", "mood[]", "'{sad,happy}'", "'{}'", ["sad", "happy"], False),
@@ -397,6 +416,7 @@ def _server_text(_: Any, text: str) -> str:
 #: Our value is fastavro's, or Spark's in :mod:`zoo_spark`'s plain form: the same here.
 PSYCOPG_VIEWS: dict[str, tuple[Callable[[Any], Any], Callable[[Any, str], Any]]] = {
     "nu": (_unscaled, _same),  # VariableScaleDecimal (scale, unscaled bytes) vs Decimal
+    "anu": (lambda v: [None if x is None else _unscaled(x) for x in v], _same),
     "m": (_same, lambda v, _: Decimal(v.replace("$", "").replace(",", ""))),  # '$12.34'
     "j": (json.loads, _same),  # JSON text vs parsed
     "jb": (json.loads, _same),
@@ -494,6 +514,8 @@ def test_type_zoo_extremes(zoo: Zoo, binary: bool) -> None:
     assert (edge["r"], edge["tr"]) == ("empty", "(,)")
     assert edge.get("mr", "absent") == ("{}" if zoo.major >= 14 else "absent")
     assert (edge["ai"], edge["an"], edge["ea"], edge["grid"]) == ([], [None], [], [])
+    assert (edge["ad"], edge["atz"], edge["anu"]) == ([INT32_MAX, INT32_MIN], [INT64_MIN], [None])
+    assert edge["ats"] == [edge["ts"]]
 
 
 @pytest.mark.parametrize(("zoo", "binary"), STREAMS, indirect=["zoo"])
@@ -542,7 +564,9 @@ SPARK_TYPES = {
     "ip": "string", "cd": "string", "mac": "string", "bt": "binary", "vb": "binary",
     "tsv": "string", "tsq": "string", "pt": "struct<x:double,y:double,wkb:binary,srid:int>",
     "bx": "string", "r": "string", "tr": "string", "mr": "string", "ai": "array<int>",
-    "at": "array<string>", "an": "array<decimal(6,2)>", "grid": "array<array<int>>",
+    "at": "array<string>", "an": "array<decimal(6,2)>", "ad": "array<date>",
+    "atz": "array<timestamp>", "ats": "array<timestamp_ntz>", "au": "array<string>",
+    "anu": "array<struct<scale:int,value:binary>>", "grid": "array<array<int>>",
     "e": "string", "ea": "array<string>", "dm": "int", "ct": "string",
     "hs": "map<string,string>", "lt": "string",
 }  # fmt: skip
@@ -561,7 +585,8 @@ def spark_zoo(zoo: Zoo, spark: Any, *, binary: bool) -> SparkZoo:
         changes = zoo_changes(zoo, binary=binary)
         schemas = changes[1].schemas
         payloads = {key: encode(change) for key, change in changes.items()}
-        read = zoo_spark.read(spark, schemas.value_schema, payloads, natural_keys={1, 3})
+        frame = zoo_spark.local_frame(spark, payloads)
+        read = zoo_spark.read(frame, json.dumps(schemas.value_schema), natural_keys={1, 3})
         zoo.spark_reads[binary] = SparkZoo(changes, row_schema(schemas), read)
     return zoo.spark_reads[binary]
 
@@ -639,3 +664,39 @@ def test_type_zoo_spark_extremes_stay_sentinels(zoo: Zoo, spark: Any, binary: bo
     for name, dtype in (("d", DateType()), ("ts", TimestampNTZType()), ("tstz", TimestampType())):
         with pytest.raises((ValueError, OverflowError)):
             dtype.fromInternal(wire[name])
+
+
+def produce_framed(stack: StackInfo, changes: dict[int, Change]) -> tuple[str, int, str]:
+    """The changes' envelopes as pgbridge publishes them: the value schema registered under
+    ``<topic>-value``, Confluent framing, the row id as key, on a fresh topic. Returns the
+    topic, the schema id and the schema text the registry gives back."""
+    topic = f"zoo-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(timeout=30)
+    registry = SchemaRegistryClient({"url": stack.registry_url})
+    schema = changes[1].schemas.value_schema
+    schema_id = registry.register_schema(f"{topic}-value", Schema(json.dumps(schema), "AVRO"))
+    producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
+    for key, change in changes.items():
+        producer.produce(
+            topic, key=str(key), value=b"\x00" + struct.pack(">I", schema_id) + encode(change)
+        )
+    assert producer.flush(30) == 0
+    registered = registry.get_schema(schema_id).schema_str
+    assert registered is not None
+    return topic, schema_id, registered
+
+
+@pytest.mark.parametrize(("zoo", "binary"), STREAMS, indirect=["zoo"])
+def test_type_zoo_spark_reads_the_same_through_kafka_and_registry(
+    zoo: Zoo, spark: Any, binary: bool, local_stack: StackInfo
+) -> None:
+    sz = spark_zoo(zoo, spark, binary=binary)
+    topic, schema_id, schema_json = produce_framed(local_stack, sz.changes)
+    frame = zoo_spark.kafka_frame(spark, local_stack.bootstrap_servers, topic)
+    via_kafka = zoo_spark.read(frame, schema_json, natural_keys={1, 3})
+    assert set(frame.select("magic", "schema_id").collect()) == {("00", schema_id)}
+    assert via_kafka.after == sz.read.after
+    assert (via_kafka.ops, via_kafka.natural) == (sz.read.ops, sz.read.natural)
+    assert (via_kafka.integral, via_kafka.shown) == (sz.read.integral, sz.read.shown)

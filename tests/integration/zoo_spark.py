@@ -36,7 +36,6 @@ which Spark computes exactly, so those rows are compared too.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from datetime import UTC, datetime, time
 from decimal import Decimal
 from typing import Any, Final
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.avro.functions import from_avro
@@ -60,18 +59,38 @@ class _NaN:
 NAN: Final = _NaN()
 
 
-def decode(
-    spark: SparkSession, value_schema: Mapping[str, Any], payloads: Mapping[int, bytes]
-) -> DataFrame:
-    """``k`` (the caller's key of each payload), ``op`` and ``after`` decoded by ``from_avro``
-    from schemaless Avro ``payloads`` with the writer schema as the JSON text Spark receives.
+def local_frame(spark: SparkSession, payloads: Mapping[int, bytes]) -> DataFrame:
+    """``k`` (the caller's key of each payload) and ``payload``: schemaless Avro records."""
+    return spark.createDataFrame(
+        [(k, bytearray(p)) for k, p in payloads.items()], "k int, payload binary"
+    )
+
+
+def kafka_frame(spark: SparkSession, bootstrap_servers: str, topic: str) -> DataFrame:
+    """``k`` (the record key, an integer as text), the Confluent framing (``magic`` as hex,
+    ``schema_id``) and ``payload`` of every record of ``topic``, read by Spark's Kafka source."""
+    raw = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    return raw.select(
+        F.col("key").cast("string").cast("int").alias("k"),
+        F.hex(F.substring("value", 1, 1)).alias("magic"),
+        F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("long").alias("schema_id"),
+        F.expr("substring(value, 6, length(value) - 5)").alias("payload"),
+    )
+
+
+def decode(frame: DataFrame, schema_json: str) -> DataFrame:
+    """``k``, ``op`` and ``after`` decoded by ``from_avro`` from ``frame``'s ``payload`` with
+    the writer schema as the JSON text Spark receives.
 
     FAILFAST: a payload Spark cannot decode fails the query instead of becoming a null row.
     """
-    frame = spark.createDataFrame(
-        [(k, bytearray(p)) for k, p in payloads.items()], "k int, payload binary"
-    )
-    envelope = from_avro(F.col("payload"), json.dumps(value_schema), {"mode": "FAILFAST"})
+    envelope = from_avro(F.col("payload"), schema_json, {"mode": "FAILFAST"})
     return frame.select("k", envelope.alias("e")).select("k", "e.op", "e.after")
 
 
@@ -95,38 +114,26 @@ class SparkRead:
     shown: dict[int, dict[str, str]]  # every row's dates / timestamps as Spark prints them
 
 
-def read(
-    spark: SparkSession,
-    value_schema: Mapping[str, Any],
-    payloads: Mapping[int, bytes],
-    natural_keys: set[int],
-) -> SparkRead:
-    """Decode ``payloads`` and collect, in one Spark job:
+def read(frame: DataFrame, schema_json: str, natural_keys: set[int]) -> SparkRead:
+    """Decode ``frame`` (see :func:`decode`) and collect, in one Spark job:
 
     - ``natural``: the ``after`` rows of ``natural_keys`` as PySpark collects them (only rows
       whose values Python can hold: not the infinity sentinels or BC timestamps);
-    - ``integral``: every row with its date / timestamp columns projected to days /
-      microseconds since 1970, the Avro wire values (``unix_date``, ``unix_micros``; a
+    - ``integral``: every row with its date / timestamp columns (and array elements) projected
+      to days / microseconds since 1970, the Avro wire values (``unix_date``, ``unix_micros``; a
       TIMESTAMP_NTZ is cast to TIMESTAMP first, exact because the session zone is UTC);
     - ``shown``: every row's date / timestamp columns cast to string, as a Spark SQL user sees
       them.
     """
-    session_zone = spark.conf.get("spark.sql.session.timeZone")
+    session_zone = frame.sparkSession.conf.get("spark.sql.session.timeZone")
     assert session_zone == "UTC", session_zone
-    decoded = decode(spark, value_schema, payloads)
+    decoded = decode(frame, schema_json)
     after = decoded.schema["after"].dataType
     assert isinstance(after, T.StructType)
     row = F.col("after")
     integral, shown = [], []
     for f in after.fields:
-        col = row.getField(f.name)
-        if isinstance(f.dataType, T.DateType):
-            col = F.unix_date(col)
-        elif isinstance(f.dataType, T.TimestampType):
-            col = F.unix_micros(col)
-        elif isinstance(f.dataType, T.TimestampNTZType):
-            col = F.unix_micros(col.cast("timestamp"))
-        integral.append(col.alias(f.name))
+        integral.append(_integral(row.getField(f.name), f.dataType).alias(f.name))
         if isinstance(f.dataType, _TEMPORAL):
             shown.append(row.getField(f.name).cast("string").alias(f.name))
     present = row.isNotNull()
@@ -146,6 +153,26 @@ def read(
         {r["k"]: spark_plain(query.schema["integral"].dataType, r["integral"]) for r in rows},
         {r["k"]: (r["shown"].asDict() if r["shown"] else {}) for r in rows},
     )
+
+
+def _integral(col: Column, dtype: T.DataType) -> Column:
+    """``col`` with dates / timestamps (also as array elements) as days / microseconds."""
+    if isinstance(dtype, T.DateType):
+        return F.unix_date(col)
+    if isinstance(dtype, T.TimestampType):
+        return F.unix_micros(col)
+    if isinstance(dtype, T.TimestampNTZType):
+        return F.unix_micros(col.cast("timestamp"))
+    if isinstance(dtype, T.ArrayType) and _has_temporal(dtype.elementType):
+        element = dtype.elementType
+        return F.transform(col, lambda x: _integral(x, element))
+    return col
+
+
+def _has_temporal(dtype: T.DataType) -> bool:
+    if isinstance(dtype, T.ArrayType):
+        return _has_temporal(dtype.elementType)
+    return isinstance(dtype, _TEMPORAL)
 
 
 def spark_plain(dtype: T.DataType, value: Any) -> Any:
