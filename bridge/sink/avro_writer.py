@@ -396,6 +396,12 @@ _INLINE_CODE: Final = {
 z = (v << 1) ^ (v >> 63)
 if 0 <= z < 0x80:
     append(z)
+elif 0 < z < 0x200000:
+    if z < 0x4000:
+        buf += LAST14[z]
+    else:
+        buf += CONT14[z & 0x3FFF]
+        append(z >> 14)
 else:
     write_long(buf, v)""",
     "int": """
@@ -443,6 +449,8 @@ def _record_writer(
         "write_int": _write_int,
         "pack_double": _DOUBLE,
         "pack_float": _FLOAT,
+        "LAST14": _LAST14,
+        "CONT14": _CONT14,
     }
     lines = ["def write_record(buf, record):", "    append = buf.append"]
     for i, ((name, writer), shape) in enumerate(zip(fields, inline, strict=True)):
@@ -607,6 +615,10 @@ def _decimal_writer(schema: Mapping[str, Any]) -> Writer:
             raise AvroWriteError(f"{value} has more digits than precision {precision}")
         # fastavro's width: the magnitude's bit length + 1 sign bit, rounded up to whole bytes.
         size = (unscaled.bit_length() + 8) // 8
-        _write_bytes(buf, unscaled.to_bytes(size, "big", signed=True))
+        if size < 0x40:
+            buf.append(size << 1)
+        else:
+            write_long(buf, size)
+        buf += unscaled.to_bytes(size, "big", signed=True)
 
     return write_decimal

@@ -294,10 +294,21 @@ def test_avro_writer_other_schemas_equal_fastavro(schema: Any, data: st.DataObje
 
 @pytest.mark.parametrize(
     "n",
-    [0, 1, -1, 63, -64, 64, -65, 8191, 8192, 2**31 - 1, -(2**31), 2**62, 2**63 - 1, -(2**63)],
+    [
+        *(0, 1, -1, 63, -64, 64, -65, 8191, -8192, 8192, -8193),
+        *(2**20 - 1, -(2**20), 2**20, -(2**20) - 1, 2**31 - 1, -(2**31), 2**62, 2**63 - 1),
+        -(2**63),
+    ],
 )
 def test_avro_writer_long_boundaries_equal_fastavro(n: int) -> None:
     assert encode_long(n) == fastavro_bytes("long", n)
+    # Record fields take the generated code's inline varint paths (1, 2 and 3 bytes).
+    record = {
+        "type": "record",
+        "name": "R",
+        "fields": [{"name": "a", "type": "long"}, {"name": "b", "type": ["null", "long"]}],
+    }
+    assert our_bytes(record, {"a": n, "b": n}) == fastavro_bytes(record, {"a": n, "b": n})
 
 
 def test_avro_writer_out_of_range_values_are_errors() -> None:
