@@ -64,6 +64,10 @@ CHANGES_APPLIED = Counter(
 )
 DEAD_LETTERS = Counter("pgbridge_apply_dead_letters", "Records written to the dead-letter table")
 
+#: Failpoint for crash tests: seconds to pause after each table's MERGE, so a test can kill the
+#: process between the Delta commit and the checkpoint. Unset outside tests.
+PAUSE_AFTER_MERGE_ENV = "PGBRIDGE_APPLY_PAUSE_AFTER_MERGE"
+
 #: Session settings the job wants, beside those of ``build_spark_session``.
 JOB_CONF: dict[str, str] = {
     # Delta's snapshot state is tiny for these tables; 50 partitions only cost task overhead.
@@ -195,6 +199,8 @@ class BatchApplier:
             merge_started = time.monotonic()
             merge_changes(spark, path, latest, plan, self.config.txn_app_id, batch_id)
             merge_seconds = time.monotonic() - merge_started
+            if os.environ.get(PAUSE_AFTER_MERGE_ENV):
+                time.sleep(float(os.environ[PAUSE_AFTER_MERGE_ENV]))
             if self.config.history:
                 self._apply_history(spark, table, changes, keys, truncate, fold, batch_id)
         finally:

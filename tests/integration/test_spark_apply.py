@@ -9,7 +9,13 @@ Structured Streaming query (or its foreachBatch function directly, to replay a b
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import signal
 import struct
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -391,4 +397,84 @@ def test_apply_job_restart_after_crash_mid_batch_applies_once(
         {"order_id": 3, "note": "three"}
     ]
     assert _merges(spark, customers) == 2
+    assert spark.read.format("delta").load(config.dead_letter_location).count() == 4
+
+
+def _merge_commits(table: Path) -> int:
+    """MERGE commits in a table's Delta log, read from the files (the job may be mid-write)."""
+    count = 0
+    for entry in sorted((table / "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            info = json.loads(line).get("commitInfo")
+            if info and info.get("operation") == "MERGE":
+                count += 1
+    return count
+
+
+def test_apply_job_killed_mid_batch_resumes_from_checkpoint(
+    local_stack: StackInfo, spark: Any, tmp_path: Path
+) -> None:
+    from bridge.spark.job import PAUSE_AFTER_MERGE_ENV
+
+    scenario = Scenario(local_stack)
+    config = scenario.config(tmp_path)
+    scenario.phase1()
+    _run(spark, config)
+    scenario.phase2()
+    tables = [Path(config.table_path("public", t)) for t in ("customers", "orders")]
+    merged = sum(_merge_commits(t) for t in tables)
+    log = (tmp_path / "job.log").open("wb")
+    # The job as users run it, in its own process (and JVM), paused after its first MERGE of
+    # batch 1: SIGKILL lands after a Delta commit and before the checkpoint's.
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bridge.spark.job",
+            "--topic-prefix",
+            scenario.prefix,
+            "--bootstrap-servers",
+            local_stack.bootstrap_servers,
+            "--registry-url",
+            local_stack.registry_url,
+            "--delta-base",
+            config.delta_base,
+            "--checkpoint",
+            config.checkpoint_location,
+            "--dead-letter",
+            config.dead_letter_location,
+            "--available-now",
+            "--parallel-tables",
+            "1",
+        ],
+        env={
+            **os.environ,
+            PAUSE_AFTER_MERGE_ENV: "600",
+            "PGBRIDGE_SPARK_MASTER": "local[2]",
+            "PGBRIDGE_SPARK_JARS": ",".join(local_stack.spark_jars),
+        },
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while sum(_merge_commits(t) for t in tables) == merged:
+            assert job.poll() is None, (tmp_path / "job.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the job did not MERGE within 300 s"
+            time.sleep(0.5)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        log.close()
+    assert sum(_merge_commits(t) for t in tables) == merged + 1
+    assert not (Path(config.checkpoint_location) / "commits" / "1").exists()  # killed mid-batch
+
+    _run(spark, config)  # restart from the checkpoint: batch 1 again, in a new driver
+    customers = config.table_path("public", "customers")
+    assert _rows(spark, customers, "id") == scenario.expected_customers()
+    assert _rows(spark, config.table_path("public", "orders"), "order_id") == [
+        {"order_id": 3, "note": "three"}
+    ]
+    assert sum(_merge_commits(t) for t in tables) == merged + 2  # one per table, none twice
     assert spark.read.format("delta").load(config.dead_letter_location).count() == 4
