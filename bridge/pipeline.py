@@ -7,15 +7,15 @@ callback, as delivered, and the transaction is completed at Commit with its end 
 are kept per transaction in a :class:`_Counts` and handed to the tracker in bulk after each
 ``poll()`` and before each completion (the tracker takes a lock per call; per record that was a
 measurable share of the loop), so the tracker sees sends before their deliveries and every send
-before the completion, as it requires. The
-position confirmed to PostgreSQL is the tracker's flush LSN, which never passes a transaction
-with an undelivered record. A failure anywhere stops the loop with a typed error and nothing
-past the last fully delivered transaction is confirmed; a restart resends from there.
+before the completion, as it requires. The position confirmed to PostgreSQL is the tracker's
+flush LSN, which never passes a transaction with an undelivered record. A failure anywhere
+stops the loop with a typed error and nothing past the last fully delivered transaction is
+confirmed; a restart resends from there.
 
 Delivery callbacks run inside ``publisher.poll()``/``flush()`` on this thread (see
 :mod:`bridge.sink.publisher`), so the loop is single-threaded apart from librdkafka's own I/O.
-The flush LSN can therefore only move inside those calls or when a transaction completes, and
-it is handed to the source right after each of them.
+The flush LSN therefore moves only when the counts are reported after a poll (or the final
+flush) and when a transaction completes, and it is handed to the source right after each.
 """
 
 from __future__ import annotations
@@ -183,9 +183,9 @@ class Pipeline:
                     since_poll += 1
                     if since_poll < _POLL_EVERY and monotonic() < next_poll:
                         continue
-                # Idle, or a poll is due: serve delivery callbacks (they move the flush LSN),
-                # hand the flush LSN to the source and look at the stop flag. Between two of
-                # these the flush LSN moves only at a Commit (see _on_output).
+                # Idle, or a poll is due: serve delivery callbacks, report their counts (that
+                # moves the flush LSN), hand the flush LSN to the source and look at the stop
+                # flag. Between two of these the flush LSN moves only at a Commit (_on_output).
                 poll(0)
                 since_poll = 0
                 next_poll = monotonic() + _POLL_INTERVAL_S
