@@ -78,6 +78,9 @@ COLUMNS = [
     Col("f4", "real", "1.5", "'NaN'", 1.5),
     Col("f8", "double precision", "2.25", "'-Infinity'", 2.25),
     Col("n", "numeric(12,3)", "1234.5", "'NaN'", Decimal("1234.500")),
+    # Spark's widest decimal; negative (two's complement) and all 38 digits.
+    Col("n38", "numeric(38,10)", "-12345678901234567890.0123456789",
+        "9999999999999999999999999999.9999999999", Decimal("-12345678901234567890.0123456789")),
     # numeric has infinities only since PostgreSQL 14.
     Col("nu", "numeric", "3.14159", "'Infinity'", {"scale": 5, "value": b"\x04\xcb\x2f"}, False,
         edge_before_14="'NaN'"),
@@ -92,6 +95,8 @@ COLUMNS = [
     Col("jb", "jsonb", "'{\"a\": [1, null]}'", "'\"s\"'", '{"a": [1, null]}', False),
     Col("x", "xml", "'<a>t</a>'", "'<b/>'", "<a>t</a>"),
     Col("d", "date", "'2024-02-29'", "'infinity'", date(2024, 2, 29)),
+    # Before the Gregorian reform (a date Julian calendars lack) / PostgreSQL's first date.
+    Col("dold", "date", "'1582-10-10'", "'4713-01-01 BC'", date(1582, 10, 10)),
     Col("tm", "time", "'12:34:56.789'", "'24:00:00'", time(12, 34, 56, 789000)),
     Col("ttz", "timetz", "'12:00:00+05:30'", "'00:00:00-12'", "06:30:00Z", False),
     Col("ts", "timestamp", "'2024-01-02 03:04:05.678901'", "'0044-03-15 12:00:00 BC'",
@@ -396,7 +401,7 @@ def psycopg_row(zoo: Zoo, key: int, *, text: bool = False) -> dict[str, Any]:
 
 
 def _unscaled(v: dict[str, Any]) -> Decimal:
-    return Decimal(int.from_bytes(v["value"], "big", signed=True)).scaleb(-v["scale"])
+    return zoo_spark.scaled(int.from_bytes(v["value"], "big", signed=True), v["scale"])
 
 
 def _utc_time(t: time) -> time:
@@ -506,6 +511,8 @@ def test_type_zoo_extremes(zoo: Zoo, binary: bool) -> None:
     assert edge["f8"] == float("-inf")
     assert int.from_bytes(edge["m"], "big", signed=True) == -(2**63)  # cents, unscaled
     assert edge["d"] == INT32_MAX and edge["tstz"] == INT64_MIN
+    assert edge["dold"] == days_from_civil(-4712, 1, 1)
+    assert int.from_bytes(edge["n38"], "big", signed=True) == 10**38 - 1
     assert edge["tm"] == 86_400 * US
     assert edge["ts"] == (days_from_civil(-43, 3, 15) * 86_400 + 12 * 3600) * US
     assert edge["iv"] == -14 * US_PER_AVG_MONTH
@@ -557,7 +564,8 @@ def test_type_zoo_composite_is_text_and_refused_in_binary_form(zoo: Zoo, binary:
 #: as native types (decimal, date, timestamp, timestamp_ntz); time-micros stays a long.
 SPARK_TYPES = {
     "id": "int", "i2": "int", "i4": "int", "i8": "bigint", "f4": "float", "f8": "double",
-    "n": "decimal(12,3)", "nu": "struct<scale:int,value:binary>", "m": "decimal(19,2)",
+    "n": "decimal(12,3)", "n38": "decimal(38,10)", "dold": "date",
+    "nu": "struct<scale:int,value:binary>", "m": "decimal(19,2)",
     "b": "boolean", "t": "string", "vc": "string", "c": "string", "by": "binary",
     "u": "string", "j": "string", "jb": "string", "x": "string", "d": "date", "tm": "bigint",
     "ttz": "string", "ts": "timestamp_ntz", "tstz": "timestamp", "iv": "bigint",
@@ -649,11 +657,13 @@ def test_type_zoo_spark_extremes_stay_sentinels(zoo: Zoo, spark: Any, binary: bo
     sz = spark_zoo(zoo, spark, binary=binary)
     assert sz.read.shown[2] == {
         "d": "+5881580-07-11",  # 2**31 - 1 days after 1970-01-01
+        "dold": "-4712-01-01",
         "ts": "-0043-03-15 12:00:00",  # 44 BC is astronomical year -43
         "tstz": "-290308-12-21 19:59:05.224192",  # -2**63 microseconds
     }
     assert sz.read.shown[1] == {
         "d": "2024-02-29",
+        "dold": "1582-10-10",
         "ts": "2024-01-02 03:04:05.678901",
         "tstz": "2024-01-01 21:34:05.678901",  # the session zone is UTC
     }
@@ -661,7 +671,12 @@ def test_type_zoo_spark_extremes_stay_sentinels(zoo: Zoo, spark: Any, binary: bo
     with pytest.raises((ValueError, OverflowError)):
         zoo_spark.after_of(sz.read.decoded, 2).collect()
     wire = sz.read.integral[2]
-    for name, dtype in (("d", DateType()), ("ts", TimestampNTZType()), ("tstz", TimestampType())):
+    for name, dtype in (
+        ("d", DateType()),
+        ("dold", DateType()),
+        ("ts", TimestampNTZType()),
+        ("tstz", TimestampType()),
+    ):
         with pytest.raises((ValueError, OverflowError)):
             dtype.fromInternal(wire[name])
 

@@ -155,6 +155,11 @@ def read(frame: DataFrame, schema_json: str, natural_keys: set[int]) -> SparkRea
     )
 
 
+def scaled(unscaled: int, scale: int) -> Decimal:
+    """``unscaled`` * 10**-``scale``, exactly (``Decimal.scaleb`` rounds to 28 digits)."""
+    return Decimal(f"{unscaled}E-{scale}")
+
+
 def _integral(col: Column, dtype: T.DataType) -> Column:
     """``col`` with dates / timestamps (also as array elements) as days / microseconds."""
     if isinstance(dtype, T.DateType):
@@ -222,7 +227,7 @@ def avro_as_spark(schema: Any, value: Any, *, logical: bool = True) -> Any:
         return {k: avro_as_spark(schema["values"], v, logical=logical) for k, v in value.items()}
     if logical_type == "decimal" and not logical:
         unscaled = int.from_bytes(value, "big", signed=True)
-        return Decimal(unscaled).scaleb(-int(schema["scale"]))
+        return scaled(unscaled, int(schema["scale"]))
     if logical_type == "uuid":
         return str(value)
     if logical_type == "time-micros" and isinstance(value, time):
