@@ -58,8 +58,25 @@ def _lsn_binary(raw: bytes) -> str:
     return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
-def _char_binary(raw: bytes) -> str:
-    return raw.decode("latin-1")
+def _char_octal(byte: int) -> str:
+    return f"\\{byte:03o}"
+
+
+def char_from_text(raw: bytes) -> str:
+    # "char" is one byte. charout prints a byte >= 0x80 as \ooo since PostgreSQL 15; older
+    # servers send the byte itself, which is not UTF-8 on its own: spell it as 15+ does.
+    if len(raw) == 1 and raw[0] >= 0x80:
+        return _char_octal(raw[0])
+    return raw.decode("utf-8")
+
+
+def char_from_binary(raw: bytes) -> str:
+    # charsend sends the byte itself; give the text charout prints, so that text and binary
+    # publications agree: '' for \0, \ooo for a byte >= 0x80.
+    byte = raw[0] if raw else 0
+    if byte == 0:
+        return ""
+    return _char_octal(byte) if byte >= 0x80 else chr(byte)
 
 
 def register_types(registry: TypeRegistry) -> None:
@@ -71,7 +88,7 @@ def register_types(registry: TypeRegistry) -> None:
         ("refcursor", "refcursor"),
     ):
         registry.add_builtin(name, simple(shown, "string", utf8, utf8, DEBEZIUM_UNAVAILABLE))
-    registry.add_builtin('"char"', simple('"char"', "string", utf8, _char_binary))
+    registry.add_builtin('"char"', simple('"char"', "string", char_from_text, char_from_binary))
     registry.add_builtin(
         "bytea", simple("bytea", "bytes", bytea_from_text, _bytes, DEBEZIUM_UNAVAILABLE_BYTES)
     )

@@ -53,7 +53,7 @@ class _NaN:
     """NaN that equals itself, so rows holding NaN compare with ``==``."""
 
     def __repr__(self) -> str:
-        return "NaN"
+        return "nan"  # as repr(float("nan"))
 
 
 NAN: Final = _NaN()
