@@ -81,6 +81,27 @@ def _uint_binary(raw: bytes) -> int:
     return int.from_bytes(raw, "big", signed=False)
 
 
+#: Avro's long is signed 64-bit.
+_INT64_MAX: Final = 2**63 - 1
+
+
+def _checked_xid8(value: int, raw: bytes) -> int:
+    # xid8 is unsigned 64-bit. Real transaction ids stay far below 2**63 (that would take 2**31
+    # epochs), but any value can be stored in a column; one above a long is refused by name
+    # rather than wrapped around or left for the Avro writer to fail on.
+    if value > _INT64_MAX:
+        raise ConversionError("xid8", f"{value} is out of range of Avro long", raw=raw)
+    return value
+
+
+def _xid8_text(raw: bytes) -> int:
+    return _checked_xid8(int(raw), raw)
+
+
+def _xid8_binary(raw: bytes) -> int:
+    return _checked_xid8(int.from_bytes(raw, "big", signed=False), raw)
+
+
 def _float4_binary(raw: bytes) -> float:
     return float(_F4.unpack(raw)[0])
 
@@ -246,7 +267,7 @@ def register_types(registry: TypeRegistry) -> None:
     # Object identifiers are unsigned 32-bit: they need a long (Debezium does the same).
     for name in ("oid", "xid", "cid"):
         registry.add_builtin(name, simple(name, "long", _int_text, _uint_binary))
-    registry.add_builtin("xid8", simple("xid8", "long", _int_text, _uint_binary))
+    registry.add_builtin("xid8", simple("xid8", "long", _xid8_text, _xid8_binary))
     registry.add_builtin("float4", simple("real", "float", _float4_text, _float4_binary))
     registry.add_builtin(
         "float8", simple("double precision", "double", _float_text, _float8_binary)

@@ -237,7 +237,8 @@ def build_zoo(dsn: str, major: int) -> Iterator[Zoo]:
         conn.execute(f"CREATE TABLE zoo (id integer PRIMARY KEY, {columns})")
         conn.execute("CREATE TABLE comp (id integer PRIMARY KEY, p pair)")
         conn.execute("CREATE TABLE toasty (id integer PRIMARY KEY, big text, n integer)")
-        conn.execute(f"CREATE PUBLICATION {pub} FOR TABLE zoo, comp, toasty")
+        conn.execute("CREATE TABLE huge (id integer PRIMARY KEY, x xid8)")
+        conn.execute(f"CREATE PUBLICATION {pub} FOR TABLE zoo, comp, toasty, huge")
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
         names = ", ".join(c.name for c in cols)
         normal = ", ".join(c.normal for c in cols)
@@ -254,6 +255,10 @@ def build_zoo(dsn: str, major: int) -> Iterator[Zoo]:
             " FROM generate_series(1, 400) i"
         )
         conn.execute("UPDATE toasty SET n = 1 WHERE id = 1")
+        # xid8 is unsigned 64-bit; Avro's long is signed.
+        conn.execute(
+            "INSERT INTO huge VALUES (1, '9223372036854775807'), (2, '9223372036854775808')"
+        )
         (labels,) = conn.execute("SELECT enum_range(NULL::mood)::text[]").fetchone()  # type: ignore[misc]
         if any(c.extension == "hstore" for c in cols):  # psycopg reads hstore as a dict
             hstore = TypeInfo.fetch(conn, "hstore")
@@ -596,6 +601,16 @@ def test_type_zoo_composite_is_text_and_refused_in_binary_form(zoo: Zoo, binary:
     with pytest.raises(ConversionError) as info:
         stream(zoo, "comp", binary=True)
     assert (info.value.table, info.value.column) == (f"{zoo.schema}.comp", "p")
+
+
+@pytest.mark.parametrize(("zoo", "binary"), STREAMS, indirect=["zoo"])
+def test_type_zoo_xid8_beyond_long_is_refused_with_its_column(zoo: Zoo, binary: bool) -> None:
+    # 2**63 - 1 fits a long; 2**63 does not: a typed error naming the column, not a row that
+    # fails later in the Avro writer or, worse, a wrapped-around negative number.
+    with pytest.raises(ConversionError) as info:
+        stream(zoo, "huge", binary=binary)
+    assert (info.value.table, info.value.column) == (f"{zoo.schema}.huge", "x")
+    assert "9223372036854775808" in str(info.value)
 
 
 # --- Spark's from_avro -----------------------------------------------------------------------
