@@ -3,30 +3,23 @@ normalisations that make Spark's Python values comparable with fastavro's and ps
 
 Spark (4.0, spark-avro) maps pgbridge's Avro types as follows; :func:`avro_as_spark` turns a
 fastavro (or psycopg) value into what PySpark's ``collect()`` gives, :func:`spark_plain` turns
-PySpark's containers into plain Python ones:
+PySpark's containers into plain Python ones. Avro type -> Spark type: normalisation.
 
-=========================  ==========================  ===========================================
-Avro type                  Spark type                  normalisation
-=========================  ==========================  ===========================================
-``decimal`` (bytes)        ``DecimalType(p, s)``       none: ``Decimal`` on both sides (fastavro
-                                                       without logical types gives the unscaled
-                                                       two's-complement bytes: scaled here)
-``uuid`` (string)          ``StringType``              ``uuid.UUID`` -> ``str``
-``date``                   ``DateType``                none: ``datetime.date``
-``time-micros``            ``LongType``                Spark 4.0 has no time type and keeps the
-                                                       microseconds: ``datetime.time`` -> int
-``timestamp-micros``       ``TimestampType``           PySpark builds a *naive* datetime in the
-                                                       Python process's local zone
-                                                       (``datetime.fromtimestamp``), whatever the
-                                                       session zone: made aware with
-                                                       ``.astimezone(UTC)``
-``local-timestamp-micros`` ``TimestampNTZType``        none: naive ``datetime`` on both sides
-``bytes``                  ``BinaryType``              ``bytearray`` -> ``bytes``
-record                     ``StructType``              ``Row`` -> ``dict``
-map                        ``MapType``                 none: ``dict``
-array                      ``ArrayType``               none: ``list``
-``float``/``double`` NaN   ``FloatType``/``DoubleType``  NaN -> :data:`NAN` (NaN != NaN)
-=========================  ==========================  ===========================================
+- ``decimal`` (bytes) -> ``DecimalType(p, s)``: none, ``Decimal`` on both sides (fastavro
+  without logical types gives the unscaled two's-complement bytes: scaled exactly here).
+- ``uuid`` (string) -> ``StringType``: ``uuid.UUID`` -> ``str``.
+- ``date`` -> ``DateType``: none, ``datetime.date``.
+- ``time-micros`` -> ``LongType``: Spark 4.0 has no time type and keeps the microseconds;
+  ``datetime.time`` -> int.
+- ``timestamp-micros`` -> ``TimestampType``: PySpark builds a *naive* datetime in the Python
+  process's local zone (``datetime.fromtimestamp``), whatever the session zone; made aware with
+  ``.astimezone(UTC)`` and compared as instants.
+- ``local-timestamp-micros`` -> ``TimestampNTZType``: none, naive ``datetime`` on both sides.
+- ``bytes`` -> ``BinaryType``: ``bytearray`` -> ``bytes``.
+- record -> ``StructType``: ``Row`` -> ``dict``; map -> ``MapType``: none (``dict``); array ->
+  ``ArrayType``: none (``list``).
+- ``float`` / ``double`` -> ``FloatType`` / ``DoubleType``: NaN -> :data:`NAN` on both sides,
+  because NaN != NaN.
 
 Values Python cannot hold (``infinity`` dates and timestamps, which pgbridge sends as the int32 /
 int64 extremes, and BC timestamps) make PySpark's ``collect()`` raise; :func:`read` also
