@@ -38,6 +38,7 @@ from typing import Any
 from prometheus_client import Counter
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from bridge.errors import PgBridgeError
 from bridge.spark import transforms as tf
@@ -97,6 +98,10 @@ class BatchApplier:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._pool: ThreadPoolExecutor | None = None
+        # Tables this job created or evolved, with their columns: a batch whose columns are
+        # all known skips the existence and schema checks (Delta log reads on the driver).
+        # Only this job writes these tables' schemas, so the cache cannot go stale.
+        self._known: dict[str, frozenset[str]] = {}
 
     def _session(self, spark: Any) -> Any:
         """This thread's own session (same SparkContext and cache, own SQL conf).
@@ -111,6 +116,27 @@ class BatchApplier:
                 session.conf.set(key, value)
             self._local.session = session
         return session
+
+    def _ensure(
+        self,
+        spark: Any,
+        path: str,
+        table: TableBatch,
+        keys: Sequence[str],
+        metadata: Sequence[T.StructField] | None = None,
+    ) -> None:
+        """Create or evolve the table unless this job already saw it with these columns."""
+        columns = frozenset(c.lower() for c in table.columns.fieldNames())
+        with self._lock:
+            known = self._known.get(path)
+        if known is not None and columns <= known:
+            return
+        extra = {"metadata": metadata} if metadata is not None else {}
+        ensure_table(
+            spark, path, table.columns, keys, table.topic, properties=self._properties(), **extra
+        )
+        with self._lock:
+            self._known[path] = (known or frozenset()) | columns
 
     def _properties(self) -> dict[str, str]:
         """Delta properties of the tables the job creates."""
@@ -175,7 +201,7 @@ class BatchApplier:
             truncate = summary["trunc"] if summary else None
             truncate_at = (int(truncate[0]), int(truncate[1])) if truncate else None
             keys = table.key_columns
-            exists = _is_delta_table(spark, path)
+            exists = path in self._known or _is_delta_table(spark, path)
             if not keys and exists:
                 keys = table_key_columns(spark, path)
             if not keys:
@@ -183,9 +209,7 @@ class BatchApplier:
                     raise ApplyError(f"{table.name}: no key columns known for {path}")
                 logger.info("%s: truncate of a table never applied; nothing to do", table.name)
                 return
-            ensure_table(
-                spark, path, table.columns, keys, table.topic, properties=self._properties()
-            )
+            self._ensure(spark, path, table, keys)
             if truncate_at is not None:
                 changes = tf.drop_before(changes, *truncate_at)
             fold = bool(summary["toast"]) if summary else False
@@ -232,15 +256,7 @@ class BatchApplier:
         from delta.tables import DeltaTable
 
         path = self.config.history_path(table.schema, table.table)
-        ensure_table(
-            spark,
-            path,
-            table.columns,
-            keys,
-            table.topic,
-            metadata=HISTORY_FIELDS,
-            properties=self._properties(),
-        )
+        self._ensure(spark, path, table, keys, HISTORY_FIELDS)
         current = None
         if fold:
             current = DeltaTable.forPath(spark, path).toDF().where(F.col(IS_CURRENT))
