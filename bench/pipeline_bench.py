@@ -1,6 +1,7 @@
 """Benchmark: `pgbridge run` end to end, against a raw receive of the same changes.
 
     .venv/bin/python bench/pipeline_bench.py [--rows 1000000] [--rate 5000] [--big-rows 5000000]
+        [--skip throughput|latency|memory] [--set KEY=VALUE (a pgbridge setting, repeatable)]
 
 On the local stack (real PostgreSQL 18, Kafka, Apicurio; started if needed), in one run:
 
@@ -73,6 +74,10 @@ FROM generate_series(%s::bigint, %s::bigint) g
 """
 
 
+#: Extra ``key=value`` settings for every pgbridge run (``--set``), e.g. kafka.linger.ms=5.
+OVERRIDES: dict[str, str] = {}
+
+
 def settings(stack: StackInfo, dsn: str, slot: str) -> dict[str, str]:
     return {
         "database.dsn": dsn,
@@ -83,7 +88,7 @@ def settings(stack: StackInfo, dsn: str, slot: str) -> dict[str, str]:
         "kafka.bootstrap.servers": stack.bootstrap_servers,
         "schema.registry.url": stack.registry_url,
         "status.update.interval.ms": "1000",
-    }
+    } | OVERRIDES
 
 
 def create_slot(dsn: str, slot: str) -> None:
@@ -250,7 +255,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="latency run length")
     parser.add_argument("--big-rows", type=int, default=5_000_000, help="rows of the big tx")
     parser.add_argument("--skip", action="append", default=[], help="throughput|latency|memory")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a pgbridge setting"
+    )
     args = parser.parse_args()
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set {item!r}: expected KEY=VALUE")
+        OVERRIDES[key] = value
 
     stack = LocalStack().up()
     dbname = f"bench_{uuid.uuid4().hex[:8]}"
