@@ -1,7 +1,7 @@
 """Benchmark: `pgbridge run` end to end, against a raw receive of the same changes.
 
     .venv/bin/python bench/pipeline_bench.py [--rows 1000000] [--rate 5000] [--big-rows 5000000]
-        [--skip throughput|latency|memory] [--set KEY=VALUE (a pgbridge setting, repeatable)]
+        [--repeat 1] [--skip throughput|latency|memory] [--set KEY=VALUE (repeatable)]
 
 On the local stack (real PostgreSQL 18, Kafka, Apicurio; started if needed), in one run:
 
@@ -16,7 +16,9 @@ On the local stack (real PostgreSQL 18, Kafka, Apicurio; started if needed), in 
    change (pg_recvlogical's, and pgbridge's pipeline thread and whole process), which unlike
    the rates hardly depends on what else the machine is running: on a loaded machine the
    pipeline thread gets only part of a core, and 1 / (its CPU per change) is the rate it would
-   reach on a free one.
+   reach on a free one. ``--repeat N`` runs N rounds of both (one slot pair each, created
+   before the load) alternately and adds the median ratio: on a shared machine one round's
+   ratio can be off by half.
 2. **latency**: a writer commits 100-row transactions at ``--rate`` changes/s for
    ``--seconds`` while the bridge runs; commit-to-Kafka-acknowledgement latency per transaction
    (p50, p99, max). Commit times come from the server's Commit messages; both clocks are this
@@ -161,6 +163,44 @@ def bridge_until(stack: StackInfo, dsn: str, slot: str, endpos: Lsn) -> tuple[fl
     return elapsed, thread_cpu, process_cpu
 
 
+def throughput(stack: StackInfo, dsn: str, rows: int, repeat: int) -> None:
+    """Raw receive and pgbridge, alternately, ``repeat`` times over the same changes (one slot
+    pair per round, all created before the load); with several rounds, the median ratio."""
+    for i in range(repeat):
+        create_slot(dsn, f"bench_raw_{i}")
+        create_slot(dsn, f"bench_bridge_{i}")
+    t = time.perf_counter()
+    load(dsn, 1, rows)
+    endpos = end_marker(dsn)
+    print(f"loaded {rows} rows in {time.perf_counter() - t:.1f} s; end at {endpos}")
+    ratios = []
+    us = 1e6 / rows
+    for i in range(repeat):
+        raw_s, raw_cpu = raw_receive(dsn, f"bench_raw_{i}", endpos)
+        bridge_s, thread_cpu, process_cpu = bridge_until(stack, dsn, f"bench_bridge_{i}", endpos)
+        raw_rate, bridge_rate = rows / raw_s, rows / bridge_s
+        ratios.append(bridge_rate / raw_rate)
+        print(
+            f"raw receive (pg_recvlogical): {raw_s:7.2f} s  {raw_rate:10,.0f} changes/s"
+            f"   CPU {raw_cpu * us:.1f} us/change"
+        )
+        print(
+            f"pgbridge run (to Kafka acks): {bridge_s:7.2f} s  {bridge_rate:10,.0f} changes/s"
+            f"   CPU {thread_cpu * us:.1f} us/change pipeline thread, "
+            f"{process_cpu * us:.1f} process"
+        )
+        print(
+            f"pipeline thread busy {thread_cpu / bridge_s:.0%} of the run; on a free core "
+            f"about {rows / thread_cpu:,.0f} changes/s"
+        )
+        print(f"ratio pgbridge / raw: {ratios[-1]:.2f}  (floor 0.5, target 0.8)")
+    if repeat > 1:
+        print(
+            f"median ratio over {repeat} rounds: {statistics.median(ratios):.2f} "
+            f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+        )
+
+
 class LatencyProbe:
     """Commit-to-acknowledgement latency per transaction, from the pipeline's observer hooks."""
 
@@ -256,6 +296,9 @@ def main() -> None:
     parser.add_argument("--big-rows", type=int, default=5_000_000, help="rows of the big tx")
     parser.add_argument("--skip", action="append", default=[], help="throughput|latency|memory")
     parser.add_argument(
+        "--repeat", type=int, default=1, help="throughput rounds (median ratio when > 1)"
+    )
+    parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a pgbridge setting"
     )
     args = parser.parse_args()
@@ -275,30 +318,7 @@ def main() -> None:
     print(f"PostgreSQL {stack.postgres_major}, database {dbname}, {os.cpu_count()} cores")
     try:
         if "throughput" not in args.skip:
-            create_slot(dsn, "bench_raw")
-            create_slot(dsn, "bench_bridge")
-            t = time.perf_counter()
-            load(dsn, 1, args.rows)
-            endpos = end_marker(dsn)
-            print(f"loaded {args.rows} rows in {time.perf_counter() - t:.1f} s; end at {endpos}")
-            raw_s, raw_cpu = raw_receive(dsn, "bench_raw", endpos)
-            bridge_s, thread_cpu, process_cpu = bridge_until(stack, dsn, "bench_bridge", endpos)
-            raw_rate, bridge_rate = args.rows / raw_s, args.rows / bridge_s
-            us = 1e6 / args.rows
-            print(
-                f"raw receive (pg_recvlogical): {raw_s:7.2f} s  {raw_rate:10,.0f} changes/s"
-                f"   CPU {raw_cpu * us:.1f} us/change"
-            )
-            print(
-                f"pgbridge run (to Kafka acks): {bridge_s:7.2f} s  {bridge_rate:10,.0f} changes/s"
-                f"   CPU {thread_cpu * us:.1f} us/change pipeline thread, "
-                f"{process_cpu * us:.1f} process"
-            )
-            print(
-                f"pipeline thread busy {thread_cpu / bridge_s:.0%} of the run; on a free core "
-                f"about {args.rows / thread_cpu:,.0f} changes/s"
-            )
-            print(f"ratio pgbridge / raw: {bridge_rate / raw_rate:.2f}  (floor 0.5, target 0.8)")
+            throughput(stack, dsn, args.rows, args.repeat)
         if "latency" not in args.skip:
             lat = sorted(latency(stack, dsn, args.rate, args.seconds))
             if lat:
