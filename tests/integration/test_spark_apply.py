@@ -351,7 +351,7 @@ def test_batch_applier_replayed_batch_applies_once(
     local_stack: StackInfo, spark: Any, tmp_path: Path
 ) -> None:
     scenario = Scenario(local_stack)
-    config = scenario.config(tmp_path)
+    config = scenario.config(tmp_path, history=True)
     first, second = _static_batches(spark, scenario, local_stack.bootstrap_servers)
     BatchApplier(config)(first, 0)
     BatchApplier(config)(second, 1)
@@ -365,6 +365,9 @@ def test_batch_applier_replayed_batch_applies_once(
         {"order_id": 3, "note": "three"}
     ]
     assert _merges(spark, customers) == 2  # batches 0 and 1; the replay committed nothing
+    history = config.history_path("public", "customers")
+    assert _merges(spark, history) == 2
+    assert spark.read.format("delta").load(history).count() == 7  # no version twice
     assert spark.read.format("delta").load(config.dead_letter_location).count() == 4
     assert replay.stats.dead_letters == 4  # still counted: the replay did see them
 
