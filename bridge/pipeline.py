@@ -24,6 +24,7 @@ import gc
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -33,6 +34,7 @@ from bridge.events import ChangeEvent, EventBuilder, LogicalMessageEvent, Output
 from bridge.pgoutput.lsn import Lsn, pg_timestamp_to_unix_micros
 from bridge.pgoutput.messages import Begin, LogicalMessage
 from bridge.schema import RelationSchemas, static_schema
+from bridge.sink.metadata import MetadataRecords, heartbeat_topic, transaction_topic
 from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
 from bridge.sink.serializer import EnvelopeSerializer, message_value_schema
 from bridge.source.api import ChangeSource
@@ -112,6 +114,10 @@ class _Counts:
         return self.complete and self.outstanding == 0 and not self.sent and not self.delivered
 
 
+def _ignore() -> None:
+    pass
+
+
 class _NoObserver:
     def on_event(self, table: str, op: str, nbytes: int) -> None:
         pass
@@ -132,6 +138,10 @@ class PipelineOptions:
     #: are still acknowledged, so the slot moves past them).
     table_filter: Callable[[str, str], bool] | None = None
     shutdown_flush_timeout: float = 30.0
+    #: BEGIN/END records on ``<prefix>.transaction`` and heartbeat records (None: neither).
+    metadata: MetadataRecords | None = None
+    transaction_metadata: bool = False
+    heartbeat_interval: float = 0.0  # seconds; 0: no heartbeat records
 
 
 class Pipeline:
@@ -164,6 +174,12 @@ class Pipeline:
         self._counts: _Counts | None = None
         self._unreported: list[_Counts] = []
         self.events_published = 0
+        # Transaction metadata: BEGIN goes out with a transaction's first published change,
+        # END (with per-table counts) at its Commit, only for transactions that had a BEGIN.
+        self._tx_meta = options.transaction_metadata and options.metadata is not None
+        self._tx_begun = False
+        self._tx_tables: Counter[str] = Counter()
+        self._next_heartbeat = time.monotonic() + options.heartbeat_interval
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -191,6 +207,8 @@ class Pipeline:
                 next_poll = monotonic() + _POLL_INTERVAL_S
                 self._report()
                 self._acknowledge()
+                if self.options.heartbeat_interval and monotonic() >= self._next_heartbeat:
+                    self._publish_heartbeat()
                 if stop.is_set():
                     break
         finally:
@@ -212,6 +230,8 @@ class Pipeline:
             self._publish_change(output)
         elif type(output) is TransactionEnd:
             counts = self._require_counts()
+            if self._tx_begun:
+                self._publish_transaction_end(output)
             self._complete(counts, output.end_lsn)
             self._counts = None
             self.observer.on_transaction(
@@ -257,6 +277,8 @@ class Pipeline:
         ids = route[1] if route is not None else self._route(table)
         if ids is None:
             return  # not captured
+        if self._tx_meta:
+            self._count_for_metadata(event)
         serializer = self.serializer
         key = serializer.key(event, ids)
         value = serializer.value(event, ids)
@@ -276,6 +298,42 @@ class Pipeline:
         ids = self._registered(table) if captured else None
         self._routes[id(table)] = (table, ids)
         return ids
+
+    # -- transaction metadata and heartbeats (bridge.sink.metadata) -----------------------------
+
+    def _metadata_ids(self) -> MetadataRecords:
+        metadata = self.options.metadata
+        assert metadata is not None
+        if not metadata.ids:
+            for name, subject in metadata.subjects().items():
+                metadata.ids[name] = self.registrar.register(
+                    subject, metadata.schemas[name], table="<metadata>"
+                )
+        return metadata
+
+    def _count_for_metadata(self, event: ChangeEvent) -> None:
+        if not self._tx_begun:
+            self._tx_begun = True
+            self._tx_tables = Counter()
+            key, value = self._metadata_ids().begin(event.tx, time.time_ns() // 1_000_000)
+            self._send(transaction_topic(self._metadata_ids().topic_prefix), key, value)
+        self._tx_tables[event.table.table] += 1
+
+    def _publish_transaction_end(self, end: TransactionEnd) -> None:
+        metadata = self._metadata_ids()
+        published = TransactionEnd(
+            end.tx, end.end_lsn, sum(self._tx_tables.values()), dict(self._tx_tables)
+        )
+        key, value = metadata.end(published, time.time_ns() // 1_000_000)
+        self._send(transaction_topic(metadata.topic_prefix), key, value)
+        self._tx_begun = False
+
+    def _publish_heartbeat(self) -> None:
+        """A liveness record; not data, so no acknowledgement depends on it."""
+        metadata = self._metadata_ids()
+        key, value = metadata.heartbeat(int(self.tracker.flush_lsn), time.time_ns() // 1_000_000)
+        self.publisher.publish(heartbeat_topic(metadata.topic_prefix), key, value, _ignore)
+        self._next_heartbeat = time.monotonic() + self.options.heartbeat_interval
 
     def _publish_message(self, event: LogicalMessageEvent) -> None:
         key_id, value_id = self._message_schema_ids()

@@ -21,6 +21,7 @@ from bridge.events import EventBuilder
 from bridge.metrics import BridgeMetrics
 from bridge.observe import MetricsObserver
 from bridge.pipeline import Pipeline, PipelineObserver, PipelineOptions
+from bridge.sink.metadata import MetadataRecords
 from bridge.sink.publisher import KafkaPublisher
 from bridge.sink.registry import SchemaRegistrar
 from bridge.sink.serializer import EnvelopeSerializer, SourceSettings
@@ -117,6 +118,14 @@ def build_pipeline(config: BridgeConfig, metrics: BridgeMetrics | None = None) -
             tombstones_on_delete=config.events.tombstones_on_delete,
             truncate_events=config.events.truncate_events,
             table_filter=config.filters.includes,
+            metadata=(
+                MetadataRecords(config.topic_prefix)
+                if config.events.provide_transaction_metadata
+                or config.replication.heartbeat_interval_ms
+                else None
+            ),
+            transaction_metadata=config.events.provide_transaction_metadata,
+            heartbeat_interval=config.replication.heartbeat_interval_ms / 1000,
         ),
         observer=observer,
     )

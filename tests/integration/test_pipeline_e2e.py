@@ -3,6 +3,7 @@ an independent consumer that rebuilds every table from the topics equals the sou
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -184,3 +185,45 @@ def wait_slot_exists(dsn: str, slot: str, process: BridgeProcess, timeout: float
         if process.proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"pgbridge run did not start streaming:\n{process.log()[-3000:]}")
         time.sleep(0.2)
+
+
+def test_pipeline_transaction_metadata_and_heartbeats(local_stack: StackInfo) -> None:
+    prefix = f"meta{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        prepare_database(dsn)
+        config = bridge_config(
+            local_stack,
+            dsn,
+            prefix,
+            **{"provide.transaction.metadata": "true", "heartbeat.interval.ms": "300"},
+        )
+        bridge = RunningBridge(config)
+        try:
+            workload(dsn, big_rows=2_000)
+            bridge.wait_confirmed(mark(dsn))
+            time.sleep(1)  # a few heartbeat intervals
+        finally:
+            bridge.stop()
+        read = functools.partial(
+            read_topic, local_stack.bootstrap_servers, local_stack.registry_url
+        )
+        per_tx: dict[str, dict[str, int]] = {}
+        for topic in (f"{prefix}.public.{t}" for t in ("customers", "orders", "audit", "docs")):
+            for _, value in read(topic):
+                if value is not None:
+                    tables = per_tx.setdefault(value["transaction"]["id"], {})
+                    table = f"{value['source']['schema']}.{value['source']['table']}"
+                    tables[table] = tables.get(table, 0) + 1
+        records = [v for _, v in read(f"{prefix}.transaction")]
+        begins = [r["id"] for r in records if r["status"] == "BEGIN"]
+        ends = {r["id"]: r for r in records if r["status"] == "END"}
+        assert sorted(begins) == sorted(ends) == sorted(per_tx)  # one BEGIN/END per transaction
+        for tx_id, tables in per_tx.items():
+            end = ends[tx_id]
+            assert end["event_count"] == sum(tables.values())
+            assert {
+                d["data_collection"]: d["event_count"] for d in end["data_collections"]
+            } == tables
+        beats = [v for _, v in read(f"__debezium-heartbeat.{prefix}")]
+        assert len(beats) >= 2
+        assert beats[-1]["flushed_lsn"] >= beats[0]["flushed_lsn"] > 0
