@@ -182,7 +182,7 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "lz4",
         "producer batch compression",
     ),
-    KeySpec("kafka.linger.ms", _integer, 20, "how long the producer waits to fill a batch"),
+    KeySpec("kafka.linger.ms", _integer, 5, "how long the producer waits to fill a batch"),
     KeySpec("kafka.batch.size", _integer, 1_000_000, "maximum bytes per partition batch"),
     KeySpec(
         "kafka.delivery.timeout.ms", _integer, 300_000, "give up on a record after this (stops)"

@@ -181,7 +181,7 @@ class KafkaConfig:
 
     bootstrap_servers: str
     compression_type: str = "lz4"
-    linger_ms: int = 20
+    linger_ms: int = 5
     batch_size: int = 1_000_000
     delivery_timeout_ms: int = 300_000
     max_queue_size: int = 100_000

@@ -55,7 +55,7 @@ def test_producer_config_fixes_the_delivery_contract() -> None:
     assert conf["enable.idempotence"] is True
     assert conf["partitioner"] == "murmur2_random"
     assert conf["compression.type"] == "lz4"
-    assert conf["linger.ms"] == 20
+    assert conf["linger.ms"] == 5
     assert conf["queue.buffering.max.kbytes"] == 64 * 1024
     assert conf["security.protocol"] == "SASL_SSL"
     assert conf["sasl.password"] == "s3cret"  # revealed only for librdkafka
