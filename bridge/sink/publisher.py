@@ -205,6 +205,8 @@ class KafkaPublisher:
         self._failures = _Failures()
         self._in_flight = 0
         self._closed = False
+        # (topic, on_delivered, on_failed, callback) of the last record; see publish().
+        self._last_callback: tuple[Any, ...] = (None, None, None, None)
 
     # -- publishing ---------------------------------------------------------------------------
 
@@ -225,11 +227,20 @@ class KafkaPublisher:
         :meth:`flush` or :meth:`publish` on the calling thread. When the local queue is full
         this call blocks, polling, until there is room: a record is never dropped.
         """
-        self._raise_if_failed()
-        if self._closed:
+        failures = self._failures
+        if failures.first is not None or failures.callback_error is not None or self._closed:
+            self._raise_if_failed()
             raise PublisherError("publish after close()")
-        self.ensure_topic(topic)
-        callback = self._delivery_callback(topic, on_delivered, on_failed)
+        if topic not in self._known_topics:
+            self.ensure_topic(topic)
+        # Consecutive records of a transaction share topic and delivery target: reuse their
+        # callback rather than build a closure per record (the hot path's largest cost here).
+        last = self._last_callback
+        if last[0] == topic and last[1] == on_delivered and last[2] is on_failed:
+            callback = last[3]
+        else:
+            callback = self._delivery_callback(topic, on_delivered, on_failed)
+            self._last_callback = (topic, on_delivered, on_failed, callback)
         while True:
             try:
                 self._producer.produce(
@@ -345,7 +356,10 @@ class KafkaPublisher:
         producer never triggers the broker's auto-creation (with the broker's defaults instead
         of ours). An existing topic is used as it is.
         """
-        if topic in self._known_topics or not self._topics.enable:
+        if topic in self._known_topics:
+            return
+        if not self._topics.enable:
+            self._known_topics.add(topic)  # not ours to create: the broker says if it is missing
             return
         admin = self._admin_client()
         if not self._topic_exists(admin, topic):
