@@ -7,7 +7,9 @@ WORKDIR /opt/pgbridge
 COPY pyproject.toml README.md ./
 COPY bridge ./bridge
 COPY schemas ./schemas
-RUN pip install --no-cache-dir .
+# Editable: bridge/schema.py reads the Avro schemas from the checkout's top-level schemas/,
+# which a built wheel does not carry.
+RUN pip install --no-cache-dir -e .
 RUN useradd --create-home pgbridge
 USER pgbridge
 ENTRYPOINT ["pgbridge"]
