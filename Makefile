@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint unit integration matrix bench fuzz stack-up stack-down stack-status clean
+.PHONY: demo test lint unit integration matrix bench bench-decode bench-pipeline bench-spark fuzz stack-up stack-down stack-status clean
 
 ## demo: start the local stack and stream a sample database's changes through pgbridge
 demo: $(VENV)/.installed
@@ -35,8 +35,17 @@ matrix: $(VENV)/.installed
 fuzz: $(VENV)/.installed
 	$(BIN)/pytest -m slow tests/pgoutput $(PYTEST_ARGS)
 
-bench: $(VENV)/.installed
+## bench: the decoder and pipeline benchmarks (each prints ratios against its baseline)
+bench: bench-decode bench-pipeline
+
+bench-decode: $(VENV)/.installed
 	$(BIN)/python bench/decode_bench.py
+
+bench-pipeline: $(VENV)/.installed
+	$(BIN)/python bench/pipeline_bench.py
+
+bench-spark: $(VENV)/.installed
+	$(BIN)/python bench/spark_apply_bench.py
 
 stack-up: $(VENV)/.installed
 	$(BIN)/pgbridge dev up
