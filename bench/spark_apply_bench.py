@@ -74,10 +74,12 @@ class FastProducer:
 
     def __init__(self, bootstrap: str, registry_url: str) -> None:
         from confluent_kafka import Producer
-        from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+        from confluent_kafka.schema_registry import Schema
+
+        from bridge.sink.registry import registry_client
 
         self._schema_cls = Schema
-        self.registry = SchemaRegistryClient({"url": registry_url})
+        self.registry = registry_client(registry_url)
         self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,

@@ -24,7 +24,6 @@ from typing import Any
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -32,6 +31,7 @@ from bridge.config import load_config
 from bridge.devstack.stack import LocalStack, StackInfo
 from bridge.pgoutput.lsn import Lsn
 from bridge.runner import build_pipeline
+from bridge.sink.registry import DESERIALIZER_CONF, registry_client
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def mark(dsn: str) -> Lsn:
 
 
 def show_topics(stack: StackInfo) -> None:
-    registry = SchemaRegistryClient({"url": stack.registry_url})
+    registry = registry_client(stack.registry_url)
     consumer = Consumer({"bootstrap.servers": stack.bootstrap_servers, "group.id": "demo-peek"})
     try:
         topics = sorted(
@@ -143,7 +143,7 @@ def show_topics(stack: StackInfo) -> None:
         consumer.assign([TopicPartition(topic, 0, 0)])
         msg = consumer.poll(10)
         if msg is not None and msg.value() is not None:
-            value = AvroDeserializer(registry)(
+            value = AvroDeserializer(registry, conf=DESERIALIZER_CONF)(
                 msg.value(), SerializationContext(topic, MessageField.VALUE)
             )
             say(f"\n  the first event on {topic}, as a consumer decodes it:")

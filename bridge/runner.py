@@ -13,8 +13,6 @@ import signal
 import threading
 from types import FrameType
 
-from confluent_kafka.schema_registry import SchemaRegistryClient
-
 from bridge.config import BridgeConfig
 from bridge.errors import PgBridgeError
 from bridge.events import EventBuilder
@@ -23,7 +21,7 @@ from bridge.observe import MetricsObserver
 from bridge.pipeline import Pipeline, PipelineObserver, PipelineOptions
 from bridge.sink.metadata import MetadataRecords
 from bridge.sink.publisher import KafkaPublisher
-from bridge.sink.registry import SchemaRegistrar
+from bridge.sink.registry import SchemaRegistrar, registry_client
 from bridge.sink.serializer import EnvelopeSerializer, SourceSettings
 from bridge.source.config import PublicationConfig, PublicationMode, SourceConfig
 from bridge.source.replication import LogicalReplicationSource
@@ -87,7 +85,7 @@ def build_pipeline(config: BridgeConfig, metrics: BridgeMetrics | None = None) -
     source.open()
     mapper = TypeMapper(TypeOptions(decimal_handling=config.events.decimal_handling_mode))  # type: ignore[arg-type]
     registrar = SchemaRegistrar(
-        SchemaRegistryClient(config.registry.client_config()),
+        registry_client(config.registry.client_config()),
         compatibility=config.registry.compatibility_level or "BACKWARD",
     )
     dbname = _database_name(source)

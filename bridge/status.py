@@ -11,10 +11,10 @@ from typing import Any
 
 import psycopg
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bridge.config import BridgeConfig
 from bridge.sink.publisher import admin_config
+from bridge.sink.registry import registry_client
 
 
 @dataclass
@@ -92,7 +92,7 @@ def collect(config: BridgeConfig) -> BridgeStatus:
     except Exception as exc:  # the client raises KafkaException or plain errors
         status.problems.append(f"Kafka: {exc}")
     try:
-        subjects = SchemaRegistryClient(config.registry.client_config()).get_subjects()
+        subjects = registry_client(config.registry.client_config()).get_subjects()
         status.subjects = sum(1 for s in subjects if s.startswith(config.topic_prefix + "."))
     except Exception as exc:
         status.problems.append(f"registry: {exc}")

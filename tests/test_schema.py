@@ -400,3 +400,29 @@ def test_static_schemas_parse() -> None:
         "transaction_metadata_value",
     ):
         fastavro.parse_schema(static_schema(name))
+
+
+
+def test_registry_client_gives_up_on_a_registry_that_never_answers() -> None:
+    # confluent-kafka's client has no request timeout by default: a stuck connection would
+    # block the bridge forever. A listener that accepts and never answers must fail the call.
+    import socket
+    import time
+
+    from bridge.sink.registry import registry_client
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+        client = registry_client({"url": f"http://127.0.0.1:{port}", "timeout": 1})
+        started = time.monotonic()
+        with pytest.raises(Exception, match=r"(?i)timed? ?out"):
+            client.get_subjects()
+        assert time.monotonic() - started < 30
+
+
+def test_registry_client_default_timeout_is_set() -> None:
+    from bridge.sink.registry import REQUEST_TIMEOUT_S, registry_client
+
+    assert registry_client("http://127.0.0.1:1")._rest_client.timeout == REQUEST_TIMEOUT_S

@@ -39,6 +39,24 @@ COMPATIBILITY_LEVELS: Final = (
 )
 
 
+#: confluent-kafka's registry client sends requests without a timeout unless told: one stuck
+#: connection would block the bridge (or the apply job) forever. Timed-out requests are retried
+#: by the client (``max.retries``) before an error reaches the caller.
+REQUEST_TIMEOUT_S: Final = 30
+
+#: Deserializer settings for consumers of pgbridge topics: the subjects follow the topic-name
+#: strategy. (confluent-kafka 2.15's default first asks the registry's associations API per
+#: topic, which Confluent-compatible registries such as Apicurio do not implement.)
+DESERIALIZER_CONF: Final = {"subject.name.strategy.type": "TOPIC"}
+
+
+def registry_client(conf: Mapping[str, Any] | str) -> SchemaRegistryClient:
+    """A ``SchemaRegistryClient`` for a URL or a client configuration, with a request timeout."""
+    settings: dict[str, Any] = {"url": conf} if isinstance(conf, str) else dict(conf)
+    settings.setdefault("timeout", REQUEST_TIMEOUT_S)
+    return SchemaRegistryClient(settings)
+
+
 class RegistryError(PgBridgeError):
     """The registry refused or failed a request; ``subject`` and ``status`` say which and how."""
 
@@ -110,7 +128,7 @@ class SchemaRegistrar:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> SchemaRegistrar:
-        return cls(SchemaRegistryClient({"url": url}), **kwargs)
+        return cls(registry_client(url), **kwargs)
 
     def level_for(self, subject: str) -> str:
         return self.subject_compatibility.get(subject, self.compatibility)

@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from bridge.sink.registry import registry_client
 from bridge.spark import transforms as tf
 from bridge.spark.config import ApplyConfig
 from bridge.spark.errors import RegistryUnavailableError, TableApplyError
@@ -48,9 +49,8 @@ class SchemaCache:
 
     @classmethod
     def for_url(cls, url: str, options: dict[str, str] | None = None) -> SchemaCache:
-        from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        return cls(SchemaRegistryClient({"url": url, **(options or {})}))
+        return cls(registry_client({"url": url, **(options or {})}))
 
     def schema_json(self, schema_id: int) -> str | None:
         if schema_id not in self._schemas:

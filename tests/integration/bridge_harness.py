@@ -22,7 +22,6 @@ from typing import Any
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -31,6 +30,7 @@ from bridge.devstack.stack import StackInfo
 from bridge.pgoutput.lsn import Lsn
 from bridge.pipeline import Pipeline
 from bridge.runner import build_pipeline
+from bridge.sink.registry import DESERIALIZER_CONF, registry_client
 
 
 @contextmanager
@@ -132,8 +132,8 @@ def topics_with_prefix(bootstrap: str, prefix: str) -> list[str]:
 
 def read_topic(bootstrap: str, registry_url: str, topic: str) -> list[tuple[Any, Any]]:
     """Every (key, value) of a topic, Avro-decoded through the registry; None for tombstones."""
-    registry = SchemaRegistryClient({"url": registry_url})
-    deserializer = AvroDeserializer(registry)
+    registry = registry_client(registry_url)
+    deserializer = AvroDeserializer(registry, conf=DESERIALIZER_CONF)
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,

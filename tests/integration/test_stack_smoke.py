@@ -11,11 +11,12 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from bridge.devstack.stack import StackInfo
+from bridge.sink.registry import registry_client
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +91,7 @@ def test_kafka_produce_and_consume(local_stack: StackInfo) -> None:
 
 
 def test_registry_registers_and_fetches_avro_schema_by_id(local_stack: StackInfo) -> None:
-    client = SchemaRegistryClient({"url": local_stack.registry_url})
+    client = registry_client(local_stack.registry_url)
     subject = f"smoke-{uuid.uuid4().hex[:8]}-value"
     schema_str = json.dumps(
         {
@@ -121,7 +122,7 @@ def test_spark_reads_kafka_and_decodes_confluent_avro(local_stack: StackInfo, sp
             "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}],
         }
     )
-    client = SchemaRegistryClient({"url": local_stack.registry_url})
+    client = registry_client(local_stack.registry_url)
     serializer = AvroSerializer(client, schema_str)
     producer = Producer({"bootstrap.servers": local_stack.bootstrap_servers})
     rows = [{"id": i, "name": f"név-{i}"} for i in range(5)]

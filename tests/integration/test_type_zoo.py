@@ -32,7 +32,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema
 from psycopg.types import TypeInfo
 from psycopg.types.hstore import register_hstore
 from pyspark.sql.types import DateType, TimestampNTZType, TimestampType
@@ -42,6 +42,7 @@ from bridge.devstack.stack import StackInfo
 from bridge.pgoutput.decoder import Decoder
 from bridge.pgoutput.messages import Insert, Relation, Type, Update
 from bridge.schema import UNCHANGED_TOAST_FIELD, RelationSchemas, TableHints, relation_schemas
+from bridge.sink.registry import registry_client
 from bridge.types import DEBEZIUM_UNAVAILABLE, ConversionError, TypeMapper, TypeOptions
 from bridge.types.temporal import (
     INT32_MAX,
@@ -752,7 +753,7 @@ def produce_framed(stack: StackInfo, changes: dict[int, Change]) -> tuple[str, i
     admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
     for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
         future.result(timeout=30)
-    registry = SchemaRegistryClient({"url": stack.registry_url})
+    registry = registry_client(stack.registry_url)
     schema = changes[1].schemas.value_schema
     schema_id = registry.register_schema(f"{topic}-value", Schema(json.dumps(schema), "AVRO"))
     producer = Producer({"bootstrap.servers": stack.bootstrap_servers})

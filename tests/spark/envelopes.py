@@ -166,9 +166,10 @@ class RegistryProducer:
 
     def __post_init__(self) -> None:
         from confluent_kafka import Producer
-        from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        self._client = SchemaRegistryClient({"url": self.registry_url})
+        from bridge.sink.registry import registry_client
+
+        self._client = registry_client(self.registry_url)
         self._producer = Producer(
             {
                 "bootstrap.servers": self.bootstrap,
