@@ -54,6 +54,20 @@ SCHEMAS_DIR: Final = Path(__file__).resolve().parent.parent / "schemas"
 #: The envelope field listing the columns whose unchanged TOASTed value was not sent.
 UNCHANGED_TOAST_FIELD: Final = "unchanged_toast_columns"
 
+#: The fields of the value envelope, in order (what :func:`relation_schemas` builds; the
+#: serializer's fast path relies on exactly this layout).
+ENVELOPE_FIELDS: Final = (
+    "before",
+    "after",
+    "source",
+    "transaction",
+    "op",
+    "ts_ms",
+    "ts_us",
+    "ts_ns",
+    UNCHANGED_TOAST_FIELD,
+)
+
 KeylessMode = Literal["fail", "null_key"]
 
 

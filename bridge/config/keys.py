@@ -10,6 +10,7 @@ from typing import Final
 
 from bridge.config.settings import (
     _SECRET_WORDS,
+    COMPATIBILITY_LEVELS,
     SECRET_FILE_SUFFIX,
     Secret,
     env_name,
@@ -208,13 +209,7 @@ KEYS: Final[tuple[KeySpec, ...]] = (
     KeySpec(
         "schema.compatibility.level",
         _optional_choice(
-            "NONE",
-            "BACKWARD",
-            "BACKWARD_TRANSITIVE",
-            "FORWARD",
-            "FORWARD_TRANSITIVE",
-            "FULL",
-            "FULL_TRANSITIVE",
+            *COMPATIBILITY_LEVELS,
             upper=True,
         ),
         "BACKWARD",

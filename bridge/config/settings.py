@@ -41,6 +41,16 @@ RESERVED_ENV: Final = frozenset(
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # Replication slot names, as PostgreSQL requires.
 _SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
+#: Schema registry compatibility levels (Confluent's names; Apicurio's ccompat API accepts them).
+COMPATIBILITY_LEVELS: Final = (
+    "BACKWARD",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD",
+    "FORWARD_TRANSITIVE",
+    "FULL",
+    "FULL_TRANSITIVE",
+    "NONE",
+)
 _SECRET_WORDS = ("password", "secret", "sasl", "token", "user.info", "credentials")
 
 

@@ -23,20 +23,11 @@ from typing import Any, Final
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from bridge.config.settings import COMPATIBILITY_LEVELS
 from bridge.errors import ConfigError, PgBridgeError
 from bridge.schema import RelationSchemas, column_changes
 
 logger = logging.getLogger(__name__)
-
-COMPATIBILITY_LEVELS: Final = (
-    "BACKWARD",
-    "BACKWARD_TRANSITIVE",
-    "FORWARD",
-    "FORWARD_TRANSITIVE",
-    "FULL",
-    "FULL_TRANSITIVE",
-    "NONE",
-)
 
 
 #: confluent-kafka's registry client sends requests without a timeout unless told: one stuck

@@ -20,7 +20,7 @@ from typing import Any, Final
 from bridge import __version__
 from bridge.events import ChangeEvent, LogicalMessageEvent, TxContext
 from bridge.pgoutput.lsn import pg_timestamp_to_unix_micros
-from bridge.schema import UNCHANGED_TOAST_FIELD, static_schema
+from bridge.schema import ENVELOPE_FIELDS, UNCHANGED_TOAST_FIELD, static_schema
 from bridge.sink.avro_writer import Writer, compile_writer, write_long
 from bridge.sink.registry import RegisteredSchemas
 
@@ -56,20 +56,6 @@ def message_value_schema() -> dict[str, Any]:
     return value
 
 
-#: The envelope layout :func:`bridge.schema.relation_schemas` builds; a value schema with
-#: exactly these fields gets the fast path of :meth:`EnvelopeSerializer.value`.
-_ENVELOPE_FIELDS: Final = (
-    "before",
-    "after",
-    "source",
-    "transaction",
-    "op",
-    "ts_ms",
-    "ts_us",
-    "ts_ns",
-    UNCHANGED_TOAST_FIELD,
-)
-
 #: Processing timestamps (the envelope's ts_ms/ts_us/ts_ns) are taken at most once per this
 #: many nanoseconds and their encoding reused: three 9-byte varints per record cost more than
 #: the rest of the envelope's fixed part, and a 1 ms resolution is what Debezium's ts_ms has.
@@ -91,7 +77,7 @@ def _envelope_writers(schema_id: int, schema: dict[str, Any]) -> _EnvelopeWriter
     """Split a value schema into the writers of its parts, or ``None`` if it is not the
     envelope built by :mod:`bridge.schema` (then the generic writer encodes a dict)."""
     fields = schema.get("fields") if isinstance(schema, dict) else None
-    if not fields or tuple(f["name"] for f in fields) != _ENVELOPE_FIELDS:
+    if not fields or tuple(f["name"] for f in fields) != ENVELOPE_FIELDS:
         return None
     by_name = {f["name"]: f["type"] for f in fields}
     before, after, source = by_name["before"], by_name["after"], by_name["source"]
