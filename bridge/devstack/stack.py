@@ -144,9 +144,6 @@ class LocalStack:
             },
         }
 
-    def info(self) -> StackInfo | None:
-        return self._read_info()
-
     def _read_info(self) -> StackInfo | None:
         path = self.dir / "stack.json"
         if not path.exists():
