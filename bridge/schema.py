@@ -36,13 +36,15 @@ import copy
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from bridge import native
 from bridge.errors import PgBridgeError
+from bridge.native.plan import record_plan
 from bridge.pgoutput.messages import Relation, ReplicaIdentity, TupleData
 from bridge.types import ColumnType, TypeMapper
 from bridge.types.errors import ConversionError
@@ -267,7 +269,9 @@ def relation_schemas(
         names.append(name)
         by_column[column.name] = (name, column_type)
 
-    key_schema, key_fields = _key_schema(relation, hints, by_column, namespace, table, keyless)
+    key_schema, key_fields, key_optional = _key_schema(
+        relation, hints, by_column, namespace, table, keyless
+    )
 
     value_record: dict[str, Any] = {
         "type": "record",
@@ -310,7 +314,14 @@ def relation_schemas(
     }
     # A private copy: the column types' schema dicts are shared through the mapper's cache.
     value_schema = _dedupe_named(copy.deepcopy(envelope), set())
-    encoder = RowEncoder(table, tuple(names), tuple(columns))
+    key_names = {by_column[c.name][0]: i for i, c in enumerate(relation.columns)}
+    encoder = RowEncoder(
+        table,
+        tuple(names),
+        tuple(columns),
+        key_indexes=tuple(key_names[name] for name in key_fields),
+        key_optional=key_optional,
+    )
     return RelationSchemas(
         relation=relation,
         table=table,
@@ -333,7 +344,8 @@ def _key_schema(
     namespace: str,
     table: str,
     keyless: KeylessMode,
-) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+) -> tuple[dict[str, Any] | None, tuple[str, ...], bool]:
+    """(key schema, its field names, whether its fields are optional unions)."""
     full = relation.replica_identity is ReplicaIdentity.FULL
     if hints.key_columns is not None:
         missing = [c for c in hints.key_columns if c not in by_column]
@@ -352,7 +364,7 @@ def _key_schema(
         optional = False
     if not key_columns:
         if keyless == "null_key":
-            return None, ()
+            return None, (), False
         raise KeylessTableError(table, relation.replica_identity)
     fields: list[dict[str, Any]] = []
     for column in key_columns:
@@ -368,16 +380,73 @@ def _key_schema(
         "fields": fields,
         "connect.name": f"{namespace}.Key",
     }
-    return _dedupe_named(key, set()), tuple(by_column[c][0] for c in key_columns)
+    return _dedupe_named(key, set()), tuple(by_column[c][0] for c in key_columns), optional
+
+
+class EncodedRow(Mapping[str, Any]):
+    """A row the C accelerator already encoded: the Avro binary of the ``Value`` record and of
+    the ``Key`` record, which the serializer copies as they are. As a mapping it is the row
+    the Python converters make of the same TupleData, built on first access (nothing on the
+    hot path reads it)."""
+
+    __slots__ = ("_data", "_encoder", "_values", "avro", "key_avro")
+
+    def __init__(
+        self, avro: bytes, key_avro: bytes | None, data: TupleData, encoder: RowEncoder
+    ) -> None:
+        self.avro = avro
+        self.key_avro = key_avro
+        self._data = data
+        self._encoder = encoder
+        self._values: dict[str, Any] | None = None
+
+    def _row(self) -> dict[str, Any]:
+        if self._values is None:
+            self._values = self._encoder.values(self._data)[0]
+        return self._values
+
+    def __getitem__(self, name: str) -> Any:
+        return self._row()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._row())
+
+    def __len__(self) -> int:
+        return len(self._row())
+
+    def __repr__(self) -> str:
+        return f"EncodedRow({self._row()!r})"
 
 
 class RowEncoder:
-    """TupleData -> the Avro-ready dict of ``before``/``after``, one precomputed converter per
-    column and wire format (the hot path: no per-value type dispatch, only the kind byte)."""
+    """TupleData -> the row of ``before``/``after``: one precomputed converter per column and
+    wire format (the hot path: no per-value type dispatch, only the kind byte), or, where the
+    C accelerator is built and knows every column's type, the Avro bytes directly
+    (:class:`EncodedRow`)."""
 
-    __slots__ = ("_binary", "_columns", "_names", "_placeholders", "_size", "_text", "table")
+    __slots__ = (
+        "_binary",
+        "_columns",
+        "_key_plan",
+        "_names",
+        "_placeholders",
+        "_row_plan",
+        "_size",
+        "_text",
+        "table",
+    )
 
-    def __init__(self, table: str, names: tuple[str, ...], columns: tuple[ColumnType, ...]) -> None:
+    def __init__(
+        self,
+        table: str,
+        names: tuple[str, ...],
+        columns: tuple[ColumnType, ...],
+        *,
+        key_indexes: tuple[int, ...] = (),
+        key_optional: bool = False,
+    ) -> None:
+        """``key_indexes``: the columns of the ``Key`` record in its field order (none for a
+        keyless table), ``key_optional``: whether its fields are ``["null", T]`` unions."""
         self.table = table
         self._names = names
         self._columns = columns
@@ -385,10 +454,37 @@ class RowEncoder:
         self._binary = tuple(c.from_binary for c in columns)
         self._placeholders = tuple(c.toast_placeholder for c in columns)
         self._size = len(columns)
+        # Value fields are all ["null", T] (see the module doc); plans exist only if the C
+        # encoder is built and covers every column of the row and of the key.
+        self._row_plan: bytes | None = None
+        self._key_plan: bytes | None = None
+        if native.encode_row is not None:
+            row_plan = record_plan(columns, range(len(columns)), nullable=True)
+            key_plan = record_plan(columns, key_indexes, nullable=key_optional)
+            if row_plan is not None and key_plan is not None:
+                self._row_plan = row_plan
+                self._key_plan = key_plan if key_indexes else None
 
-    def encode(self, data: TupleData) -> tuple[dict[str, Any], list[str]]:
-        """(row, unchanged TOAST field names). Raises :class:`ConversionError` naming the
-        table and column when a value cannot be read."""
+    @property
+    def native(self) -> bool:
+        """Whether rows of this table version go through the C accelerator."""
+        return self._row_plan is not None
+
+    def encode(self, data: TupleData) -> tuple[Mapping[str, Any], list[str]]:
+        """(row, unchanged TOAST field names): an :class:`EncodedRow` where the accelerator
+        encodes the whole row, else the dict of :meth:`values`. Raises
+        :class:`ConversionError` naming the table and column when a value cannot be read."""
+        row_plan = self._row_plan
+        if row_plan is not None:
+            encode_row = native.encode_row
+            assert encode_row is not None
+            encoded = encode_row(data.buffer, data.kinds, data.spans, row_plan, self._key_plan)
+            if encoded is not None:
+                return EncodedRow(encoded[0], encoded[1], data, self), []
+        return self.values(data)
+
+    def values(self, data: TupleData) -> tuple[dict[str, Any], list[str]]:
+        """(row as a dict, unchanged TOAST field names), by the Python converters."""
         kinds, buffer, spans = data.kinds, data.buffer, data.spans
         if len(kinds) != self._size:
             raise ConversionError(

@@ -47,6 +47,16 @@ _set_time = vars(XLogData)["send_time"].__set__
 _set_payload = vars(XLogData)["payload"].__set__
 
 
+def split_xlogdata(buf: bytes) -> tuple[int, int, bytes] | None:
+    """(wal_start, wal_end, payload) of an XLogData frame, without building an
+    :class:`XLogData` (the per-row hot path); ``None`` for anything else, which
+    :func:`parse_copy_data` then reads or rejects."""
+    if len(buf) >= 25 and buf[0] == 0x77:  # 'w' + _XLOGDATA_HEADER
+        start, end, _ = _xlogdata_header(buf, 1)
+        return start, end, buf[25:]
+    return None
+
+
 def parse_copy_data(buf: bytes) -> XLogData | PrimaryKeepalive:
     """Parse one CopyData message of the replication stream."""
     if not buf:

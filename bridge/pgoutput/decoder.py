@@ -28,6 +28,7 @@ import struct
 from collections.abc import Callable
 from itertools import repeat
 
+from bridge.native import scan_tuple
 from bridge.pgoutput.errors import DecodeError
 from bridge.pgoutput.lsn import Lsn
 from bridge.pgoutput.messages import (
@@ -314,6 +315,27 @@ class Decoder:
         # The hottest message, so the common row (all text or all binary columns) is decoded
         # right here with the header read in one call; see read_tuple for why the checks suffice.
         # Anything else goes to _insert_checked.
+        if scan_tuple is not None:
+            # The C scanner reads any well-formed tuple; the header is 'I', [xid,] oid, 'N'.
+            start = 10 if self._in_stream else 6
+            end = len(buf)
+            scanned = scan_tuple(buf, start, end) if end > start and buf[start - 1] == _N else None
+            if scanned is None or scanned[2] != end:
+                return self._insert_checked(buf)
+            tup: TupleData = new_object(TupleData)
+            set_kinds(tup, scanned[0])
+            set_buffer(tup, buf)
+            set_spans(tup, scanned[1])
+            m: Insert = new_object(Insert)
+            if start == 10:
+                xid, oid = _u32u32(buf, 1)
+                set_insert_xid(m, xid)
+            else:
+                set_insert_xid(m, None)
+                (oid,) = _u32(buf, 1)
+            set_insert_oid(m, oid)
+            set_insert_new(m, tup)
+            return m
         try:
             if self._in_stream:
                 xid, oid, marker, ncols, k0 = row_header_xid(buf, 1)
@@ -339,11 +361,11 @@ class Decoder:
                 else:
                     if pos == len(buf):
                         # make_tuple and make_insert, inlined.
-                        tup: TupleData = new_object(TupleData)
+                        tup = new_object(TupleData)
                         set_kinds(tup, UNIFORM_KIND[k0] * ncols)
                         set_buffer(tup, buf)
                         set_spans(tup, tuple(spans))
-                        m: Insert = new_object(Insert)
+                        m = new_object(Insert)
                         set_insert_xid(m, xid)
                         set_insert_oid(m, oid)
                         set_insert_new(m, tup)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from itertools import repeat
 
+from bridge.native import scan_tuple
 from bridge.pgoutput.errors import DecodeError
 from bridge.pgoutput.messages import Delete, Insert, TupleData, Update
 
@@ -106,7 +107,14 @@ def read_tuple(buf: bytes, pos: int, end: int, name: str) -> tuple[TupleData, in
     The fast stages need only one bounds check, at the end: lengths are read unsigned, so a
     negative or oversized one moves ``pos`` past the end, where the next read fails (IndexError,
     struct.error: caught, fallback) or the final ``pos <= end`` does.
+
+    With the C accelerator built, its :func:`~bridge.native.scan_tuple` does stages 1 and 2.
     """
+    if scan_tuple is not None:
+        scanned = scan_tuple(buf, pos, end)
+        if scanned is not None:
+            return make_tuple(scanned[0], buf, scanned[1]), scanned[2]
+        return read_tuple_checked(buf, pos, end, name)
     start = pos
     try:
         ncols = (buf[pos] << 8) | buf[pos + 1]

@@ -20,7 +20,7 @@ from typing import Any, Final
 from bridge import __version__
 from bridge.events import ChangeEvent, LogicalMessageEvent, TxContext
 from bridge.pgoutput.lsn import pg_timestamp_to_unix_micros
-from bridge.schema import ENVELOPE_FIELDS, UNCHANGED_TOAST_FIELD, static_schema
+from bridge.schema import ENVELOPE_FIELDS, UNCHANGED_TOAST_FIELD, EncodedRow, static_schema
 from bridge.sink.avro_writer import Writer, compile_writer, write_long
 from bridge.sink.registry import RegisteredSchemas
 
@@ -144,6 +144,9 @@ class EnvelopeSerializer:
         row = event.after if event.after is not None else event.before
         if row is None:
             return None
+        if type(row) is EncodedRow and row.key_avro is not None:
+            # Encoded by the C accelerator from the same schema (bridge.native.plan).
+            return self._writers[ids.key_id][0] + row.key_avro
         # The Key record's fields are named like the row's (RelationSchemas.key_of), and a
         # record writer reads only its own fields: the row is encoded as the key directly.
         return self._encode(ids.key_id, row)
@@ -156,11 +159,17 @@ class EnvelopeSerializer:
         before, after = event.before, event.after
         if before is None:
             buf.append(0)
+        elif type(before) is EncodedRow:
+            buf.append(2)
+            buf += before.avro
         else:
             buf.append(2)
             parts.row(buf, before)
         if after is None:
             buf.append(0)
+        elif type(after) is EncodedRow:
+            buf.append(2)
+            buf += after.avro
         else:
             buf.append(2)
             parts.row(buf, after)

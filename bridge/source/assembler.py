@@ -45,6 +45,8 @@ from bridge.pgoutput.messages import (
     BeginPrepare,
     Commit,
     CommitPrepared,
+    Delete,
+    Insert,
     LogicalMessage,
     Message,
     Prepare,
@@ -54,6 +56,7 @@ from bridge.pgoutput.messages import (
     StreamPrepare,
     StreamStart,
     StreamStop,
+    Update,
 )
 from bridge.source.errors import StreamProtocolError, TwoPhaseNotSupportedError
 
@@ -66,6 +69,8 @@ _RECORD = struct.Struct("!II")  # xid, payload length
 RECORD_OVERHEAD = _RECORD.size
 
 _TWO_PHASE = (BeginPrepare, Prepare, CommitPrepared, RollbackPrepared, StreamPrepare)
+#: Outside a stream these are emitted as they come (a shortcut past feed()'s type checks).
+_PASSED_THROUGH = frozenset((Begin, Commit, Insert, Update, Delete))
 
 
 def in_stream_decoder(protocol_version: int) -> Callable[[bytes], LogicalMessage]:
@@ -141,6 +146,8 @@ class StreamAssembler:
 
     def feed(self, message: LogicalMessage, payload: bytes) -> Iterator[LogicalMessage]:
         """Account for one message; return what can be emitted now, in order."""
+        if self._current is None and type(message) in _PASSED_THROUGH:
+            return iter((message,))  # the usual case, outside streamed transactions
         if isinstance(message, StreamStart):
             self._stream_start(message)
             return iter(())

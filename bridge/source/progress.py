@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["Progress"]
 
 _CHANGES = (Insert, Update, Delete, Truncate, Message)
+_ROW_CHANGES = frozenset((Insert, Update, Delete))
+_int_new = int.__new__
 
 
 @dataclass(slots=True)
@@ -91,8 +93,10 @@ class Progress:
         """Where a new connection starts: the flush position (never past an unacked change)."""
         return self._flush
 
-    def on_wal_data(self, wal_start: Lsn, wal_end: Lsn) -> None:
-        self._received = max(self._received, wal_start, wal_end)
+    def on_wal_data(self, wal_start: int, wal_end: int) -> None:
+        top = wal_end if wal_end > wal_start else wal_start
+        if top > self._received:
+            self._received = _int_new(Lsn, top)  # an unsigned 64-bit value: a valid LSN
 
     def on_keepalive(self, wal_end: Lsn) -> None:
         self._received = max(self._received, wal_end)
@@ -131,6 +135,15 @@ class Progress:
 
     def admit(self, message: LogicalMessage) -> bool:
         """Record that ``message`` is about to be emitted; False if it was emitted before."""
+        open_tx = self._open
+        if (
+            type(message) in _ROW_CHANGES
+            and open_tx is not None
+            and not self._resuming_open
+            and not self._skipping_whole
+        ):
+            open_tx.changes += 1  # the usual row of a transaction, as below
+            return True
         if isinstance(message, Begin):
             return self._admit_begin(message)
         if isinstance(message, Commit):

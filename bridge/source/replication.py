@@ -38,7 +38,12 @@ import psycopg
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from bridge.pgoutput.copyboth import PrimaryKeepalive, parse_copy_data, standby_status_update
+from bridge.pgoutput.copyboth import (
+    PrimaryKeepalive,
+    parse_copy_data,
+    split_xlogdata,
+    standby_status_update,
+)
 from bridge.pgoutput.decoder import Decoder
 from bridge.pgoutput.lsn import Lsn, unix_micros_to_pg_timestamp
 from bridge.pgoutput.messages import LogicalMessage
@@ -457,20 +462,24 @@ class LogicalReplicationSource:
                 raise self._stream_error(pgconn, exc) from exc
 
     def _handle(self, buf: bytes) -> Iterator[LogicalMessage]:
-        frame = parse_copy_data(buf)
         progress = self.progress
-        if isinstance(frame, PrimaryKeepalive):
-            self.stats.keepalives += 1
-            progress.on_keepalive(frame.wal_end)
-            if frame.reply_requested:
-                self._send_status()
-            return
+        xlogdata = split_xlogdata(buf)
+        if xlogdata is None:
+            frame = parse_copy_data(buf)  # raises DecodeError for a malformed frame
+            if isinstance(frame, PrimaryKeepalive):
+                self.stats.keepalives += 1
+                progress.on_keepalive(frame.wal_end)
+                if frame.reply_requested:
+                    self._send_status()
+                return
+            xlogdata = (frame.wal_start, frame.wal_end, frame.payload)
+        wal_start, wal_end, payload = xlogdata
         self.stats.messages_received += 1
-        progress.on_wal_data(frame.wal_start, frame.wal_end)
+        progress.on_wal_data(wal_start, wal_end)
         decoder = self._decoder
         assert decoder is not None
-        message = decoder.decode(frame.payload)
-        for out in self.assembler.feed(message, frame.payload):
+        message = decoder.decode(payload)
+        for out in self.assembler.feed(message, payload):
             if progress.admit(out):
                 yield out
             else:

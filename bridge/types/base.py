@@ -107,6 +107,8 @@ class ColumnType:
     when the server did not send an unchanged TOASTed value: Debezium's placeholder for string
     and bytes columns, ``None`` (with the column listed in the envelope's
     ``unchanged_toast_columns``) for the others. ``pg_name`` names the type in errors and docs.
+    ``native`` names, for the text and the binary wire format, the :mod:`bridge.native.ops`
+    code whose C parser reproduces the converter exactly (0: the Python converter only).
     """
 
     pg_name: str
@@ -114,6 +116,7 @@ class ColumnType:
     from_text: Converter
     from_binary: Converter
     toast_placeholder: Any = None
+    native: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,9 +213,13 @@ def simple(
     from_text: Converter,
     from_binary: Converter | None = None,
     toast_placeholder: Any = None,
+    *,
+    native: tuple[int, int] = (0, 0),
 ) -> Factory:
     """A factory for a type whose mapping does not depend on typmod or options."""
-    column_type = ColumnType(pg_name, avro, from_text, from_binary or from_text, toast_placeholder)
+    column_type = ColumnType(
+        pg_name, avro, from_text, from_binary or from_text, toast_placeholder, native
+    )
 
     def factory(request: TypeRequest) -> ColumnType:
         return column_type

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from bridge.native import ops
 from bridge.types.base import DEBEZIUM_UNAVAILABLE, TypeRegistry, connect, simple, utf8
 from bridge.types.errors import ConversionError
 
@@ -27,8 +28,20 @@ def _jsonpath_binary(raw: bytes) -> str:
 
 
 def register_types(registry: TypeRegistry) -> None:
-    registry.add_builtin("json", simple("json", JSON_SCHEMA, utf8, utf8, DEBEZIUM_UNAVAILABLE))
+    text = (ops.STRING, ops.STRING)
     registry.add_builtin(
-        "jsonb", simple("jsonb", JSON_SCHEMA, utf8, _jsonb_binary, DEBEZIUM_UNAVAILABLE)
+        "json", simple("json", JSON_SCHEMA, utf8, utf8, DEBEZIUM_UNAVAILABLE, native=text)
+    )
+    # jsonb's binary form starts with a version byte: only its text form is plain UTF-8.
+    registry.add_builtin(
+        "jsonb",
+        simple(
+            "jsonb",
+            JSON_SCHEMA,
+            utf8,
+            _jsonb_binary,
+            DEBEZIUM_UNAVAILABLE,
+            native=(ops.STRING, ops.NONE),
+        ),
     )
     registry.add_builtin("jsonpath", simple("jsonpath", "string", utf8, _jsonpath_binary))

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from psycopg.pq import Format
 
+from bridge.native import ops
 from bridge.types.base import (
     ColumnType,
     Converter,
@@ -188,6 +189,7 @@ def _numeric(request: TypeRequest) -> ColumnType:
                 decimal_schema(*pm),
                 _finite_or_none(_numeric_text),
                 _finite_or_none(_numeric_binary),
+                native=(ops.DECIMAL, ops.NONE),
             )
         mode = {"variable_scale": "variable", "string": "string", "double": "double"}[
             opts.unconstrained_numeric
@@ -261,17 +263,28 @@ INT16: Final[dict[str, Any]] = {"type": "int", "connect.type": "int16"}
 
 
 def register_types(registry: TypeRegistry) -> None:
-    registry.add_builtin("int2", simple("smallint", INT16, _int_text, _int_binary))
-    registry.add_builtin("int4", simple("integer", "int", _int_text, _int_binary))
-    registry.add_builtin("int8", simple("bigint", "long", _int_text, _int_binary))
+    ints = (ops.INT, ops.INT)
+    registry.add_builtin("int2", simple("smallint", INT16, _int_text, _int_binary, native=ints))
+    registry.add_builtin("int4", simple("integer", "int", _int_text, _int_binary, native=ints))
+    registry.add_builtin("int8", simple("bigint", "long", _int_text, _int_binary, native=ints))
     # Object identifiers are unsigned 32-bit: they need a long (Debezium does the same).
     for name in ("oid", "xid", "cid"):
         registry.add_builtin(name, simple(name, "long", _int_text, _uint_binary))
     registry.add_builtin("xid8", simple("xid8", "long", _xid8_text, _xid8_binary))
     registry.add_builtin("float4", simple("real", "float", _float4_text, _float4_binary))
     registry.add_builtin(
-        "float8", simple("double precision", "double", _float_text, _float8_binary)
+        "float8",
+        simple(
+            "double precision",
+            "double",
+            _float_text,
+            _float8_binary,
+            native=(ops.DOUBLE, ops.DOUBLE),
+        ),
     )
     registry.add_builtin("numeric", _numeric)
     registry.add_builtin("money", _money)
-    registry.add_builtin("bool", simple("boolean", "boolean", _bool_text, _bool_binary))
+    registry.add_builtin(
+        "bool",
+        simple("boolean", "boolean", _bool_text, _bool_binary, native=(ops.BOOL, ops.BOOL)),
+    )

@@ -32,6 +32,7 @@ from typing import Final
 from psycopg import DataError
 from psycopg.pq import Format
 
+from bridge.native import ops
 from bridge.types.base import ColumnType, TypeRegistry, TypeRequest, connect, psycopg_loader, simple
 from bridge.types.errors import ConversionError
 
@@ -267,6 +268,7 @@ def _timestamptz(request: TypeRequest) -> ColumnType:
         TIMESTAMPTZ_INSTANT_SCHEMA,
         timestamptz_from_text,
         timestamp_from_binary,
+        native=(ops.TIMESTAMPTZ, ops.TIMESTAMPTZ),
     )
 
 
@@ -349,14 +351,23 @@ def _interval(request: TypeRequest) -> ColumnType:
 
 
 def register_types(registry: TypeRegistry) -> None:
-    registry.add_builtin("date", simple("date", DATE_SCHEMA, date_from_text, date_from_binary))
+    registry.add_builtin(
+        "date",
+        simple("date", DATE_SCHEMA, date_from_text, date_from_binary, native=(ops.DATE, ops.DATE)),
+    )
     registry.add_builtin("time", simple("time", TIME_SCHEMA, time_from_text, time_from_binary))
     registry.add_builtin(
         "timetz", simple("time with time zone", TIMETZ_SCHEMA, timetz_from_text, timetz_from_binary)
     )
     registry.add_builtin(
         "timestamp",
-        simple("timestamp", TIMESTAMP_SCHEMA, timestamp_from_text, timestamp_from_binary),
+        simple(
+            "timestamp",
+            TIMESTAMP_SCHEMA,
+            timestamp_from_text,
+            timestamp_from_binary,
+            native=(ops.TIMESTAMP, ops.TIMESTAMP),
+        ),
     )
     registry.add_builtin("timestamptz", _timestamptz)
     registry.add_builtin("interval", _interval)

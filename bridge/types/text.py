@@ -14,6 +14,7 @@ from typing import Final
 
 from psycopg.pq import Format
 
+from bridge.native import ops
 from bridge.types.base import (
     DEBEZIUM_UNAVAILABLE,
     DEBEZIUM_UNAVAILABLE_BYTES,
@@ -87,7 +88,12 @@ def register_types(registry: TypeRegistry) -> None:
         ("name", "name"),
         ("refcursor", "refcursor"),
     ):
-        registry.add_builtin(name, simple(shown, "string", utf8, utf8, DEBEZIUM_UNAVAILABLE))
+        registry.add_builtin(
+            name,
+            simple(
+                shown, "string", utf8, utf8, DEBEZIUM_UNAVAILABLE, native=(ops.STRING, ops.STRING)
+            ),
+        )
     registry.add_builtin('"char"', simple('"char"', "string", char_from_text, char_from_binary))
     registry.add_builtin(
         "bytea", simple("bytea", "bytes", bytea_from_text, _bytes, DEBEZIUM_UNAVAILABLE_BYTES)

@@ -1,0 +1,36 @@
+"""The optional C accelerators of the row hot path (``_speedups.c``).
+
+- :func:`scan_tuple`: a TupleData's column layout, for :mod:`bridge.pgoutput`'s decoder;
+- :func:`encode_row`: pgoutput TupleData straight to Avro bytes, for
+  :class:`bridge.schema.RowEncoder` (its plans: :mod:`bridge.native.plan`).
+
+Built when the package is installed (``pip install -e .`` compiles it; a machine without a C
+compiler gets the pure-Python paths, same output). Neither decides anything: for any input
+they do not handle exactly they answer ``None`` and the Python code runs, which also raises
+the precise typed errors. ``PGBRIDGE_NATIVE=0`` turns them off, e.g. to compare the paths.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+EncodeRow = Callable[
+    [bytes, bytes, tuple[int, ...], bytes, bytes | None], tuple[bytes, bytes | None] | None
+]
+ScanTuple = Callable[[bytes, int, int], tuple[bytes, tuple[int, ...], int] | None]
+
+encode_row: EncodeRow | None
+scan_tuple: ScanTuple | None
+try:
+    from bridge.native._speedups import encode_row, scan_tuple
+except ImportError:  # not built (no compiler at install time)
+    encode_row = scan_tuple = None
+
+if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
+    encode_row = scan_tuple = None
+
+#: True when the C accelerators are in use.
+ENABLED = encode_row is not None
+
+__all__ = ["ENABLED", "EncodeRow", "ScanTuple", "encode_row", "scan_tuple"]

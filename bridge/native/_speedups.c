@@ -1,0 +1,581 @@
+/*
+ * bridge.native._speedups: the C accelerators of the row hot path.
+ *
+ * scan_tuple: the column layout of one pgoutput TupleData (bridge.pgoutput.rows.read_tuple's
+ * fast stages), or None for anything unusual, which the checked Python reader then reports.
+ *
+ * encode_row: pgoutput TupleData -> Avro binary of the row (and key) record, in one pass, for
+ * the column types whose wire forms are simple (see bridge/native/ops.py).
+ *
+ * It is an accelerator, never the authority: whenever a value is anything but the plain,
+ * well-formed spelling the server prints (a NULL in a non-null field, an unchanged TOAST column,
+ * 'NaN', BC dates, a number too long for int64, invalid UTF-8 ...), encode_row returns None and
+ * the caller takes the Python converters, which produce the value or the precise typed error.
+ * Every byte it writes must equal what bridge.sink.avro_writer writes for the value the Python
+ * converter returns; tests/native checks that value by value.
+ *
+ * Plan layout (bytes, PLAN_STRIDE per field, in the record's field order):
+ *   [0..1] column index, big-endian   [2] op for text values   [3] op for binary values
+ *   [4] 1 if the field is the union ["null", T]   [5] decimal scale   [6] decimal precision
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define PLAN_STRIDE 8
+
+enum {
+    OP_NONE = 0,
+    OP_INT = 1,       /* int2/int4/int8 -> Avro int/long */
+    OP_STRING = 2,    /* UTF-8 text -> Avro string */
+    OP_BOOL = 3,      /* bool -> Avro boolean */
+    OP_DECIMAL = 4,   /* numeric(p, s) -> Avro bytes decimal at scale s */
+    OP_TIMESTAMPTZ = 5, /* timestamptz -> micros since 1970 UTC */
+    OP_TIMESTAMP = 6, /* timestamp -> micros since 1970 (wall clock) */
+    OP_DATE = 7,      /* date -> days since 1970 */
+    OP_DOUBLE = 8,    /* float8 -> Avro double */
+};
+
+#define PG_EPOCH_DAYS 10957LL
+#define US_PER_DAY 86400000000LL
+#define PG_EPOCH_US (PG_EPOCH_DAYS * US_PER_DAY)
+
+/* ---- output buffer ------------------------------------------------------------------------ */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+    char local[1024];
+} Out;
+
+static void out_init(Out *o) {
+    o->data = o->local;
+    o->len = 0;
+    o->cap = sizeof(o->local);
+}
+
+static void out_free(Out *o) {
+    if (o->data != o->local) PyMem_Free(o->data);
+}
+
+/* Room for n more bytes; 0 on memory error (with the exception set). */
+static int out_reserve(Out *o, Py_ssize_t n) {
+    if (o->len + n <= o->cap) return 1;
+    Py_ssize_t cap = o->cap * 2;
+    while (cap < o->len + n) cap *= 2;
+    char *data;
+    if (o->data == o->local) {
+        data = PyMem_Malloc(cap);
+        if (data) memcpy(data, o->local, o->len);
+    } else {
+        data = PyMem_Realloc(o->data, cap);
+    }
+    if (!data) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    o->data = data;
+    o->cap = cap;
+    return 1;
+}
+
+static int out_long(Out *o, int64_t n) {
+    if (!out_reserve(o, 10)) return 0;
+    uint64_t z = ((uint64_t)n << 1) ^ (uint64_t)(n >> 63);
+    while (z >= 0x80) {
+        o->data[o->len++] = (char)((z & 0x7F) | 0x80);
+        z >>= 7;
+    }
+    o->data[o->len++] = (char)z;
+    return 1;
+}
+
+static int out_byte(Out *o, char b) {
+    if (!out_reserve(o, 1)) return 0;
+    o->data[o->len++] = b;
+    return 1;
+}
+
+static int out_bytes(Out *o, const char *p, Py_ssize_t n) {
+    if (!out_long(o, n) || !out_reserve(o, n)) return 0;
+    memcpy(o->data + o->len, p, n);
+    o->len += n;
+    return 1;
+}
+
+/* ---- value parsers: 1 = parsed, 0 = not the plain form (the caller falls back) ------------- */
+
+static int digits(const char *p, int n, int64_t *v) {
+    int64_t acc = 0;
+    for (int i = 0; i < n; i++) {
+        unsigned d = (unsigned)(p[i] - '0');
+        if (d > 9) return 0;
+        acc = acc * 10 + d;
+    }
+    *v = acc;
+    return 1;
+}
+
+static int parse_int_text(const char *p, Py_ssize_t n, int64_t *out) {
+    int neg = n > 0 && p[0] == '-';
+    p += neg;
+    n -= neg;
+    if (n < 1 || n > 19) return 0;
+    uint64_t acc = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned d = (unsigned)(p[i] - '0');
+        if (d > 9) return 0;
+        if (acc > (UINT64_MAX - d) / 10) return 0;
+        acc = acc * 10 + d;
+    }
+    if (neg) {
+        if (acc > (uint64_t)INT64_MAX + 1) return 0;
+        *out = (int64_t)(0 - acc);
+    } else {
+        if (acc > (uint64_t)INT64_MAX) return 0;
+        *out = (int64_t)acc;
+    }
+    return 1;
+}
+
+static int64_t be_signed(const unsigned char *p, Py_ssize_t n) {
+    uint64_t v = (p[0] & 0x80) ? UINT64_MAX : 0;
+    for (Py_ssize_t i = 0; i < n; i++) v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+/* Hinnant's days_from_civil, as bridge.types.temporal.days_from_civil. */
+static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* "YYYY-MM-DD" at p (exactly 10 bytes available). */
+static int parse_date_part(const char *p, int64_t *days) {
+    int64_t y, m, d;
+    if (p[4] != '-' || p[7] != '-') return 0;
+    if (!digits(p, 4, &y) || !digits(p + 5, 2, &m) || !digits(p + 8, 2, &d)) return 0;
+    if (m < 1 || m > 12 || d < 1 || d > 31) return 0;
+    *days = days_from_civil(y, m, d);
+    return 1;
+}
+
+/* PostgreSQL's ISO output "YYYY-MM-DD HH:MM:SS[.f{1,6}]" then, with a zone, "+HH[:MM[:SS]]". */
+static int parse_timestamp_text(const char *p, Py_ssize_t n, int with_zone, int64_t *micros) {
+    int64_t days, h, mi, s, frac = 0;
+    if (n < 19 || p[10] != ' ' || p[13] != ':' || p[16] != ':') return 0;
+    if (!parse_date_part(p, &days)) return 0;
+    if (!digits(p + 11, 2, &h) || !digits(p + 14, 2, &mi) || !digits(p + 17, 2, &s)) return 0;
+    if (h > 23 || mi > 59 || s > 59) return 0;
+    Py_ssize_t i = 19;
+    if (i < n && p[i] == '.') {
+        int k = 0;
+        i++;
+        while (i < n && k < 6 && (unsigned)(p[i] - '0') <= 9) {
+            frac = frac * 10 + (p[i] - '0');
+            i++;
+            k++;
+        }
+        if (k == 0) return 0;
+        for (; k < 6; k++) frac *= 10;
+    }
+    int64_t offset = 0;
+    if (with_zone) {
+        if (i >= n || (p[i] != '+' && p[i] != '-')) return 0;
+        int sign = p[i] == '-' ? -1 : 1;
+        int64_t part;
+        i++;
+        if (i + 2 > n || !digits(p + i, 2, &part)) return 0;
+        offset = part * 3600;
+        i += 2;
+        /* optional ":MM", then optional ":SS" */
+        static const int units[2] = {60, 1};
+        for (int u = 0; u < 2 && i < n; u++) {
+            if (p[i] != ':' || i + 3 > n || !digits(p + i + 1, 2, &part)) return 0;
+            offset += part * units[u];
+            i += 3;
+        }
+        offset *= sign;
+    }
+    if (i != n) return 0;
+    *micros = days * US_PER_DAY + ((h * 60 + mi) * 60 + s - offset) * 1000000LL + frac;
+    return 1;
+}
+
+/* [-]digits[.digits] with at most `scale` fraction digits -> the unscaled integer. */
+static int parse_decimal_text(const char *p, Py_ssize_t n, int scale, int precision,
+                              int64_t *unscaled) {
+    int neg = n > 0 && p[0] == '-';
+    Py_ssize_t i = neg;
+    int64_t acc = 0;
+    int total = 0, frac_digits = 0, int_digits = 0;
+    for (; i < n && p[i] != '.'; i++) {
+        unsigned d = (unsigned)(p[i] - '0');
+        if (d > 9) return 0;
+        acc = acc * 10 + d;
+        if (acc) total++;
+        int_digits++;
+        if (total > 18) return 0;
+    }
+    if (int_digits == 0) return 0;
+    if (i < n) {
+        i++; /* '.' */
+        if (i == n) return 0;
+        for (; i < n; i++) {
+            unsigned d = (unsigned)(p[i] - '0');
+            if (d > 9) return 0;
+            acc = acc * 10 + d;
+            if (acc) total++;
+            frac_digits++;
+            if (total > 18) return 0;
+        }
+    }
+    if (frac_digits > scale) return 0;
+    for (; frac_digits < scale; frac_digits++) {
+        acc *= 10;
+        if (acc) total++;
+        if (total > 18) return 0;
+    }
+    /* The writer refuses values beyond the precision: let the Python path say so. */
+    if (total > precision) return 0;
+    *unscaled = neg ? -acc : acc;
+    return 1;
+}
+
+/* Avro decimal bytes as bridge.sink.avro_writer writes them: big-endian two's complement,
+ * (bit length of |v| + 8) // 8 bytes (fastavro's width). */
+static int out_decimal(Out *o, int64_t v) {
+    uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    int bits = 0;
+    while (mag) {
+        bits++;
+        mag >>= 1;
+    }
+    int size = (bits + 8) / 8; /* |v| < 10**18 < 2**60: at most 8 bytes */
+    unsigned char tmp[8];
+    uint64_t u = (uint64_t)v;
+    for (int k = size - 1; k >= 0; k--) {
+        tmp[k] = (unsigned char)(u & 0xFF);
+        u >>= 8;
+    }
+    return out_bytes(o, (const char *)tmp, size);
+}
+
+static int is_ascii(const unsigned char *p, Py_ssize_t n) {
+    unsigned char acc = 0;
+    for (Py_ssize_t i = 0; i < n; i++) acc |= p[i];
+    return acc < 0x80;
+}
+
+/* Strict UTF-8, as bytes.decode("utf-8"); -1 on a Python error other than a decode error. */
+static int valid_utf8(const char *p, Py_ssize_t n) {
+    if (is_ascii((const unsigned char *)p, n)) return 1;
+    PyObject *s = PyUnicode_DecodeUTF8(p, n, "strict");
+    if (s) {
+        Py_DECREF(s);
+        return 1;
+    }
+    if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
+}
+
+static int parse_double_text(const char *p, Py_ssize_t n, double *out) {
+    char tmp[64];
+    if (n < 1 || n >= (Py_ssize_t)sizeof(tmp)) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (!((c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' ||
+              c == 'E'))
+            return 0;
+    }
+    memcpy(tmp, p, n);
+    tmp[n] = 0;
+    char *end = NULL;
+    double v = PyOS_string_to_double(tmp, &end, NULL);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (end != tmp + n) return 0;
+    *out = v;
+    return 1;
+}
+
+/* ---- one value ----------------------------------------------------------------------------- */
+
+/* Writes the value (without union branch); 1 = written, 0 = fall back, -1 = Python error. */
+static int write_value(Out *o, int op, int binary, const char *p, Py_ssize_t n, int scale,
+                       int precision) {
+    int64_t v;
+    switch (op) {
+    case OP_INT:
+        if (binary) {
+            if (n != 2 && n != 4 && n != 8) return 0;
+            v = be_signed((const unsigned char *)p, n);
+        } else if (!parse_int_text(p, n, &v)) {
+            return 0;
+        }
+        return out_long(o, v) ? 1 : -1;
+    case OP_STRING: {
+        int ok = valid_utf8(p, n);
+        if (ok <= 0) return ok;
+        return out_bytes(o, p, n) ? 1 : -1;
+    }
+    case OP_BOOL:
+        if (n != 1) return 0;
+        if (binary) return out_byte(o, p[0] ? 1 : 0) ? 1 : -1;
+        if (p[0] != 't' && p[0] != 'f') return 0;
+        return out_byte(o, p[0] == 't') ? 1 : -1;
+    case OP_DECIMAL:
+        if (binary || !parse_decimal_text(p, n, scale, precision, &v)) return 0;
+        return out_decimal(o, v) ? 1 : -1;
+    case OP_TIMESTAMPTZ:
+    case OP_TIMESTAMP:
+        if (binary) {
+            if (n != 8) return 0;
+            v = be_signed((const unsigned char *)p, 8);
+            if (v != INT64_MAX && v != INT64_MIN) {
+                if (v > INT64_MAX - PG_EPOCH_US) return 0;
+                v += PG_EPOCH_US;
+            }
+        } else if (!parse_timestamp_text(p, n, op == OP_TIMESTAMPTZ, &v)) {
+            return 0;
+        }
+        return out_long(o, v) ? 1 : -1;
+    case OP_DATE:
+        if (binary) {
+            if (n != 4) return 0;
+            v = be_signed((const unsigned char *)p, 4);
+            if (v != INT32_MAX && v != INT32_MIN) v += PG_EPOCH_DAYS;
+        } else if (n != 10 || !parse_date_part(p, &v)) {
+            return 0;
+        }
+        /* Avro int: a day count beyond int32 is the Python writer's error to report. */
+        if (v > INT32_MAX || v < INT32_MIN) return 0;
+        return out_long(o, v) ? 1 : -1;
+    case OP_DOUBLE: {
+        double d;
+        if (binary) {
+            if (n != 8) return 0;
+            d = PyFloat_Unpack8(p, 0);
+            if (d == -1.0 && PyErr_Occurred()) return -1;
+        } else if (!parse_double_text(p, n, &d)) {
+            return 0;
+        }
+        if (!out_reserve(o, 8)) return -1;
+        if (PyFloat_Pack8(d, o->data + o->len, 1) < 0) return -1;
+        o->len += 8;
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* ---- a record ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const char *buf;
+    Py_ssize_t buf_len;
+    const char *kinds;
+    Py_ssize_t ncols;
+    PyObject *spans;
+} Tuple;
+
+/* 1 = written, 0 = fall back, -1 = Python error. */
+static int write_record(Out *o, const Tuple *t, const unsigned char *plan, Py_ssize_t plan_len) {
+    for (Py_ssize_t f = 0; f + PLAN_STRIDE <= plan_len; f += PLAN_STRIDE) {
+        const unsigned char *e = plan + f;
+        Py_ssize_t col = (e[0] << 8) | e[1];
+        int nullable = e[4];
+        if (col >= t->ncols) return 0;
+        char kind = t->kinds[col];
+        if (kind == 'n') {
+            if (!nullable) return 0;
+            if (!out_byte(o, 0)) return -1;
+            continue;
+        }
+        if (kind != 't' && kind != 'b') return 0; /* 'u': unchanged TOAST, the Python path */
+        int binary = kind == 'b';
+        int op = binary ? e[3] : e[2];
+        if (op == OP_NONE) return 0;
+        Py_ssize_t start = PyLong_AsSsize_t(PyTuple_GET_ITEM(t->spans, 2 * col));
+        Py_ssize_t end = PyLong_AsSsize_t(PyTuple_GET_ITEM(t->spans, 2 * col + 1));
+        if (start == -1 || end == -1) {
+            if (PyErr_Occurred()) return -1;
+        }
+        if (start < 0 || end < start || end > t->buf_len) return 0;
+        if (nullable && !out_byte(o, 2)) return -1;
+        int r = write_value(o, op, binary, t->buf + start, end - start, e[5], e[6]);
+        if (r != 1) return r;
+    }
+    return 1;
+}
+
+static PyObject *finish(Out *o) {
+    PyObject *b = PyBytes_FromStringAndSize(o->data, o->len);
+    out_free(o);
+    return b;
+}
+
+PyDoc_STRVAR(encode_row_doc,
+"encode_row(buffer, kinds, spans, row_plan, key_plan) -> (row, key) | None\n\n"
+"The Avro binary of the row record (and of the key record, or None without key_plan) of one\n"
+"TupleData, or None when a value needs the Python converters.");
+
+static PyObject *encode_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "encode_row takes 5 arguments");
+        return NULL;
+    }
+    PyObject *buffer = args[0], *kinds = args[1], *spans = args[2];
+    PyObject *row_plan = args[3], *key_plan = args[4];
+    if (!PyBytes_Check(row_plan) || (key_plan != Py_None && !PyBytes_Check(key_plan))) {
+        PyErr_SetString(PyExc_TypeError, "encode_row: plans must be bytes (key_plan or None)");
+        return NULL;
+    }
+    /* A TupleData over another buffer type (a test's bytearray, say): the Python path. */
+    if (!PyBytes_Check(buffer) || !PyBytes_Check(kinds) || !PyTuple_Check(spans)) Py_RETURN_NONE;
+    Tuple t = {
+        PyBytes_AS_STRING(buffer), PyBytes_GET_SIZE(buffer), PyBytes_AS_STRING(kinds),
+        PyBytes_GET_SIZE(kinds), spans,
+    };
+    if (PyTuple_GET_SIZE(spans) != 2 * t.ncols) Py_RETURN_NONE;
+    Out row;
+    out_init(&row);
+    int r = write_record(&row, &t, (const unsigned char *)PyBytes_AS_STRING(row_plan),
+                         PyBytes_GET_SIZE(row_plan));
+    if (r != 1) {
+        out_free(&row);
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *key_bytes = NULL;
+    if (key_plan != Py_None) {
+        Out key;
+        out_init(&key);
+        r = write_record(&key, &t, (const unsigned char *)PyBytes_AS_STRING(key_plan),
+                         PyBytes_GET_SIZE(key_plan));
+        if (r != 1) {
+            out_free(&key);
+            out_free(&row);
+            if (r < 0) return NULL;
+            Py_RETURN_NONE;
+        }
+        key_bytes = finish(&key);
+        if (!key_bytes) {
+            out_free(&row);
+            return NULL;
+        }
+    } else {
+        key_bytes = Py_NewRef(Py_None);
+    }
+    PyObject *row_bytes = finish(&row);
+    if (!row_bytes) {
+        Py_DECREF(key_bytes);
+        return NULL;
+    }
+    PyObject *result = PyTuple_New(2);
+    if (!result) {
+        Py_DECREF(row_bytes);
+        Py_DECREF(key_bytes);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, row_bytes);
+    PyTuple_SET_ITEM(result, 1, key_bytes);
+    return result;
+}
+
+PyDoc_STRVAR(scan_tuple_doc,
+"scan_tuple(buffer, pos, end) -> (kinds, spans, next_pos) | None\n\n"
+"The TupleData at pos: its kind bytes, the absolute (start, end) of each column's value ((0, 0)\n"
+"for 'n' and 'u') and the offset just past it; None if it is malformed or runs past end.");
+
+static PyObject *scan_tuple(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "scan_tuple(bytes, int, int) expected");
+        return NULL;
+    }
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    if ((pos == -1 || end == -1) && PyErr_Occurred()) return NULL;
+    if (end > PyBytes_GET_SIZE(args[0]) || pos < 0 || pos + 2 > end) Py_RETURN_NONE;
+    Py_ssize_t ncols = (buf[pos] << 8) | buf[pos + 1];
+    pos += 2;
+    if (ncols > end - pos) Py_RETURN_NONE; /* every column takes at least its kind byte */
+    PyObject *kinds = PyBytes_FromStringAndSize(NULL, ncols);
+    PyObject *spans = PyTuple_New(2 * ncols);
+    if (!kinds || !spans) goto error;
+    char *k = PyBytes_AS_STRING(kinds);
+    for (Py_ssize_t i = 0; i < ncols; i++) {
+        if (pos >= end) goto malformed;
+        unsigned char kind = buf[pos];
+        k[i] = (char)kind;
+        Py_ssize_t start = 0, stop = 0;
+        if (kind == 't' || kind == 'b') {
+            if (pos + 5 > end) goto malformed;
+            uint32_t len = ((uint32_t)buf[pos + 1] << 24) | ((uint32_t)buf[pos + 2] << 16) |
+                           ((uint32_t)buf[pos + 3] << 8) | buf[pos + 4];
+            start = pos + 5;
+            if (len > 0x7FFFFFFF || (Py_ssize_t)len > end - start) goto malformed;
+            stop = start + (Py_ssize_t)len;
+            pos = stop;
+        } else if (kind == 'n' || kind == 'u') {
+            pos += 1;
+        } else {
+            goto malformed;
+        }
+        PyObject *a = PyLong_FromSsize_t(start), *b = PyLong_FromSsize_t(stop);
+        if (!a || !b) {
+            Py_XDECREF(a);
+            Py_XDECREF(b);
+            goto error;
+        }
+        PyTuple_SET_ITEM(spans, 2 * i, a);
+        PyTuple_SET_ITEM(spans, 2 * i + 1, b);
+    }
+    PyObject *next = PyLong_FromSsize_t(pos);
+    if (!next) goto error;
+    PyObject *result = PyTuple_New(3);
+    if (!result) {
+        Py_DECREF(next);
+        goto error;
+    }
+    PyTuple_SET_ITEM(result, 0, kinds);
+    PyTuple_SET_ITEM(result, 1, spans);
+    PyTuple_SET_ITEM(result, 2, next);
+    return result;
+malformed:
+    Py_DECREF(kinds);
+    Py_DECREF(spans);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(kinds);
+    Py_XDECREF(spans);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"scan_tuple", (PyCFunction)(void (*)(void))scan_tuple, METH_FASTCALL, scan_tuple_doc},
+    {"encode_row", (PyCFunction)(void (*)(void))encode_row, METH_FASTCALL, encode_row_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_speedups", "pgoutput TupleData -> Avro row bytes (accelerator)", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }

@@ -1,0 +1,17 @@
+"""Wire-form codes of the C row encoder (:mod:`bridge.native._speedups`); keep in step with its
+``enum``. A column type names, per wire format, the code whose C parser reproduces its Python
+converter exactly (:class:`bridge.types.base.ColumnType` ``native``); 0 means the Python path."""
+
+from __future__ import annotations
+
+from typing import Final
+
+NONE: Final = 0
+INT: Final = 1  # int2/int4/int8 -> Avro int/long
+STRING: Final = 2  # UTF-8 text -> Avro string
+BOOL: Final = 3  # bool -> Avro boolean
+DECIMAL: Final = 4  # numeric(p, s), text only -> Avro bytes decimal
+TIMESTAMPTZ: Final = 5  # timestamptz -> microseconds since 1970 UTC
+TIMESTAMP: Final = 6  # timestamp -> microseconds since 1970, wall clock
+DATE: Final = 7  # date -> days since 1970
+DOUBLE: Final = 8  # float8 -> Avro double

@@ -1,0 +1,53 @@
+"""Plans for the C row encoder: which column, which parser, which Avro shape, per field.
+
+A plan is built once per table version (:class:`bridge.schema.RowEncoder`) from the same
+column types the Python path uses, so both encode the same schema. A table gets a plan only if
+every column has a native form for at least one wire format; a row whose values need the
+Python converters anyway (NULL in a non-null key field, unchanged TOAST, ``NaN``…) is answered
+``None`` by the encoder at run time.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from bridge.native import ops
+
+if TYPE_CHECKING:
+    from bridge.types.base import ColumnType
+
+#: Must match PLAN_STRIDE and the layout described at the top of _speedups.c.
+_FIELD = struct.Struct(">HBBBBBx")
+
+
+def _decimal_params(avro: Any) -> tuple[int, int] | None:
+    if isinstance(avro, dict) and avro.get("logicalType") == "decimal":
+        return int(avro.get("scale", 0)), int(avro["precision"])
+    return None
+
+
+def field_plan(index: int, column: ColumnType, nullable: bool) -> bytes | None:
+    """The plan entry of one field, or ``None`` if the column type has no native form."""
+    text_op, binary_op = column.native
+    if text_op == ops.NONE and binary_op == ops.NONE:
+        return None
+    scale = precision = 0
+    if ops.DECIMAL in (text_op, binary_op):
+        params = _decimal_params(column.avro)
+        # Unscaled values are int64 in C: at most 18 digits.
+        if params is None or not 0 <= params[0] <= params[1] <= 18:
+            return None
+        scale, precision = params
+    return _FIELD.pack(index, text_op, binary_op, int(nullable), scale, precision)
+
+
+def record_plan(
+    columns: Sequence[ColumnType], indexes: Sequence[int], nullable: bool
+) -> bytes | None:
+    """The plan of a record made of ``columns[i]`` for ``i`` in ``indexes``, in that order."""
+    parts = [field_plan(i, columns[i], nullable) for i in indexes]
+    if any(p is None for p in parts):
+        return None
+    return b"".join(p for p in parts if p is not None)
