@@ -606,7 +606,12 @@ def _decimal_writer(schema: Mapping[str, Any]) -> Writer:
             return
         # as_integer_ratio is exact and ~10x cheaper than fastavro's digit-tuple loop. Unlike
         # fastavro this accepts trailing zeros beyond the scale (1.000 at scale 2 is 100): the
-        # value is representable, which is all an Avro reader needs.
+        # value is representable, which is all an Avro reader needs. Exponents far outside the
+        # schema are refused first: as_integer_ratio of 1E-999999999 would never return.
+        if value.is_finite() and value and not -scale - 1 <= value.adjusted() < precision:
+            raise AvroWriteError(
+                f"{value} cannot be written as an Avro decimal({precision}, {scale})"
+            )
         try:
             numerator, denominator = value.as_integer_ratio()
         except (ValueError, OverflowError):

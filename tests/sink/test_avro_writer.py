@@ -387,3 +387,13 @@ def test_serializer_envelope_parts_equal_fastavro_of_the_whole(
         assert fast.key(event, ids) == serializer_module.frame(
             ids.key_id, fastavro_bytes(event.table.key_schema, key)
         )
+
+
+def test_decimal_with_an_exponent_far_outside_the_schema_fails_fast() -> None:
+    # Decimal.as_integer_ratio of 1E-999999999 would compute a billion-digit power of ten.
+    writer = compile_writer(
+        {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}
+    )
+    for text in ("1E999999999", "1E-999999999", "1E+12", "0.0001"):
+        with pytest.raises(AvroWriteError, match="decimal"):
+            writer(bytearray(), Decimal(text))
