@@ -27,7 +27,7 @@
 
 enum {
     OP_NONE = 0,
-    OP_INT = 1,       /* int2/int4/int8 -> Avro int/long */
+    OP_INT = 1,       /* int8 -> Avro long */
     OP_STRING = 2,    /* UTF-8 text -> Avro string */
     OP_BOOL = 3,      /* bool -> Avro boolean */
     OP_DECIMAL = 4,   /* numeric(p, s) -> Avro bytes decimal at scale s */
@@ -35,6 +35,7 @@ enum {
     OP_TIMESTAMP = 6, /* timestamp -> micros since 1970 (wall clock) */
     OP_DATE = 7,      /* date -> days since 1970 */
     OP_DOUBLE = 8,    /* float8 -> Avro double */
+    OP_INT32 = 9,     /* int2/int4 -> Avro int: as OP_INT, refused outside int32 */
 };
 
 #define PG_EPOCH_DAYS 10957LL
@@ -215,13 +216,13 @@ static int parse_decimal_text(const char *p, Py_ssize_t n, int scale, int precis
     Py_ssize_t i = neg;
     int64_t acc = 0;
     int total = 0, frac_digits = 0, int_digits = 0;
+    /* total counts significant digits, checked before each step: acc stays below 10**18. */
     for (; i < n && p[i] != '.'; i++) {
         unsigned d = (unsigned)(p[i] - '0');
         if (d > 9) return 0;
+        if ((acc || d) && ++total > 18) return 0;
         acc = acc * 10 + d;
-        if (acc) total++;
         int_digits++;
-        if (total > 18) return 0;
     }
     if (int_digits == 0) return 0;
     if (i < n) {
@@ -230,17 +231,15 @@ static int parse_decimal_text(const char *p, Py_ssize_t n, int scale, int precis
         for (; i < n; i++) {
             unsigned d = (unsigned)(p[i] - '0');
             if (d > 9) return 0;
+            if ((acc || d) && ++total > 18) return 0;
             acc = acc * 10 + d;
-            if (acc) total++;
             frac_digits++;
-            if (total > 18) return 0;
         }
     }
     if (frac_digits > scale) return 0;
     for (; frac_digits < scale; frac_digits++) {
+        if (acc && ++total > 18) return 0;
         acc *= 10;
-        if (acc) total++;
-        if (total > 18) return 0;
     }
     /* The writer refuses values beyond the precision: let the Python path say so. */
     if (total > precision) return 0;
@@ -318,12 +317,15 @@ static int write_value(Out *o, int op, int binary, const char *p, Py_ssize_t n, 
     int64_t v;
     switch (op) {
     case OP_INT:
+    case OP_INT32:
         if (binary) {
             if (n != 2 && n != 4 && n != 8) return 0;
             v = be_signed((const unsigned char *)p, n);
         } else if (!parse_int_text(p, n, &v)) {
             return 0;
         }
+        /* An Avro int beyond int32 is the Python writer's error to report. */
+        if (op == OP_INT32 && (v > INT32_MAX || v < INT32_MIN)) return 0;
         return out_long(o, v) ? 1 : -1;
     case OP_STRING: {
         int ok = valid_utf8(p, n);

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Final
 
 NONE: Final = 0
-INT: Final = 1  # int2/int4/int8 -> Avro int/long
+INT: Final = 1  # int8 -> Avro long
 STRING: Final = 2  # UTF-8 text -> Avro string
 BOOL: Final = 3  # bool -> Avro boolean
 DECIMAL: Final = 4  # numeric(p, s), text only -> Avro bytes decimal
@@ -15,3 +15,4 @@ TIMESTAMPTZ: Final = 5  # timestamptz -> microseconds since 1970 UTC
 TIMESTAMP: Final = 6  # timestamp -> microseconds since 1970, wall clock
 DATE: Final = 7  # date -> days since 1970
 DOUBLE: Final = 8  # float8 -> Avro double
+INT32: Final = 9  # int2/int4 -> Avro int (declines values beyond int32, as the writer refuses)

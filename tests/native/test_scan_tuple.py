@@ -1,0 +1,90 @@
+"""The C TupleData scanner (:func:`bridge.native.scan_tuple`) against the Python reader.
+
+What users rely on: with the accelerator built, the decoder reads every tuple exactly as the
+pure-Python reader does (same kinds, same value spans, same end), and on malformed input the
+same :class:`DecodeError` comes out (the scanner declines, the checked reader reports).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge import native
+from bridge.pgoutput import rows
+from bridge.pgoutput.errors import DecodeError
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("PGBRIDGE_NATIVE") == "0", reason="PGBRIDGE_NATIVE=0 turns the scanner off"
+)
+
+column = st.one_of(
+    st.binary(max_size=40).map(lambda v: b"t" + struct.pack("!I", len(v)) + v),
+    st.binary(max_size=40).map(lambda v: b"b" + struct.pack("!I", len(v)) + v),
+    st.just(b"n"),
+    st.just(b"u"),
+)
+
+
+@st.composite
+def tuples(draw: st.DrawFn) -> bytes:
+    cols = draw(st.lists(column, max_size=12))
+    return struct.pack("!H", len(cols)) + b"".join(cols)
+
+
+def python_read(buf: bytes, pos: int, end: int) -> tuple[object, ...] | str:
+    """The pure-Python reader's answer: (kinds, spans, next) or the DecodeError's text."""
+    saved = rows.scan_tuple
+    rows.scan_tuple = None
+    try:
+        data, nxt = rows.read_tuple(buf, pos, end, "Insert")
+        return (data.kinds, data.spans, nxt)
+    except DecodeError as exc:
+        return str(exc)
+    finally:
+        rows.scan_tuple = saved
+
+
+def native_read(buf: bytes, pos: int, end: int) -> tuple[object, ...] | str:
+    try:
+        data, nxt = rows.read_tuple(buf, pos, end, "Insert")
+        return (data.kinds, data.spans, nxt)
+    except DecodeError as exc:
+        return str(exc)
+
+
+def test_scanner_is_in_use() -> None:
+    assert native.scan_tuple is not None
+    assert rows.scan_tuple is native.scan_tuple
+
+
+@settings(max_examples=1500, deadline=None)
+@given(buf=tuples(), prefix=st.binary(max_size=3), suffix=st.binary(max_size=3))
+def test_well_formed_tuples_read_the_same(buf: bytes, prefix: bytes, suffix: bytes) -> None:
+    data = prefix + buf + suffix
+    assert native_read(data, len(prefix), len(prefix) + len(buf)) == python_read(
+        data, len(prefix), len(prefix) + len(buf)
+    )
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    buf=tuples(), cut=st.integers(0, 200), flip=st.tuples(st.integers(0, 200), st.integers(0, 255))
+)
+def test_damaged_tuples_give_the_same_answer(buf: bytes, cut: int, flip: tuple[int, int]) -> None:
+    damaged = bytearray(buf[: min(cut, len(buf))] if cut < len(buf) else buf)
+    if damaged and flip[0] < len(damaged):
+        damaged[flip[0]] = flip[1]
+    data = bytes(damaged)
+    assert native_read(data, 0, len(data)) == python_read(data, 0, len(data))
+
+
+def test_column_count_beyond_the_bytes_left_is_refused() -> None:
+    data = struct.pack("!H", 5000) + b"n"
+    assert native.scan_tuple is not None
+    assert native.scan_tuple(data, 0, len(data)) is None
+    assert native_read(data, 0, len(data)) == python_read(data, 0, len(data))
