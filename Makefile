@@ -12,9 +12,11 @@ PYTEST_ARGS ?=
 demo: $(VENV)/.installed
 	$(BIN)/pgbridge demo
 
-## test: lint, type-check and run the whole test suite on the real local stack
+## test: lint, type-check and run the whole test suite on the real local stack; then the unit
+## tests once more on the pure-Python path (what a machine without a C compiler runs)
 test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+	PGBRIDGE_NATIVE=0 $(BIN)/pytest -m "not integration and not slow" --ignore=tests/native -p no:cacheprovider -q $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check bridge tests bench
@@ -56,7 +58,8 @@ stack-down: $(VENV)/.installed
 stack-status: $(VENV)/.installed
 	$(BIN)/pgbridge dev status
 
-$(VENV)/.installed: pyproject.toml dev-stack/check-prereqs.sh
+# The C accelerator is compiled by the install: a changed source reinstalls.
+$(VENV)/.installed: pyproject.toml dev-stack/check-prereqs.sh bridge/native/_speedups.c
 	bash dev-stack/check-prereqs.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip

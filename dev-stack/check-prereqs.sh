@@ -8,6 +8,9 @@ missing=()
 command -v python3 >/dev/null || missing+=(python3)
 command -v mvn >/dev/null || missing+=(maven)
 command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+# The install compiles pgbridge's C accelerator (bridge/native), which the test suite checks
+# is built. (A plain `pip install` without a compiler still works, on the pure-Python path.)
+command -v cc >/dev/null || command -v gcc >/dev/null || missing+=(gcc)
 
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
