@@ -61,6 +61,8 @@ class Publisher(Protocol):
         self, topic: str, key: bytes | None, value: bytes | None, on_delivered: Callable[[], None]
     ) -> None: ...
 
+    def send_pending(self) -> None: ...
+
     def poll(self, timeout: float = 0.0) -> int: ...
 
     def flush(self, timeout: float) -> int: ...
@@ -234,6 +236,9 @@ class Pipeline:
                 self._publish_transaction_end(output)
             self._complete(counts, output.end_lsn)
             self._counts = None
+            # The publisher batches records; the transaction's last ones go out now, not at
+            # the next poll tick (commit-to-acknowledgement latency).
+            self.publisher.send_pending()
             self.observer.on_transaction(
                 pg_timestamp_to_unix_micros(output.tx.commit_ts), output.end_lsn
             )
@@ -283,7 +288,11 @@ class Pipeline:
         key = serializer.key(event, ids)
         value = serializer.value(event, ids)
         tombstone = op == "d" and key is not None and self.options.tombstones_on_delete
-        self._send(table.topic, key, value, count=2 if tombstone else 1)
+        # _send, inlined for the hot path; a delete counts its tombstone along with it.
+        counts = self._counts or self._require_counts()
+        counts.sent += 2 if tombstone else 1
+        self.publisher.publish(table.topic, key, value, counts.on_delivered)
+        self.events_published += 1
         self.observer.on_event(table.table, op, len(value))
         if tombstone:
             # Lets a compacted topic forget the key; already counted as sent above.

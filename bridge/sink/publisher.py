@@ -67,6 +67,11 @@ __all__ = [
 # How long a single poll waits while the local queue is full: short enough to react to a
 # failure promptly, long enough not to spin.
 _FULL_QUEUE_POLL_S = 0.1
+# Consecutive records for one topic are handed to librdkafka in batches of up to this many
+# (produce_batch: about 40% less CPU per record than produce()), at the latest at the next
+# poll(), flush() or send_pending(). Larger values take the single-record path.
+_BATCH_RECORDS = 256
+_BATCH_MAX_BYTES = 64 * 1024
 _ADMIN_TIMEOUT_S = 30.0
 
 
@@ -205,6 +210,13 @@ class KafkaPublisher:
         self._failures = _Failures()
         self._in_flight = 0
         self._closed = False
+        # Records not yet handed to the client, all for _pending_target's (topic, callback).
+        self._pending: list[dict[str, bytes | None]] = []
+        self._pending_target: tuple[str, Any] | None = None
+        self._batch_limit = max(1, min(_BATCH_RECORDS, kafka.max_queue_size // 4))
+        # Records near the size limit take the single path, which refuses them at once.
+        max_bytes = int(conf.get("message.max.bytes", 1_000_000))
+        self._batch_max_bytes = min(_BATCH_MAX_BYTES, max_bytes // 2)
         # (topic, on_delivered, on_failed, callback) of the last record; see publish().
         self._last_callback: tuple[Any, ...] = (None, None, None, None)
 
@@ -241,6 +253,22 @@ class KafkaPublisher:
         else:
             callback = self._delivery_callback(topic, on_delivered, on_failed)
             self._last_callback = (topic, on_delivered, on_failed, callback)
+        if (
+            headers is None
+            and (value is None or len(value) <= self._batch_max_bytes)
+            and (key is None or len(key) <= self._batch_max_bytes)
+        ):
+            target = (topic, callback)
+            if self._pending_target != target:
+                self.send_pending()
+                self._pending_target = target
+            self._pending.append({"key": key, "value": value})
+            self._in_flight += 1
+            if len(self._pending) >= self._batch_limit:
+                self.send_pending()
+            return
+        # In order: what is pending goes first.
+        self.send_pending()
         while True:
             try:
                 self._producer.produce(
@@ -257,6 +285,47 @@ class KafkaPublisher:
                 # not to exist, fatal producer state): as final as a failed delivery.
                 error: KafkaError = exc.args[0]
                 raise DeliveryError.from_kafka(topic, None, error) from None
+
+    def send_pending(self) -> None:
+        """Hand the records batched so far to the client (their delivery can only start
+        then); blocks, polling, while the client's queue has no room for them."""
+        pending = self._pending
+        if not pending:
+            return
+        assert self._pending_target is not None
+        topic, callback = self._pending_target
+        self._pending = []
+        producer = self._producer
+        while pending:
+            # Room for the whole batch first: a batch refused half-way for a full queue could
+            # be queued out of order (deliveries free room while librdkafka goes on).
+            while len(producer) + len(pending) > self._kafka.max_queue_size:
+                producer.poll(_FULL_QUEUE_POLL_S)
+                self._raise_if_failed()
+            queued = producer.produce_batch(topic, pending, on_delivery=callback)
+            if queued == len(pending):
+                return
+            pending = self._batch_rest(topic, pending)
+
+    def _batch_rest(
+        self, topic: str, batch: list[dict[str, bytes | None]]
+    ) -> list[dict[str, bytes | None]]:
+        """After a partly refused batch: its refused tail if that is all the queue being full
+        (queued again, in order), else the first refusal as a :class:`DeliveryError`."""
+        refused = [i for i, record in enumerate(batch) if "_error" in record]
+        errors = [batch[i]["_error"] for i in refused]
+        first = refused[0]
+        if refused == list(range(first, len(batch))) and all(
+            isinstance(e, KafkaError) and e.code() == KafkaError._QUEUE_FULL for e in errors
+        ):
+            self._producer.poll(_FULL_QUEUE_POLL_S)
+            self._raise_if_failed()
+            return [{"key": r["key"], "value": r["value"]} for r in batch[first:]]
+        self._in_flight -= len(refused)  # never queued: no delivery report will come
+        error = errors[0]
+        if isinstance(error, KafkaError):
+            raise DeliveryError.from_kafka(topic, None, error)
+        raise DeliveryError(topic, None, "produce_batch", str(error))
 
     def _delivery_callback(
         self,
@@ -304,12 +373,14 @@ class KafkaPublisher:
 
     def poll(self, timeout: float = 0.0) -> int:
         """Serve delivery callbacks (waiting up to ``timeout`` s); the number of events served."""
+        self.send_pending()
         served = int(self._producer.poll(timeout))
         self._raise_if_failed()
         return served
 
     def flush(self, timeout: float) -> int:
         """Wait up to ``timeout`` s for every queued record; returns how many are still queued."""
+        self.send_pending()
         remaining = int(self._producer.flush(timeout))
         self._raise_if_failed()
         return remaining
@@ -319,6 +390,7 @@ class KafkaPublisher:
         restart to resend, since the slot was never confirmed past them)."""
         if self._closed:
             return 0
+        self.send_pending()
         self._closed = True
         remaining = int(self._producer.flush(timeout))
         if remaining:

@@ -11,6 +11,7 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import KafkaError
 
 from bridge.config import KafkaConfig, Secret, TopicCreationConfig
 from bridge.sink.publisher import DeliveryError, KafkaPublisher, PublisherError, producer_config
@@ -127,3 +128,40 @@ def test_publisher_refuses_publish_after_close(publisher: KafkaPublisher) -> Non
     assert publisher.close(0) == 0
     with pytest.raises(PublisherError, match="after close"):
         publisher.publish("t1", b"k", b"v", lambda: None)
+
+
+def _batch(n: int) -> list[dict[str, bytes | None]]:
+    return [{"key": b"k%d" % i, "value": b"v%d" % i} for i in range(n)]
+
+
+def test_publisher_requeues_a_batch_tail_refused_for_a_full_queue_in_order(
+    publisher: KafkaPublisher,
+) -> None:
+    batch = _batch(5)
+    for record in batch[3:]:
+        record["_error"] = KafkaError(KafkaError._QUEUE_FULL)
+    rest = publisher._batch_rest("t1", batch)
+    assert rest == [{"key": b"k3", "value": b"v3"}, {"key": b"k4", "value": b"v4"}]
+
+
+def test_publisher_stops_when_a_batch_refusal_could_reorder_records(
+    publisher: KafkaPublisher,
+) -> None:
+    # Record 1 refused but 2 queued: resending 1 would put it behind 2, so the bridge stops
+    # (and restarts from the slot) rather than reorder a key's changes.
+    batch = _batch(3)
+    batch[1]["_error"] = KafkaError(KafkaError._QUEUE_FULL)
+    with pytest.raises(DeliveryError) as raised:
+        publisher._batch_rest("t1", batch)
+    assert raised.value.code == "_QUEUE_FULL"
+
+
+def test_publisher_hands_batched_records_to_the_client_on_poll(
+    publisher: KafkaPublisher,
+) -> None:
+    publisher.publish("t1", b"k", b"v", lambda: None)
+    assert publisher.in_flight == 1  # batched, not yet with librdkafka, but counted
+    assert len(publisher._pending) == 1
+    publisher.poll(0)
+    assert publisher._pending == []
+    assert publisher.in_flight == 1  # now queued in librdkafka (no broker: never delivered)
