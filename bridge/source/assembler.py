@@ -144,35 +144,38 @@ class StreamAssembler:
         """Streamed transactions neither committed nor aborted yet."""
         return len(self._open)
 
-    def feed(self, message: LogicalMessage, payload: bytes) -> Iterator[LogicalMessage]:
-        """Account for one message; return what can be emitted now, in order."""
+    def feed(
+        self, message: LogicalMessage, payload: bytes
+    ) -> tuple[LogicalMessage, ...] | Iterator[LogicalMessage]:
+        """Account for one message; return what can be emitted now, in order: a tuple, or an
+        iterator when a committed stream is replayed (read lazily: it may be long)."""
         if self._current is None and type(message) in _PASSED_THROUGH:
-            return iter((message,))  # the usual case, outside streamed transactions
+            return (message,)  # the usual case, outside streamed transactions
         if isinstance(message, StreamStart):
             self._stream_start(message)
-            return iter(())
+            return ()
         if isinstance(message, StreamStop):
             if self._current is None:
                 raise StreamProtocolError("Stream Stop", "no stream is open")
             self._current = None
-            return iter(())
+            return ()
         if isinstance(message, StreamCommit):
             return self._stream_commit(message)
         if isinstance(message, StreamAbort):
             self._stream_abort(message)
-            return iter(())
+            return ()
         if isinstance(message, _TWO_PHASE):
             raise TwoPhaseNotSupportedError(type(message).__name__, message.xid)
         current = self._current
         if current is None or (isinstance(message, Message) and not message.transactional):
             # Not part of a streamed transaction: an ordinary transaction's message, or a
             # non-transactional logical message, which the server sends as soon as it is decoded.
-            return iter((message,))
+            return (message,)
         # Origin has no xid and belongs to the top-level transaction; everything else in a
         # stream carries the xid of the (sub)transaction that made the change.
         xid = getattr(message, "xid", None)
         self._append(current, current.xid if xid is None else xid, payload)
-        return iter(())
+        return ()
 
     def reset(self) -> None:
         """Forget every open transaction (after a reconnect the server sends them again)."""

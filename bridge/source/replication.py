@@ -441,7 +441,13 @@ class LogicalReplicationSource:
             except psycopg.OperationalError as exc:
                 raise self._stream_error(pgconn, exc) from exc
             if nbytes > 0:
-                for message in self._handle(bytes(data)):
+                emitted = self._handle(bytes(data))
+                if isinstance(emitted, tuple):  # the usual: nothing or one message
+                    for message in emitted:
+                        yield message
+                        last_yield = self._clock()
+                    continue
+                for message in emitted:
                     yield message
                     last_yield = self._clock()
                     # A long replay of a spilled transaction must not starve status updates.
@@ -461,7 +467,9 @@ class LogicalReplicationSource:
             except (OSError, psycopg.OperationalError) as exc:
                 raise self._stream_error(pgconn, exc) from exc
 
-    def _handle(self, buf: bytes) -> Iterator[LogicalMessage]:
+    def _handle(self, buf: bytes) -> tuple[LogicalMessage, ...] | Iterator[LogicalMessage]:
+        """The messages one CopyData frame releases, resends filtered out: a tuple (of at most
+        one), or an iterator over a committed stream's replay."""
         progress = self.progress
         xlogdata = split_xlogdata(buf)
         if xlogdata is None:
@@ -471,17 +479,28 @@ class LogicalReplicationSource:
                 progress.on_keepalive(frame.wal_end)
                 if frame.reply_requested:
                     self._send_status()
-                return
+                return ()
             xlogdata = (frame.wal_start, frame.wal_end, frame.payload)
         wal_start, wal_end, payload = xlogdata
         self.stats.messages_received += 1
         progress.on_wal_data(wal_start, wal_end)
         decoder = self._decoder
         assert decoder is not None
-        message = decoder.decode(payload)
-        for out in self.assembler.feed(message, payload):
-            if progress.admit(out):
-                yield out
+        released = self.assembler.feed(decoder.decode(payload), payload)
+        if not isinstance(released, tuple):
+            return self._admitted(released)
+        if len(released) == 1:
+            if progress.admit(released[0]):
+                return released
+            self.stats.duplicates_dropped += 1
+            return ()
+        return tuple(self._admitted(iter(released)))
+
+    def _admitted(self, messages: Iterator[LogicalMessage]) -> Iterator[LogicalMessage]:
+        progress = self.progress
+        for message in messages:
+            if progress.admit(message):
+                yield message
             else:
                 self.stats.duplicates_dropped += 1
 
