@@ -263,10 +263,10 @@ INT16: Final[dict[str, Any]] = {"type": "int", "connect.type": "int16"}
 
 
 def register_types(registry: TypeRegistry) -> None:
-    ints = (ops.INT, ops.INT)
+    ints, longs = (ops.INT32, ops.INT32), (ops.INT, ops.INT)
     registry.add_builtin("int2", simple("smallint", INT16, _int_text, _int_binary, native=ints))
     registry.add_builtin("int4", simple("integer", "int", _int_text, _int_binary, native=ints))
-    registry.add_builtin("int8", simple("bigint", "long", _int_text, _int_binary, native=ints))
+    registry.add_builtin("int8", simple("bigint", "long", _int_text, _int_binary, native=longs))
     # Object identifiers are unsigned 32-bit: they need a long (Debezium does the same).
     for name in ("oid", "xid", "cid"):
         registry.add_builtin(name, simple(name, "long", _int_text, _uint_binary))
