@@ -402,7 +402,6 @@ def test_static_schemas_parse() -> None:
         fastavro.parse_schema(static_schema(name))
 
 
-
 def test_registry_client_gives_up_on_a_registry_that_never_answers() -> None:
     # confluent-kafka's client has no request timeout by default: a stuck connection would
     # block the bridge forever. A listener that accepts and never answers must fail the call.
