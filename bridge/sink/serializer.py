@@ -21,7 +21,7 @@ from bridge import __version__
 from bridge.events import ChangeEvent, LogicalMessageEvent, TxContext
 from bridge.pgoutput.lsn import pg_timestamp_to_unix_micros
 from bridge.schema import ENVELOPE_FIELDS, UNCHANGED_TOAST_FIELD, EncodedRow, static_schema
-from bridge.sink.avro_writer import Writer, compile_writer, write_long
+from bridge.sink.avro_writer import Writer, compile_writer, encode_long, write_long
 from bridge.sink.registry import RegisteredSchemas
 
 _MAGIC = struct.Struct(">bI")
@@ -32,6 +32,9 @@ def _string_bytes(text: str) -> bytes:
     write_long(buf, len(text.encode()))
     return bytes(buf) + text.encode()
 
+
+#: Avro encodings of the longs 0x40 .. 0x1FFF (two bytes each), by value.
+TWO_BYTE_LONGS: Final = tuple(encode_long(n) for n in range(0x2000))
 
 #: Avro encodings of the op codes.
 _OPS: Final = {op: _string_bytes(op) for op in "cudtrm"}
@@ -179,6 +182,8 @@ class EnvelopeSerializer:
         seq = event.seq
         if seq < 0x40:
             buf.append(seq << 1)
+        elif seq < 0x2000:
+            buf += TWO_BYTE_LONGS[seq]  # most transactions' sequence numbers
         else:
             write_long(buf, seq)
         if self._tx_metadata:

@@ -445,7 +445,7 @@ class LogicalReplicationSource:
                 if isinstance(emitted, tuple):  # the usual: nothing or one message
                     for message in emitted:
                         yield message
-                        last_yield = self._clock()
+                        last_yield = now  # read before the frame: close enough for idling
                     continue
                 for message in emitted:
                     yield message
