@@ -104,6 +104,14 @@ def load(dsn: str, first: int, rows: int, per_tx: int = 1000) -> None:
             conn.execute(INSERT, (start, min(start + per_tx, first + rows) - 1))
 
 
+def settle(dsn: str) -> None:
+    """Do now what the server would otherwise do during the first measurement: autovacuum's
+    pass over the freshly loaded table and the checkpoint the load asks for."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE bench")
+        conn.execute("CHECKPOINT")
+
+
 def end_marker(dsn: str) -> Lsn:
     """A committed marker after the load; its LSN is where a reader has seen everything."""
     with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
@@ -173,6 +181,7 @@ def throughput(stack: StackInfo, dsn: str, rows: int, repeat: int) -> None:
     load(dsn, 1, rows)
     endpos = end_marker(dsn)
     print(f"loaded {rows} rows in {time.perf_counter() - t:.1f} s; end at {endpos}")
+    settle(dsn)
     ratios = []
     us = 1e6 / rows
     for i in range(repeat):

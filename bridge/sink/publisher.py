@@ -213,6 +213,9 @@ class KafkaPublisher:
         # Records not yet handed to the client, all for _pending_target's (topic, callback).
         self._pending: list[dict[str, bytes | None]] = []
         self._pending_target: tuple[str, Any] | None = None
+        # (topic, on_delivered, on_failed) of the batch being collected, for publish()'s
+        # shortcut; compared by identity.
+        self._pending_route: tuple[Any, Any, Any] = (None, None, None)
         self._batch_limit = max(1, min(_BATCH_RECORDS, kafka.max_queue_size // 4))
         # Records near the size limit take the single path, which refuses them at once.
         max_bytes = int(conf.get("message.max.bytes", 1_000_000))
@@ -243,6 +246,21 @@ class KafkaPublisher:
         if failures.first is not None or failures.callback_error is not None or self._closed:
             self._raise_if_failed()
             raise PublisherError("publish after close()")
+        if (
+            topic is self._pending_route[0]
+            and on_delivered is self._pending_route[1]
+            and on_failed is self._pending_route[2]
+            and headers is None
+            and (value is None or len(value) <= self._batch_max_bytes)
+            and (key is None or len(key) <= self._batch_max_bytes)
+        ):
+            # The common case: one more record for the batch being collected (its topic was
+            # checked and its callback built when the batch began).
+            self._pending.append({"key": key, "value": value})
+            self._in_flight += 1
+            if len(self._pending) >= self._batch_limit:
+                self.send_pending()
+            return
         if topic not in self._known_topics:
             self.ensure_topic(topic)
         # Consecutive records of a transaction share topic and delivery target: reuse their
@@ -262,6 +280,7 @@ class KafkaPublisher:
             if self._pending_target != target:
                 self.send_pending()
                 self._pending_target = target
+            self._pending_route = (topic, on_delivered, on_failed)
             self._pending.append({"key": key, "value": value})
             self._in_flight += 1
             if len(self._pending) >= self._batch_limit:
