@@ -36,6 +36,15 @@ Throughput settings
     at the same throughput (``bench/pipeline_bench.py``). The local queue is bounded
     (``max.queue.size``, ``max.queue.size.in.bytes``); when it is full :meth:`publish` polls
     until deliveries make room, which is the back-pressure that slows reading from PostgreSQL.
+
+Batching
+    Consecutive records for one topic and delivery target are collected (up to 256) and
+    handed to librdkafka with one ``produce_batch`` call, at the latest by the next
+    :meth:`~KafkaPublisher.poll`, :meth:`~KafkaPublisher.flush`, :meth:`~KafkaPublisher.close`
+    or :meth:`~KafkaPublisher.send_pending` (the pipeline calls it at each transaction's
+    end). Order is kept: a batch waits for room for all of it, a record that takes the
+    single path (headers, size near ``message.max.bytes``) first sends what is batched, and a
+    batch refused in a way that could reorder records stops the bridge.
 """
 
 from __future__ import annotations
