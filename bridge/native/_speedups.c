@@ -36,6 +36,9 @@ enum {
     OP_DATE = 7,      /* date -> days since 1970 */
     OP_DOUBLE = 8,    /* float8 -> Avro double */
     OP_INT32 = 9,     /* int2/int4 -> Avro int: as OP_INT, refused outside int32 */
+    OP_UUID = 10,     /* uuid -> Avro string (text: ASCII as sent; binary: 16 bytes) */
+    OP_BYTEA = 11,    /* bytea -> Avro bytes (text: hex format only; binary: as sent) */
+    OP_TIME = 12,     /* time -> Avro long micros since midnight */
 };
 
 #define PG_EPOCH_DAYS 10957LL
@@ -287,6 +290,63 @@ static int valid_utf8(const char *p, Py_ssize_t n) {
     return -1;
 }
 
+static int hex_value(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* bytea_out's hex format "\\x" + two hex digits per byte, as Avro bytes. */
+static int out_bytea_hex(Out *o, const char *p, Py_ssize_t n) {
+    if (n < 2 || p[0] != '\\' || p[1] != 'x' || (n & 1)) return 0;
+    Py_ssize_t len = (n - 2) / 2;
+    if (!out_long(o, len) || !out_reserve(o, len)) return -1;
+    char *dst = o->data + o->len;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        int hi = hex_value((unsigned char)p[2 + 2 * i]), lo = hex_value((unsigned char)p[3 + 2 * i]);
+        if (hi < 0 || lo < 0) return 0; /* the caller drops the whole record */
+        dst[i] = (char)((hi << 4) | lo);
+    }
+    o->len += len;
+    return 1;
+}
+
+/* uuid_send's 16 bytes as str(uuid.UUID(bytes=...)): lowercase 8-4-4-4-12. */
+static int out_uuid_binary(Out *o, const unsigned char *p) {
+    static const char digits[] = "0123456789abcdef";
+    char text[36];
+    int k = 0;
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) text[k++] = '-';
+        text[k++] = digits[p[i] >> 4];
+        text[k++] = digits[p[i] & 15];
+    }
+    return out_bytes(o, text, 36);
+}
+
+/* time_out "HH:MM:SS[.f{1,6}]" (hours up to 24) -> micros, as bridge.types.temporal. */
+static int parse_time_text(const char *p, Py_ssize_t n, int64_t *micros) {
+    int64_t h, mi, s, frac = 0;
+    if (n < 8 || p[2] != ':' || p[5] != ':') return 0;
+    if (!digits(p, 2, &h) || !digits(p + 3, 2, &mi) || !digits(p + 6, 2, &s)) return 0;
+    Py_ssize_t i = 8;
+    if (i < n && p[i] == '.') {
+        int k = 0;
+        i++;
+        while (i < n && k < 6 && (unsigned)(p[i] - '0') <= 9) {
+            frac = frac * 10 + (p[i] - '0');
+            i++;
+            k++;
+        }
+        if (k == 0) return 0;
+        for (; k < 6; k++) frac *= 10;
+    }
+    if (i != n) return 0;
+    *micros = ((h * 60 + mi) * 60 + s) * 1000000LL + frac;
+    return 1;
+}
+
 static int parse_double_text(const char *p, Py_ssize_t n, double *out) {
     char tmp[64];
     if (n < 1 || n >= (Py_ssize_t)sizeof(tmp)) return 0;
@@ -378,6 +438,24 @@ static int write_value(Out *o, int op, int binary, const char *p, Py_ssize_t n, 
         o->len += 8;
         return 1;
     }
+    case OP_UUID:
+        if (binary) {
+            if (n != 16) return 0;
+            return out_uuid_binary(o, (const unsigned char *)p) ? 1 : -1;
+        }
+        if (!is_ascii((const unsigned char *)p, n)) return 0;
+        return out_bytes(o, p, n) ? 1 : -1;
+    case OP_BYTEA:
+        if (binary) return out_bytes(o, p, n) ? 1 : -1;
+        return out_bytea_hex(o, p, n);
+    case OP_TIME:
+        if (binary) {
+            if (n != 8) return 0;
+            v = be_signed((const unsigned char *)p, 8);
+        } else if (!parse_time_text(p, n, &v)) {
+            return 0;
+        }
+        return out_long(o, v) ? 1 : -1;
     default:
         return 0;
     }

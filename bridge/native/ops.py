@@ -16,3 +16,6 @@ TIMESTAMP: Final = 6  # timestamp -> microseconds since 1970, wall clock
 DATE: Final = 7  # date -> days since 1970
 DOUBLE: Final = 8  # float8 -> Avro double
 INT32: Final = 9  # int2/int4 -> Avro int (declines values beyond int32, as the writer refuses)
+UUID: Final = 10  # uuid -> Avro string (text: ASCII; binary: 16 bytes, formatted)
+BYTEA: Final = 11  # bytea -> Avro bytes (text: the hex format only)
+TIME: Final = 12  # time -> microseconds since midnight

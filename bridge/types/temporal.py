@@ -355,7 +355,10 @@ def register_types(registry: TypeRegistry) -> None:
         "date",
         simple("date", DATE_SCHEMA, date_from_text, date_from_binary, native=(ops.DATE, ops.DATE)),
     )
-    registry.add_builtin("time", simple("time", TIME_SCHEMA, time_from_text, time_from_binary))
+    registry.add_builtin(
+        "time",
+        simple("time", TIME_SCHEMA, time_from_text, time_from_binary, native=(ops.TIME, ops.TIME)),
+    )
     registry.add_builtin(
         "timetz", simple("time with time zone", TIMETZ_SCHEMA, timetz_from_text, timetz_from_binary)
     )

@@ -96,9 +96,20 @@ def register_types(registry: TypeRegistry) -> None:
         )
     registry.add_builtin('"char"', simple('"char"', "string", char_from_text, char_from_binary))
     registry.add_builtin(
-        "bytea", simple("bytea", "bytes", bytea_from_text, _bytes, DEBEZIUM_UNAVAILABLE_BYTES)
+        "bytea",
+        simple(
+            "bytea",
+            "bytes",
+            bytea_from_text,
+            _bytes,
+            DEBEZIUM_UNAVAILABLE_BYTES,
+            native=(ops.BYTEA, ops.BYTEA),
+        ),
     )
-    registry.add_builtin("uuid", simple("uuid", UUID_SCHEMA, _ascii, _uuid_binary))
+    registry.add_builtin(
+        "uuid",
+        simple("uuid", UUID_SCHEMA, _ascii, _uuid_binary, native=(ops.UUID, ops.UUID)),
+    )
     registry.add_builtin("xml", simple("xml", XML_SCHEMA, utf8, utf8, DEBEZIUM_UNAVAILABLE))
     registry.add_builtin("pg_lsn", simple("pg_lsn", "string", _ascii, _lsn_binary))
     for name in (

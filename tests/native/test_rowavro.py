@@ -18,7 +18,7 @@ import os
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -45,6 +45,7 @@ from bridge.types import ConversionError, TypeMapper
 INT2, INT4, INT8, TEXT, VARCHAR, BPCHAR, NAME = 21, 23, 20, 25, 1043, 1042, 19
 JSON, JSONB, BOOL, FLOAT8, NUMERIC = 114, 3802, 16, 701, 1700
 TIMESTAMPTZ, TIMESTAMP, DATE, UUID, INTERVAL = 1184, 1114, 1082, 2950, 1186
+BYTEA, TIME, INET = 17, 1083, 869
 
 PG_EPOCH = datetime(2000, 1, 1)
 US = timedelta(microseconds=1)
@@ -174,6 +175,27 @@ def dates() -> st.SearchStrategy[Pair]:
     )
 
 
+def uuids() -> st.SearchStrategy[Pair]:
+    return st.uuids().map(lambda u: (str(u).encode(), u.bytes))
+
+
+def byteas() -> st.SearchStrategy[Pair]:
+    """bytea_out's hex format (the walsender runs with bytea_output=hex); send is raw."""
+    return st.binary(max_size=40).map(lambda b: (b"\\x" + b.hex().encode(), b))
+
+
+def times() -> st.SearchStrategy[Pair]:
+    """time_out: HH:MM:SS, fraction trimmed; 24:00:00 is a valid time."""
+
+    def render(t: time) -> Pair:
+        frac = f".{t.microsecond:06d}".rstrip("0") if t.microsecond else ""
+        micros = ((t.hour * 60 + t.minute) * 60 + t.second) * 1_000_000 + t.microsecond
+        return f"{t:%H:%M:%S}{frac}".encode(), be(micros, 8)
+
+    midnight_end = (b"24:00:00", be(86_400_000_000, 8))
+    return st.times().map(render) | st.just(midnight_end)
+
+
 @dataclass(frozen=True)
 class Column:
     name: str
@@ -202,6 +224,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("tstz", TIMESTAMPTZ, -1, timestamptzs()),
     Column("ts", TIMESTAMP, -1, timestamps()),
     Column("d", DATE, -1, dates()),
+    Column("u", UUID, -1, uuids()),
+    Column("raw", BYTEA, -1, byteas()),
+    Column("tm", TIME, -1, times()),
 )
 BY_NAME = {c.name: c for c in COLUMNS}
 
@@ -409,6 +434,8 @@ def test_rows_encode_to_python_bytes(table_name: str, data: st.DataObject) -> No
 # --- 3. values the C encoder hands back to Python ----------------------------------------------
 
 FALLBACKS: list[tuple[str, Value]] = [
+    ("raw", ("t", b"abc\\000def")),  # bytea's escape format: psycopg's loader reads it
+    ("tm", ("t", b"12:00:00+02")),  # a zone on a time: the Python reader ignores it
     ("n12_2", ("t", b"NaN")),
     ("n12_2", ("t", b"Infinity")),
     ("n12_2", ("t", b"-Infinity")),
@@ -468,7 +495,7 @@ def test_null_in_non_null_key_falls_back() -> None:
 @pytest.mark.parametrize(
     ("oid", "typmod", "raw"),
     [
-        (UUID, -1, b"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
+        (INET, -1, b"192.168.0.1/24"),
         (INTERVAL, -1, b"1 day 02:03:04.5"),
         (NUMERIC, numeric_typmod(38, 10), b"1.5000000000"),  # precision beyond 18 digits
         (NUMERIC, -1, b"3.14"),  # unconstrained: VariableScaleDecimal
@@ -499,6 +526,9 @@ MALFORMED: list[tuple[str, Value]] = [
     ("ts", ("t", b"not a time")),
     ("n12_2", ("t", b"12,50")),
     ("f8", ("t", b"1.5.5")),
+    ("u", ("t", "caf\u00e9".encode())),  # not ASCII
+    ("u", ("b", b"\x00" * 15)),  # not 16 bytes
+    ("tm", ("t", b"12:3")),
 ]
 
 
@@ -545,6 +575,11 @@ def _tstz(local: datetime, offset: int) -> Value:
 
 
 EDGES: list[tuple[str, Value]] = [
+    ("raw", ("t", b"\\xDEADbeef")),  # upper-case hex digits
+    ("raw", ("t", b"\\x")),  # empty
+    ("u", ("t", b"00000000-0000-0000-0000-000000000000")),
+    ("tm", ("t", b"00:00:00")),
+    ("tm", ("b", be(86_400_000_000, 8))),
     ("i8", ("t", b"-9223372036854775808")),
     ("i8", ("t", b"9223372036854775807")),
     ("i8", ("b", be(-(2**63), 8))),
