@@ -170,6 +170,26 @@ static int parse_date_part(const char *p, int64_t *days) {
     return 1;
 }
 
+/* An optional ".f{1,6}" at *i -> microseconds in *frac, *i moved past it; 0 if malformed. */
+static int parse_fraction(const char *p, Py_ssize_t n, Py_ssize_t *i, int64_t *frac) {
+    Py_ssize_t j = *i;
+    int64_t f = 0;
+    if (j < n && p[j] == '.') {
+        int k = 0;
+        j++;
+        while (j < n && k < 6 && (unsigned)(p[j] - '0') <= 9) {
+            f = f * 10 + (p[j] - '0');
+            j++;
+            k++;
+        }
+        if (k == 0) return 0;
+        for (; k < 6; k++) f *= 10;
+    }
+    *i = j;
+    *frac = f;
+    return 1;
+}
+
 /* PostgreSQL's ISO output "YYYY-MM-DD HH:MM:SS[.f{1,6}]" then, with a zone, "+HH[:MM[:SS]]". */
 static int parse_timestamp_text(const char *p, Py_ssize_t n, int with_zone, int64_t *micros) {
     int64_t days, h, mi, s, frac = 0;
@@ -178,17 +198,7 @@ static int parse_timestamp_text(const char *p, Py_ssize_t n, int with_zone, int6
     if (!digits(p + 11, 2, &h) || !digits(p + 14, 2, &mi) || !digits(p + 17, 2, &s)) return 0;
     if (h > 23 || mi > 59 || s > 59) return 0;
     Py_ssize_t i = 19;
-    if (i < n && p[i] == '.') {
-        int k = 0;
-        i++;
-        while (i < n && k < 6 && (unsigned)(p[i] - '0') <= 9) {
-            frac = frac * 10 + (p[i] - '0');
-            i++;
-            k++;
-        }
-        if (k == 0) return 0;
-        for (; k < 6; k++) frac *= 10;
-    }
+    if (!parse_fraction(p, n, &i, &frac)) return 0;
     int64_t offset = 0;
     if (with_zone) {
         if (i >= n || (p[i] != '+' && p[i] != '-')) return 0;
@@ -331,17 +341,7 @@ static int parse_time_text(const char *p, Py_ssize_t n, int64_t *micros) {
     if (n < 8 || p[2] != ':' || p[5] != ':') return 0;
     if (!digits(p, 2, &h) || !digits(p + 3, 2, &mi) || !digits(p + 6, 2, &s)) return 0;
     Py_ssize_t i = 8;
-    if (i < n && p[i] == '.') {
-        int k = 0;
-        i++;
-        while (i < n && k < 6 && (unsigned)(p[i] - '0') <= 9) {
-            frac = frac * 10 + (p[i] - '0');
-            i++;
-            k++;
-        }
-        if (k == 0) return 0;
-        for (; k < 6; k++) frac *= 10;
-    }
+    if (!parse_fraction(p, n, &i, &frac)) return 0;
     if (i != n) return 0;
     *micros = ((h * 60 + mi) * 60 + s) * 1000000LL + frac;
     return 1;
