@@ -61,6 +61,7 @@ from bridge.pgoutput.rows import (
     kind_length,
     make_delete,
     make_insert,
+    make_tuple,
     make_update,
     new_object,
     read_tuple,
@@ -322,20 +323,8 @@ class Decoder:
             scanned = scan_tuple(buf, start, end) if end > start and buf[start - 1] == _N else None
             if scanned is None or scanned[2] != end:
                 return self._insert_checked(buf)
-            tup: TupleData = new_object(TupleData)
-            set_kinds(tup, scanned[0])
-            set_buffer(tup, buf)
-            set_spans(tup, scanned[1])
-            m: Insert = new_object(Insert)
-            if start == 10:
-                xid, oid = _u32u32(buf, 1)
-                set_insert_xid(m, xid)
-            else:
-                set_insert_xid(m, None)
-                (oid,) = _u32(buf, 1)
-            set_insert_oid(m, oid)
-            set_insert_new(m, tup)
-            return m
+            xid, oid = _u32u32(buf, 1) if start == 10 else (None, _u32(buf, 1)[0])
+            return make_insert(xid, oid, make_tuple(scanned[0], buf, scanned[1]))
         try:
             if self._in_stream:
                 xid, oid, marker, ncols, k0 = row_header_xid(buf, 1)
@@ -361,11 +350,11 @@ class Decoder:
                 else:
                     if pos == len(buf):
                         # make_tuple and make_insert, inlined.
-                        tup = new_object(TupleData)
+                        tup: TupleData = new_object(TupleData)
                         set_kinds(tup, UNIFORM_KIND[k0] * ncols)
                         set_buffer(tup, buf)
                         set_spans(tup, tuple(spans))
-                        m = new_object(Insert)
+                        m: Insert = new_object(Insert)
                         set_insert_xid(m, xid)
                         set_insert_oid(m, oid)
                         set_insert_new(m, tup)

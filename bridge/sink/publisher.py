@@ -219,18 +219,16 @@ class KafkaPublisher:
         self._failures = _Failures()
         self._in_flight = 0
         self._closed = False
-        # Records not yet handed to the client, all for _pending_target's (topic, callback).
+        # Consecutive records with the same (topic, on_delivered, on_failed), compared by
+        # identity, form a route: one delivery callback, and batches (see publish()).
+        self._route: tuple[Any, Any, Any] = (None, None, None)
+        self._route_callback: Callable[[KafkaError | None, Message], None] | None = None
+        # Records not yet handed to the client, all of the current route.
         self._pending: list[dict[str, bytes | None]] = []
-        self._pending_target: tuple[str, Any] | None = None
-        # (topic, on_delivered, on_failed) of the batch being collected, for publish()'s
-        # shortcut; compared by identity.
-        self._pending_route: tuple[Any, Any, Any] = (None, None, None)
         self._batch_limit = max(1, min(_BATCH_RECORDS, kafka.max_queue_size // 4))
         # Records near the size limit take the single path, which refuses them at once.
         max_bytes = int(conf.get("message.max.bytes", 1_000_000))
         self._batch_max_bytes = min(_BATCH_MAX_BYTES, max_bytes // 2)
-        # (topic, on_delivered, on_failed, callback) of the last record; see publish().
-        self._last_callback: tuple[Any, ...] = (None, None, None, None)
 
     # -- publishing ---------------------------------------------------------------------------
 
@@ -255,48 +253,28 @@ class KafkaPublisher:
         if failures.first is not None or failures.callback_error is not None or self._closed:
             self._raise_if_failed()
             raise PublisherError("publish after close()")
-        if (
-            topic is self._pending_route[0]
-            and on_delivered is self._pending_route[1]
-            and on_failed is self._pending_route[2]
-            and headers is None
-            and (value is None or len(value) <= self._batch_max_bytes)
-            and (key is None or len(key) <= self._batch_max_bytes)
-        ):
-            # The common case: one more record for the batch being collected (its topic was
-            # checked and its callback built when the batch began).
-            self._pending.append({"key": key, "value": value})
-            self._in_flight += 1
-            if len(self._pending) >= self._batch_limit:
-                self.send_pending()
-            return
-        if topic not in self._known_topics:
-            self.ensure_topic(topic)
-        # Consecutive records of a transaction share topic and delivery target: reuse their
-        # callback rather than build a closure per record (the hot path's largest cost here).
-        last = self._last_callback
-        if last[0] == topic and last[1] == on_delivered and last[2] is on_failed:
-            callback = last[3]
-        else:
-            callback = self._delivery_callback(topic, on_delivered, on_failed)
-            self._last_callback = (topic, on_delivered, on_failed, callback)
+        route = self._route
+        if not (topic is route[0] and on_delivered is route[1] and on_failed is route[2]):
+            # Another topic or delivery target: what is batched goes first (order), and the
+            # records of this route share one callback (not a closure per record).
+            if topic not in self._known_topics:
+                self.ensure_topic(topic)
+            self.send_pending()
+            self._route = (topic, on_delivered, on_failed)
+            self._route_callback = self._delivery_callback(topic, on_delivered, on_failed)
         if (
             headers is None
             and (value is None or len(value) <= self._batch_max_bytes)
             and (key is None or len(key) <= self._batch_max_bytes)
         ):
-            target = (topic, callback)
-            if self._pending_target != target:
-                self.send_pending()
-                self._pending_target = target
-            self._pending_route = (topic, on_delivered, on_failed)
             self._pending.append({"key": key, "value": value})
             self._in_flight += 1
             if len(self._pending) >= self._batch_limit:
                 self.send_pending()
             return
-        # In order: what is pending goes first.
+        # Single path: in order, what is batched goes first.
         self.send_pending()
+        callback = self._route_callback
         while True:
             try:
                 self._producer.produce(
@@ -320,8 +298,7 @@ class KafkaPublisher:
         pending = self._pending
         if not pending:
             return
-        assert self._pending_target is not None
-        topic, callback = self._pending_target
+        topic, callback = self._route[0], self._route_callback
         self._pending = []
         producer = self._producer
         while pending:

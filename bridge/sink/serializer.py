@@ -209,9 +209,7 @@ class EnvelopeSerializer:
         prefix = self._source_prefixes.get(table) if tx is self._source_tx else None
         buf += prefix or self._source_prefix(tx, table, parts)
         seq = event.seq
-        if seq < 0x40:
-            buf.append(seq << 1)
-        elif seq < 0x2000:
+        if seq < 0x2000:
             buf += SMALL_LONGS[seq]  # most transactions' sequence numbers
         else:
             write_long(buf, seq)

@@ -494,7 +494,7 @@ class LogicalReplicationSource:
                 return released
             self.stats.duplicates_dropped += 1
             return ()
-        return tuple(self._admitted(iter(released)))
+        return tuple(self._admitted(iter(released))) if released else released
 
     def _admitted(self, messages: Iterator[LogicalMessage]) -> Iterator[LogicalMessage]:
         progress = self.progress
