@@ -8,6 +8,9 @@ where a row came from. :class:`EventBuilder` is fed the source's messages in com
   Truncate (``t``). An update that changes the key (an old ``K`` tuple) becomes a delete of the
   old key followed by a create, as Debezium does, so each key's history stays on its partition.
 - :class:`LogicalMessageEvent` for ``pg_logical_emit_message`` (``m``).
+- :class:`DeadLetterEvent` in place of a change whose values cannot be converted, when the
+  failure policy (:mod:`bridge.failures`) sets such changes aside rather than stopping; it keeps
+  the change's ``seq``, so positions stay the same whichever policy is in force.
 - :class:`TransactionEnd` at Commit: the position to acknowledge once everything before it was
   delivered, with per-table counts for the optional transaction-metadata topic.
 
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from bridge.errors import PgBridgeError
+from bridge.failures import FailurePolicy
 from bridge.pgoutput.lsn import Lsn
 from bridge.pgoutput.messages import (
     Begin,
@@ -41,6 +45,7 @@ from bridge.pgoutput.messages import (
 )
 from bridge.schema import KeylessMode, RelationSchemas, TableHints, relation_schemas
 from bridge.types import TypeMapper
+from bridge.types.errors import ConversionError
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +133,20 @@ class TransactionEnd:
     per_table: dict[str, int] = field(default_factory=dict)
 
 
-Output = ChangeEvent | LogicalMessageEvent | TransactionEnd
+@dataclass(frozen=True, slots=True)
+class DeadLetterEvent:
+    """A change the failure policy set aside: the raw tuples as the server sent them and why."""
+
+    op: Op
+    table: RelationSchemas
+    tx: TxContext
+    seq: int
+    before: TupleData | None
+    after: TupleData | None
+    error: ConversionError
+
+
+Output = ChangeEvent | LogicalMessageEvent | TransactionEnd | DeadLetterEvent
 
 
 class EventBuilder:
@@ -140,12 +158,19 @@ class EventBuilder:
         mapper: TypeMapper | None = None,
         *,
         hints: dict[str, TableHints] | None = None,
-        keyless: KeylessMode = "fail",
+        keyless: KeylessMode = "null_key",
+        key_columns: Callable[[str, str], tuple[str, ...] | None] | None = None,
+        failures: FailurePolicy | None = None,
     ) -> None:
+        """``hints`` by ``schema.table``; ``key_columns(schema, table)`` the configured message
+        key columns of a table (``message.key.columns``), if any; ``failures`` decides what
+        happens to a change that cannot be converted (default: stop with the typed error)."""
         self.topic_prefix = topic_prefix
         self.mapper = mapper or TypeMapper()
         self.hints = hints or {}
         self.keyless: KeylessMode = keyless
+        self.key_columns = key_columns
+        self.failures = failures or FailurePolicy("fail")
         self.relations: dict[int, RelationSchemas] = {}
         self._tx: TxContext | None = None
         self._begin: Begin | None = None
@@ -180,7 +205,10 @@ class EventBuilder:
         table = self.relations.get(message.relation_oid) or self._table(
             message.relation_oid, "Insert"
         )
-        after, toast = table.encoder.encode(message.new_tuple)
+        try:
+            after, toast = table.encoder.encode(message.new_tuple)
+        except ConversionError as exc:
+            return [self._dead_letter("c", table, None, message.new_tuple, exc)]
         tx = self._tx or self._require_tx(table.table)
         seq = self._seq
         self._seq = seq + 1
@@ -189,7 +217,10 @@ class EventBuilder:
 
     def _delete(self, message: Delete) -> list[Output]:
         table = self._table(message.relation_oid, "Delete")
-        before, _ = table.encoder.encode(message.old_tuple)
+        try:
+            before, _ = table.encoder.encode(message.old_tuple)
+        except ConversionError as exc:
+            return [self._dead_letter("d", table, message.old_tuple, None, exc)]
         return [self._change("d", table, before, None, ())]
 
     def _truncate(self, message: Truncate) -> list[Output]:
@@ -216,23 +247,31 @@ class EventBuilder:
         return []
 
     def _relation(self, relation: Relation) -> list[Output]:
-        table = f"{relation.namespace or 'pg_catalog'}.{relation.relation_name}"
+        schema = relation.namespace or "pg_catalog"
+        table = f"{schema}.{relation.relation_name}"
         known = self.relations.get(relation.relation_oid)
         if known is not None and replace(known.relation, xid=None) == replace(relation, xid=None):
             return []  # the server repeats Relation messages (reconnects, streams): no change
+        hints = self.hints.get(table)
+        key_columns = self.key_columns(schema, relation.relation_name) if self.key_columns else None
+        if key_columns is not None:
+            hints = replace(hints or TableHints(), key_columns=key_columns)
         self.relations[relation.relation_oid] = relation_schemas(
             relation,
             self.mapper,
             topic_prefix=self.topic_prefix,
-            hints=self.hints.get(table),
+            hints=hints,
             keyless=self.keyless,
         )
         return []
 
     def _update(self, message: Update) -> list[Output]:
         table = self._table(message.relation_oid, "Update")
-        after, toast = table.encoder.encode(message.new_tuple)
-        before = self._old_row(table, message.old_tuple)
+        try:
+            after, toast = table.encoder.encode(message.new_tuple)
+            before = self._old_row(table, message.old_tuple)
+        except ConversionError as exc:
+            return [self._dead_letter("u", table, message.old_tuple, message.new_tuple, exc)]
         if (
             message.old_kind == "K"
             and before is not None
@@ -289,6 +328,24 @@ class EventBuilder:
     ) -> ChangeEvent:
         tx = self._require_tx(table.table)
         event = ChangeEvent(op, table, tx, self._seq, before, after, tuple(toast))
+        self._seq += 1
+        self._counts[table.table] += 1
+        return event
+
+    def _dead_letter(
+        self,
+        op: Op,
+        table: RelationSchemas,
+        before: TupleData | None,
+        after: TupleData | None,
+        error: ConversionError,
+    ) -> DeadLetterEvent:
+        """A change that cannot be converted: raised under ``fail``, else set aside whole (an
+        update or a key change is one dead letter, never half of it)."""
+        if self.failures.stops:
+            raise error
+        tx = self._require_tx(table.table)
+        event = DeadLetterEvent(op, table, tx, self._seq, before, after, error)
         self._seq += 1
         self._counts[table.table] += 1
         return event

@@ -30,14 +30,24 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from bridge.ack import AckTracker, TransactionToken
-from bridge.events import ChangeEvent, EventBuilder, LogicalMessageEvent, Output, TransactionEnd
+from bridge.events import (
+    ChangeEvent,
+    DeadLetterEvent,
+    EventBuilder,
+    LogicalMessageEvent,
+    Output,
+    TransactionEnd,
+)
+from bridge.failures import dead_letter_record
 from bridge.pgoutput.lsn import Lsn, pg_timestamp_to_unix_micros
 from bridge.pgoutput.messages import Begin, LogicalMessage
-from bridge.schema import RelationSchemas, static_schema
+from bridge.schema import EncodedRow, RelationSchemas, static_schema
+from bridge.sink.avro_writer import AvroWriteError
 from bridge.sink.metadata import MetadataRecords, heartbeat_topic, transaction_topic
 from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
 from bridge.sink.serializer import EnvelopeSerializer, message_value_schema
 from bridge.source.api import ChangeSource
+from bridge.types.errors import ConversionError
 
 logger = logging.getLogger(__name__)
 
@@ -246,6 +256,8 @@ class Pipeline:
             self._acknowledge()
         elif type(output) is LogicalMessageEvent:
             self._publish_message(output)
+        elif type(output) is DeadLetterEvent and self._captured(output.table):
+            self._publish_dead_letter(output, output.before, output.after, output.error)
 
     def _register(self, lsn: Lsn) -> _Counts:
         counts = _Counts(self.tracker.begin_transaction(lsn))
@@ -285,8 +297,15 @@ class Pipeline:
         if self._tx_meta:
             self._count_for_metadata(event)
         serializer = self.serializer
-        key = serializer.key(event, ids)
-        value = serializer.value(event, ids)
+        try:
+            key = serializer.key(event, ids)
+            value = serializer.value(event, ids)
+        except (AvroWriteError, ConversionError) as exc:
+            # A value the converters accepted but the Avro schema cannot hold.
+            if self.builder.failures.stops:
+                raise
+            self._publish_dead_letter(event, event.before, event.after, exc)
+            return
         tombstone = op == "d" and key is not None and self.options.tombstones_on_delete
         # _send, inlined for the hot path; a delete counts its tombstone along with it.
         counts = self._counts or self._require_counts()
@@ -301,12 +320,46 @@ class Pipeline:
     def _route(self, table: RelationSchemas) -> RegisteredSchemas | None:
         """The table version's schema ids, or ``None`` if the table filter leaves it out;
         decided (and registered) once per table version."""
-        table_filter = self.options.table_filter
-        schema, _, name = table.table.partition(".")
-        captured = table_filter is None or table_filter(schema, name)
-        ids = self._registered(table) if captured else None
+        ids = self._registered(table) if self._captured(table) else None
         self._routes[id(table)] = (table, ids)
         return ids
+
+    def _publish_dead_letter(
+        self,
+        event: ChangeEvent | DeadLetterEvent,
+        before: Any,
+        after: Any,
+        error: Exception,
+    ) -> None:
+        """Set a change aside on the dead-letter topic (bridge.failures), acknowledged like
+        any record of its transaction."""
+        failures = self.builder.failures
+        topic = failures.dead_letter_topic
+        assert topic is not None  # FailurePolicy requires one unless the mode is fail
+        table = event.table
+        position = f"LSN {event.tx.commit_lsn} seq {event.seq}"
+        failures.report(table.table, position, error)
+        key, value = dead_letter_record(
+            table=table.table,
+            topic=table.topic,
+            op=event.op,
+            commit_lsn=int(event.tx.commit_lsn),
+            seq=event.seq,
+            xid=event.tx.xid,
+            columns=tuple(c.name for c in table.relation.columns),
+            before=before.tuple_data if isinstance(before, EncodedRow) else before,
+            after=after.tuple_data if isinstance(after, EncodedRow) else after,
+            error=error,
+        )
+        self._send(topic, key, value)
+        self.observer.on_event(table.table, "dead_letter", len(value))
+
+    def _captured(self, table: RelationSchemas) -> bool:
+        table_filter = self.options.table_filter
+        relation = table.relation
+        return table_filter is None or table_filter(
+            relation.namespace or "pg_catalog", relation.relation_name
+        )
 
     # -- transaction metadata and heartbeats (bridge.sink.metadata) -----------------------------
 

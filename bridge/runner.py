@@ -16,6 +16,7 @@ from types import FrameType
 from bridge.config import BridgeConfig
 from bridge.errors import PgBridgeError
 from bridge.events import EventBuilder
+from bridge.failures import FailurePolicy
 from bridge.metrics import BridgeMetrics
 from bridge.observe import MetricsObserver
 from bridge.pipeline import Pipeline, PipelineObserver, PipelineOptions
@@ -109,7 +110,15 @@ def build_pipeline(config: BridgeConfig, metrics: BridgeMetrics | None = None) -
         )
     return Pipeline(
         source=source,
-        builder=EventBuilder(config.topic_prefix, mapper),
+        builder=EventBuilder(
+            config.topic_prefix,
+            mapper,
+            key_columns=config.events.key_columns,
+            failures=FailurePolicy(
+                config.events.failure_handling_mode,  # type: ignore[arg-type]
+                config.events.dead_letter_topic,
+            ),
+        ),
         registrar=registrar,
         serializer=serializer,
         publisher=publisher,

@@ -33,6 +33,7 @@ columns of any type; columns that are not strings or bytes hold ``null`` when un
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
 import re
@@ -123,6 +124,24 @@ def avro_name(name: str) -> str:
     """A valid Avro name: invalid characters become ``_``, a leading digit gets a ``_``."""
     cleaned = _INVALID_AVRO.sub("_", name) or "_"
     return "_" + cleaned if cleaned[0].isdigit() else cleaned
+
+
+def unique_field_name(column: str, taken: list[str] | tuple[str, ...]) -> str:
+    """The Avro field name of ``column``: :func:`avro_name`, and where that is already taken by
+    an earlier column (``"a b"`` and ``a_b``, ``naïve`` and ``na_ve``), that name plus ``_`` and
+    six hex digits of the original name's SHA-1: unique, and stable across schema versions
+    (columns keep their order, so the earlier column keeps the plain name). The original name
+    is always in the field's ``pgbridge.column`` property."""
+    name = avro_name(column)
+    if name not in taken:
+        return name
+    suffixed = f"{name}_{hashlib.sha1(column.encode()).hexdigest()[:6]}"
+    n = 2
+    candidate = suffixed
+    while candidate in taken:  # only for contrived names
+        candidate = f"{suffixed}_{n}"
+        n += 1
+    return candidate
 
 
 def table_schema_name(relation: Relation) -> str:
@@ -222,14 +241,16 @@ def relation_schemas(
     *,
     topic_prefix: str,
     hints: TableHints | None = None,
-    keyless: KeylessMode = "fail",
+    keyless: KeylessMode = "null_key",
 ) -> RelationSchemas:
     """Build the key and value schemas and the row encoder of one Relation message.
 
-    Raises :class:`KeylessTableError` for a table without key columns unless
-    ``keyless="null_key"`` (then the key is null, as Debezium does for tables without a primary
-    key), :class:`SchemaError` for column names that collide once made valid Avro names, and
-    :class:`~bridge.types.UnknownTypeError` for unknown types when the mapper is set to fail.
+    A table without key columns (no primary key under REPLICA IDENTITY DEFAULT, NOTHING, zero
+    columns, or FULL without ``hints.key_columns``) gets a null key (``keyless="null_key"``, the
+    default, as Debezium does for tables without a primary key), or :class:`KeylessTableError`
+    with ``keyless="fail"``. Column names that are not Avro names are sanitised and made unique
+    (:func:`unique_field_name`). Raises :class:`~bridge.types.UnknownTypeError` for unknown types
+    when the mapper is set to fail.
     """
     hints = hints or TableHints()
     table = f"{table_schema_name(relation)}.{relation.relation_name}"
@@ -249,11 +270,7 @@ def relation_schemas(
             table=table,
             column=column.name,
         )
-        name = avro_name(column.name)
-        if name in names:
-            raise SchemaError(
-                table, f"columns {column.name!r} and another both map to field {name!r}"
-            )
+        name = unique_field_name(column.name, names)
         field_schema: dict[str, Any] = {
             "name": name,
             "type": ["null", column_type.avro],
@@ -263,7 +280,8 @@ def relation_schemas(
         if comment:
             field_schema["doc"] = comment
         if name != column.name:
-            field_schema["pgbridge.column"] = column.name  # the real name, for consumers that care
+            # The real name: the Spark job names Delta columns by it, and so can any consumer.
+            field_schema["pgbridge.column"] = column.name
         fields.append(field_schema)
         columns.append(column_type)
         names.append(name)
@@ -355,8 +373,11 @@ def _key_schema(
         # A caller-chosen key is typically the primary key, but nothing here proves NOT NULL.
         optional = True
     elif full:
-        # FULL flags every column as part of the identity; nullable columns may be NULL.
-        key_columns = [c.name for c in relation.columns]
+        # FULL flags every column as part of the identity, so the Relation does not say which
+        # columns are the primary key. Keyed by the whole row, identical rows would share a key
+        # and collapse downstream (and in compaction): like Debezium for tables without a
+        # primary key, the key is null unless message.key.columns names the key columns.
+        key_columns = []
         optional = True
     else:
         # DEFAULT (primary key) and USING INDEX (a unique index on NOT NULL columns): never NULL.
@@ -399,6 +420,11 @@ class EncodedRow(Mapping[str, Any]):
         self._data = data
         self._encoder = encoder
         self._values: dict[str, Any] | None = None
+
+    @property
+    def tuple_data(self) -> TupleData:
+        """The TupleData it was encoded from (for the dead-letter topic's raw text)."""
+        return self._data
 
     def _row(self) -> dict[str, Any]:
         if self._values is None:

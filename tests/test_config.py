@@ -371,3 +371,29 @@ def test_example_toml_values_are_the_defaults() -> None:
         spec = by_key[key]
         parsed = spec.parse(key, value)
         assert parsed == spec.default, key
+
+
+# -- keys and failures ----------------------------------------------------------------------------
+
+
+def test_load_config_message_key_columns_debezium_syntax_first_match_wins() -> None:
+    config = _load({"message.key.columns": "public.events:id; audit\\..*:event_id, at ;.*:k"})
+    events = config.events
+    assert events.key_columns("public", "events") == ("id",)
+    assert events.key_columns("audit", "log") == ("event_id", "at")
+    assert events.key_columns("other", "t") == ("k",)
+    assert _load().events.key_columns("public", "events") is None
+
+
+@pytest.mark.parametrize("bad", ["public.events", "public.events:", ":id", "(:id"])
+def test_load_config_message_key_columns_malformed_is_a_config_error(bad: str) -> None:
+    assert _error(overrides={"message.key.columns": bad}).key == "message.key.columns"
+
+
+def test_load_config_failure_policy_defaults_to_warn_with_a_dead_letter_topic() -> None:
+    events = _load().events
+    assert (events.failure_handling_mode, events.dead_letter_topic) == ("warn", "shop.dead_letter")
+    events = _load({"event.processing.failure.handling.mode": "FAIL"}).events
+    assert events.failure_handling_mode == "fail"
+    error = _error(overrides={"errors.deadletterqueue.topic.name": "bad topic"})
+    assert error.key == "errors.deadletterqueue.topic.name"

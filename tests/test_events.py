@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.events import ChangeEvent, EventBuilder, EventError, LogicalMessageEvent, TransactionEnd
+from bridge.events import (
+    ChangeEvent,
+    DeadLetterEvent,
+    EventBuilder,
+    EventError,
+    LogicalMessageEvent,
+    TransactionEnd,
+)
+from bridge.failures import FailureMode, FailurePolicy
 from bridge.pgoutput.messages import (
     Begin,
     Commit,
@@ -17,6 +25,7 @@ from bridge.pgoutput.messages import (
     Update,
 )
 from bridge.schema import KeylessTableError
+from bridge.types import ConversionError
 from tests.rows import INT4, TEXT, lsn, relation, tuple_data
 
 BEGIN = Begin(final_lsn=lsn("0/1000"), commit_ts=1_000_000, xid=700)
@@ -157,10 +166,75 @@ def test_event_builder_commit_not_matching_begin_is_a_typed_error() -> None:
         b.feed(Commit(0, lsn("0/2000"), lsn("0/2030"), 1))
 
 
-def test_event_builder_table_without_key_fails_by_default() -> None:
+def test_event_builder_table_without_key_has_null_keys_by_default() -> None:
     b = EventBuilder("app")
+    out = _run(
+        b,
+        relation(identity=ReplicaIdentity.NOTHING, columns=(("id", INT4, False),)),
+        BEGIN,
+        Insert(None, 16384, tuple_data("1")),
+        COMMIT,
+    )
+    assert isinstance(out[0], ChangeEvent) and out[0].key is None
+
+
+def test_event_builder_keyless_fail_mode_is_a_typed_error() -> None:
+    b = EventBuilder("app", keyless="fail")
     with pytest.raises(KeylessTableError):
         b.feed(relation(identity=ReplicaIdentity.NOTHING, columns=(("id", INT4, False),)))
+
+
+def test_event_builder_message_key_columns_key_a_full_table() -> None:
+    def key_columns(schema: str, table: str) -> tuple[str, ...] | None:
+        return ("body",) if (schema, table) == ("public", "items") else None
+
+    b = EventBuilder("app", key_columns=key_columns)
+    full = (("id", INT4, True), ("body", TEXT, True))
+    out = _run(
+        b,
+        relation(identity=ReplicaIdentity.FULL, columns=full),
+        BEGIN,
+        Insert(None, 16384, tuple_data("1", "a")),
+        COMMIT,
+    )
+    assert isinstance(out[0], ChangeEvent) and out[0].key == {"body": "a"}
+
+
+def test_event_builder_unconvertible_value_fails_in_fail_mode() -> None:
+    b = EventBuilder("app", failures=FailurePolicy("fail"))
+    _run(b, relation(), BEGIN)
+    with pytest.raises(ConversionError) as info:
+        b.feed(Insert(None, 16384, tuple_data("not a number", "a")))
+    assert info.value.table == "public.items" and info.value.column == "id"
+
+
+@pytest.mark.parametrize("mode", ["warn", "skip"])
+def test_event_builder_unconvertible_change_becomes_one_dead_letter_and_keeps_seq(
+    mode: FailureMode,
+) -> None:
+    b = EventBuilder("app", failures=FailurePolicy(mode, "app.dead_letter"))
+    out = _run(
+        b,
+        relation(),
+        BEGIN,
+        Insert(None, 16384, tuple_data("1", "a")),
+        Update(None, 16384, "O", tuple_data("1", "a"), tuple_data("x", "b")),
+        Insert(None, 16384, tuple_data("2", "c")),
+        COMMIT,
+    )
+    kinds = [(type(e).__name__, getattr(e, "seq", None)) for e in out]
+    assert kinds == [
+        ("ChangeEvent", 0),
+        ("DeadLetterEvent", 1),
+        ("ChangeEvent", 2),
+        ("TransactionEnd", None),
+    ]
+    dead = out[1]
+    assert isinstance(dead, DeadLetterEvent)
+    assert dead.op == "u" and dead.error.column == "id"
+    assert dead.after is not None and dead.after.buffer.find(b"x") >= 0
+    end = out[-1]
+    assert isinstance(end, TransactionEnd) and end.events == 3
 
 
 def test_event_builder_repeated_relation_keeps_table_version() -> None:

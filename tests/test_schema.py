@@ -213,10 +213,20 @@ def test_key_schema_index_identity_uses_flagged_columns_in_order() -> None:
     assert key_types[0] == "string" and key_types[1]["logicalType"] == "decimal"
 
 
-def test_key_schema_full_identity_is_every_column_optional() -> None:
+def test_key_schema_full_identity_without_key_columns_is_a_null_key() -> None:
+    # Keyed by the whole row, two identical rows would share a key and collapse downstream.
     rel = relation(col("a", 23, key=True), col("b", 25, key=True), identity=ReplicaIdentity.FULL)
     schemas = relation_schemas(rel, TypeMapper(), topic_prefix="pg")
-    assert schemas.key_fields == ("a", "b")
+    assert schemas.key_fields == ()
+    assert schemas.key_schema is None
+    assert schemas.key_of({"a": 1, "b": "x"}) is None
+
+
+def test_key_schema_full_identity_with_key_columns_is_optional() -> None:
+    rel = relation(col("a", 23, key=True), col("b", 25, key=True), identity=ReplicaIdentity.FULL)
+    hints = TableHints(key_columns=("b", "a"))
+    schemas = relation_schemas(rel, TypeMapper(), topic_prefix="pg", hints=hints)
+    assert schemas.key_fields == ("b", "a")
     assert schemas.key_schema is not None
     assert all(f["type"][0] == "null" for f in schemas.key_schema["fields"])
 
@@ -230,19 +240,28 @@ def test_key_schema_full_identity_with_key_hint_uses_the_hint() -> None:
 
 
 @pytest.mark.parametrize("identity", [ReplicaIdentity.NOTHING, ReplicaIdentity.DEFAULT])
-def test_keyless_table_is_a_typed_error(identity: ReplicaIdentity) -> None:
+def test_keyless_table_fail_mode_is_a_typed_error(identity: ReplicaIdentity) -> None:
     rel = relation(col("a", 23), identity=identity)
     with pytest.raises(KeylessTableError) as info:
-        relation_schemas(rel, TypeMapper(), topic_prefix="pg")
+        relation_schemas(rel, TypeMapper(), topic_prefix="pg", keyless="fail")
     assert info.value.table == "public.orders"
     assert info.value.replica_identity is identity
 
 
-def test_keyless_table_null_key_mode() -> None:
-    rel = relation(col("a", 23), identity=ReplicaIdentity.NOTHING)
-    schemas = relation_schemas(rel, TypeMapper(), topic_prefix="pg", keyless="null_key")
+@pytest.mark.parametrize("identity", list(ReplicaIdentity))
+def test_keyless_table_gets_a_null_key_by_default(identity: ReplicaIdentity) -> None:
+    rel = relation(col("a", 23), identity=identity)
+    schemas = relation_schemas(rel, TypeMapper(), topic_prefix="pg")
     assert schemas.key_schema is None
     assert schemas.key_of({"a": 1}) is None
+
+
+def test_zero_column_table_has_an_empty_value_record_and_a_null_key() -> None:
+    schemas = relation_schemas(relation(identity=ReplicaIdentity.DEFAULT), TypeMapper(),
+                               topic_prefix="pg")  # fmt: skip
+    assert schemas.key_schema is None
+    assert schemas.value_schema["fields"][0]["type"][1]["fields"] == []
+    assert schemas.encoder.encode(tuple_data())[0] == {}
 
 
 # --- names, docs, named types ----------------------------------------------------------------
@@ -271,10 +290,20 @@ def test_array_dimensions_hint_nests_the_field() -> None:
     assert schemas.encoder.encode(tuple_data(b"1", b"{{1,2},{3,4}}"))[0]["grid"] == [[1, 2], [3, 4]]
 
 
-def test_colliding_column_names_are_a_schema_error() -> None:
-    rel = relation(col("a b", 23, key=True), col("a_b", 23))
-    with pytest.raises(SchemaError, match="a_b"):
-        relation_schemas(rel, TypeMapper(), topic_prefix="pg")
+def test_colliding_column_names_get_a_stable_unique_suffix_and_keep_the_original() -> None:
+    rel = relation(col("a b", 23, key=True), col("a_b", 23), col("naïve", 25), col("na_ve", 25))
+    schemas = relation_schemas(rel, TypeMapper(), topic_prefix="pg")
+    fields = schemas.value_schema["fields"][0]["type"][1]["fields"]
+    names = [f["name"] for f in fields]
+    assert names[0] == "a_b" and names[2] == "na_ve"
+    assert names[1].startswith("a_b_") and names[3].startswith("na_ve_")
+    assert len(set(names)) == 4
+    assert [f.get("pgbridge.column") for f in fields] == ["a b", "a_b", "naïve", "na_ve"]
+    # Stable: the same relation maps the same way again.
+    again = relation_schemas(rel, TypeMapper(), topic_prefix="pg")
+    assert again.field_names == schemas.field_names
+    row, _ = schemas.encoder.encode(tuple_data(b"1", b"2", b"x", b"y"))
+    assert dict(row) == {names[0]: 1, names[1]: 2, names[2]: "x", names[3]: "y"}
 
 
 def test_repeated_named_types_are_defined_once() -> None:

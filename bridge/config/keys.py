@@ -128,6 +128,24 @@ def _passthrough_value(key: str, raw: object) -> str:
     raise ConfigError(key, f"expected a string, number or boolean, got {raw!r}")
 
 
+def _message_key_columns(key: str, raw: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``table-regex:col1,col2;table-regex:col3`` -> ((regex, columns), ...). The regex matches
+    ``schema.table`` whole, as Debezium's ``message.key.columns``."""
+    text = _text(key, raw).strip()
+    rules: list[tuple[str, tuple[str, ...]]] = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        table, sep, columns = part.rpartition(":")
+        names = tuple(c.strip() for c in columns.split(",") if c.strip())
+        if not sep or not table.strip() or not names:
+            raise ConfigError(key, f"{part!r} is not <schema.table>:<column>[,<column>...]")
+        try:
+            re.compile(table.strip())
+        except re.error as exc:
+            raise ConfigError(key, f"{table!r} is not a regular expression: {exc}") from None
+        rules.append((table.strip(), names))
+    return tuple(rules)
+
+
 KEYS: Final[tuple[KeySpec, ...]] = (
     KeySpec("database.hostname", _optional_text, None, "PostgreSQL host (libpq default if unset)"),
     KeySpec("database.port", _integer, None, "PostgreSQL port (libpq default 5432 if unset)"),
@@ -176,6 +194,24 @@ KEYS: Final[tuple[KeySpec, ...]] = (
     KeySpec("provide.transaction.metadata", _boolean, False, "BEGIN/END records and tx block"),
     KeySpec("truncate.events", _boolean, True, "emit op 't' records for TRUNCATE"),
     KeySpec("messages.topic", _optional_text, None, "logical messages topic (<prefix>.messages)"),
+    KeySpec(
+        "message.key.columns",
+        _message_key_columns,
+        (),
+        "key columns per table, Debezium's syntax: schema.table:col1,col2;regex.table:col",
+    ),
+    KeySpec(
+        "event.processing.failure.handling.mode",
+        _choice("fail", "warn", "skip"),
+        "warn",
+        "a change that cannot be converted: stop (fail), or dead-letter it (warn, skip)",
+    ),
+    KeySpec(
+        "errors.deadletterqueue.topic.name",
+        _optional_text,
+        None,
+        "dead-letter topic for unconvertible changes (<prefix>.dead_letter)",
+    ),
     KeySpec("kafka.bootstrap.servers", _text, None, "Kafka brokers (required)"),
     KeySpec(
         "kafka.compression.type",

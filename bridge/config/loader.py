@@ -223,6 +223,8 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
     _check_topic_name("topic.prefix", prefix)
     messages_topic = values["messages.topic"] or f"{prefix}.messages"
     _check_topic_name("messages.topic", str(messages_topic))
+    dead_letter_topic = values["errors.deadletterqueue.topic.name"] or f"{prefix}.dead_letter"
+    _check_topic_name("errors.deadletterqueue.topic.name", str(dead_letter_topic))
 
     database = DatabaseConfig(
         hostname=typed("database.hostname", str),
@@ -278,6 +280,9 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         decimal_handling_mode=str(values["decimal.handling.mode"]),
         provide_transaction_metadata=bool(values["provide.transaction.metadata"]),
         truncate_events=bool(values["truncate.events"]),
+        message_key_columns=typed("message.key.columns", tuple) or (),
+        failure_handling_mode=str(values["event.processing.failure.handling.mode"]),
+        dead_letter_topic=str(dead_letter_topic),
     )
 
     kafka = KafkaConfig(
@@ -314,7 +319,11 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
 
     # messages.topic's default is derived; show the value actually used.
     settings = [
-        Setting(s.key, messages_topic, s.origin) if s.key == "messages.topic" else s
+        Setting(s.key, messages_topic, s.origin)
+        if s.key == "messages.topic"
+        else Setting(s.key, dead_letter_topic, s.origin)
+        if s.key == "errors.deadletterqueue.topic.name"
+        else s
         for s in settings
     ]
     return BridgeConfig(

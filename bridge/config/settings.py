@@ -178,6 +178,18 @@ class EventsConfig:
     decimal_handling_mode: str = "precise"  # precise | string | double
     provide_transaction_metadata: bool = False
     truncate_events: bool = True
+    #: (regex of schema.table, key columns), first match wins (``message.key.columns``).
+    message_key_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    failure_handling_mode: str = "warn"  # fail | warn | skip
+    dead_letter_topic: str = ""
+
+    def key_columns(self, schema: str, table: str) -> tuple[str, ...] | None:
+        """The configured message key columns of ``schema.table``, if any."""
+        qualified = f"{schema}.{table}"
+        for pattern, columns in self.message_key_columns:
+            if re.fullmatch(pattern, qualified):
+                return columns
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,11 +11,13 @@ Delivery contract
 
 Placement
     ``partitioner=murmur2_random`` is librdkafka's implementation of the Java client's default
-    partitioner: ``(murmur2(key) & 0x7fffffff) % partitions`` for keyed records, random
-    partitions for null keys. Kafka Streams, Kafka Connect and the JVM consumers of the same
-    topics agree on where a key lives, which matters for co-partitioned joins and for anyone
-    who re-keys or mirrors these topics. (librdkafka's own default, ``consistent_random``,
-    uses CRC32 and would place keys differently.)
+    partitioner: ``(murmur2(key) & 0x7fffffff) % partitions`` for keyed records. Null-key
+    records (tables without a key) all go to partition 0 rather than to random partitions: a
+    null key carries no order of its own, and one partition keeps such a table's records in
+    commit order, which a consumer applying them as a multiset needs. Kafka Streams, Kafka
+    Connect and the JVM consumers of the same topics agree on where a key lives, which matters
+    for co-partitioned joins and for anyone who re-keys or mirrors these topics. (librdkafka's
+    own default, ``consistent_random``, uses CRC32 and would place keys differently.)
 
 Threads
     librdkafka's background threads never run Python code. Delivery callbacks run *inside*
@@ -224,7 +226,7 @@ class KafkaPublisher:
         self._route: tuple[Any, Any, Any] = (None, None, None)
         self._route_callback: Callable[[KafkaError | None, Message], None] | None = None
         # Records not yet handed to the client, all of the current route.
-        self._pending: list[dict[str, bytes | None]] = []
+        self._pending: list[dict[str, bytes | int | None]] = []
         self._batch_limit = max(1, min(_BATCH_RECORDS, kafka.max_queue_size // 4))
         # Records near the size limit take the single path, which refuses them at once.
         max_bytes = int(conf.get("message.max.bytes", 1_000_000))
@@ -267,7 +269,10 @@ class KafkaPublisher:
             and (value is None or len(value) <= self._batch_max_bytes)
             and (key is None or len(key) <= self._batch_max_bytes)
         ):
-            self._pending.append({"key": key, "value": value})
+            if key is None:
+                self._pending.append({"key": None, "value": value, "partition": 0})
+            else:
+                self._pending.append({"key": key, "value": value})
             self._in_flight += 1
             if len(self._pending) >= self._batch_limit:
                 self.send_pending()
@@ -278,7 +283,13 @@ class KafkaPublisher:
         while True:
             try:
                 self._producer.produce(
-                    topic, value=value, key=key, headers=headers, on_delivery=callback
+                    topic,
+                    value=value,
+                    key=key,
+                    headers=headers,
+                    on_delivery=callback,
+                    # Null keys (tables without a key) keep their commit order in one partition.
+                    partition=0 if key is None else -1,
                 )
                 self._in_flight += 1
                 return
@@ -313,8 +324,8 @@ class KafkaPublisher:
             pending = self._batch_rest(topic, pending)
 
     def _batch_rest(
-        self, topic: str, batch: list[dict[str, bytes | None]]
-    ) -> list[dict[str, bytes | None]]:
+        self, topic: str, batch: list[dict[str, bytes | int | None]]
+    ) -> list[dict[str, bytes | int | None]]:
         """After a partly refused batch: its refused tail if that is all the queue being full
         (queued again, in order), else the first refusal as a :class:`DeliveryError`."""
         refused = [i for i, record in enumerate(batch) if "_error" in record]
@@ -325,7 +336,7 @@ class KafkaPublisher:
         ):
             self._producer.poll(_FULL_QUEUE_POLL_S)
             self._raise_if_failed()
-            return [{"key": r["key"], "value": r["value"]} for r in batch[first:]]
+            return [{k: v for k, v in record.items() if k != "_error"} for record in batch[first:]]
         self._in_flight -= len(refused)  # never queued: no delivery report will come
         error = errors[0]
         if isinstance(error, KafkaError):

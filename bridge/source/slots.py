@@ -120,6 +120,17 @@ def _table_list(tables: list[tuple[str, str]]) -> sql.Composable:
     return sql.SQL(", ").join(sql.Identifier(s, t) for s, t in tables)
 
 
+def publication_options(server_version: int) -> sql.Composable:
+    """The options of a publication pgbridge creates: a partitioned table's changes as the
+    partitioned table's own (one topic per table, whatever partition a row lives in or moves
+    to, as Debezium recommends), and from PostgreSQL 18 the stored generated columns (before
+    18 the server never publishes them: they are absent from the Relation, hence the topics)."""
+    options = ["publish_via_partition_root = true"]
+    if server_version >= 180000:
+        options.append("publish_generated_columns = stored")
+    return sql.SQL("WITH ({})").format(sql.SQL(", ").join(sql.SQL(o) for o in options))
+
+
 def ensure_publication(
     conn: psycopg.Connection[tuple[object, ...]], config: PublicationConfig
 ) -> None:
@@ -133,16 +144,19 @@ def ensure_publication(
     if row is None:
         if config.mode is PublicationMode.USER or not config.create:
             raise PublicationMissingError(config.name)
+        options = publication_options(conn.info.server_version)
         if config.mode is PublicationMode.ALL_TABLES:
-            conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(name))
+            conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES {}").format(name, options))
         else:
             tables = desired_tables(conn, config)
             if tables:
                 conn.execute(
-                    sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(name, _table_list(tables))
+                    sql.SQL("CREATE PUBLICATION {} FOR TABLE {} {}").format(
+                        name, _table_list(tables), options
+                    )
                 )
             else:
-                conn.execute(sql.SQL("CREATE PUBLICATION {}").format(name))
+                conn.execute(sql.SQL("CREATE PUBLICATION {} {}").format(name, options))
         logger.info("created publication %s (%s)", config.name, config.mode.value)
         return
     all_tables = bool(row[0])
