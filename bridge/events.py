@@ -272,9 +272,11 @@ class EventBuilder:
             before = self._old_row(table, message.old_tuple)
         except ConversionError as exc:
             return [self._dead_letter("u", table, message.old_tuple, message.new_tuple, exc)]
+        # An old 'K' tuple comes only when the identity changed; an 'O' tuple (FULL) comes
+        # always, and its key (message.key.columns) may or may not have changed.
         if (
-            message.old_kind == "K"
-            and before is not None
+            before is not None
+            and table.key_schema is not None
             and self._key_changed(table, before, after)
         ):
             # The key changed: delete the old key, create the new one (Debezium's behaviour).

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
@@ -167,17 +167,49 @@ def read_topic(bootstrap: str, registry_url: str, topic: str) -> list[tuple[Any,
     return records
 
 
+def row_image(row: dict[str, Any]) -> str:
+    """A hashable, comparable image of a whole row (tables without a key are multisets)."""
+    return repr(sorted((k, normalize(v)) for k, v in row.items()))
+
+
+class _Multiset:
+    """The rows of a table without a key: identical rows are distinct copies, keyed
+    ``(image, copy number)``, so the rebuilt table compares with :func:`source_rows`' ``()``."""
+
+    @staticmethod
+    def add(rows: dict[tuple[Any, ...], dict[str, Any]], row: dict[str, Any]) -> None:
+        image = row_image(row)
+        n = 0
+        while (image, n) in rows:
+            n += 1
+        rows[(image, n)] = row
+
+    @staticmethod
+    def remove(rows: dict[tuple[Any, ...], dict[str, Any]], row: dict[str, Any]) -> None:
+        image = row_image(row)
+        n = 0
+        while (image, n + 1) in rows:
+            n += 1
+        rows.pop((image, n), None)
+
+
 def rebuild_tables(
-    bootstrap: str, registry_url: str, prefix: str
+    bootstrap: str,
+    registry_url: str,
+    prefix: str,
+    exclude: Callable[[str], bool] | None = None,
 ) -> dict[str, dict[tuple[Any, ...], dict[str, Any]]]:
-    """Apply every change event in (commit LSN, seq) order: ``{schema.table: {key: row}}``.
+    """Apply every change event in (commit LSN, seq) order: ``{schema.table: {key: row}}``;
+    a table without a key (null message keys) is a multiset keyed ``(row image, copy)``.
 
     Duplicates (after a restart) are harmless: events are applied by position, and a position
     seen twice is applied once.
     """
     events: list[tuple[int, int, str, dict[str, Any] | None, dict[str, Any]]] = []
     for topic in topics_with_prefix(bootstrap, prefix):
-        if topic == f"{prefix}.messages":
+        if topic.count(".") < prefix.count(".") + 2:
+            continue  # <prefix>.messages, <prefix>.dead_letter, <prefix>.transaction
+        if exclude is not None and exclude(topic):
             continue
         for key, value in read_topic(bootstrap, registry_url, topic):
             if value is None:
@@ -197,15 +229,18 @@ def rebuild_tables(
         op = value["op"]
         if op == "t":
             rows.clear()
+        elif key is None:  # no key: the whole row identifies one copy
+            if op in ("u", "d"):
+                _Multiset.remove(rows, dict(value["before"]))
+            if op in ("c", "u", "r"):
+                _Multiset.add(rows, dict(value["after"]))
         elif op in ("c", "u", "r"):
-            assert key is not None
             after = dict(value["after"])
             previous = rows.get(tuple(key.values()), {})
             for column in value.get("unchanged_toast_columns", ()):
                 after[column] = previous.get(column)  # not sent because it did not change
             rows[tuple(key.values())] = after
         elif op == "d":
-            assert key is not None
             rows.pop(tuple(key.values()), None)
     return tables
 
@@ -221,8 +256,15 @@ def normalize(value: Any) -> Any:
 def source_rows(
     dsn: str, table: str, key: tuple[str, ...]
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The table's rows by key; ``key=()`` for a table without one (a multiset, as
+    :func:`rebuild_tables` keys it)."""
     with psycopg.connect(dsn) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
         rows = cur.execute(f"SELECT * FROM {table}").fetchall()
+    if not key:
+        multiset: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for r in rows:
+            _Multiset.add(multiset, {k: normalize(v) for k, v in r.items()})
+        return multiset
     return {tuple(r[k] for k in key): {k: normalize(v) for k, v in r.items()} for r in rows}
 
 

@@ -37,14 +37,14 @@ CREATE TABLE customers (id bigint PRIMARY KEY, name text NOT NULL, email text,
 CREATE TABLE orders (id bigint PRIMARY KEY, customer_id bigint NOT NULL, amount numeric(12,2),
                      status text, placed_at timestamptz DEFAULT now(), note jsonb);
 CREATE TABLE audit (id int, msg text);
-ALTER TABLE audit REPLICA IDENTITY FULL;
+ALTER TABLE audit REPLICA IDENTITY FULL;  -- identical rows must stay two rows
 CREATE TABLE docs (id int PRIMARY KEY, title text, body text);
 """
 
 KEYS = {
     "public.customers": ("id",),
     "public.orders": ("id",),
-    "public.audit": ("id", "msg"),
+    "public.audit": (),  # REPLICA IDENTITY FULL without a key: null keys, a multiset
     "public.docs": ("id",),
 }
 
@@ -72,7 +72,13 @@ def workload(dsn: str, big_rows: int = 20_000) -> None:
         conn.execute("UPDATE audit SET msg = 'changed' WHERE id = 5")
         conn.execute("DELETE FROM audit WHERE id = 6")
         conn.execute("TRUNCATE audit")
-        conn.execute("INSERT INTO audit VALUES (100, 'after truncate'), (101, NULL)")
+        conn.execute(
+            "INSERT INTO audit VALUES (100, 'after truncate'), (101, NULL), (101, NULL), "
+            "(102, 'twice'), (102, 'twice')"
+        )
+        conn.execute("UPDATE audit SET msg = 'was null' WHERE id = 101 AND ctid = "
+                     "(SELECT min(ctid) FROM audit WHERE id = 101)")  # fmt: skip
+        conn.execute("DELETE FROM audit WHERE ctid = (SELECT min(ctid) FROM audit WHERE id = 102)")
         conn.execute(
             # Random hex does not compress to inline size: the body is TOASTed out of line.
             "INSERT INTO docs SELECT i, 'doc ' || i, "
