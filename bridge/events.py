@@ -43,7 +43,13 @@ from bridge.pgoutput.messages import (
     Type,
     Update,
 )
-from bridge.schema import KeylessMode, RelationSchemas, TableHints, relation_schemas
+from bridge.schema import (
+    KeylessMode,
+    RelationSchemas,
+    SchemaError,
+    TableHints,
+    relation_schemas,
+)
 from bridge.types import TypeMapper
 from bridge.types.errors import ConversionError
 
@@ -172,6 +178,7 @@ class EventBuilder:
         self.key_columns = key_columns
         self.failures = failures or FailurePolicy("fail")
         self.relations: dict[int, RelationSchemas] = {}
+        self._topic_owners: dict[str, str] = {}  # topic -> the "schema.table" it belongs to
         self._tx: TxContext | None = None
         self._begin: Begin | None = None
         self._origin: str | None = None
@@ -256,13 +263,24 @@ class EventBuilder:
         key_columns = self.key_columns(schema, relation.relation_name) if self.key_columns else None
         if key_columns is not None:
             hints = replace(hints or TableHints(), key_columns=key_columns)
-        self.relations[relation.relation_oid] = relation_schemas(
+        schemas = relation_schemas(
             relation,
             self.mapper,
             topic_prefix=self.topic_prefix,
             hints=hints,
             keyless=self.keyless,
         )
+        owner = self._topic_owners.setdefault(schemas.topic, table)
+        if owner != table:
+            # Two tables whose names differ only in characters Kafka refuses ("a b" and a_b):
+            # mixing them in one topic would corrupt both, and a renamed topic would move
+            # with the order in which tables first change. Say so instead.
+            raise SchemaError(
+                table,
+                f"its topic {schemas.topic} is also the topic of table {owner}; rename one of "
+                "them or leave one out with table.exclude.list",
+            )
+        self.relations[relation.relation_oid] = schemas
         return []
 
     def _update(self, message: Update) -> list[Output]:

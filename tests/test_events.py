@@ -24,7 +24,7 @@ from bridge.pgoutput.messages import (
     Truncate,
     Update,
 )
-from bridge.schema import KeylessTableError
+from bridge.schema import KeylessTableError, SchemaError
 from bridge.types import ConversionError
 from tests.rows import INT4, TEXT, lsn, relation, tuple_data
 
@@ -246,3 +246,11 @@ def test_event_builder_repeated_relation_keeps_table_version() -> None:
     b.feed(relation(columns=(("id", INT4, True), ("body", TEXT, False), ("extra", TEXT, False))))
     assert b.relations[16384] is not first
     assert b.relations[16384].field_names == ("id", "body", "extra")
+
+
+def test_event_builder_two_tables_sharing_a_topic_is_a_typed_error() -> None:
+    b = EventBuilder("app")
+    b.feed(relation(oid=1, name="a b"))
+    b.feed(relation(oid=1, name="a b"))  # the same table again is fine
+    with pytest.raises(SchemaError, match=r"also the topic of table public\.a b"):
+        b.feed(relation(oid=2, name="a_b"))
