@@ -7,7 +7,8 @@ timeseries" errors. :meth:`BridgeMetrics.serve` exposes them over HTTP.
 
 Exposed (names carry the ``pgbridge_`` namespace)::
 
-    pgbridge_events_total{table, op}        change events published (op: c u d r t m)
+    pgbridge_events_total{table, op}        change events published (op: c u d r t m, and
+                                            dead_letter for changes set aside)
     pgbridge_transactions_total             source transactions processed
     pgbridge_errors_total{kind}             errors by kind (delivery, decode, schema, source, …)
     pgbridge_in_flight_records              records handed to Kafka and not yet acknowledged
@@ -16,6 +17,8 @@ Exposed (names carry the ``pgbridge_`` namespace)::
     pgbridge_server_wal_end_lsn             the server's WAL end as it last reported it
     pgbridge_lag_bytes                      server WAL end - last acknowledged LSN
     pgbridge_lag_milliseconds               now - commit time of the newest processed change
+    pgbridge_waiting_for_dependency         1 while a transient dependency fault is retried
+    pgbridge_retry_wait_seconds             seconds spent waiting for dependencies in all
     pgbridge_build_info{version}            constant 1
 
 ``lag_bytes`` is what the slot retains on the server (and what a restart would replay);
@@ -37,6 +40,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, start_http_server
 
 from bridge import __version__
+from bridge.retry import WAITED_SECONDS, WAITING_FOR
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +111,20 @@ class BridgeMetrics:
             namespace=ns,
             registry=reg,
         )
+        # Read from bridge.retry on each scrape: what the bridge is waiting for, and how long
+        # it waited in all (a dependency outage shows here, not as an exit).
+        Gauge(
+            "waiting_for_dependency",
+            "1 while a transient fault of a dependency (the registry) is being retried",
+            namespace=ns,
+            registry=reg,
+        ).set_function(lambda: float(bool(WAITING_FOR)))
+        Gauge(
+            "retry_wait_seconds",
+            "Seconds spent waiting for dependencies to recover since start",
+            namespace=ns,
+            registry=reg,
+        ).set_function(lambda: sum(WAITED_SECONDS.values()))
         Info("build", "pgbridge version", namespace=ns, registry=reg).info({"version": __version__})
 
     # -- what the pipeline reports ------------------------------------------------------------

@@ -192,6 +192,9 @@ class Pipeline:
         self._tx_begun = False
         self._tx_tables: Counter[str] = Counter()
         self._next_heartbeat = time.monotonic() + options.heartbeat_interval
+        # While a dependency is retried (bridge.retry), deliveries keep being acknowledged and
+        # the replication connection kept alive; nothing new is read.
+        registrar.on_wait = self._while_waiting
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -258,6 +261,14 @@ class Pipeline:
             self._publish_message(output)
         elif type(output) is DeadLetterEvent and self._captured(output.table):
             self._publish_dead_letter(output, output.before, output.after, output.error)
+
+    def _while_waiting(self) -> None:
+        self.publisher.poll(0)
+        self._report()
+        self._acknowledge()
+        keepalive = getattr(self.source, "keepalive", None)  # optional part of ChangeSource
+        if keepalive is not None:
+            keepalive()
 
     def _register(self, lsn: Lsn) -> _Counts:
         counts = _Counts(self.tracker.begin_transaction(lsn))

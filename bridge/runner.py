@@ -90,6 +90,7 @@ def build_pipeline(config: BridgeConfig, metrics: BridgeMetrics | None = None) -
     registrar = SchemaRegistrar(
         registry_client(config.registry.client_config()),
         compatibility=config.registry.compatibility_level or "BACKWARD",
+        retry=config.retry,
     )
     dbname = _database_name(source)
     serializer = EnvelopeSerializer(

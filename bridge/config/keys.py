@@ -207,6 +207,14 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "a change that cannot be converted: stop (fail), or dead-letter it (warn, skip)",
     ),
     KeySpec(
+        "errors.max.retries",
+        _integer,
+        -1,
+        "retries of a transient dependency fault (registry down): -1 no limit, 0 none",
+    ),
+    KeySpec("errors.retry.delay.initial.ms", _integer, 300, "first wait before a retry"),
+    KeySpec("errors.retry.delay.max.ms", _integer, 10_000, "longest wait between retries"),
+    KeySpec(
         "errors.deadletterqueue.topic.name",
         _optional_text,
         None,

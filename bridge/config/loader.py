@@ -43,6 +43,7 @@ from bridge.config.settings import (
     env_name,
 )
 from bridge.errors import ConfigError
+from bridge.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -311,6 +312,18 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         compatibility_level=typed("schema.compatibility.level", str),
     )
 
+    retry_max = values["errors.max.retries"]
+    assert isinstance(retry_max, int)
+    if retry_max < -1:
+        raise ConfigError("errors.max.retries", f"must be -1 (no limit) or at least 0: {retry_max}")
+    initial_ms = at_least("errors.retry.delay.initial.ms", 1)
+    max_ms = at_least("errors.retry.delay.max.ms", 1)
+    if initial_ms > max_ms:
+        raise ConfigError(
+            "errors.retry.delay.initial.ms", "must not exceed errors.retry.delay.max.ms"
+        )
+    retry = RetryPolicy(retry_max, initial_ms, max_ms)
+
     metrics_port = at_least("metrics.port", 0)
     if metrics_port > 65535:
         raise ConfigError("metrics.port", f"{metrics_port} is not a TCP port")
@@ -337,6 +350,7 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         registry=registry,
         metrics=metrics,
         logging=logging_config,
+        retry=retry,
         settings=tuple(sorted(settings, key=lambda s: s.key)),
     )
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from bridge.retry import RetryPolicy
+
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
@@ -280,6 +282,7 @@ class BridgeConfig:
     registry: RegistryConfig
     metrics: MetricsConfig
     logging: LoggingConfig
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     settings: tuple[Setting, ...] = field(default=(), repr=False, compare=False)
 
     def describe(self) -> str:

@@ -8,6 +8,10 @@ Relation registers a new version; an incompatible change raises
 :class:`IncompatibleSchemaError` naming the table, the columns that changed and the registry's
 own reason — before anything of the transaction is produced.
 
+Transient faults (connection refused, timeouts, 5xx, 429) are retried under the bridge's
+:class:`~bridge.retry.RetryPolicy`, so a registry outage while a new table or a changed schema
+appears makes the bridge wait, not exit; everything else the registry refuses is permanent.
+
 Uses confluent-kafka's :class:`SchemaRegistryClient`; works against Confluent Schema Registry
 and Apicurio's Confluent-compatible API alike.
 """
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -25,6 +29,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from bridge.config.settings import COMPATIBILITY_LEVELS
 from bridge.errors import ConfigError, PgBridgeError
+from bridge.retry import RetryPolicy
 from bridge.schema import RelationSchemas, column_changes
 
 logger = logging.getLogger(__name__)
@@ -77,6 +82,16 @@ class IncompatibleSchemaError(RegistryError):
         self.reason = reason
 
 
+def is_transient(exc: Exception) -> bool:
+    """Whether a registry failure may clear by itself: no answer at all (connection refused,
+    timeout, reset), a server error, or throttling. A 4xx answer is final."""
+    if isinstance(exc, IncompatibleSchemaError):
+        return False
+    if isinstance(exc, RegistryError):
+        return exc.status is None or exc.status >= 500 or exc.status == 429
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class RegisteredSchemas:
     """Schema ids to frame records with; ``key_id`` is None for a keyless table."""
@@ -103,7 +118,10 @@ class SchemaRegistrar:
         *,
         compatibility: str = "BACKWARD",
         subject_compatibility: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
+        """``retry``: how transient faults are retried (default: no retry, fail at once);
+        :attr:`on_wait` runs between retries (the pipeline sets it)."""
         levels = {"": compatibility, **(subject_compatibility or {})}
         for subject, level in levels.items():
             if level.upper() not in COMPATIBILITY_LEVELS:
@@ -116,6 +134,8 @@ class SchemaRegistrar:
         }
         self._ids: dict[tuple[str, str], int] = {}
         self._configured: set[str] = set()
+        self.retry = retry or RetryPolicy(max_retries=0)
+        self.on_wait: Callable[[], None] | None = None
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> SchemaRegistrar:
@@ -130,6 +150,18 @@ class SchemaRegistrar:
         cached = self._ids.get((subject, text))
         if cached is not None:
             return cached
+        schema_id = self.retry.run(
+            "schema registry",
+            f"registering {subject}",
+            lambda: self._register_once(subject, text, schema, table),
+            is_transient,
+            on_wait=self.on_wait,
+        )
+        self._ids[(subject, text)] = schema_id
+        logger.info("registered schema id %d under %s", schema_id, subject)
+        return schema_id
+
+    def _register_once(self, subject: str, text: str, schema: Mapping[str, Any], table: str) -> int:
         self._configure(subject)
         try:
             schema_id = self.client.register_schema(subject, Schema(text, "AVRO"))
@@ -141,8 +173,6 @@ class SchemaRegistrar:
             raise RegistryError(subject, exc.error_message, exc.http_status_code) from exc
         except Exception as exc:  # connection refused, timeouts: the client raises plain errors
             raise RegistryError(subject, f"{type(exc).__name__}: {exc}") from exc
-        self._ids[(subject, text)] = schema_id
-        logger.info("registered schema id %d under %s", schema_id, subject)
         return int(schema_id)
 
     def register_relation(self, schemas: RelationSchemas) -> RegisteredSchemas:

@@ -258,6 +258,17 @@ class LogicalReplicationSource:
         """Everything up to ``flush_lsn`` is delivered; it will be confirmed at the next status."""
         self.progress.acknowledge(flush_lsn)
 
+    def keepalive(self) -> None:
+        """Send a status update if one is due, while the pipeline waits on another dependency
+        (the walsender ends a connection it hears nothing from for wal_sender_timeout). A lost
+        connection is left for the next read to reconnect."""
+        if self._conn is None or self._clock() < self._next_status:
+            return
+        try:
+            self._send_status()
+        except SourceError as exc:
+            logger.warning("status update while waiting failed: %s", exc)
+
     def messages(self) -> Iterator[LogicalMessage | None]:
         """Committed transactions' messages in commit order; ``None`` after ``idle_interval``
         without one. Reconnects happen inside; the iterator ends only when the source closes."""
