@@ -75,6 +75,10 @@ class TxContext:
     commit_lsn: Lsn
     commit_ts: int  # microseconds since 2000-01-01 UTC, as the protocol sends it
     origin: str | None = None
+    #: The source block's ``snapshot`` field: "false" for streamed changes; "first", "true",
+    #: "last" for snapshot rows (op ``r``, bridge.snapshot), whose commit_lsn is the snapshot's
+    #: consistent point.
+    snapshot: str = "false"
 
 
 @dataclass(frozen=True, slots=True)

@@ -295,7 +295,7 @@ class EnvelopeSerializer:
             "connector": "postgresql",
             "name": self.settings.topic_prefix,
             "ts_ms": commit_us // 1000,
-            "snapshot": "false",
+            "snapshot": tx.snapshot,
             "db": self.settings.database,
             "sequence": json.dumps([str(int(tx.commit_lsn)), None]),
             "ts_us": commit_us,
