@@ -406,7 +406,9 @@ static int write_value(Out *o, int op, int binary, const char *p, Py_ssize_t n, 
             if (n != 8) return 0;
             v = be_signed((const unsigned char *)p, 8);
             if (v != INT64_MAX && v != INT64_MIN) {
-                if (v > INT64_MAX - PG_EPOCH_US) return 0;
+                /* Past Avro's long (or onto the infinity sentinel): the Python converter
+                 * clamps it and records the loss. */
+                if (v >= INT64_MAX - PG_EPOCH_US) return 0;
                 v += PG_EPOCH_US;
             }
         } else if (!parse_timestamp_text(p, n, op == OP_TIMESTAMPTZ, &v)) {

@@ -6,16 +6,27 @@ the element's own pgbridge converter reads it. Binary arrays are split here (the
 fixed header and length-prefixed elements).
 
 Relation messages do not say how many dimensions a column has (``attndims`` is not sent), so
-arrays are one-dimensional unless the caller declares more (``TableHints.array_dimensions``,
-from ``pg_attribute.attndims``); then the schema nests Avro arrays. PostgreSQL does not enforce
-the declared count, so a value with a different number of dimensions raises
-:class:`~bridge.types.errors.ConversionError` naming the column instead of being flattened or
-padded silently. Empty arrays fit any declaration. Array lower bounds are not carried.
+the schema nests Avro arrays as deep as the caller declares (``TableHints.array_dimensions``,
+from ``pg_attribute.attndims``; 1 by default). PostgreSQL does not enforce the declared count,
+so any value must still fit that schema, and does (never an error):
+
+- a value with MORE dimensions than the schema is flattened in row-major order to its depth:
+  the outer ``depth - 1`` dimensions are kept and the remaining ones merged into the innermost
+  array (``{{1,2},{3,4}}`` in a 1-D schema is ``[1,2,3,4]``; a 3-D value in a 2-D schema keeps
+  its first dimension);
+- a value with FEWER dimensions is wrapped in outer arrays of one element (``{1,2}`` in a 2-D
+  schema is ``[[1,2]]``);
+- an empty array (no dimensions) is ``[]`` at any depth.
+
+Both reshapes are counted and warned about once per type (:mod:`bridge.types.lossy`): the
+elements and their order are kept, the original shape is not. Lower bounds (``[2:3]={1,2}``)
+are not carried, as in Debezium.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator
+from math import prod
 from typing import Any, Final
 
 import psycopg
@@ -25,6 +36,7 @@ from psycopg.types.array import ArrayLoader
 
 from bridge.types.base import ColumnType, Converter, Factory, TypeRegistry, TypeRequest
 from bridge.types.errors import ConversionError
+from bridge.types.lossy import ARRAY_FLATTENED, ARRAY_WRAPPED, record_lossy
 
 
 class _RawTextLoader(Loader):
@@ -59,18 +71,16 @@ _SPLITTERS: Final = {b",": _text_splitter(b","), b";": _text_splitter(b";")}
 
 
 def split_binary(raw: bytes) -> tuple[list[int], list[bytes | None]]:
-    """(dimension lengths, elements in row-major order) of a binary array."""
+    """(dimension lengths, elements in row-major order) of a binary array; lower bounds are
+    skipped."""
     ndim = int.from_bytes(raw[0:4], "big", signed=True)
     if ndim == 0:
         return [], []
     dims = [int.from_bytes(raw[12 + 8 * d : 16 + 8 * d], "big", signed=True) for d in range(ndim)]
     pos = 12 + 8 * ndim  # ndim, flags, element oid, then (length, lower bound) per dimension
-    count = 1
-    for length in dims:
-        count *= length
     out: list[bytes | None] = []
     append = out.append
-    for _ in range(count):
+    for _ in range(prod(dims)):
         size = int.from_bytes(raw[pos : pos + 4], "big", signed=True)
         pos += 4
         if size < 0:
@@ -78,7 +88,32 @@ def split_binary(raw: bytes) -> tuple[list[int], list[bytes | None]]:
         else:
             append(raw[pos : pos + size])
             pos += size
+    if pos != len(raw):
+        raise ConversionError("array", "malformed binary array", raw=raw)
     return dims, out
+
+
+def _leaves(items: list[Any]) -> Iterator[Any]:
+    for item in items:
+        if isinstance(item, list):
+            yield from _leaves(item)
+        else:
+            yield item
+
+
+def split_text(nested: list[Any], name: str, raw: bytes) -> tuple[list[int], list[Any]]:
+    """(dimension lengths, elements in row-major order) of psycopg's nested lists."""
+    if not nested:
+        return [], []
+    dims: list[int] = []
+    level: Any = nested
+    while isinstance(level, list):
+        dims.append(len(level))
+        level = level[0] if level else None
+    flat = list(_leaves(nested))
+    if len(flat) != prod(dims):  # PostgreSQL's arrays are rectangular
+        raise ConversionError(name, "array is not rectangular", raw=raw)
+    return dims, flat
 
 
 def _nest(flat: list[Any], dims: list[int]) -> list[Any]:
@@ -87,57 +122,45 @@ def _nest(flat: list[Any], dims: list[int]) -> list[Any]:
     return flat
 
 
-def _wrong_dimensions(type_name: str, declared: int, raw: bytes) -> ConversionError:
-    return ConversionError(
-        type_name,
-        f"array value does not have the {declared} dimension(s) declared for the column "
-        "(Relation messages carry no dimensions; declare them with TableHints.array_dimensions)",
-        raw=raw,
-    )
-
-
-def _convert_nested(
-    items: Sequence[Any], convert: Converter, depth: int, type_name: str, raw: bytes
-) -> list[Any]:
-    out: list[Any] = []
-    if depth == 1:
-        for item in items:
-            if item is None:
-                out.append(None)
-            elif isinstance(item, list):
-                raise _wrong_dimensions(type_name, depth, raw)
-            else:
-                out.append(convert(item))
-        return out
-    for item in items:
-        if not isinstance(item, list):
-            raise _wrong_dimensions(type_name, depth, raw)
-        out.append(_convert_nested(item, convert, depth - 1, type_name, raw))
-    return out
+def fit_dimensions(dims: list[int], depth: int, name: str) -> list[int]:
+    """The shape a value of dimension lengths ``dims`` takes in a schema ``depth`` deep
+    (``dims`` non-empty): merged inner dimensions (flattened) or leading 1s (wrapped)."""
+    have = len(dims)
+    if have == depth:
+        return dims
+    if have > depth:
+        record_lossy(name, ARRAY_FLATTENED)
+        return [*dims[: depth - 1], prod(dims[depth - 1 :])]
+    record_lossy(name, ARRAY_WRAPPED)
+    return [1] * (depth - have) + dims
 
 
 def array_column(element: ColumnType, delimiter: bytes = b",", dimensions: int = 1) -> ColumnType:
     """An array of ``element`` with ``dimensions`` levels of nesting (Avro arrays of arrays;
     only the innermost items are nullable: PostgreSQL has no NULL sub-arrays)."""
-    split_text = _SPLITTERS[delimiter]
+    split = _SPLITTERS[delimiter]
     name = f"{element.pg_name}{'[]' * dimensions}"
     from_text_elem, from_binary_elem = element.from_text, element.from_binary
     schema: dict[str, Any] = {"type": "array", "items": ["null", element.avro]}
     for _ in range(dimensions - 1):
         schema = {"type": "array", "items": schema}
 
+    def shaped(dims: list[int], flat: list[Any], convert: Converter) -> list[Any]:
+        values = [None if item is None else convert(item) for item in flat]
+        if len(dims) == 1 and dimensions == 1:  # the common case, without the nesting
+            return values
+        return _nest(values, fit_dimensions(dims, dimensions, name))
+
     def from_text(raw: bytes) -> list[Any]:
-        return _convert_nested(split_text(raw), from_text_elem, dimensions, name, raw)
+        nested = split(raw)
+        if nested and not isinstance(nested[0], list) and dimensions == 1:
+            return [None if item is None else from_text_elem(item) for item in nested]
+        dims, flat = split_text(nested, name, raw)
+        return shaped(dims, flat, from_text_elem) if dims else []
 
     def from_binary(raw: bytes) -> list[Any]:
-        dims, items = split_binary(raw)
-        if not dims:
-            return []
-        if len(dims) != dimensions:
-            raise _wrong_dimensions(name, dimensions, raw)
-        if dimensions == 1:  # the common case, without the nesting machinery
-            return [None if item is None else from_binary_elem(item) for item in items]
-        return _convert_nested(_nest(items, dims), from_binary_elem, dimensions, name, raw)
+        dims, flat = split_binary(raw)
+        return shaped(dims, flat, from_binary_elem) if dims else []
 
     return ColumnType(name, schema, from_text, from_binary)
 

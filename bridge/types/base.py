@@ -46,6 +46,8 @@ IntervalHandling = Literal["numeric", "string"]
 TimestamptzHandling = Literal["instant", "string"]
 UnknownTypes = Literal["text", "fail"]
 HstoreHandling = Literal["map", "json"]
+BinaryHandling = Literal["bytes", "base64", "base64-url-safe", "hex"]
+TimePrecision = Literal["adaptive_time_microseconds", "connect"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,12 @@ class TypeOptions:
     - ``unknown_types``: ``text`` sends a type pgbridge does not know as its text form and logs a
       warning once; ``fail`` raises :class:`~bridge.types.errors.UnknownTypeError`.
     - ``hstore_handling``: ``map`` (Avro map of optional strings) or ``json`` (a JSON string).
+    - ``binary_handling``: ``bytea`` as Avro ``bytes`` (default) or as a string in ``base64``,
+      ``base64-url-safe`` or lower-case ``hex`` (Debezium's ``binary.handling.mode``).
+    - ``time_precision``: ``adaptive_time_microseconds`` (default) = the microsecond types
+      (``MicroTime``, ``MicroTimestamp``) whatever the column's precision; ``connect`` = Kafka
+      Connect's millisecond ``Date`` / ``Time`` / ``Timestamp`` (Debezium's
+      ``time.precision.mode=connect``; sub-millisecond digits are dropped).
     - ``enum_labels``: labels of enum types by name (``schema.type`` or bare ``type``). Relation
       and Type messages do not carry labels and the mapper does no I/O, so the caller that has a
       catalog connection passes them in; without labels an enum is a plain string.
@@ -80,6 +88,8 @@ class TypeOptions:
     money_fraction_digits: int = 2
     unknown_types: UnknownTypes = "text"
     hstore_handling: HstoreHandling = "map"
+    binary_handling: BinaryHandling = "bytes"
+    time_precision: TimePrecision = "adaptive_time_microseconds"
     enum_labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -90,6 +100,8 @@ class TypeOptions:
             "timestamptz_handling": ("instant", "string"),
             "unknown_types": ("text", "fail"),
             "hstore_handling": ("map", "json"),
+            "binary_handling": ("bytes", "base64", "base64-url-safe", "hex"),
+            "time_precision": ("adaptive_time_microseconds", "connect"),
         }
         for key, values in allowed.items():
             if getattr(self, key) not in values:

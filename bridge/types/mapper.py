@@ -8,7 +8,10 @@ non-built-in types are named ``_<element>``. Enum labels are not in any message;
 :attr:`TypeOptions.enum_labels` when the caller has them.
 
 A type that still does not resolve falls back to its text form (an Avro string) with one
-warning per type, or raises :class:`UnknownTypeError` when ``unknown_types="fail"``.
+warning per type, or raises :class:`UnknownTypeError` when ``unknown_types="fail"``. An array
+of such a type (an enum without labels, a composite, a domain: ``_<element>``) is an Avro array
+of the elements' text forms, with the same warning; as the text fallback, it needs the text
+wire format for elements whose binary form is not text (composites).
 """
 
 from __future__ import annotations
@@ -168,6 +171,17 @@ class TypeMapper:
                 element = lambda request: element_column  # noqa: E731
             else:
                 element = registry.by_name.get(element_name)
+            if element is None and self.options.unknown_types == "text":
+                element_column = _text_fallback(element_qualified)
+                element = lambda request: element_column  # noqa: E731
+                if oid not in self._warned:
+                    self._warned.add(oid)
+                    logger.warning(
+                        "type %s (oid %d) is an array of a type not known to pgbridge; "
+                        "sending its elements' text form",
+                        qualified,
+                        oid,
+                    )
             if element is not None and registry.array_of is not None:
                 return registry.array_of(element_name, element), qualified
         return None, qualified

@@ -9,9 +9,13 @@ unconstrained too: Spark, the main reader, cannot hold a decimal wider than 38 d
 forbids negative scales.
 
 NaN and ±Infinity (numeric since PostgreSQL 14 stores infinities) have no decimal form. In
-``precise`` mode they become ``null``, as in Debezium; every value field is nullable, so this is
-always encodable. Use ``decimal_handling="string"`` to keep them. ``real`` and ``double``
-carry NaN and infinities natively.
+``precise`` mode (the fixed-scale decimal and the ``VariableScaleDecimal`` record alike, also
+as array elements) they become ``null``, as in Debezium; every value field and array item is
+nullable, so this is always encodable. It is never silent: each is counted in
+:data:`bridge.types.lossy.LOSSY_VALUES` and the first one of a kind logged as a warning.
+``decimal_handling="string"`` keeps them as ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` and
+``"double"`` as the IEEE values. ``real`` and ``double`` carry NaN and infinities natively.
+``money`` is an int64 of cents: no NaN, and decimal(19, digits) holds all of it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from bridge.types.base import (
     simple,
 )
 from bridge.types.errors import ConversionError
+from bridge.types.lossy import INFINITY_AS_NULL, NAN_AS_NULL, record_lossy
 
 #: Spark's DecimalType maximum precision.
 MAX_DECIMAL_PRECISION: Final = 38
@@ -137,17 +142,27 @@ _numeric_text: Final = psycopg_loader("numeric", Format.TEXT)
 _numeric_binary: Final = psycopg_loader("numeric", Format.BINARY)
 
 
+def _not_finite(d: Decimal) -> None:
+    """NaN or ±Infinity in a decimal field: null, recorded as a lossy value."""
+    record_lossy("numeric", NAN_AS_NULL if d.is_nan() else INFINITY_AS_NULL)
+
+
 def _finite_or_none(load: Converter) -> Converter:
     def convert(raw: bytes) -> Decimal | None:
         d: Decimal = load(raw)
-        return d if d.is_finite() else None
+        if d.is_finite():
+            return d
+        _not_finite(d)
+        return None
 
     return convert
 
 
 def variable_scale(d: Decimal) -> dict[str, Any] | None:
-    """A Decimal as Debezium's VariableScaleDecimal struct (None for NaN/±Infinity)."""
+    """A Decimal as Debezium's VariableScaleDecimal struct (None for NaN/±Infinity, recorded
+    as lossy)."""
     if not d.is_finite():
+        _not_finite(d)
         return None
     sign, digits, exp = d.as_tuple()
     assert isinstance(exp, int)

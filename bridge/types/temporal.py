@@ -17,6 +17,18 @@ values and none is limited to Python's years 1..9999.
 extremes), the same sentinels PostgreSQL itself stores, so they round-trip and sort correctly.
 BC dates and years above 9999 are exact (proleptic Gregorian, year 0 = 1 BC like PostgreSQL).
 
+Out of range: timestamps after 292277-12-31 (PostgreSQL allows 294276) and intervals beyond
+about ±292,000 years do not fit a long of microseconds. They are clamped to int64 max - 1 /
+min + 1 (the extremes stay the infinity sentinels), counted and warned about once
+(:mod:`bridge.types.lossy`). The string modes (``timestamptz_handling="string"``,
+``interval_handling="string"``) are exact for every value.
+
+``time_precision="connect"`` (Debezium's ``time.precision.mode=connect``) gives Kafka Connect's
+own ``Date`` / ``Time`` (int milliseconds, ``time-millis``) / ``Timestamp`` (long milliseconds,
+``timestamp-millis``) for ``date``, ``time`` and ``timestamp``: sub-millisecond digits are
+truncated towards the past, as Debezium does. ``timestamptz`` keeps its own handling (Debezium
+too gives it ``ZonedTimestamp`` in every precision mode).
+
 Text values are read with psycopg's C loaders; the values those refuse (infinities, BC, years
 past 9999) go through a small parser of PostgreSQL's ISO output. The replication connection
 must use ``DateStyle=ISO`` and ``IntervalStyle=postgres`` (the server defaults).
@@ -25,6 +37,7 @@ must use ``DateStyle=ISO`` and ``IntervalStyle=postgres`` (the server defaults).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Final
@@ -35,6 +48,7 @@ from psycopg.pq import Format
 from bridge.native import ops
 from bridge.types.base import ColumnType, TypeRegistry, TypeRequest, connect, psycopg_loader, simple
 from bridge.types.errors import ConversionError
+from bridge.types.lossy import CLAMPED, record_lossy
 
 INT32_MAX: Final = 2**31 - 1
 INT32_MIN: Final = -(2**31)
@@ -65,6 +79,15 @@ TIMESTAMPTZ_INSTANT_SCHEMA: Final = connect(
 TIMESTAMPTZ_STRING_SCHEMA: Final = connect("string", "io.debezium.time.ZonedTimestamp")
 MICRO_DURATION_SCHEMA: Final = connect("long", "io.debezium.time.MicroDuration")
 INTERVAL_STRING_SCHEMA: Final = connect("string", "io.debezium.time.Interval")
+# time.precision.mode=connect: Kafka Connect's logical types, as Confluent's AvroConverter
+# writes them.
+CONNECT_DATE_SCHEMA: Final = connect("int", "org.apache.kafka.connect.data.Date", logical="date")
+CONNECT_TIME_SCHEMA: Final = connect(
+    "int", "org.apache.kafka.connect.data.Time", logical="time-millis"
+)
+CONNECT_TIMESTAMP_SCHEMA: Final = connect(
+    "long", "org.apache.kafka.connect.data.Timestamp", logical="timestamp-millis"
+)
 
 
 # --- calendar arithmetic (proleptic Gregorian, astronomical years) ---------------------------
@@ -119,12 +142,16 @@ def _year(raw_year: bytes, bc: bool) -> int:
     return 1 - year if bc else year
 
 
-def checked_long(value: int, type_name: str) -> int:
-    """``value`` if it fits Avro's long. Timestamps after year 292277 (PostgreSQL allows 294276)
-    and intervals beyond ±292,000 years do not fit in microseconds since 1970."""
+def clamp_long(value: int, type_name: str) -> int:
+    """``value`` if it fits Avro's long, else int64 max - 1 / min + 1, recorded as lossy.
+
+    Timestamps after year 292277 (PostgreSQL allows 294276) and intervals beyond ±292,000
+    years do not fit in microseconds since 1970. The int64 extremes themselves are not used:
+    they are the ±infinity sentinels, and a finite value must not turn into infinity."""
     if INT64_MIN < value < INT64_MAX:
         return value
-    raise ConversionError(type_name, "value out of range of Avro long microseconds")
+    record_lossy(type_name, CLAMPED)
+    return INT64_MAX - 1 if value > 0 else INT64_MIN + 1
 
 
 # --- date ------------------------------------------------------------------------------------
@@ -201,18 +228,24 @@ _ts_text: Final = psycopg_loader("timestamp", Format.TEXT)
 _tstz_text: Final = psycopg_loader("timestamptz", Format.TEXT)
 
 
-def _timestamp_fallback(raw: bytes, type_name: str) -> int:
-    if raw == b"infinity":
-        return INT64_MAX
-    if raw == b"-infinity":
-        return INT64_MIN
+def _timestamp_exact(raw: bytes, type_name: str) -> int:
+    """Microseconds since 1970 (UTC for a zoned value) of a finite ISO timestamp, any year,
+    unbounded (a Python int)."""
     m = _TS_RE.match(raw)
     if m is None:
         raise ConversionError(type_name, "unparseable timestamp (DateStyle must be ISO)", raw=raw)
     days = days_from_civil(_year(m[1], m[12] is not None), int(m[2]), int(m[3]))
     seconds = (int(m[4]) * 60 + int(m[5])) * 60 + int(m[6])
     seconds -= _offset_seconds(m[8], m[9], m[10], m[11])
-    return checked_long(days * US_PER_DAY + seconds * US_PER_SECOND + _frac(m[7]), type_name)
+    return days * US_PER_DAY + seconds * US_PER_SECOND + _frac(m[7])
+
+
+def _timestamp_fallback(raw: bytes, type_name: str) -> int:
+    if raw == b"infinity":
+        return INT64_MAX
+    if raw == b"-infinity":
+        return INT64_MIN
+    return clamp_long(_timestamp_exact(raw, type_name), type_name)
 
 
 def timestamp_from_text(raw: bytes) -> int:
@@ -226,24 +259,37 @@ def timestamptz_from_text(raw: bytes) -> int:
     try:
         return int((_tstz_text(raw) - _EPOCH_UTC) // _ONE_US)
     except DataError:
-        return _timestamp_fallback(raw, "timestamptz")
+        return _timestamp_fallback(raw, "timestamp with time zone")
 
 
-def timestamp_from_binary(raw: bytes) -> int:
-    us = int.from_bytes(raw, "big", signed=True)
-    if us in (INT64_MAX, INT64_MIN):
-        return us
-    if us > INT64_MAX - PG_EPOCH_US:
-        return checked_long(us + PG_EPOCH_US, "timestamp")  # raises
-    return us + PG_EPOCH_US
+def _binary_timestamp(type_name: str) -> Callable[[bytes], int]:
+    def convert(raw: bytes) -> int:
+        us = int.from_bytes(raw, "big", signed=True)
+        if us in (INT64_MAX, INT64_MIN):
+            return us
+        # The C accelerator declines the same values (>=), so both paths clamp alike.
+        if us >= INT64_MAX - PG_EPOCH_US:
+            return clamp_long(us + PG_EPOCH_US, type_name)
+        return us + PG_EPOCH_US
+
+    return convert
+
+
+timestamp_from_binary: Final = _binary_timestamp("timestamp")
+timestamptz_from_binary: Final = _binary_timestamp("timestamp with time zone")
 
 
 def format_timestamp_utc(micros: int) -> str:
-    """Debezium's ZonedTimestamp text: ISO-8601 in UTC with ``Z``; any year."""
+    """Debezium's ZonedTimestamp text: ISO-8601 in UTC with ``Z``; any year. The int64
+    extremes are the infinity sentinels."""
     if micros == INT64_MAX:
         return "infinity"
     if micros == INT64_MIN:
         return "-infinity"
+    return _format_utc(micros)
+
+
+def _format_utc(micros: int) -> str:
     days, us_of_day = divmod(micros, US_PER_DAY)
     year, month, day = civil_from_days(days)
     seconds, us = divmod(us_of_day, US_PER_SECOND)
@@ -255,21 +301,109 @@ def format_timestamp_utc(micros: int) -> str:
     return f"{y}-{month:02d}-{day:02d}T{h:02d}:{mi:02d}:{s:02d}{frac}Z"
 
 
+def zoned_from_text(raw: bytes) -> str:
+    """ZonedTimestamp text of a timestamptz text value, exact for every value (no clamping)."""
+    if raw == b"infinity" or raw == b"-infinity":
+        return raw.decode()
+    try:
+        micros = int((_tstz_text(raw) - _EPOCH_UTC) // _ONE_US)
+    except DataError:
+        micros = _timestamp_exact(raw, "timestamp with time zone")
+    return _format_utc(micros)
+
+
+def zoned_from_binary(raw: bytes) -> str:
+    """ZonedTimestamp text of a timestamptz binary value, exact for every value."""
+    us = int.from_bytes(raw, "big", signed=True)
+    if us == INT64_MAX:
+        return "infinity"
+    if us == INT64_MIN:
+        return "-infinity"
+    return _format_utc(us + PG_EPOCH_US)
+
+
 def _timestamptz(request: TypeRequest) -> ColumnType:
     if request.options.timestamptz_handling == "string":
         return ColumnType(
             "timestamp with time zone",
             TIMESTAMPTZ_STRING_SCHEMA,
-            lambda raw: format_timestamp_utc(timestamptz_from_text(raw)),
-            lambda raw: format_timestamp_utc(timestamp_from_binary(raw)),
+            zoned_from_text,
+            zoned_from_binary,
         )
     return ColumnType(
         "timestamp with time zone",
         TIMESTAMPTZ_INSTANT_SCHEMA,
         timestamptz_from_text,
-        timestamp_from_binary,
+        timestamptz_from_binary,
         native=(ops.TIMESTAMPTZ, ops.TIMESTAMPTZ),
     )
+
+
+# --- time.precision.mode=connect: milliseconds -----------------------------------------------
+
+
+def _millis(micros: int) -> int:
+    # Floor, like java.time's toEpochMilli; the infinity sentinels stay sentinels.
+    if micros in (INT64_MAX, INT64_MIN):
+        return micros
+    return micros // 1000
+
+
+def _date(request: TypeRequest) -> ColumnType:
+    if request.options.time_precision == "connect":
+        # Days since 1970 either way; only the semantic name differs.
+        return ColumnType("date", CONNECT_DATE_SCHEMA, date_from_text, date_from_binary)
+    return ColumnType(
+        "date", DATE_SCHEMA, date_from_text, date_from_binary, native=(ops.DATE, ops.DATE)
+    )
+
+
+def _time(request: TypeRequest) -> ColumnType:
+    if request.options.time_precision == "connect":
+        return ColumnType(
+            "time",
+            CONNECT_TIME_SCHEMA,
+            lambda raw: time_from_text(raw) // 1000,
+            lambda raw: time_from_binary(raw) // 1000,
+        )
+    return ColumnType(
+        "time", TIME_SCHEMA, time_from_text, time_from_binary, native=(ops.TIME, ops.TIME)
+    )
+
+
+def _timestamp(request: TypeRequest) -> ColumnType:
+    if request.options.time_precision == "connect":
+        # Milliseconds never leave Avro's long (year 294276 is about 9.2e15 ms): exact
+        # conversions without the clamping of the microsecond converters.
+        return ColumnType(
+            "timestamp",
+            CONNECT_TIMESTAMP_SCHEMA,
+            lambda raw: _millis(_timestamp_text_exact(raw)),
+            lambda raw: _millis(_timestamp_binary_exact(raw)),
+        )
+    return ColumnType(
+        "timestamp",
+        TIMESTAMP_SCHEMA,
+        timestamp_from_text,
+        timestamp_from_binary,
+        native=(ops.TIMESTAMP, ops.TIMESTAMP),
+    )
+
+
+def _timestamp_text_exact(raw: bytes) -> int:
+    if raw == b"infinity":
+        return INT64_MAX
+    if raw == b"-infinity":
+        return INT64_MIN
+    try:
+        return int((_ts_text(raw) - _EPOCH) // _ONE_US)
+    except DataError:
+        return _timestamp_exact(raw, "timestamp")
+
+
+def _timestamp_binary_exact(raw: bytes) -> int:
+    us = int.from_bytes(raw, "big", signed=True)
+    return us if us in (INT64_MAX, INT64_MIN) else us + PG_EPOCH_US
 
 
 # --- interval --------------------------------------------------------------------------------
@@ -279,8 +413,18 @@ _INTERVAL_RE: Final = re.compile(
 )
 
 
+#: PostgreSQL 17's infinite intervals, as (months, days, microseconds) (every field at its
+#: extreme, as interval_send sends them).
+INTERVAL_INFINITY: Final = (INT32_MAX, INT32_MAX, INT64_MAX)
+INTERVAL_MINUS_INFINITY: Final = (INT32_MIN, INT32_MIN, INT64_MIN)
+
+
 def interval_parts_from_text(raw: bytes) -> tuple[int, int, int]:
     """(months, days, microseconds) from ``IntervalStyle=postgres`` output."""
+    if raw == b"infinity":
+        return INTERVAL_INFINITY
+    if raw == b"-infinity":
+        return INTERVAL_MINUS_INFINITY
     months = days = micros = 0
     end = 0
     for m in _INTERVAL_RE.finditer(raw):
@@ -313,8 +457,14 @@ def interval_parts_from_binary(raw: bytes) -> tuple[int, int, int]:
 
 
 def micro_duration(parts: tuple[int, int, int]) -> int:
+    """MicroDuration microseconds, clamped to int64 max - 1 / min + 1 beyond a long;
+    ``infinity`` / ``-infinity`` (PostgreSQL 17+) are int64 max / min, as for timestamps."""
+    if parts == INTERVAL_INFINITY:
+        return INT64_MAX
+    if parts == INTERVAL_MINUS_INFINITY:
+        return INT64_MIN
     months, days, micros = parts
-    return checked_long(months * US_PER_AVG_MONTH + days * US_PER_DAY + micros, "interval")
+    return clamp_long(months * US_PER_AVG_MONTH + days * US_PER_DAY + micros, "interval")
 
 
 def _trunc_divmod(value: int, divisor: int) -> tuple[int, int]:
@@ -324,7 +474,13 @@ def _trunc_divmod(value: int, divisor: int) -> tuple[int, int]:
 
 
 def iso_interval(parts: tuple[int, int, int]) -> str:
-    """ISO-8601 duration like Debezium's ``io.debezium.time.Interval``: PnYnMnDTnHnMnS."""
+    """ISO-8601 duration like Debezium's ``io.debezium.time.Interval``: PnYnMnDTnHnMnS. Exact
+    for every interval; ISO 8601 has no infinity, so PostgreSQL 17's infinite intervals are
+    ``infinity`` / ``-infinity``, as ``ZonedTimestamp`` spells infinite timestamps."""
+    if parts == INTERVAL_INFINITY:
+        return "infinity"
+    if parts == INTERVAL_MINUS_INFINITY:
+        return "-infinity"
     months, days, micros = parts
     years, months = _trunc_divmod(months, 12)
     hours, rest = _trunc_divmod(micros, 3600 * US_PER_SECOND)
@@ -351,26 +507,11 @@ def _interval(request: TypeRequest) -> ColumnType:
 
 
 def register_types(registry: TypeRegistry) -> None:
-    registry.add_builtin(
-        "date",
-        simple("date", DATE_SCHEMA, date_from_text, date_from_binary, native=(ops.DATE, ops.DATE)),
-    )
-    registry.add_builtin(
-        "time",
-        simple("time", TIME_SCHEMA, time_from_text, time_from_binary, native=(ops.TIME, ops.TIME)),
-    )
+    registry.add_builtin("date", _date)
+    registry.add_builtin("time", _time)
     registry.add_builtin(
         "timetz", simple("time with time zone", TIMETZ_SCHEMA, timetz_from_text, timetz_from_binary)
     )
-    registry.add_builtin(
-        "timestamp",
-        simple(
-            "timestamp",
-            TIMESTAMP_SCHEMA,
-            timestamp_from_text,
-            timestamp_from_binary,
-            native=(ops.TIMESTAMP, ops.TIMESTAMP),
-        ),
-    )
+    registry.add_builtin("timestamp", _timestamp)
     registry.add_builtin("timestamptz", _timestamptz)
     registry.add_builtin("interval", _interval)

@@ -1,15 +1,19 @@
 """Character and byte types: text, varchar, char(n), name, "char", bytea, uuid, xml, pg_lsn and
 the object-name types (regclass, ...).
 
-All character types are Avro ``string``; ``bytea`` is ``bytes``. ``uuid`` carries both
-Debezium's ``io.debezium.data.Uuid`` and Avro's ``uuid`` logical type. String and bytes columns
-can be TOASTed, so their unchanged-TOAST placeholder is Debezium's
-``__debezium_unavailable_value``.
+All character types are Avro ``string``; ``bytea`` is ``bytes``, or a string under
+:attr:`TypeOptions.binary_handling` (Debezium's ``binary.handling.mode``: ``base64``,
+``base64-url-safe``, ``hex``). ``uuid`` carries both Debezium's ``io.debezium.data.Uuid`` and
+Avro's ``uuid`` logical type. String and bytes columns can be TOASTed, so their unchanged-TOAST
+placeholder is Debezium's ``__debezium_unavailable_value`` (for ``bytea`` its UTF-8 bytes, in
+the string modes encoded like any other value, as Debezium encodes it).
 """
 
 from __future__ import annotations
 
+import base64
 import uuid
+from collections.abc import Callable
 from typing import Final
 
 from psycopg.pq import Format
@@ -18,7 +22,9 @@ from bridge.native import ops
 from bridge.types.base import (
     DEBEZIUM_UNAVAILABLE,
     DEBEZIUM_UNAVAILABLE_BYTES,
+    ColumnType,
     TypeRegistry,
+    TypeRequest,
     connect,
     psycopg_loader,
     simple,
@@ -38,6 +44,35 @@ def bytea_from_text(raw: bytes) -> bytes:
 
 def _bytes(raw: bytes) -> bytes:
     return bytes(raw)
+
+
+#: binary.handling.mode -> bytes to the string sent.
+_BINARY_ENCODINGS: Final[dict[str, Callable[[bytes], str]]] = {
+    "base64": lambda b: base64.b64encode(b).decode("ascii"),
+    "base64-url-safe": lambda b: base64.urlsafe_b64encode(b).decode("ascii"),
+    "hex": lambda b: b.hex(),
+}
+
+
+def _bytea(request: TypeRequest) -> ColumnType:
+    mode = request.options.binary_handling
+    if mode == "bytes":
+        return ColumnType(
+            "bytea",
+            "bytes",
+            bytea_from_text,
+            _bytes,
+            DEBEZIUM_UNAVAILABLE_BYTES,
+            native=(ops.BYTEA, ops.BYTEA),
+        )
+    encode = _BINARY_ENCODINGS[mode]
+    return ColumnType(
+        "bytea",
+        "string",
+        lambda raw: encode(bytea_from_text(raw)),
+        lambda raw: encode(bytes(raw)),
+        encode(DEBEZIUM_UNAVAILABLE_BYTES),
+    )
 
 
 def _uuid_binary(raw: bytes) -> str:
@@ -95,17 +130,7 @@ def register_types(registry: TypeRegistry) -> None:
             ),
         )
     registry.add_builtin('"char"', simple('"char"', "string", char_from_text, char_from_binary))
-    registry.add_builtin(
-        "bytea",
-        simple(
-            "bytea",
-            "bytes",
-            bytea_from_text,
-            _bytes,
-            DEBEZIUM_UNAVAILABLE_BYTES,
-            native=(ops.BYTEA, ops.BYTEA),
-        ),
-    )
+    registry.add_builtin("bytea", _bytea)
     registry.add_builtin(
         "uuid",
         simple("uuid", UUID_SCHEMA, _ascii, _uuid_binary, native=(ops.UUID, ops.UUID)),

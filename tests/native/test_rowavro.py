@@ -38,7 +38,7 @@ from bridge.pgoutput.messages import (
 from bridge.pgoutput.rows import make_tuple
 from bridge.schema import EncodedRow, RelationSchemas, TableHints, relation_schemas
 from bridge.sink.avro_writer import Writer, compile_writer
-from bridge.types import ConversionError, TypeMapper
+from bridge.types import ConversionError, TypeMapper, TypeOptions
 
 # --- PostgreSQL wire forms -----------------------------------------------------------------------
 
@@ -48,6 +48,8 @@ TIMESTAMPTZ, TIMESTAMP, DATE, UUID, INTERVAL = 1184, 1114, 1082, 2950, 1186
 BYTEA, TIME, INET = 17, 1083, 869
 
 PG_EPOCH = datetime(2000, 1, 1)
+PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since 1970
+PG_MAX_TIMESTAMP = bytes.fromhex("7fffff5bb3b29fff")  # 294276-12-31 23:59:59.999999 (binary)
 US = timedelta(microseconds=1)
 _NUMERIC_DUMPER = Transformer(None).get_dumper(Decimal(0), PyFormat.BINARY)
 
@@ -423,7 +425,9 @@ def test_rows_encode_to_python_bytes(table_name: str, data: st.DataObject) -> No
     a composite primary key's fields are not, a hinted key has its own field order)."""
     table = TABLES[table_name]
     assert table.schemas.encoder.native
-    assert _key_optional(table.schemas) is (table_name != "composite_pk")
+    # A FULL table without key columns has no key record (null message keys).
+    key_optional = None if table.schemas.key_schema is None else _key_optional(table.schemas)
+    assert key_optional is {"full": None, "composite_pk": False, "hinted_key": True}[table_name]
     tup, expect_native = data.draw(rows(table))
     if expect_native:
         assert_native_matches(table, tup)
@@ -463,6 +467,13 @@ FALLBACKS: list[tuple[str, Value]] = [
     ("f8", ("t", b"Infinity")),
     ("f8", ("t", b"-Infinity")),
     ("flag", ("t", b"true")),  # not boolout's spelling
+    # Past Avro's long microseconds: the Python converters clamp and count them.
+    ("ts", ("b", be(2**63 - 1 - PG_EPOCH_US, 8))),  # would land on the infinity sentinel
+    ("ts", ("b", PG_MAX_TIMESTAMP)),
+    ("tstz", ("b", PG_MAX_TIMESTAMP)),
+    ("ts", ("t", b"294276-12-31 23:59:59.999999")),
+    ("tstz", ("t", b"294276-12-31 23:59:59.999999+00")),
+    ("ts", ("t", b"4714-11-24 00:00:00 BC")),  # PostgreSQL's minimum: exact, in Python
 ]
 
 
@@ -510,6 +521,51 @@ def test_table_with_unsupported_type_has_no_plan(oid: int, typmod: int, raw: byt
     assert not isinstance(row, EncodedRow)
     assert (row, unchanged) == table.schemas.encoder.values(tup)
     table.python_avro(tup)  # the Python writers accept it
+
+
+@native_only
+@pytest.mark.parametrize(
+    "value",
+    [
+        ("b", PG_MAX_TIMESTAMP),
+        ("t", b"294276-12-31 23:59:59.999999+00"),
+        ("b", be(2**63 - 1 - PG_EPOCH_US, 8)),
+    ],
+)
+def test_timestamp_past_avro_long_is_clamped_by_python(value: Value) -> None:
+    """The C path declines; the Python converter delivers int64 max - 1 (max is infinity)."""
+    row, _ = SINGLES["tstz"].schemas.encoder.encode(tuple_data(value))
+    assert not isinstance(row, EncodedRow)
+    assert row == {"tstz": 2**63 - 2}
+
+
+@native_only
+@pytest.mark.parametrize(
+    ("options", "oid", "raw"),
+    [
+        (TypeOptions(binary_handling="base64"), BYTEA, b"\\x00ff"),
+        (TypeOptions(time_precision="connect"), TIMESTAMP, b"2024-01-01 00:00:00.123456"),
+        (TypeOptions(time_precision="connect"), DATE, b"2024-01-01"),
+        (TypeOptions(time_precision="connect"), TIME, b"12:00:00.5"),
+        (TypeOptions(timestamptz_handling="string"), TIMESTAMPTZ, b"2024-01-01 00:00:00+00"),
+    ],
+)
+def test_handling_modes_without_native_form_take_the_python_path(
+    options: TypeOptions, oid: int, raw: bytes
+) -> None:
+    """A handling mode whose output the C encoder does not produce gives the table no plan."""
+    relation = Relation(
+        None,
+        16384,
+        "public",
+        "zoo",
+        ReplicaIdentity.DEFAULT,
+        (RelationColumn(COLUMN_FLAG_KEY, "id", INT8, -1), RelationColumn(0, "v", oid, -1)),
+    )
+    schemas = relation_schemas(relation, TypeMapper(options), topic_prefix="pg")
+    assert not schemas.encoder.native
+    row, _ = schemas.encoder.encode(tuple_data(("t", b"7"), ("t", raw)))
+    assert not isinstance(row, EncodedRow)
 
 
 # --- 4. errors are Python's ------------------------------------------------------------------
@@ -653,6 +709,7 @@ EDGES: list[tuple[str, Value]] = [
     ("ts", ("t", b"2000-01-01 00:00:00.000001")),
     ("ts", ("b", be(micros_since_2000(datetime(1, 1, 1)), 8))),
     ("ts", ("b", be(2**63 - 1, 8))),
+    ("ts", ("b", be(2**63 - 2 - PG_EPOCH_US, 8))),  # the last one C shifts itself: int64 max - 1
     ("d", ("t", b"1970-01-01")),
     ("d", ("t", b"0001-01-01")),
     ("d", ("t", b"9999-12-31")),

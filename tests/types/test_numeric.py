@@ -9,6 +9,7 @@ import pytest
 
 from bridge.errors import ConfigError
 from bridge.types import TypeMapper, TypeOptions
+from bridge.types.lossy import LOSSY_VALUES
 from bridge.types.numeric import numeric_typmod
 from tests.types.vectors import find, roundtrip, schema_of
 
@@ -181,3 +182,69 @@ def test_variable_scale_strips_trailing_zeros_like_debezium(
     record = TypeMapper().column_type(1700).from_text(text)
     assert record["scale"] == scale
     assert int.from_bytes(record["value"], "big", signed=True) == unscaled
+
+
+# numeric[] '{1,NaN,Infinity,-Infinity}' as PostgreSQL 18 sends it.
+SPECIAL_ARRAY_TEXT = b"{1,NaN,Infinity,-Infinity}"
+SPECIAL_ARRAY_BINARY = bytes.fromhex(
+    "0000000100000000000006a400000004000000010000000a000100000000000000010000000800000000"
+    "c00000000000000800000000d00000200000000800000000f0000020"
+)
+
+
+def test_numeric_nan_and_infinity_as_null_are_counted_never_silent() -> None:
+    """precise mode: NaN/±Infinity have no decimal form; null, but counted and warned about."""
+    nan, inf = ("numeric", "nan_as_null"), ("numeric", "infinity_as_null")
+    before_nan, before_inf = LOSSY_VALUES[nan], LOSSY_VALUES[inf]
+    assert find("numeric(10,2)", "'NaN'").both() == (None, None)
+    assert find("numeric", "'Infinity'").both() == (None, None)
+    assert find("numeric", "'-Infinity'").both() == (None, None)
+    assert LOSSY_VALUES[nan] == before_nan + 2
+    assert LOSSY_VALUES[inf] == before_inf + 4
+
+
+def test_numeric_array_special_elements_by_mode() -> None:
+    mapper = TypeMapper()
+    ct = mapper.column_type(1231)  # numeric[]
+    one = {"scale": 0, "value": b"\x01"}
+    assert ct.from_text(SPECIAL_ARRAY_TEXT) == [one, None, None, None]
+    assert ct.from_binary(SPECIAL_ARRAY_BINARY) == [one, None, None, None]
+    assert roundtrip(ct.avro, [one, None]) == [one, None]
+    as_string = TypeMapper(TypeOptions(decimal_handling="string")).column_type(1231)
+    expected = ["1", "NaN", "Infinity", "-Infinity"]
+    assert as_string.from_text(SPECIAL_ARRAY_TEXT) == expected
+    assert as_string.from_binary(SPECIAL_ARRAY_BINARY) == expected
+    as_double = TypeMapper(TypeOptions(decimal_handling="double")).column_type(1231)
+    for value in (
+        as_double.from_text(SPECIAL_ARRAY_TEXT),
+        as_double.from_binary(SPECIAL_ARRAY_BINARY),
+    ):
+        assert value[0] == 1.0 and math.isnan(value[1])
+        assert value[2:] == [math.inf, -math.inf]
+
+
+@pytest.mark.parametrize("mode", ["string", "double"])
+def test_numeric_fixed_scale_keeps_nan_in_string_and_double_modes(mode: str) -> None:
+    options = TypeOptions(decimal_handling=mode)  # type: ignore[arg-type]
+    text, binary = find("numeric(10,2)", "'NaN'").both(options)
+    if mode == "string":
+        assert text == binary == "NaN"
+    else:
+        assert math.isnan(text) and math.isnan(binary)
+    assert find("numeric(10,2)", "12.5").both(options) == (
+        ("12.50", "12.50") if mode == "string" else (12.5, 12.5)
+    )
+
+
+def test_money_extremes_in_every_mode() -> None:
+    top_text, top_binary = b"$92,233,720,368,547,758.07", (2**63 - 1).to_bytes(8, "big")
+    ct = TypeMapper().column_type(790)
+    top = Decimal("92233720368547758.07")
+    assert (ct.from_text(top_text), ct.from_binary(top_binary)) == (top, top)
+    assert roundtrip(ct.avro, top) == top
+    as_string = TypeMapper(TypeOptions(decimal_handling="string")).column_type(790)
+    assert as_string.from_text(top_text) == as_string.from_binary(top_binary) == str(top)
+    bottom = find("money", "-92233720368547758.08")
+    assert bottom.both(TypeOptions(decimal_handling="string")) == ("-92233720368547758.08",) * 2
+    as_double = bottom.both(TypeOptions(decimal_handling="double"))
+    assert as_double == (-92233720368547758.08, -92233720368547758.08)

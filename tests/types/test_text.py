@@ -11,6 +11,7 @@ from bridge.types import (
     DEBEZIUM_UNAVAILABLE_BYTES,
     ConversionError,
     TypeMapper,
+    TypeOptions,
 )
 from tests.types.vectors import find, roundtrip, schema_of
 
@@ -89,3 +90,32 @@ def test_toastable_types_carry_the_debezium_placeholder() -> None:
         assert mapper.column_type(oid).toast_placeholder == DEBEZIUM_UNAVAILABLE
     assert mapper.column_type(17).toast_placeholder == DEBEZIUM_UNAVAILABLE_BYTES
     assert mapper.column_type(23).toast_placeholder is None
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected", "placeholder"),
+    [
+        ("bytes", b"\x00\xff\x10", DEBEZIUM_UNAVAILABLE_BYTES),
+        ("base64", "AP8Q", "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="),
+        ("base64-url-safe", "AP8Q", "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="),
+        ("hex", "00ff10", DEBEZIUM_UNAVAILABLE_BYTES.hex()),
+    ],
+)
+def test_bytea_binary_handling_modes(mode: str, expected: object, placeholder: object) -> None:
+    """Debezium's binary.handling.mode: bytes, or the bytes encoded in an Avro string."""
+    options = TypeOptions(binary_handling=mode)  # type: ignore[arg-type]
+    vector = find("bytea", "'\\x00ff10'")
+    ct = vector.column_type(options)
+    assert ct.avro == ("bytes" if mode == "bytes" else "string")
+    assert vector.both(options) == (expected, expected)
+    assert ct.toast_placeholder == placeholder
+    assert ct.native == ((11, 11) if mode == "bytes" else (0, 0))
+    as_array = TypeMapper(options).column_type(1001)  # bytea[]
+    assert as_array.from_text(b'{"\\\\x00ff10",NULL}') == [expected, None]
+
+
+def test_bytea_base64_url_safe_differs_from_base64() -> None:
+    raw = b"\\xfbff"  # 0xfb 0xff: '+' and '/' in base64
+    url = TypeMapper(TypeOptions(binary_handling="base64-url-safe")).column_type(17)
+    std = TypeMapper(TypeOptions(binary_handling="base64")).column_type(17)
+    assert (std.from_text(raw), url.from_text(raw)) == ("+/8=", "-_8=")
