@@ -20,6 +20,8 @@ Exposed (names carry the ``pgbridge_`` namespace)::
     pgbridge_waiting_for_dependency         1 while a transient dependency fault is retried
     pgbridge_retry_wait_seconds             seconds spent waiting for dependencies in all
     pgbridge_build_info{version}            constant 1
+    pgbridge_lossy_values_total{type, reason}  values delivered in a lossy form (clamped,
+                                            NaN as null, array reshaped; docs/types.md)
 
 ``lag_bytes`` is what the slot retains on the server (and what a restart would replay);
 ``lag_milliseconds`` is Debezium's ``MilliSecondsBehindSource``. LSNs are exported as floats,
@@ -34,13 +36,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, start_http_server
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from bridge import __version__
 from bridge.retry import WAITED_SECONDS, WAITING_FOR
+from bridge.types.lossy import LOSSY_VALUES
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +131,7 @@ class BridgeMetrics:
             registry=reg,
         ).set_function(lambda: sum(WAITED_SECONDS.values()))
         Info("build", "pgbridge version", namespace=ns, registry=reg).info({"version": __version__})
+        reg.register(_LossyValues(f"{ns}_lossy_values"))
 
     # -- what the pipeline reports ------------------------------------------------------------
 
@@ -188,3 +194,21 @@ class BridgeMetrics:
             if self._thread is not None:
                 self._thread.join(timeout=5)
             self._server = self._thread = None
+
+
+class _LossyValues(Collector):
+    """Exports :data:`bridge.types.lossy.LOSSY_VALUES`, which the converters count into
+    directly (a plain Counter: cheap on the hot path, read only when scraped)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            self._name,
+            "Values delivered in a lossy form, by PostgreSQL type and reason",
+            labels=["type", "reason"],
+        )
+        for (type_name, reason), count in LOSSY_VALUES.copy().items():  # copy: atomic
+            family.add_metric([type_name, reason], count)
+        yield family

@@ -82,11 +82,26 @@ def source_config(config: BridgeConfig) -> SourceConfig:
     )
 
 
+def type_options(config: BridgeConfig) -> TypeOptions:
+    """How PostgreSQL types are represented, from the handling-mode keys (validated there)."""
+    events = config.events
+    return TypeOptions(
+        decimal_handling=events.decimal_handling_mode,  # type: ignore[arg-type]
+        unconstrained_numeric=events.unconstrained_numeric_handling_mode,  # type: ignore[arg-type]
+        interval_handling=events.interval_handling_mode,  # type: ignore[arg-type]
+        timestamptz_handling=events.timestamptz_handling_mode,  # type: ignore[arg-type]
+        money_fraction_digits=events.money_fraction_digits,
+        hstore_handling=events.hstore_handling_mode,  # type: ignore[arg-type]
+        binary_handling=events.binary_handling_mode,  # type: ignore[arg-type]
+        time_precision=events.time_precision_mode,  # type: ignore[arg-type]
+    )
+
+
 def build_pipeline(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> Pipeline:
     """Everything wired, the source opened (slot and publication checked or created)."""
     source = LogicalReplicationSource(source_config(config))
     source.open()
-    mapper = TypeMapper(TypeOptions(decimal_handling=config.events.decimal_handling_mode))  # type: ignore[arg-type]
+    mapper = TypeMapper(type_options(config))
     registrar = SchemaRegistrar(
         registry_client(config.registry.client_config()),
         compatibility=config.registry.compatibility_level or "BACKWARD",

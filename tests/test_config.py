@@ -397,3 +397,50 @@ def test_load_config_failure_policy_defaults_to_warn_with_a_dead_letter_topic() 
     assert events.failure_handling_mode == "fail"
     error = _error(overrides={"errors.deadletterqueue.topic.name": "bad topic"})
     assert error.key == "errors.deadletterqueue.topic.name"
+
+
+# -- type handling modes --------------------------------------------------------------------------
+
+
+def test_load_config_type_handling_modes_reach_type_options() -> None:
+    from bridge.runner import type_options
+    from bridge.types import TypeOptions
+
+    assert type_options(_load()) == TypeOptions()
+    config = _load(
+        {
+            "decimal.handling.mode": "string",
+            "unconstrained.numeric.handling.mode": "double",
+            "money.fraction.digits": "4",
+            "interval.handling.mode": "string",
+            "time.precision.mode": "connect",
+            "timestamptz.handling.mode": "string",
+            "binary.handling.mode": "base64-url-safe",
+            "hstore.handling.mode": "json",
+        }
+    )
+    assert type_options(config) == TypeOptions(
+        decimal_handling="string",
+        unconstrained_numeric="double",
+        money_fraction_digits=4,
+        interval_handling="string",
+        time_precision="connect",
+        timestamptz_handling="string",
+        binary_handling="base64-url-safe",
+        hstore_handling="json",
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("interval.handling.mode", "iso"),
+        ("time.precision.mode", "adaptive"),  # Debezium's millisecond-adaptive mode: not offered
+        ("binary.handling.mode", "base32"),
+        ("hstore.handling.mode", "text"),
+        ("money.fraction.digits", "11"),
+        ("money.fraction.digits", "-1"),
+    ],
+)
+def test_load_config_refuses_unknown_type_handling_modes(key: str, value: str) -> None:
+    assert _error(overrides={key: value}).key == key

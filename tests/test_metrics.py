@@ -94,3 +94,13 @@ def test_bridge_metrics_close_stops_the_endpoint(metrics: BridgeMetrics) -> None
     metrics.close()
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+
+def test_bridge_metrics_exports_lossy_values_counted_by_converters(metrics: BridgeMetrics) -> None:
+    from bridge.types.lossy import record_lossy
+
+    name = "pgbridge_lossy_values_total"
+    before = _value(metrics, name, type="test-type", reason="clamped") or 0
+    record_lossy("test-type", "clamped")
+    record_lossy("test-type", "clamped")
+    assert _value(metrics, name, type="test-type", reason="clamped") == before + 2

@@ -213,6 +213,12 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
             raise ConfigError(key, f"must be at least {minimum}, got {value}")
         return value
 
+    def between(key: str, minimum: int, maximum: int) -> int:
+        value = at_least(key, minimum)
+        if value > maximum:
+            raise ConfigError(key, f"must be at most {maximum}, got {value}")
+        return value
+
     def partitions_like(key: str) -> int:
         value = values[key]
         assert isinstance(value, int)
@@ -279,6 +285,13 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         messages_topic=str(messages_topic),
         tombstones_on_delete=bool(values["tombstones.on.delete"]),
         decimal_handling_mode=str(values["decimal.handling.mode"]),
+        unconstrained_numeric_handling_mode=str(values["unconstrained.numeric.handling.mode"]),
+        money_fraction_digits=between("money.fraction.digits", 0, 10),
+        interval_handling_mode=str(values["interval.handling.mode"]),
+        time_precision_mode=str(values["time.precision.mode"]),
+        timestamptz_handling_mode=str(values["timestamptz.handling.mode"]),
+        binary_handling_mode=str(values["binary.handling.mode"]),
+        hstore_handling_mode=str(values["hstore.handling.mode"]),
         provide_transaction_metadata=bool(values["provide.transaction.metadata"]),
         truncate_events=bool(values["truncate.events"]),
         message_key_columns=typed("message.key.columns", tuple) or (),

@@ -178,6 +178,14 @@ class EventsConfig:
     messages_topic: str
     tombstones_on_delete: bool = True
     decimal_handling_mode: str = "precise"  # precise | string | double
+    # How PostgreSQL types are represented (bridge.types.TypeOptions; docs/types.md).
+    unconstrained_numeric_handling_mode: str = "variable_scale"  # variable_scale|string|double
+    money_fraction_digits: int = 2
+    interval_handling_mode: str = "numeric"  # numeric | string
+    time_precision_mode: str = "adaptive_time_microseconds"  # ... | connect
+    timestamptz_handling_mode: str = "instant"  # instant | string
+    binary_handling_mode: str = "bytes"  # bytes | base64 | base64-url-safe | hex
+    hstore_handling_mode: str = "map"  # map | json
     provide_transaction_metadata: bool = False
     truncate_events: bool = True
     #: (regex of schema.table, key columns), first match wins (``message.key.columns``).
