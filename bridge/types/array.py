@@ -34,7 +34,15 @@ from psycopg.adapt import AdaptersMap, Loader
 from psycopg.pq import Format
 from psycopg.types.array import ArrayLoader
 
-from bridge.types.base import ColumnType, Converter, Factory, TypeRegistry, TypeRequest
+from bridge.types.base import (
+    ColumnType,
+    Converter,
+    Factory,
+    TypeRegistry,
+    TypeRequest,
+    simple,
+    utf8,
+)
 from bridge.types.errors import ConversionError
 from bridge.types.lossy import ARRAY_FLATTENED, ARRAY_WRAPPED, record_lossy
 
@@ -173,8 +181,21 @@ def array_factory(element_factory: Factory, delimiter: bytes = b",") -> Factory:
     return factory
 
 
+def _int_vector(signed: bool) -> Converter:
+    def from_binary(raw: bytes) -> str:
+        # int2vector/oidvector send as a 1-D array; their text form is space-separated.
+        _, items = split_binary(raw)
+        return " ".join(str(int.from_bytes(i or b"", "big", signed=signed)) for i in items)
+
+    return from_binary
+
+
 def register_types(registry: TypeRegistry) -> None:
     """Register the array type of every built-in element type registered so far; call last."""
+    # The catalog's vector types (pg_index.indkey, pg_proc.proargtypes copied into a table):
+    # a string of their text form, as Debezium sends unknown types.
+    registry.add_builtin("int2vector", simple("int2vector", "string", utf8, _int_vector(True)))
+    registry.add_builtin("oidvector", simple("oidvector", "string", utf8, _int_vector(False)))
     for info in psycopg.postgres.types:
         element = registry.by_name.get(info.name)
         if element is None or not info.array_oid:

@@ -17,13 +17,26 @@ _AF_INET = 2  # PostgreSQL's PGSQL_AF_INET
 _AF_INET6 = 3  # PGSQL_AF_INET6
 
 
+def _ipv6_text(addr: bytes) -> str:
+    # inet_net_ntop (BIND's rules) prints an IPv4-mapped (::ffff:a.b.c.d) or IPv4-compatible
+    # (::a.b.c.d, but not :: or ::1) address with a dotted quad; Python before 3.13 does not.
+    if addr[:10] == bytes(10):
+        words = addr[10:12], addr[12:14], addr[14:16]
+        tail = str(ipaddress.IPv4Address(addr[12:16]))
+        if words[0] == b"\xff\xff":
+            return f"::ffff:{tail}"
+        if words[0] == b"\0\0" and (words[1] != b"\0\0" or words[2] not in (b"\0\0", b"\0\1")):
+            return f"::{tail}"
+    return str(ipaddress.IPv6Address(addr))
+
+
 def inet_from_binary(raw: bytes) -> str:
     family, bits, is_cidr, size = raw[0], raw[1], raw[2], raw[3]
     addr = bytes(raw[4 : 4 + size])
     if family == _AF_INET and size == 4:
         text, full = str(ipaddress.IPv4Address(addr)), 32
     elif family == _AF_INET6 and size == 16:
-        text, full = str(ipaddress.IPv6Address(addr)), 128
+        text, full = _ipv6_text(addr), 128
     else:
         raise ConversionError("inet", f"unknown address family {family}", raw=raw)
     if is_cidr or bits != full:

@@ -37,7 +37,7 @@ from bridge.types.base import (
     simple,
 )
 from bridge.types.errors import ConversionError
-from bridge.types.lossy import INFINITY_AS_NULL, NAN_AS_NULL, record_lossy
+from bridge.types.lossy import CLAMPED, INFINITY_AS_NULL, NAN_AS_NULL, record_lossy
 
 #: Spark's DecimalType maximum precision.
 MAX_DECIMAL_PRECISION: Final = 38
@@ -93,10 +93,11 @@ _INT64_MAX: Final = 2**63 - 1
 
 def _checked_xid8(value: int, raw: bytes) -> int:
     # xid8 is unsigned 64-bit. Real transaction ids stay far below 2**63 (that would take 2**31
-    # epochs), but any value can be stored in a column; one above a long is refused by name
-    # rather than wrapped around or left for the Avro writer to fail on.
+    # epochs), but any value can be stored in a column; one above a long is clamped to the
+    # largest long and recorded as lossy, rather than wrapped around or refused.
     if value > _INT64_MAX:
-        raise ConversionError("xid8", f"{value} is out of range of Avro long", raw=raw)
+        record_lossy("xid8", CLAMPED)
+        return _INT64_MAX
     return value
 
 
@@ -166,7 +167,9 @@ def variable_scale(d: Decimal) -> dict[str, Any] | None:
         return None
     sign, digits, exp = d.as_tuple()
     assert isinstance(exp, int)
-    unscaled = int("".join(map(str, digits)) or "0")
+    # Through Decimal, not str: int() of a string refuses more than 4,300 digits, and
+    # numeric holds up to 131,072 digits before the point.
+    unscaled = int(Decimal((0, digits, 0)))
     if exp > 0:  # e.g. Decimal('1E+3'): the scale is never negative
         unscaled *= 10**exp
         exp = 0

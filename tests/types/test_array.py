@@ -226,3 +226,16 @@ def test_array_malformed_binary_is_a_conversion_error() -> None:
     ct = TypeMapper().column_type(1007)
     with pytest.raises(ConversionError):
         ct.from_binary(bytes.fromhex(INT_ARRAYS["[2:3]={1,2}"][1])[:-2])
+
+
+def test_int2vector_and_oidvector_are_their_text_form() -> None:
+    mapper = TypeMapper()
+    int2vector, oidvector = mapper.column_type(22), mapper.column_type(30)
+    binary = bytes.fromhex(
+        "00000001000000000000001500000003000000000000000200010000000200020000000200ff"
+    )
+    assert int2vector.from_text(b"1 2 255") == int2vector.from_binary(binary) == "1 2 255"
+    binary = bytes.fromhex(
+        "00000001000000000000001a0000000200000000000000040000000100000004ffffffff"
+    )
+    assert oidvector.from_text(b"1 4294967295") == oidvector.from_binary(binary) == "1 4294967295"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 
 from bridge.types import TypeMapper
@@ -70,3 +72,20 @@ def test_varbit_1_is_boolean_like_debezium() -> None:
         True,
     )
     assert ct.from_binary(b"\x00\x00\x00\x00") is False
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("::ffff:1.2.3.4", "::ffff:1.2.3.4"),  # IPv4-mapped: a dotted quad, as inet_out
+        ("::1.2.3.4", "::1.2.3.4"),  # IPv4-compatible
+        ("::0.0.1.2", "::0.0.1.2"),
+        ("::1", "::1"),
+        ("::", "::"),
+        ("::ffff:0:0", "::ffff:0.0.0.0"),
+        ("1::ffff:1.2.3.4", "1::ffff:102:304"),
+    ],
+)
+def test_inet_binary_ipv6_prints_embedded_ipv4_like_the_server(address: str, expected: str) -> None:
+    raw = bytes([3, 128, 0, 16]) + ipaddress.IPv6Address(address).packed
+    assert TypeMapper().column_type(869).from_binary(raw) == expected

@@ -248,3 +248,21 @@ def test_money_extremes_in_every_mode() -> None:
     assert bottom.both(TypeOptions(decimal_handling="string")) == ("-92233720368547758.08",) * 2
     as_double = bottom.both(TypeOptions(decimal_handling="double"))
     assert as_double == (-92233720368547758.08, -92233720368547758.08)
+
+
+def test_xid8_beyond_avro_long_is_clamped_and_counted() -> None:
+    ct = TypeMapper().column_type(5069)  # xid8
+    before = LOSSY_VALUES[("xid8", "clamped")]
+    top = 2**64 - 1
+    assert ct.from_text(str(top).encode()) == ct.from_binary(top.to_bytes(8, "big")) == 2**63 - 1
+    assert ct.from_text(b"9223372036854775807") == 2**63 - 1
+    assert LOSSY_VALUES[("xid8", "clamped")] == before + 2
+
+
+def test_numeric_beyond_python_int_string_limit_is_variable_scale() -> None:
+    """numeric holds 131,072 digits before the point; int('...') refuses over 4,300."""
+    ct = TypeMapper().column_type(1700)
+    text = b"1" + b"0" * 131_071
+    value = ct.from_text(text)
+    assert value["scale"] == 0
+    assert int.from_bytes(value["value"], "big", signed=True) == 10**131_071
