@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from dataclasses import dataclass
 from types import FrameType
 
 from bridge.config import BridgeConfig
@@ -24,6 +25,8 @@ from bridge.sink.metadata import MetadataRecords
 from bridge.sink.publisher import KafkaPublisher
 from bridge.sink.registry import SchemaRegistrar, registry_client
 from bridge.sink.serializer import EnvelopeSerializer, SourceSettings
+from bridge.snapshot.copier import SnapshotSink
+from bridge.snapshot.run import run_snapshot
 from bridge.source.config import PublicationConfig, PublicationMode, SourceConfig
 from bridge.source.replication import LogicalReplicationSource
 from bridge.types import TypeMapper, TypeOptions
@@ -97,25 +100,53 @@ def type_options(config: BridgeConfig) -> TypeOptions:
     )
 
 
-def build_pipeline(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> Pipeline:
-    """Everything wired, the source opened (slot and publication checked or created)."""
-    source = LogicalReplicationSource(source_config(config))
-    source.open()
-    mapper = TypeMapper(type_options(config))
+@dataclass(frozen=True, slots=True)
+class PipelineParts:
+    """What the snapshot (bridge.snapshot) and the streaming pipeline share: the event builder
+    (its relation and type caches), the registrar, the serializer and the publisher."""
+
+    builder: EventBuilder
+    registrar: SchemaRegistrar
+    serializer: EnvelopeSerializer
+    publisher: KafkaPublisher
+
+
+def build_parts(config: BridgeConfig) -> PipelineParts:
+    """The stages after the source, ready for the snapshot and then for streaming."""
     registrar = SchemaRegistrar(
         registry_client(config.registry.client_config()),
         compatibility=config.registry.compatibility_level or "BACKWARD",
         retry=config.retry,
     )
-    dbname = _database_name(source)
     serializer = EnvelopeSerializer(
         SourceSettings(
             topic_prefix=config.topic_prefix,
-            database=dbname,
+            database=_database_name(config.database.conninfo()),
             provide_transaction_metadata=config.events.provide_transaction_metadata,
         )
     )
-    publisher = KafkaPublisher(config.kafka, config.topic_creation)
+    builder = EventBuilder(
+        config.topic_prefix,
+        TypeMapper(type_options(config)),
+        key_columns=config.events.key_columns,
+        failures=FailurePolicy(
+            config.events.failure_handling_mode,  # type: ignore[arg-type]
+            config.events.dead_letter_topic,
+        ),
+    )
+    return PipelineParts(
+        builder, registrar, serializer, KafkaPublisher(config.kafka, config.topic_creation)
+    )
+
+
+def build_pipeline(
+    config: BridgeConfig, metrics: BridgeMetrics | None = None, parts: PipelineParts | None = None
+) -> Pipeline:
+    """Everything wired, the source opened (slot and publication checked or created)."""
+    source = LogicalReplicationSource(source_config(config))
+    source.open()
+    parts = parts or build_parts(config)
+    registrar, serializer, publisher = parts.registrar, parts.serializer, parts.publisher
     observer: PipelineObserver | None = None
     if metrics is not None:
         progress = source.progress
@@ -126,15 +157,7 @@ def build_pipeline(config: BridgeConfig, metrics: BridgeMetrics | None = None) -
         )
     return Pipeline(
         source=source,
-        builder=EventBuilder(
-            config.topic_prefix,
-            mapper,
-            key_columns=config.events.key_columns,
-            failures=FailurePolicy(
-                config.events.failure_handling_mode,  # type: ignore[arg-type]
-                config.events.dead_letter_topic,
-            ),
-        ),
+        builder=parts.builder,
         registrar=registrar,
         serializer=serializer,
         publisher=publisher,
@@ -156,10 +179,10 @@ def build_pipeline(config: BridgeConfig, metrics: BridgeMetrics | None = None) -
     )
 
 
-def _database_name(source: LogicalReplicationSource) -> str:
+def _database_name(dsn: str) -> str:
     from psycopg.conninfo import conninfo_to_dict
 
-    return str(conninfo_to_dict(source.config.dsn).get("dbname") or "postgres")
+    return str(conninfo_to_dict(dsn).get("dbname") or "postgres")
 
 
 def run(config: BridgeConfig, stop: threading.Event | None = None) -> int:
@@ -177,7 +200,16 @@ def run(config: BridgeConfig, stop: threading.Event | None = None) -> int:
     if config.metrics.port:
         metrics.serve(config.metrics.port, config.metrics.host)
     try:
-        pipeline = build_pipeline(config, metrics)
+        parts = build_parts(config)
+        # The snapshot, when one is due, is a second source feeding the same stages; streaming
+        # starts only once every snapshot row is acknowledged (bridge.snapshot).
+        sink = SnapshotSink(
+            parts.registrar, parts.serializer, parts.publisher, parts.builder.failures
+        )
+        if not run_snapshot(config, source_config(config), parts.builder, sink, stop):
+            parts.publisher.close()
+            return 0
+        pipeline = build_pipeline(config, metrics, parts)
         logger.info(
             "streaming slot %s from %s to topics %s.*",
             config.replication.slot_name,

@@ -180,6 +180,32 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "memory for in-progress streamed transactions before spilling to disk",
     ),
     KeySpec("streaming.spill.dir", _path, None, "spill directory (system temp dir if unset)"),
+    KeySpec(
+        "snapshot.mode",
+        _choice("initial", "initial_only", "no_data", "when_needed", "always"),
+        "initial",
+        "copy existing rows before streaming: when the slot is new (initial), then stop "
+        "(initial_only), never (no_data), also when the slot was invalidated (when_needed), "
+        "at every start (always)",
+    ),
+    KeySpec(
+        "snapshot.include.collection.list",
+        _patterns,
+        (),
+        "regexes of schema.table to snapshot (default: every captured table)",
+    ),
+    KeySpec("snapshot.max.threads", _integer, 2, "snapshot workers (connections) at most"),
+    KeySpec("snapshot.chunk.size", _integer, 100_000, "rows per snapshot chunk (resume unit)"),
+    KeySpec(
+        "snapshot.progress.interval.ms", _integer, 5_000, "snapshot progress log line interval"
+    ),
+    KeySpec(
+        "snapshot.state.file",
+        _path,
+        None,
+        "snapshot progress file (default <state.dir>/snapshot-<slot.name>.json)",
+    ),
+    KeySpec("state.dir", _path, None, "pgbridge's state files (default ~/.local/state/pgbridge)"),
     KeySpec("table.include.list", _patterns, (), "regexes of schema.table to capture"),
     KeySpec("table.exclude.list", _patterns, (), "regexes of schema.table to skip"),
     KeySpec("schema.include.list", _patterns, (), "regexes of schemas to capture"),

@@ -23,6 +23,7 @@ from bridge.config.settings import (
     _SLOT_NAME,
     _T,
     _TOPIC_NAME,
+    DEFAULT_STATE_DIR,
     ENV_PREFIX,
     PRODUCER_PREFIX,
     RESERVED_ENV,
@@ -38,6 +39,7 @@ from bridge.config.settings import (
     ReplicationConfig,
     Secret,
     Setting,
+    SnapshotConfig,
     TableFilter,
     TopicCreationConfig,
     env_name,
@@ -352,6 +354,16 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         else s
         for s in settings
     ]
+    snapshot = SnapshotConfig(
+        mode=str(values["snapshot.mode"]),
+        include_collection_list=typed("snapshot.include.collection.list", tuple) or (),
+        max_threads=between("snapshot.max.threads", 1, 64),
+        chunk_size=at_least("snapshot.chunk.size", 1),
+        progress_interval_ms=at_least("snapshot.progress.interval.ms", 100),
+        state_file=typed("snapshot.state.file", Path),
+        state_dir=typed("state.dir", Path) or DEFAULT_STATE_DIR,
+    )
+
     return BridgeConfig(
         topic_prefix=prefix,
         database=database,
@@ -364,6 +376,7 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         metrics=metrics,
         logging=logging_config,
         retry=retry,
+        snapshot=snapshot,
         settings=tuple(sorted(settings, key=lambda s: s.key)),
     )
 

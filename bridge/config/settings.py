@@ -276,6 +276,24 @@ class Setting:
     origin: str
 
 
+#: Where pgbridge keeps its state files unless ``state.dir`` says otherwise.
+DEFAULT_STATE_DIR: Final = Path("~/.local/state/pgbridge")
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotConfig:
+    """The initial snapshot (bridge.snapshot): when, which tables, how parallel, where its
+    progress is kept."""
+
+    mode: str = "initial"  # initial | initial_only | no_data | when_needed | always
+    include_collection_list: tuple[str, ...] = ()
+    max_threads: int = 2
+    chunk_size: int = 100_000
+    progress_interval_ms: int = 5_000
+    state_file: Path | None = None
+    state_dir: Path = DEFAULT_STATE_DIR
+
+
 @dataclass(frozen=True, slots=True)
 class BridgeConfig:
     """The whole, validated configuration of one ``pgbridge run``."""
@@ -291,6 +309,7 @@ class BridgeConfig:
     metrics: MetricsConfig
     logging: LoggingConfig
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     settings: tuple[Setting, ...] = field(default=(), repr=False, compare=False)
 
     def describe(self) -> str:

@@ -1,0 +1,324 @@
+"""The snapshot's coordinator: workers copy, this thread publishes, acknowledges and records.
+
+One thread (the caller's) owns the serializer and the publisher, as the streaming pipeline
+does: it takes the workers' batches from a bounded queue, serializes each ``r`` event with the
+same :class:`~bridge.sink.serializer.EnvelopeSerializer` and publishes it with the same
+publisher, on the same topics, under the same registered schemas as streaming. Delivery
+callbacks (run inside ``poll``/``flush`` on this thread) count each chunk's acknowledged
+records; a chunk whose rows were all read and all acknowledged is recorded in the state file
+(:mod:`bridge.snapshot.state`). A failure anywhere (a worker's typed error, a delivery error)
+stops the workers and propagates; nothing unacknowledged was recorded.
+
+``source.snapshot`` is ``first`` on the first row of a snapshot's first attempt, ``last`` on the
+last row of the attempt that completes it, ``true`` otherwise (one row is held back so that the
+last one can be marked).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bridge.events import ChangeEvent, TxContext
+from bridge.failures import FailurePolicy, dead_letter_record
+from bridge.pgoutput.lsn import Lsn
+from bridge.schema import RelationSchemas
+from bridge.sink.avro_writer import AvroWriteError
+from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
+from bridge.sink.serializer import EnvelopeSerializer
+from bridge.snapshot.progress import SnapshotProgress
+from bridge.snapshot.reader import (
+    ChunkEnd,
+    Failed,
+    RowBatch,
+    SnapshotConnection,
+    Task,
+    WorkerDone,
+    WorkerFailed,
+    run_worker,
+)
+from bridge.snapshot.state import SnapshotState, TableProgress, save_state
+from bridge.types.errors import ConversionError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SnapshotCopier", "SnapshotSink"]
+
+_QUEUE_BATCHES = 64  # batches of reader.BATCH_ROWS rows in flight between workers and here
+_POLL_INTERVAL_S = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotSink:
+    """The streaming pipeline's own registrar, serializer and publisher, and its policy."""
+
+    registrar: SchemaRegistrar
+    serializer: EnvelopeSerializer
+    publisher: Any  # bridge.pipeline.Publisher
+    failures: FailurePolicy
+
+
+class _ChunkCount:
+    """One chunk's records sent and acknowledged; ``on_delivered`` is their callback."""
+
+    __slots__ = ("delivered", "nbytes", "on_delivered", "read_done", "rows", "sent", "table")
+
+    def __init__(self, table: TableProgress) -> None:
+        self.table = table
+        self.sent = 0
+        self.delivered = 0
+        self.rows = 0
+        self.nbytes = 0
+        self.read_done = False
+        self.on_delivered: Callable[[], None] = self._delivered
+
+    def _delivered(self) -> None:
+        self.delivered += 1
+
+
+class SnapshotCopier:
+    """Copies the chunks the state says are left, one worker per connection given."""
+
+    def __init__(
+        self,
+        sink: SnapshotSink,
+        state: SnapshotState,
+        state_path: Path,
+        schemas: dict[str, RelationSchemas],
+        *,
+        progress_interval: float = 5.0,
+    ) -> None:
+        self.sink = sink
+        self.state = state
+        self.state_path = state_path
+        self.schemas = schemas
+        self.progress = SnapshotProgress(progress_interval)
+        self.published = 0
+        self._ids: dict[str, RegisteredSchemas] = {}
+        self._counts: dict[tuple[str, int], _ChunkCount] = {}
+        self._held: tuple[ChangeEvent, _ChunkCount] | None = None
+        self._first = not any(t.started for t in state.tables)
+        self._tx: TxContext | None = None
+        self._dirty = False
+
+    # -- the run --------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, connections: list[SnapshotConnection]) -> bool:
+        """Copy what is left with the connections of :func:`~bridge.snapshot.reader.
+        open_connections` (closed when done); ``True`` when every table is copied (the state
+        says ``done``), ``False`` when ``stop`` was set first (what was acknowledged is
+        recorded)."""
+        tasks: queue.Queue[Task] = queue.Queue()
+        for table in self.state.tables:
+            self.progress.add(
+                table.plan.table,
+                table.plan.estimated_rows,
+                len(table.plan.chunks),
+                table.rows_done,
+                table.bytes_done,
+                len(table.done),
+            )
+            for chunk in table.remaining():
+                tasks.put(Task(table.plan, chunk, self.schemas[table.plan.table]))
+                self._counts[(table.plan.table, chunk.index)] = _ChunkCount(table)
+        try:
+            for table_schemas in self.schemas.values():
+                self._register(table_schemas)
+        except BaseException:
+            for connection in connections:
+                connection.close()
+            raise
+        workers = min(len(connections), tasks.qsize())
+        for connection in connections[workers:]:
+            connection.close()
+        if workers and not self._copy(tasks, connections[:workers], stop):
+            return False
+        self.state.status = "done"
+        save_state(self.state_path, self.state)
+        return True
+
+    def _copy(
+        self, tasks: queue.Queue[Task], connections: list[SnapshotConnection], stop: threading.Event
+    ) -> bool:
+        out: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_BATCHES)
+        halt = threading.Event()
+        threads: list[threading.Thread] = []
+        try:
+            xmin = connections[0].snapshot_xmin()
+            point = Lsn.parse(self.state.consistent_point)
+            now_pg_us = int((time.time() - 946_684_800) * 1_000_000)
+            self._tx = TxContext(xmin, point, now_pg_us, None, "true")
+            for i, connection in enumerate(connections):
+                thread = threading.Thread(
+                    target=run_worker,
+                    args=(f"snapshot-{i}", connection, tasks, out, halt, self.state.run, self._tx),
+                    name=f"pgbridge-snapshot-{i}",
+                    daemon=True,
+                )  # fmt: skip
+                threads.append(thread)
+            connections = []  # the workers own (and close) them now
+            for thread in threads:
+                thread.start()
+            alive = len(threads)
+            next_poll = time.monotonic() + _POLL_INTERVAL_S
+            while alive:
+                try:
+                    item = out.get(timeout=_POLL_INTERVAL_S)
+                except queue.Empty:
+                    item = None
+                if type(item) is RowBatch:
+                    self._publish_batch(item)
+                elif type(item) is ChunkEnd:
+                    count = self._counts[(item.table, item.chunk)]
+                    count.read_done = True
+                    count.rows = item.rows
+                elif type(item) is WorkerDone:
+                    alive -= 1
+                elif type(item) is WorkerFailed:
+                    raise item.error
+                now = time.monotonic()
+                if item is None or now >= next_poll:
+                    self._service(now)
+                    next_poll = now + _POLL_INTERVAL_S
+                if stop.is_set():
+                    logger.info("snapshot stopped before its end; it resumes at the next start")
+                    self._drain(final=False)
+                    return False
+            self._drain(final=True)
+            return all(t.complete for t in self.state.tables)
+        finally:
+            halt.set()
+            for connection in connections:
+                connection.close()
+            for thread in threads:
+                thread.join(30)
+
+    # -- publishing -----------------------------------------------------------------------------
+
+    def _register(self, schemas: RelationSchemas) -> RegisteredSchemas:
+        ids = self._ids.get(schemas.table)
+        if ids is None:
+            ids = self.sink.registrar.register_relation(schemas)
+            if ids.key_id is not None and schemas.key_schema is not None:
+                self.sink.serializer.register_parsed(ids.key_id, schemas.key_schema)
+            self.sink.serializer.register_parsed(ids.value_id, schemas.value_schema)
+            self._ids[schemas.table] = ids
+        return ids
+
+    def _publish_batch(self, batch: RowBatch) -> None:
+        count = self._counts[(batch.table, batch.chunk)]
+        count.nbytes += batch.nbytes
+        table = count.table
+        if not table.started:
+            table.started = True  # recorded: a keyless table's copy was under way (resume)
+            save_state(self.state_path, self.state)
+        self.progress.copied(batch.table, len(batch.events), batch.nbytes, time.monotonic())
+        held = self._held
+        for event in batch.events:
+            if type(event) is Failed:
+                self._dead_letter(batch.table, event, count)
+                continue
+            assert isinstance(event, ChangeEvent)
+            if held is not None:
+                self._publish(held[0], held[1])
+            held = (event, count)
+        self._held = held
+
+    def _publish(self, event: ChangeEvent, count: _ChunkCount, marker: str | None = None) -> None:
+        if self._first:
+            marker, self._first = "first", False
+        if marker is not None:
+            assert self._tx is not None
+            event = replace(event, tx=replace(self._tx, snapshot=marker))
+        ids = self._ids[event.table.table]
+        serializer = self.sink.serializer
+        try:
+            key = serializer.key(event, ids)
+            value = serializer.value(event, ids)
+        except (AvroWriteError, ConversionError) as exc:
+            if self.sink.failures.stops:
+                raise
+            self._dead_letter(event.table.table, Failed(event.seq, _tuple_of(event), exc), count)
+            return
+        count.sent += 1
+        self.sink.publisher.publish(event.table.topic, key, value, count.on_delivered)
+        self.published += 1
+
+    def _dead_letter(self, table: str, failed: Failed, count: _ChunkCount) -> None:
+        failures = self.sink.failures
+        if failures.stops:
+            raise failed.error
+        schemas = self.schemas[table]
+        assert self._tx is not None and failures.dead_letter_topic is not None
+        failures.report(table, f"snapshot seq {failed.seq}", failed.error)
+        key, value = dead_letter_record(
+            table=table,
+            topic=schemas.topic,
+            op="r",
+            commit_lsn=int(self._tx.commit_lsn),
+            seq=failed.seq,
+            xid=self._tx.xid,
+            columns=tuple(c.name for c in schemas.relation.columns),
+            before=None,
+            after=failed.data,
+            error=failed.error,
+        )
+        count.sent += 1
+        self.sink.publisher.publish(failures.dead_letter_topic, key, value, count.on_delivered)
+
+    # -- acknowledgements and the state file ----------------------------------------------------
+
+    def _service(self, now: float) -> None:
+        """Serve delivery callbacks, record finished chunks, log progress when due."""
+        self.sink.publisher.poll(0)
+        self._record_finished(now)
+        if self.progress.due(now):
+            for line in self.progress.lines(now):
+                logger.info("%s", line)
+
+    def _record_finished(self, now: float) -> None:
+        held = self._held[1] if self._held is not None else None
+        finished = [
+            key
+            for key, c in self._counts.items()
+            if c.read_done and c.delivered == c.sent and c is not held
+        ]
+        for key in finished:
+            count = self._counts.pop(key)
+            table = count.table
+            table.done.add(key[1])
+            table.rows_done += count.rows
+            table.bytes_done += count.nbytes
+            self.progress.chunk_done(table.plan.table, now)
+            if table.complete:
+                logger.info(
+                    "snapshot of %s complete: %d rows, %.1f MB",
+                    table.plan.table,
+                    table.rows_done,
+                    table.bytes_done / 1e6,
+                )
+        if finished:
+            save_state(self.state_path, self.state)
+
+    def _drain(self, *, final: bool) -> None:
+        """Publish the held row (``last`` when ``final``), wait for every acknowledgement and
+        record the chunks that are complete."""
+        if self._held is not None:
+            event, count = self._held
+            self._held = None
+            self._publish(event, count, "last" if final else None)
+        publisher = self.sink.publisher
+        while publisher.flush(1.0):
+            pass
+        self._record_finished(time.monotonic())
+
+
+def _tuple_of(event: ChangeEvent) -> Any:
+    after = event.after
+    return getattr(after, "tuple_data", after)

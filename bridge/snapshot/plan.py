@@ -1,0 +1,162 @@
+"""Chunk planning and row positions of the snapshot: pure, no I/O.
+
+A table is copied in chunks, each one ``COPY (SELECT … WHERE <range>) TO STDOUT``:
+
+- ``key``: ranges of a primary key or of a unique index on NOT NULL columns, the boundaries
+  being key values read once (as text) inside the snapshot; the first range is open below, the
+  last open above, so together they cover every possible key, including keys inserted later
+  (which matters when a chunk is copied again after a restart, in a newer snapshot);
+- ``ctid``: block ranges of the heap, ``ctid >= '(a,0)' AND ctid < '(b,0)'``, the last one open
+  above (the table may have grown);
+- ``whole``: the table in one chunk: tables without a message key (a multiset downstream, see
+  :mod:`bridge.snapshot`) and partitioned tables without a usable key.
+
+Rows of a chunk are read in a fixed order (the key, or the heap's physical order) and numbered:
+``seq = run << 52 | chunk << 32 | row``, where ``run`` counts the attempts of one snapshot (0 for
+the first, one more at each resume), so positions ``(consistent point, seq)`` are unique per
+table across restarts and a consumer that deduplicates by position never mistakes a row copied
+after a restart for a different row delivered before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from bridge.source.protocol import quote_ident, quote_literal
+
+__all__ = [
+    "MAX_CHUNKS",
+    "MAX_RUN",
+    "Chunk",
+    "Method",
+    "TablePlan",
+    "ctid_chunks",
+    "key_chunks",
+    "position",
+    "select_statement",
+]
+
+Method = Literal["key", "ctid", "whole"]
+
+ROW_BITS: Final = 32
+CHUNK_BITS: Final = 20
+#: Chunks per table and attempts per snapshot that fit in a ``seq`` (a signed 64-bit long).
+MAX_CHUNKS: Final = 1 << CHUNK_BITS
+MAX_RUN: Final = (1 << (63 - ROW_BITS - CHUNK_BITS)) - 1
+MAX_ROWS_PER_CHUNK: Final = 1 << ROW_BITS
+
+
+def position(run: int, chunk: int, row: int) -> int:
+    """The ``seq`` of row ``row`` of chunk ``chunk`` in attempt ``run``."""
+    if not (0 <= run <= MAX_RUN and 0 <= chunk < MAX_CHUNKS and 0 <= row < MAX_ROWS_PER_CHUNK):
+        raise ValueError(f"position out of range: run {run}, chunk {chunk}, row {row}")
+    return (run << (ROW_BITS + CHUNK_BITS)) | (chunk << ROW_BITS) | row
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One range of a table: ``lower <= x < upper``, ``None`` for an open end. For ``key``
+    chunks the bounds are key values as text (one per key column); for ``ctid`` chunks one
+    block number each."""
+
+    index: int
+    lower: tuple[str, ...] | None = None
+    upper: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TablePlan:
+    """How one table is copied: which columns, in which ranges.
+
+    ``columns`` are the published columns in the Relation's order (quoted here, never by the
+    caller); ``order_columns``/``order_types`` the chunking key and the SQL types its text
+    bounds are cast to (``format_type``); ``row_filter`` the publication's row filter
+    (PostgreSQL 15+), which the copy applies like pgoutput does.
+    """
+
+    table: str  # "schema.table"
+    schema: str
+    name: str
+    oid: int
+    method: Method
+    columns: tuple[str, ...]
+    chunks: tuple[Chunk, ...]
+    order_columns: tuple[str, ...] = ()
+    order_types: tuple[str, ...] = ()
+    row_filter: str | None = None
+    estimated_rows: int = 0
+    keyed: bool = True  # the Kafka records have a key (upserts downstream)
+    relfilenode: int = 0
+
+    @property
+    def qualified(self) -> str:
+        return f"{quote_ident(self.schema)}.{quote_ident(self.name)}"
+
+
+def key_chunks(boundaries: list[tuple[str, ...]]) -> tuple[Chunk, ...]:
+    """Chunks between sorted, distinct key boundaries: ``(-inf, b0), [b0, b1), …, [bn, +inf)``."""
+    if len(boundaries) + 1 > MAX_CHUNKS:
+        raise ValueError(f"{len(boundaries) + 1} chunks: at most {MAX_CHUNKS}")
+    bounds: list[tuple[str, ...] | None] = [None, *boundaries, None]
+    return tuple(Chunk(i, bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1))
+
+
+def ctid_chunks(pages: int, estimated_rows: int, rows_per_chunk: int) -> tuple[Chunk, ...]:
+    """Block ranges of about ``rows_per_chunk`` rows each, from ``relpages`` and ``reltuples``;
+    the first open below, the last open above."""
+    if pages <= 0 or estimated_rows <= rows_per_chunk:
+        return (Chunk(0),)
+    rows_per_page = max(estimated_rows / pages, 1.0)
+    blocks = max(1, int(rows_per_chunk / rows_per_page))
+    starts = list(range(blocks, pages, blocks))
+    while len(starts) + 1 > MAX_CHUNKS:
+        blocks *= 2
+        starts = list(range(blocks, pages, blocks))
+    return key_chunks([(str(b),) for b in starts])
+
+
+def _row(columns: tuple[str, ...]) -> str:
+    quoted = ", ".join(quote_ident(c) for c in columns)
+    return quoted if len(columns) == 1 else f"({quoted})"
+
+
+def _values(values: tuple[str, ...], types: tuple[str, ...]) -> str:
+    cast = ", ".join(f"{quote_literal(v)}::{t}" for v, t in zip(values, types, strict=True))
+    return cast if len(values) == 1 else f"({cast})"
+
+
+def range_predicate(plan: TablePlan, chunk: Chunk) -> list[str]:
+    """The WHERE conditions of one chunk (none for a whole-table chunk)."""
+    conditions: list[str] = []
+    if plan.method == "key":
+        row = _row(plan.order_columns)
+        if chunk.lower is not None:
+            conditions.append(f"{row} >= {_values(chunk.lower, plan.order_types)}")
+        if chunk.upper is not None:
+            conditions.append(f"{row} < {_values(chunk.upper, plan.order_types)}")
+    elif plan.method == "ctid":
+        if chunk.lower is not None:
+            conditions.append(f"ctid >= '({int(chunk.lower[0])},0)'::tid")
+        if chunk.upper is not None:
+            conditions.append(f"ctid < '({int(chunk.upper[0])},0)'::tid")
+    return conditions
+
+
+def select_statement(plan: TablePlan, chunk: Chunk) -> str:
+    """``COPY (SELECT <columns> FROM <table> WHERE …) TO STDOUT (FORMAT binary)`` for a chunk.
+
+    The order is fixed (see the module doc): by the key for ``key`` chunks, else the heap's
+    physical order, in which TID range scans and sequential scans return rows (the reader turns
+    synchronized sequential scans off, which would otherwise start a large table's scan
+    wherever another scan is); an ``ORDER BY ctid`` would only add a sort."""
+    columns = ", ".join(quote_ident(c) for c in plan.columns) or ""
+    conditions = range_predicate(plan, chunk)
+    if plan.row_filter:
+        conditions.append(f"({plan.row_filter})")
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    order = ""
+    if plan.method == "key":
+        order = " ORDER BY " + ", ".join(quote_ident(c) for c in plan.order_columns)
+    select = f"SELECT {columns} FROM {plan.qualified}{where}{order}"
+    return f"COPY ({select}) TO STDOUT (FORMAT binary)"

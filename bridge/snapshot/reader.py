@@ -1,0 +1,325 @@
+"""Snapshot workers: each one a thread with its own connection inside the shared snapshot.
+
+:func:`open_connections` prepares them before anything is copied or planned: the first
+connection opens ``BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`` and imports the slot's
+exported snapshot (``SET TRANSACTION SNAPSHOT``; a resumed snapshot takes its own and exports it
+with ``pg_export_snapshot()``), then locks every table of the snapshot ``IN ACCESS SHARE MODE``,
+as pg_dump does: DDL, TRUNCATE, VACUUM FULL and CLUSTER wait until the snapshot is over, because
+a table rewritten after a snapshot was taken appears empty to it. The other connections import
+the same snapshot and take the same locks with ``NOWAIT``: one that would have to queue behind a
+waiting ``ACCESS EXCLUSIVE`` request (itself waiting for the first connection) is closed rather
+than risk a deadlock the server cannot see, and the snapshot runs with fewer workers. Each
+connection then checks that no table was rewritten between the snapshot and its lock.
+
+Workers take chunks from the shared task queue until it is empty. Each chunk is one
+``COPY (SELECT …) TO STDOUT (FORMAT binary)``, parsed by :mod:`bridge.snapshot.copy_binary`
+and encoded by the table's :class:`~bridge.schema.RowEncoder` on the worker's thread; the
+events go to the coordinator in batches over a bounded queue (memory stays bounded whatever
+the table size: at most ``queue size * batch`` rows are in flight in this process).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import errors as pgerrors
+
+from bridge.events import ChangeEvent, TxContext
+from bridge.pgoutput.messages import TupleData
+from bridge.schema import RelationSchemas
+from bridge.snapshot.copy_binary import CopyBinaryParser
+from bridge.snapshot.errors import (
+    SnapshotImportError,
+    SnapshotPermissionError,
+    SnapshotTableChangedError,
+    SnapshotTableError,
+    SnapshotTimeoutError,
+)
+from bridge.snapshot.plan import Chunk, TablePlan, position, select_statement
+from bridge.source.protocol import quote_literal
+from bridge.types.errors import ConversionError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BATCH_ROWS", "ChunkEnd", "RowBatch", "SnapshotConnection", "Task", "WorkerFailed"]
+
+#: Rows per batch handed to the coordinator.
+BATCH_ROWS = 512
+
+#: Session settings of every snapshot connection: key bounds are read and cast back as text
+#: in these (timestamptz bounds carry their offset; floats print exactly).
+SESSION_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("TimeZone", "UTC"),
+    ("DateStyle", "ISO, MDY"),
+    ("IntervalStyle", "postgres"),
+    ("extra_float_digits", "3"),
+    ("synchronize_seqscans", "off"),
+)
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    plan: TablePlan
+    chunk: Chunk
+    schemas: RelationSchemas
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A row the converters refused (the failure policy decides what happens to it)."""
+
+    seq: int
+    data: TupleData
+    error: Exception  # ConversionError, or AvroWriteError from the serializer
+
+
+@dataclass(frozen=True, slots=True)
+class RowBatch:
+    table: str
+    chunk: int
+    events: list[ChangeEvent | Failed]
+    nbytes: int  # COPY bytes read
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkEnd:
+    table: str
+    chunk: int
+    rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFailed:
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerDone:
+    name: str
+
+
+def classify(table: str, exc: psycopg.Error, chunk: int | None = None) -> SnapshotTableError:
+    """A server error met while reading ``table`` as the typed error naming it."""
+    sqlstate = exc.sqlstate
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, pgerrors.InsufficientPrivilege):
+        return SnapshotPermissionError(table, f"permission denied: {text}", chunk=chunk,
+                                       sqlstate=sqlstate)  # fmt: skip
+    if isinstance(exc, (pgerrors.QueryCanceled, pgerrors.LockNotAvailable)):
+        return SnapshotTimeoutError(table, f"cancelled: {text}", chunk=chunk, sqlstate=sqlstate)
+    if isinstance(exc, (pgerrors.UndefinedTable, pgerrors.UndefinedColumn)):
+        return SnapshotTableChangedError(
+            table, f"dropped, renamed or altered during the snapshot: {text}", chunk=chunk,
+            sqlstate=sqlstate,
+        )  # fmt: skip
+    return SnapshotTableError(table, text, chunk=chunk, sqlstate=sqlstate)
+
+
+class SnapshotConnection:
+    """One connection in the snapshot: imported (or its own), tables locked, ready to copy."""
+
+    def __init__(
+        self, dsn: str, snapshot_name: str | None, name: str = "pgbridge-snapshot"
+    ) -> None:
+        self.conn: Conn = psycopg.connect(dsn, autocommit=True, application_name=name)
+        try:
+            for setting, value in SESSION_SETTINGS:
+                self.conn.execute(f"SET {setting} = {quote_literal(value)}")
+            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            if snapshot_name is not None:
+                try:
+                    self.conn.execute(f"SET TRANSACTION SNAPSHOT {quote_literal(snapshot_name)}")
+                except psycopg.Error as exc:
+                    raise SnapshotImportError(snapshot_name, str(exc).strip()) from exc
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def snapshot_xmin(self) -> int:
+        """The xmin of this transaction's snapshot (the source block's txId of snapshot rows)."""
+        row = self.conn.execute(
+            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def export(self) -> str:
+        """Export this transaction's snapshot for the workers (``pg_export_snapshot``); valid
+        while this connection's transaction lasts."""
+        row = self.conn.execute("SELECT pg_export_snapshot()").fetchone()
+        assert row is not None
+        return str(row[0])
+
+    def lock(self, tables: list[tuple[str, str, int]], *, nowait: bool = False) -> bool:
+        """ACCESS SHARE on every table (``(schema.table, quoted name, oid)``), then: was any
+        rewritten since the snapshot? With ``nowait``, ``False`` when a lock is not free."""
+        suffix = " NOWAIT" if nowait else ""
+        for table, qualified, oid in tables:
+            try:
+                self.conn.execute(f"LOCK TABLE {qualified} IN ACCESS SHARE MODE{suffix}")
+                # pg_class as of the snapshot vs. the current catalog (the lock made this
+                # session read the invalidations of whatever committed before it).
+                row = self.conn.execute(
+                    "SELECT c.relfilenode::bigint, pg_relation_filenode(c.oid)::bigint, "
+                    "c.relkind::text FROM pg_class c WHERE c.oid = %s",
+                    (oid,),
+                ).fetchone()
+            except pgerrors.LockNotAvailable:
+                if nowait:
+                    return False
+                raise
+            except psycopg.Error as exc:
+                raise classify(table, exc) from exc
+            if row is None:
+                raise SnapshotTableChangedError(table, "dropped during the snapshot")
+            if row[2] != "p" and row[0] != row[1]:
+                raise SnapshotTableChangedError(
+                    table,
+                    "rewritten after the snapshot was taken (TRUNCATE, ALTER TABLE, VACUUM FULL "
+                    "or CLUSTER); the snapshot would see it empty. Restart pgbridge: the snapshot "
+                    "resumes in a new transaction",
+                )
+        return True
+
+    def copy(self, plan: TablePlan, chunk: Chunk) -> Iterator[tuple[list[TupleData], int]]:
+        """The chunk's rows in batches, with the COPY bytes each batch took."""
+        statement = select_statement(plan, chunk)
+        parser = CopyBinaryParser(len(plan.columns), plan.table)
+        batch: list[TupleData] = []
+        nbytes = 0
+        try:
+            with self.conn.cursor() as cur, cur.copy(statement) as copy:
+                for data in copy:
+                    nbytes += len(data)
+                    batch += parser.feed(data)
+                    if len(batch) >= BATCH_ROWS:
+                        yield batch, nbytes
+                        batch, nbytes = [], 0
+            parser.finish()
+        except psycopg.Error as exc:
+            raise classify(plan.table, exc, chunk.index) from exc
+        if batch or nbytes:
+            yield batch, nbytes
+
+
+def open_connections(
+    dsn: str,
+    snapshot_name: str | None,
+    tables_of: Callable[[Conn], list[tuple[str, str, int]]],
+    count: int,
+) -> tuple[list[SnapshotConnection], str]:
+    """Up to ``count`` connections in one snapshot, every table locked in each (see the module
+    doc), and the snapshot's name. ``snapshot_name`` None: the first takes and exports its own.
+    ``tables_of(first connection)``: the ``(schema.table, quoted name, oid)`` to lock."""
+    first = SnapshotConnection(dsn, snapshot_name, "pgbridge-snapshot-0")
+    connections = [first]
+    try:
+        tables = tables_of(first.conn)
+        first.lock(tables)
+        name = snapshot_name if snapshot_name is not None else first.export()
+        for i in range(1, max(1, count)):
+            other = SnapshotConnection(dsn, name, f"pgbridge-snapshot-{i}")
+            if other.lock(tables, nowait=True):
+                connections.append(other)
+            else:
+                other.close()
+                logger.warning(
+                    "snapshot worker %d not started: a lock request is queued on a table "
+                    "(DDL or TRUNCATE waiting for the snapshot); continuing with %d worker(s)",
+                    i,
+                    len(connections),
+                )
+                break
+    except BaseException:
+        for connection in connections:
+            connection.close()
+        raise
+    return connections, name
+
+
+def run_worker(
+    name: str,
+    connection: SnapshotConnection,
+    tasks: queue.Queue[Task],
+    out: queue.Queue[Any],
+    stop: threading.Event,
+    run: int,
+    tx: TxContext,
+) -> None:
+    """The body of one worker thread (its connection imported and locked): copy chunks until
+    none is left or ``stop``.
+
+    Everything it produces, including its failure, goes to ``out``; it ends with
+    :class:`WorkerDone` or :class:`WorkerFailed`."""
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    try:
+        while not stop.is_set():
+            try:
+                task = tasks.get_nowait()
+            except queue.Empty:
+                break
+            if not _copy_chunk(connection, task, put, run, tx):
+                break
+        put(WorkerDone(name))
+    except BaseException as exc:
+        put(WorkerFailed(exc))
+        if stop.is_set():
+            # The coordinator is gone: make sure the error is not lost.
+            logger.debug("%s failed after stop: %s", name, exc)
+    finally:
+        connection.close()
+
+
+def _copy_chunk(
+    connection: SnapshotConnection, task: Task, put: Any, run: int, tx: TxContext
+) -> bool:
+    plan, chunk, schemas = task.plan, task.chunk, task.schemas
+    encode = schemas.encoder.encode
+    new = object.__new__
+    setters = _CHANGE_SETTERS
+    row = 0
+    for batch, nbytes in connection.copy(plan, chunk):
+        events: list[ChangeEvent | Failed] = []
+        append = events.append
+        for data in batch:
+            seq = position(run, chunk.index, row)
+            row += 1
+            try:
+                after, toast = encode(data)
+            except ConversionError as exc:
+                append(Failed(seq, data, exc))
+                continue
+            event: ChangeEvent = new(ChangeEvent)
+            values = ("r", schemas, tx, seq, None, after, tuple(toast) if toast else ())
+            for setter, value in zip(setters, values, strict=True):
+                setter(event, value)
+            append(event)
+        if not put(RowBatch(plan.table, chunk.index, events, nbytes)):
+            return False
+    return bool(put(ChunkEnd(plan.table, chunk.index, row)))
+
+
+# As in bridge.events.new_insert_event: the frozen event built through its slot descriptors.
+_CHANGE_SETTERS = tuple(
+    vars(ChangeEvent)[name].__set__
+    for name in ("op", "table", "tx", "seq", "before", "after", "unchanged_toast")
+)

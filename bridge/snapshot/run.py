@@ -1,0 +1,311 @@
+"""Whether a snapshot is due, and running it: slot with an exported snapshot or resume, plan,
+copy; streaming starts only afterwards (see :mod:`bridge.snapshot`)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import psycopg
+
+from bridge.config import BridgeConfig
+from bridge.events import EventBuilder
+from bridge.pgoutput.lsn import Lsn
+from bridge.schema import RelationSchemas
+from bridge.snapshot import catalog
+from bridge.snapshot.copier import SnapshotCopier, SnapshotSink
+from bridge.snapshot.errors import SnapshotStateMismatchError
+from bridge.snapshot.reader import SnapshotConnection, classify, open_connections
+from bridge.snapshot.state import SnapshotState, TableProgress, load_state, save_state
+from bridge.source import slots
+from bridge.source.config import SourceConfig
+from bridge.source.snapshot_slot import SlotWithSnapshot
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Decision", "decide", "run_snapshot", "state_path"]
+
+
+def state_path(config: BridgeConfig) -> Path:
+    """``snapshot.state.file``, else ``<state.dir>/snapshot-<slot>.json``."""
+    snap = config.snapshot
+    if snap.state_file is not None:
+        return snap.state_file.expanduser()
+    return snap.state_dir.expanduser() / f"snapshot-{config.replication.slot_name}.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do before streaming: ``action`` is ``none``, ``fresh`` (new slot with an
+    exported snapshot), ``resume`` (continue the recorded snapshot in a new transaction) or
+    ``again`` (``always`` with an existing slot: copy everything again in a new transaction,
+    positioned at the slot's confirmed position); ``stream``: whether streaming follows."""
+
+    action: str
+    stream: bool
+    reason: str
+
+
+def decide(
+    mode: str,
+    slot: slots.SlotInfo | None,
+    state: SnapshotState | None,
+) -> Decision:
+    """Pure: the mode, the slot as it is, the recorded state -> what to do."""
+    stream = mode != "initial_only"
+    if mode == "no_data":
+        return Decision("none", True, "snapshot.mode = no_data")
+    invalid = slot is not None and (
+        slot.wal_status == "lost" or slot.invalidation_reason is not None
+    )
+    if slot is None:
+        return Decision("fresh", stream, "the slot does not exist yet")
+    if invalid and mode == "when_needed":
+        return Decision("fresh", stream, "the slot was invalidated (when_needed)")
+    if state is not None and state.status == "copying":
+        if slot.confirmed_flush_lsn != Lsn.parse(state.consistent_point):
+            return Decision(
+                "mismatch",
+                stream,
+                f"the state file's snapshot is at {state.consistent_point} but slot "
+                f"{slot.name} was confirmed up to {slot.confirmed_flush_lsn}",
+            )
+        return Decision("resume", stream, "a snapshot was under way")
+    if mode == "always":
+        return Decision("again", stream, "snapshot.mode = always")
+    return Decision("none", stream, "the slot exists and no snapshot is under way")
+
+
+def run_snapshot(
+    config: BridgeConfig,
+    source: SourceConfig,
+    builder: EventBuilder,
+    sink: SnapshotSink,
+    stop: threading.Event,
+) -> bool:
+    """Snapshot if due; ``True`` when streaming should follow (the snapshot, if any, is
+    complete and acknowledged), ``False`` to stop (``initial_only``, or ``stop`` was set)."""
+    path = state_path(config)
+    slot_name = config.replication.slot_name
+    mode = config.snapshot.mode
+    with psycopg.connect(source.dsn, autocommit=True) as conn:
+        server = slots.inspect_server(conn)
+        slots.ensure_publication(conn, source.publication)
+        slot = slots.get_slot(conn, slot_name)
+        state = load_state(path)
+        if state is not None and state.slot != slot_name:
+            state = None
+        decision = decide(mode, slot, state)
+        if decision.action == "fresh" and slot is not None:
+            logger.warning("dropping invalidated slot %s to snapshot again", slot_name)
+            slots.drop_slot(conn, slot_name)
+        if slot is not None and decision.action != "fresh":
+            slots.validate_slot(slot, server.database)
+    if decision.action == "mismatch":
+        raise SnapshotStateMismatchError(
+            str(path), decision.reason + "; move the file away to stream without snapshot"
+        )
+    if decision.action == "none":
+        if mode != "no_data":
+            logger.info("no snapshot: %s", decision.reason)
+        return decision.stream
+    logger.info("snapshot (%s): %s; state file %s", mode, decision.reason, path)
+    threads = config.snapshot.max_threads
+    if decision.action == "fresh":
+        with SlotWithSnapshot(source.dsn, slot_name, source.publication.name) as exported:
+            new_state = SnapshotState(
+                slot_name,
+                str(exported.consistent_point),
+                state.run + 1 if state is not None else 0,
+            )
+            connections, _ = open_connections(
+                source.dsn,
+                exported.snapshot_name,
+                lambda conn: _lock_list(config, source, conn, None),
+                threads,
+            )
+            complete = _plan_and_copy(
+                config, source, builder, sink, connections, new_state, None, path, stop
+            )
+    else:
+        assert slot is not None
+        resumed = state if decision.action == "resume" else None
+        if resumed is not None:
+            new_state = resumed
+            new_state.run += 1
+        else:
+            new_state = SnapshotState(
+                slot_name, str(slot.confirmed_flush_lsn), state.run + 1 if state else 1
+            )
+        connections, _ = open_connections(
+            source.dsn, None, lambda conn: _lock_list(config, source, conn, resumed), threads
+        )
+        complete = _plan_and_copy(
+            config, source, builder, sink, connections, new_state, resumed, path, stop
+        )
+    if not complete:
+        return False
+    logger.info(
+        "snapshot complete at %s: %d tables, %d rows; streaming from the consistent point",
+        new_state.consistent_point,
+        len(new_state.tables),
+        sum(t.rows_done for t in new_state.tables),
+    )
+    if mode == "initial_only":
+        logger.warning(
+            "snapshot.mode = initial_only: not streaming; slot %s stays and retains WAL until "
+            "pgbridge streams it or it is dropped",
+            slot_name,
+        )
+    return decision.stream
+
+
+def _plan_and_copy(
+    config: BridgeConfig,
+    source: SourceConfig,
+    builder: EventBuilder,
+    sink: SnapshotSink,
+    connections: list[SnapshotConnection],
+    state: SnapshotState,
+    resumed: SnapshotState | None,
+    path: Path,
+    stop: threading.Event,
+) -> bool:
+    try:
+        schemas = _plan(config, source, builder, connections[0], state, resumed)
+        if resumed is not None:
+            logger.info(
+                "resumed snapshot of slot %s at %s (attempt %d): %s",
+                state.slot,
+                state.consistent_point,
+                state.run,
+                ", ".join(
+                    f"{t.plan.table} {len(t.done)}/{len(t.plan.chunks)} chunks done"
+                    for t in state.tables
+                ),
+            )
+        save_state(path, state)
+    except BaseException:
+        for connection in connections:
+            connection.close()
+        raise
+    copier = SnapshotCopier(
+        sink, state, path, schemas, progress_interval=config.snapshot.progress_interval_ms / 1000
+    )
+    return copier.run(stop, connections)
+
+
+def _lock_list(
+    config: BridgeConfig,
+    source: SourceConfig,
+    conn: psycopg.Connection[tuple[object, ...]],
+    resumed: SnapshotState | None,
+) -> list[tuple[str, str, int]]:
+    """The tables the snapshot reads, to lock before anything else."""
+    published = catalog.published_tables(conn, source.publication.name)
+    if resumed is None:
+        chosen = [t for t in published if _captured(config, t)]
+    else:
+        names = {t.plan.table for t in resumed.tables if not t.complete}
+        chosen = [t for t in published if t.table in names]
+    return [(t.table, t.qualified, t.oid) for t in chosen]
+
+
+def _captured(config: BridgeConfig, table: catalog.PublishedTable) -> bool:
+    if not config.filters.includes(table.schema, table.name):
+        return False
+    patterns = config.snapshot.include_collection_list
+    return not patterns or any(re.fullmatch(p, table.table) for p in patterns)
+
+
+def _plan(
+    config: BridgeConfig,
+    source: SourceConfig,
+    builder: EventBuilder,
+    planner: SnapshotConnection,
+    state: SnapshotState,
+    resumed: SnapshotState | None,
+) -> dict[str, RelationSchemas]:
+    """Read the catalog in the planner's snapshot: each table's schemas (through ``builder``,
+    exactly as streaming builds them) and, for a new snapshot, its chunk plan into ``state``;
+    for a resumed one, the recorded plans are kept (columns as the table is now)."""
+    conn = planner.conn
+    chunk_rows = config.snapshot.chunk_size
+    schemas: dict[str, RelationSchemas] = {}
+    published = {t.table: t for t in catalog.published_tables(conn, source.publication.name)}
+    if resumed is None:
+        wanted = [t for t in published.values() if _captured(config, t)]
+    else:
+        wanted = []
+        for progress in resumed.tables:
+            table = published.get(progress.plan.table)
+            if table is None:
+                logger.warning(
+                    "table %s is no longer published: its snapshot is left as it was",
+                    progress.plan.table,
+                )
+                continue
+            wanted.append(table)
+    kept: list[TableProgress] = []
+    for table in wanted:
+        try:
+            info = catalog.read_table(conn, table)
+        except psycopg.Error as exc:
+            raise classify(table.table, exc) from exc
+        for type_message in info.types:
+            builder.feed(type_message)
+        builder.feed(info.relation)
+        table_schemas = builder.relations[info.relation.relation_oid]
+        schemas[table.table] = table_schemas
+        keyed = table_schemas.key_schema is not None
+        if resumed is None:
+            try:
+                plan = catalog.plan_table(conn, info, keyed=keyed, rows_per_chunk=chunk_rows)
+            except psycopg.Error as exc:
+                raise classify(table.table, exc) from exc
+            kept.append(TableProgress(plan))
+            continue
+        recorded = resumed.table(table.table)
+        assert recorded is not None
+        progress = recorded
+        columns = tuple(c.name for c in info.relation.columns)
+        plan = replace(progress.plan, columns=columns, oid=table.oid, keyed=keyed)
+        if (
+            plan.method == "ctid"
+            and info.relfilenode != progress.plan.relfilenode
+            and progress.done
+        ):
+            logger.warning(
+                "table %s was rewritten since the snapshot started: copying all of it again "
+                "(its rows are upserts by key, so nothing is doubled)",
+                table.table,
+            )
+            progress.done.clear()
+            progress.rows_done = progress.bytes_done = 0
+        plan = replace(plan, relfilenode=info.relfilenode)
+        progress.plan = plan
+        if not keyed and progress.started and not progress.complete:
+            logger.warning(
+                "table %s has no message key and its copy was under way when pgbridge "
+                "stopped: it is copied again in a new transaction, so a consumer keeping its "
+                "rows as a multiset may see the rows delivered before the restart twice, and "
+                "changes made to it after %s applied to rows that already contain them",
+                table.table,
+                resumed.consistent_point,
+            )
+        kept.append(progress)
+    state.tables = kept
+    if not kept and resumed is None:
+        logger.info("snapshot: no published table to copy")
+    for progress in kept:
+        logger.info(
+            "snapshot plan: %s by %s in %d chunk(s), about %d rows",
+            progress.plan.table,
+            progress.plan.method,
+            len(progress.plan.chunks),
+            progress.plan.estimated_rows,
+        )
+    return schemas
