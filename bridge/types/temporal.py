@@ -280,16 +280,8 @@ timestamptz_from_binary: Final = _binary_timestamp("timestamp with time zone")
 
 
 def format_timestamp_utc(micros: int) -> str:
-    """Debezium's ZonedTimestamp text: ISO-8601 in UTC with ``Z``; any year. The int64
-    extremes are the infinity sentinels."""
-    if micros == INT64_MAX:
-        return "infinity"
-    if micros == INT64_MIN:
-        return "-infinity"
-    return _format_utc(micros)
-
-
-def _format_utc(micros: int) -> str:
+    """Debezium's ZonedTimestamp text of a finite instant: ISO-8601 in UTC with ``Z``, any
+    year, exact (no int64 sentinels here: callers spell infinities themselves)."""
     days, us_of_day = divmod(micros, US_PER_DAY)
     year, month, day = civil_from_days(days)
     seconds, us = divmod(us_of_day, US_PER_SECOND)
@@ -309,7 +301,7 @@ def zoned_from_text(raw: bytes) -> str:
         micros = int((_tstz_text(raw) - _EPOCH_UTC) // _ONE_US)
     except DataError:
         micros = _timestamp_exact(raw, "timestamp with time zone")
-    return _format_utc(micros)
+    return format_timestamp_utc(micros)
 
 
 def zoned_from_binary(raw: bytes) -> str:
@@ -319,7 +311,7 @@ def zoned_from_binary(raw: bytes) -> str:
         return "infinity"
     if us == INT64_MIN:
         return "-infinity"
-    return _format_utc(us + PG_EPOCH_US)
+    return format_timestamp_utc(us + PG_EPOCH_US)
 
 
 def _timestamptz(request: TypeRequest) -> ColumnType:

@@ -44,6 +44,7 @@ from bridge.pgoutput.messages import Insert, Relation, Type, Update
 from bridge.schema import UNCHANGED_TOAST_FIELD, RelationSchemas, TableHints, relation_schemas
 from bridge.sink.registry import registry_client
 from bridge.types import DEBEZIUM_UNAVAILABLE, ConversionError, TypeMapper, TypeOptions
+from bridge.types.lossy import LOSSY_VALUES
 from bridge.types.temporal import (
     INT32_MAX,
     INT32_MIN,
@@ -607,13 +608,13 @@ def test_type_zoo_composite_is_text_and_refused_in_binary_form(zoo: Zoo, binary:
 
 
 @pytest.mark.parametrize(("zoo", "binary"), STREAMS, indirect=["zoo"])
-def test_type_zoo_xid8_beyond_long_is_refused_with_its_column(zoo: Zoo, binary: bool) -> None:
-    # 2**63 - 1 fits a long; 2**63 does not: a typed error naming the column, not a row that
-    # fails later in the Avro writer or, worse, a wrapped-around negative number.
-    with pytest.raises(ConversionError) as info:
-        stream(zoo, "huge", binary=binary)
-    assert (info.value.table, info.value.column) == (f"{zoo.schema}.huge", "x")
-    assert "9223372036854775808" in str(info.value)
+def test_type_zoo_xid8_beyond_long_is_clamped_and_counted(zoo: Zoo, binary: bool) -> None:
+    # 2**63 - 1 fits a long; 2**63 does not: a documented lossy case (docs/types.md), clamped
+    # to the largest long and counted, never a wrapped-around negative number nor a stop.
+    before = LOSSY_VALUES[("xid8", "clamped")]
+    rows = [change.row for change in stream(zoo, "huge", binary=binary)]
+    assert rows == [{"id": 1, "x": 2**63 - 1}, {"id": 2, "x": 2**63 - 1}]
+    assert LOSSY_VALUES[("xid8", "clamped")] == before + 1
 
 
 # --- Spark's from_avro -----------------------------------------------------------------------
