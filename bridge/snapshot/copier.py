@@ -114,19 +114,7 @@ class SnapshotCopier:
         open_connections` (closed when done); ``True`` when every table is copied (the state
         says ``done``), ``False`` when ``stop`` was set first (what was acknowledged is
         recorded)."""
-        tasks: queue.Queue[Task] = queue.Queue()
-        for table in self.state.tables:
-            self.progress.add(
-                table.plan.table,
-                table.plan.estimated_rows,
-                len(table.plan.chunks),
-                table.rows_done,
-                table.bytes_done,
-                len(table.done),
-            )
-            for chunk in table.remaining():
-                tasks.put(Task(table.plan, chunk, self.schemas[table.plan.table]))
-                self._counts[(table.plan.table, chunk.index)] = _ChunkCount(table)
+        tasks = self._tasks()
         try:
             for table_schemas in self.schemas.values():
                 self._register(table_schemas)
@@ -142,6 +130,23 @@ class SnapshotCopier:
         self.state.status = "done"
         save_state(self.state_path, self.state)
         return True
+
+    def _tasks(self) -> queue.Queue[Task]:
+        """The chunks left, as tasks for the workers; their counts and progress figures."""
+        tasks: queue.Queue[Task] = queue.Queue()
+        for table in self.state.tables:
+            self.progress.add(
+                table.plan.table,
+                table.plan.estimated_rows,
+                len(table.plan.chunks),
+                table.rows_done,
+                table.bytes_done,
+                len(table.done),
+            )
+            for chunk in table.remaining():
+                tasks.put(Task(table.plan, chunk, self.schemas[table.plan.table]))
+                self._counts[(table.plan.table, chunk.index)] = _ChunkCount(table)
+        return tasks
 
     def _copy(
         self, tasks: queue.Queue[Task], connections: list[SnapshotConnection], stop: threading.Event

@@ -80,7 +80,8 @@ class CopyBinaryParser:
         pos = 0
         if not self._header_done:
             if end < _HEADER_FIXED:
-                if buf != COPY_SIGNATURE[: min(end, len(COPY_SIGNATURE))]:
+                n = min(end, len(COPY_SIGNATURE))
+                if buf[:n] != COPY_SIGNATURE[:n]:
                     self._signature_error(buf)
                 self._pending = buf
                 return []

@@ -102,18 +102,16 @@ def key_chunks(boundaries: list[tuple[str, ...]]) -> tuple[Chunk, ...]:
     return tuple(Chunk(i, bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1))
 
 
-def ctid_chunks(pages: int, estimated_rows: int, rows_per_chunk: int) -> tuple[Chunk, ...]:
-    """Block ranges of about ``rows_per_chunk`` rows each, from ``relpages`` and ``reltuples``;
-    the first open below, the last open above."""
+def ctid_chunks(
+    pages: int, estimated_rows: int, rows_per_chunk: int, max_chunks: int = MAX_CHUNKS
+) -> tuple[Chunk, ...]:
+    """Block ranges of about ``rows_per_chunk`` rows each, from ``relpages`` and ``reltuples``
+    (at most ``max_chunks``); the first open below, the last open above."""
     if pages <= 0 or estimated_rows <= rows_per_chunk:
         return (Chunk(0),)
     rows_per_page = max(estimated_rows / pages, 1.0)
-    blocks = max(1, int(rows_per_chunk / rows_per_page))
-    starts = list(range(blocks, pages, blocks))
-    while len(starts) + 1 > MAX_CHUNKS:
-        blocks *= 2
-        starts = list(range(blocks, pages, blocks))
-    return key_chunks([(str(b),) for b in starts])
+    blocks = max(1, int(rows_per_chunk / rows_per_page), -(-pages // max_chunks))
+    return key_chunks([(str(b),) for b in range(blocks, pages, blocks)])
 
 
 def _row(columns: tuple[str, ...]) -> str:
