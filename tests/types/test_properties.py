@@ -143,3 +143,80 @@ def test_property_integer_array(values: list[int | None]) -> None:
     ct = MAPPER.column_type(1007)
     printed = "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
     assert ct.from_text(printed.encode()) == values
+
+
+@st.composite
+def int_arrays(draw: st.DrawFn) -> tuple[list[int], list[int], list[int | None]]:
+    """(dimension lengths, lower bounds, row-major elements) of an int4 array of 0..3
+    dimensions, with NULLs."""
+    ndim = draw(st.integers(0, 3))
+    dims = [draw(st.integers(1, 3)) for _ in range(ndim)]
+    lower = [draw(st.integers(-3, 3)) for _ in range(ndim)]
+    count = 1
+    for n in dims:
+        count *= n
+    elements = draw(st.lists(st.none() | st.integers(-(2**31), 2**31 - 1), min_size=count,
+                             max_size=count)) if ndim else []  # fmt: skip
+    return dims, lower, elements
+
+
+def _array_text(dims: list[int], lower: list[int], elements: list[int | None]) -> bytes:
+    """array_out: braces, NULL, and a [l:u] prefix when a lower bound is not 1."""
+    if not dims:
+        return b"{}"
+
+    def nest(level: int, items: list[int | None]) -> str:
+        if level == len(dims) - 1:
+            return "{" + ",".join("NULL" if i is None else str(i) for i in items) + "}"
+        step = len(items) // dims[level]
+        parts = [nest(level + 1, items[k : k + step]) for k in range(0, len(items), step)]
+        return "{" + ",".join(parts) + "}"
+
+    prefix = ""
+    if any(lb != 1 for lb in lower):
+        prefix = "".join(f"[{lb}:{lb + n - 1}]" for lb, n in zip(lower, dims, strict=True)) + "="
+    return (prefix + nest(0, elements)).encode()
+
+
+def _array_binary(dims: list[int], lower: list[int], elements: list[int | None]) -> bytes:
+    """array_send: ndim, has-nulls flag, element oid, (length, lower bound)*, elements."""
+    out = struct.pack(">iiI", len(dims), int(None in elements), 23)
+    out += b"".join(struct.pack(">ii", n, lb) for n, lb in zip(dims, lower, strict=True))
+    for e in elements:
+        out += struct.pack(">i", -1) if e is None else struct.pack(">ii", 4, e)
+    return out
+
+
+def _expected(dims: list[int], elements: list[int | None], depth: int) -> list[Any]:
+    if not dims:
+        return []
+    shape = (
+        [*dims[: depth - 1], len(elements) // _prod(dims[: depth - 1])]
+        if len(dims) >= depth
+        else [1] * (depth - len(dims)) + dims
+    )
+    flat: list[Any] = list(elements)
+    for length in reversed(shape[1:]):
+        flat = [flat[i : i + length] for i in range(0, len(flat), length)]
+    return flat
+
+
+def _prod(values: list[int]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+@settings(max_examples=300)
+@given(int_arrays(), st.integers(1, 3))
+def test_property_array_of_any_shape_fits_any_declared_depth(
+    array: tuple[list[int], list[int], list[int | None]], depth: int
+) -> None:
+    """Text and binary forms of any int[] value (0-3 dimensions, lower bounds, NULLs) give
+    the same value, shaped to the declared depth: row-major order kept, never an error."""
+    dims, lower, elements = array
+    ct = MAPPER.column_type(1007, dimensions=depth)
+    expected = _expected(dims, elements, depth)
+    assert ct.from_text(_array_text(dims, lower, elements)) == expected
+    assert ct.from_binary(_array_binary(dims, lower, elements)) == expected
