@@ -1,0 +1,265 @@
+"""Initial snapshots end to end on the real stack: ``pgbridge run`` on a database that already has
+rows (a table split into several key chunks, one without a key, one split into block ranges,
+a partitioned one, TOASTed text, several types) while a writer inserts, updates, changes keys,
+deletes and truncates; an independent consumer rebuilds every table from the topics and equals
+the source. Then the same with SIGKILL during the snapshot and a restart that resumes it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from bridge.devstack.stack import StackInfo
+from bridge.snapshot.state import load_state
+from tests.integration.bridge_harness import (
+    BridgeProcess,
+    bridge_settings,
+    mark,
+    normalized,
+    read_topic,
+    rebuild_tables,
+    scratch_database,
+    source_rows,
+    wait_slot_confirmed,
+)
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = """
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+CREATE TABLE big (id bigint PRIMARY KEY, v text, n numeric(12,2), at timestamptz, j jsonb,
+                  flag boolean);
+CREATE TABLE aaa_nokey (a int, b text);
+ALTER TABLE aaa_nokey REPLICA IDENTITY FULL;   -- no key: a multiset downstream
+CREATE TABLE blocks (id int, msg text);        -- keyed by message.key.columns, no unique index
+ALTER TABLE blocks REPLICA IDENTITY FULL;
+CREATE TABLE parted (id int, region text, v text, PRIMARY KEY (id, region))
+    PARTITION BY LIST (region);
+CREATE TABLE parted_eu PARTITION OF parted FOR VALUES IN ('eu');
+CREATE TABLE parted_us PARTITION OF parted FOR VALUES IN ('us');
+CREATE TABLE docs (id int PRIMARY KEY, title text, body text);
+CREATE TABLE zoo (id int PRIMARY KEY, t text, b bytea, f8 float8, f4 real, num numeric,
+                  d date, tm time, iv interval, ts timestamp, tz timestamptz, u uuid, ip inet,
+                  arr int[], tarr text[], js json, jb jsonb, m mood, i2 smallint, bits bit(4),
+                  ch char(3), vc varchar(10));
+"""
+
+KEYS: dict[str, tuple[str, ...]] = {
+    "public.big": ("id",),
+    "public.aaa_nokey": (),
+    "public.blocks": ("id",),
+    "public.parted": ("id", "region"),
+    "public.docs": ("id",),
+}
+
+ZOO_VALUES = (
+    "E'back\\\\slash\\nnew line\\ttab ü 𝄞 \"q\"', '\\x00ff5c0a'::bytea, 'Infinity', '-0', "
+    "'NaN', '2024-02-29', '23:59:59.999999', '1 year 2 mons 3 days 04:05:06.5', "
+    "'2024-01-01 12:00:00.123456', '2024-01-01 12:00:00+05:30', "
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '192.168.0.1/24', '{1,NULL,3}', "
+    '\'{"a b",NULL,"c,d","\\\\\\\\"}\', \'{"k": [1, 2.50]}\', \'{"k": [1, 2.50]}\', \'happy\', '
+    "-32768, B'1010', 'ab', 'x''y'"
+)
+
+
+def populate(dsn: str, big_rows: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA)
+        conn.execute(
+            "INSERT INTO big SELECT i, 'value ' || i, i / 7.0, "
+            "'2024-01-01 00:00:00+00'::timestamptz + i * interval '1 minute', "
+            "jsonb_build_object('i', i), i %% 2 = 0 FROM generate_series(1, %s) i",
+            (big_rows,),
+        )
+        conn.execute("INSERT INTO aaa_nokey SELECT i % 7, 'dup' FROM generate_series(1, 300) i")
+        conn.execute(
+            "INSERT INTO blocks SELECT i, repeat('m', 200) FROM generate_series(1, 12000) i"
+        )
+        conn.execute(
+            "INSERT INTO parted SELECT i, CASE WHEN i % 2 = 0 THEN 'eu' ELSE 'us' END, 'p' || i "
+            "FROM generate_series(1, 2000) i"
+        )
+        conn.execute(
+            # Random hex does not compress: the body is TOASTed out of line.
+            "INSERT INTO docs SELECT i, 'doc ' || i, "
+            "(SELECT string_agg(md5(random()::text || j), '') FROM generate_series(1, 2000) j) "
+            "FROM generate_series(1, 20) i"
+        )
+        conn.execute(f"INSERT INTO zoo VALUES (1, {ZOO_VALUES})")
+        conn.execute("VACUUM ANALYZE")  # relpages and reltuples for the chunk plans
+
+
+def writer(dsn: str, rounds: int, pause: float, offset: int = 0) -> None:
+    """Inserts, updates, key changes, deletes on every table while the snapshot runs."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for r in range(rounds):
+            base = 1_000_000 + offset + r * 100
+            conn.execute(
+                "INSERT INTO big SELECT i, 'new ' || i, 1.5, now(), '{}', true "
+                "FROM generate_series(%s, %s) i",
+                (base, base + 9),
+            )
+            conn.execute("UPDATE big SET v = 'updated' || %s WHERE id %% 997 = %s", (r, r))
+            conn.execute(  # a key change, near the start and the end of the key space
+                "UPDATE big SET id = id + 5000000 WHERE id IN (%s, %s)", (r * 13 + 1, 40_000 - r)
+            )
+            conn.execute("DELETE FROM big WHERE id IN (%s, %s)", (r * 17 + 2, 20_000 + r))
+            conn.execute("UPDATE blocks SET msg = 'moved ' || %s WHERE id %% 301 = %s", (r, r))
+            conn.execute("DELETE FROM blocks WHERE id = %s", (r * 7 + 3,))
+            conn.execute("INSERT INTO blocks VALUES (%s, 'late')", (100_000 + offset + r,))
+            conn.execute("UPDATE parted SET region = 'eu' WHERE id = %s", (r * 2 + 1,))
+            conn.execute("UPDATE docs SET title = 'retitled ' || %s WHERE id = %s", (r, r % 20))
+            conn.execute("INSERT INTO aaa_nokey VALUES (%s, 'late')", (r,))
+            time.sleep(pause)
+
+
+def assert_tables_equal(stack: StackInfo, dsn: str, prefix: str) -> dict[str, Any]:
+    rebuilt = rebuild_tables(stack.bootstrap_servers, stack.registry_url, prefix)
+    for table, key in KEYS.items():
+        expected = source_rows(dsn, table, key)
+        got = normalized(rebuilt.get(table, {}))
+        for row in got.values():
+            if isinstance(row.get("j"), str):
+                row["j"] = json.loads(row["j"])
+        assert got.keys() == expected.keys(), f"{table}: keys differ"
+        assert got == expected, f"{table}: rows differ"
+    return rebuilt
+
+
+def settings_for(stack: StackInfo, dsn: str, prefix: str, state_dir: Path) -> dict[str, str]:
+    return bridge_settings(
+        stack,
+        dsn,
+        prefix,
+        **{
+            "state.dir": str(state_dir),
+            "snapshot.chunk.size": "4000",
+            "snapshot.max.threads": "2",
+            "snapshot.progress.interval.ms": "500",
+            "message.key.columns": "public.blocks:id",
+        },
+    )
+
+
+def wait_for(predicate: Any, process: BridgeProcess, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if process.proc.poll() is not None:
+            raise RuntimeError(
+                f"pgbridge exited while waiting for {what}:\n{process.log()[-4000:]}"
+            )
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}:\n{process.log()[-4000:]}")
+        time.sleep(0.02)
+
+
+def test_snapshot_existing_rows_with_concurrent_writes_rebuild_equals_source(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    prefix = f"snap{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        populate(dsn, big_rows=60_000)
+        settings = settings_for(local_stack, dsn, prefix, tmp_path)
+        state_file = tmp_path / f"snapshot-{settings['slot.name']}.json"
+        process = BridgeProcess(settings, str(tmp_path / "bridge.log"))
+        try:
+            wait_for(state_file.exists, process, "the snapshot's state file")
+            write = threading.Thread(target=writer, args=(dsn, 30, 0.02))
+            write.start()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                # Waits for the snapshot's ACCESS SHARE locks, then runs: the truncate and
+                # the rows after it are streamed.
+                conn.execute("TRUNCATE aaa_nokey")
+                conn.execute("INSERT INTO aaa_nokey VALUES (1, 'after truncate'), (1, NULL)")
+            write.join(300)
+            with psycopg.connect(dsn, autocommit=True) as conn:  # copied row vs streamed row
+                conn.execute(f"INSERT INTO zoo VALUES (2, {ZOO_VALUES})")
+            wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), process)
+            assert process.terminate() == 0, process.log()[-3000:]
+        finally:
+            if process.proc.poll() is None:
+                process.kill()
+        log = process.log()
+        assert "snapshot complete at" in log
+        assert "snapshot public.big:" in log  # progress lines
+        state = load_state(state_file)
+        assert state is not None and state.status == "done"
+        big = state.table("public.big")
+        assert big is not None and big.plan.method == "key" and len(big.plan.chunks) >= 10
+        blocks = state.table("public.blocks")
+        assert blocks is not None and blocks.plan.method == "ctid" and len(blocks.plan.chunks) > 1
+        assert_tables_equal(local_stack, dsn, prefix)
+        read = lambda topic: read_topic(  # noqa: E731
+            local_stack.bootstrap_servers, local_stack.registry_url, f"{prefix}.public.{topic}"
+        )
+        # Every r record precedes every streamed change, in position and in each partition.
+        records = [v for t in KEYS for _, v in read(t.split(".")[1]) if v is not None]
+        snapshot = [v for v in records if v["op"] == "r"]
+        markers = [v["source"]["snapshot"] for v in snapshot]
+        assert markers.count("first") == 1 and markers.count("last") == 1
+        assert set(markers) == {"first", "true", "last"}
+        point = {v["source"]["commit_lsn"] for v in snapshot}
+        assert len(point) == 1
+        streamed = [v for v in records if v["op"] != "r"]
+        assert streamed and min(v["source"]["commit_lsn"] for v in streamed) > point.pop()
+        assert all(v["source"]["snapshot"] == "false" for v in streamed)
+        # The same values copied (COPY binary) and streamed (pgoutput text) read the same.
+        zoo = {v["after"]["id"]: v for _, v in read("zoo") if v is not None}
+        assert zoo[1]["op"] == "r" and zoo[2]["op"] == "c"
+        assert {**zoo[1]["after"], "id": 0} == {**zoo[2]["after"], "id": 0}
+
+
+def test_snapshot_sigkill_during_copy_resumes_and_still_equals_source(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    prefix = f"snapk{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        populate(dsn, big_rows=200_000)
+        settings = settings_for(local_stack, dsn, prefix, tmp_path)
+        settings["snapshot.chunk.size"] = "10000"
+        state_file = tmp_path / f"snapshot-{settings['slot.name']}.json"
+        log = str(tmp_path / "bridge.log")
+
+        def partly_done() -> bool:
+            try:
+                state = load_state(state_file)
+            except Exception:  # only while the file is first written
+                return False
+            if state is None or state.status == "done":
+                return False
+            nokey, big = state.table("public.aaa_nokey"), state.table("public.big")
+            return bool(nokey and nokey.complete and big and 2 <= len(big.done) < 15)
+
+        first = BridgeProcess(settings, log)
+        write = threading.Thread(target=writer, args=(dsn, 40, 0.05))
+        try:
+            wait_for(state_file.exists, first, "the snapshot's state file")
+            write.start()
+            wait_for(partly_done, first, "some chunks of public.big done")
+            first.kill()
+            state = load_state(state_file)
+            assert state is not None and state.status == "copying"
+            done_at_kill = set(state.table("public.big").done)  # type: ignore[union-attr]
+            second = BridgeProcess(settings, log)
+            write.join(300)
+            wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), second)
+            assert second.terminate() == 0, second.log()[-3000:]
+        finally:
+            for process in (first, locals().get("second")):
+                if process is not None and process.proc.poll() is None:
+                    process.kill()
+            write.join(300)
+        text = first.log()
+        assert "resumed snapshot of slot" in text, text[-4000:]
+        state = load_state(state_file)
+        assert state is not None and state.status == "done" and state.run == 1
+        assert done_at_kill <= state.table("public.big").done  # type: ignore[union-attr]
+        assert_tables_equal(local_stack, dsn, prefix)
