@@ -18,7 +18,7 @@ import os
 import struct
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
@@ -333,7 +333,7 @@ class Change:
     table: str
     op: str
     schemas: RelationSchemas
-    row: dict[str, Any]
+    row: Mapping[str, Any]
     unchanged: list[str]
 
 
