@@ -4,6 +4,10 @@ Each family module has a ``register_types(registry)`` that adds its factories;
 :func:`default_registry` assembles them (arrays last, as they wrap the element types).
 :class:`TypeMapper` resolves a column's OID and typmod to a :class:`ColumnType` (Avro schema +
 converters), using Type messages for the OIDs that are not built in. See ``docs/types.md``.
+
+Converters never raise on a legal value: what Avro cannot hold exactly is delivered in a
+documented nearest form and counted (:mod:`bridge.types.lossy`); they raise
+:class:`ConversionError` only for input that is not a value of the type at all.
 """
 
 from __future__ import annotations
