@@ -34,6 +34,8 @@ class TableFigures:
     chunks_done: int = 0
     started: float | None = None
     finished: float | None = None
+    base_rows: int = 0  # done before this run (a resumed snapshot): not part of the rate
+    base_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -46,7 +48,10 @@ class SnapshotProgress:
 
     def add(self, table: str, estimated_rows: int, chunks: int, rows: int = 0, nbytes: int = 0,
             chunks_done: int = 0) -> None:  # fmt: skip
-        self.tables[table] = TableFigures(table, estimated_rows, chunks, rows, nbytes, chunks_done)
+        self.tables[table] = TableFigures(
+            table, estimated_rows, chunks, rows, nbytes, chunks_done, base_rows=rows,
+            base_bytes=nbytes,
+        )  # fmt: skip
 
     def copied(self, table: str, rows: int, nbytes: int, now: float) -> None:
         figures = self.tables[table]
@@ -77,14 +82,14 @@ class SnapshotProgress:
 
     @staticmethod
     def line(f: TableFigures, now: float) -> str:
-        elapsed = max(now - (f.started or now), 1e-9)
-        rate = f.rows / elapsed
+        elapsed = max(now - (f.started if f.started is not None else now), 1e-9)
+        rate = (f.rows - f.base_rows) / elapsed
         estimate = max(f.estimated_rows, f.rows)
         percent = f"{100 * f.rows / estimate:.0f}%" if estimate else "?"
         left = (estimate - f.rows) / rate if rate > 0 else 0.0
         return (
             f"snapshot {f.table}: {f.rows}/{f.estimated_rows} rows ({percent}), "
             f"{f.nbytes / 1e6:.1f} MB, chunks {f.chunks_done}/{f.chunks}, "
-            f"{rate:,.0f} rows/s, {f.nbytes / 1e6 / elapsed:.1f} MB/s, "
+            f"{rate:,.0f} rows/s, {(f.nbytes - f.base_bytes) / 1e6 / elapsed:.1f} MB/s, "
             f"ETA {format_duration(left)}"
         )

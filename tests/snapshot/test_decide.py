@@ -64,3 +64,12 @@ def test_progress_lines_rate_percent_eta() -> None:
         progress.chunk_done("public.big", now=111.0)
     assert progress.lines(now=112.0) == []
     assert [format_duration(s) for s in (5, 65, 3725)] == ["5s", "1m05s", "1h02m"]
+
+
+def test_progress_rate_of_a_resumed_table_counts_this_run_only() -> None:
+    progress = SnapshotProgress()
+    progress.add("t", estimated_rows=100, chunks=10, rows=50, nbytes=5_000_000, chunks_done=5)
+    progress.copied("t", 10, 1_000_000, now=0.0)
+    progress.copied("t", 10, 1_000_000, now=2.0)
+    (line,) = progress.lines(now=2.0)
+    assert "70/100 rows (70%)" in line and "10 rows/s, 1.0 MB/s" in line and "ETA 3s" in line
