@@ -38,6 +38,8 @@ class BridgeStatus:
     topics: list[str] = field(default_factory=list)
     subjects: int | None = None
     problems: list[str] = field(default_factory=list)
+    #: The snapshot's state file, if any (bridge.snapshot): status and one entry per table.
+    snapshot: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,6 +59,17 @@ class BridgeStatus:
             f"topics: {len(self.topics)}" + (f" ({', '.join(self.topics)})" if self.topics else ""),
             f"registry subjects: {self.subjects if self.subjects is not None else 'unreachable'}",
         ]
+        if self.snapshot is not None:
+            snap = self.snapshot
+            lines.append(
+                f"snapshot at {snap['consistent_point']}: {snap['status']} "
+                f"(attempt {snap['run']}, {snap['path']})"
+            )
+            lines += [
+                f"  {t['table']}: {t['state']}, {t['rows_done']}/{t['estimated_rows']} rows, "
+                f"chunks {t['chunks_done']}/{t['chunks']} (by {t['method']})"
+                for t in snap["tables"]
+            ]
         lines += [f"problem: {p}" for p in self.problems]
         return "\n".join(lines)
 
@@ -96,4 +109,38 @@ def collect(config: BridgeConfig) -> BridgeStatus:
         status.subjects = sum(1 for s in subjects if s.startswith(config.topic_prefix + "."))
     except Exception as exc:
         status.problems.append(f"registry: {exc}")
+    _snapshot_status(config, status)
     return status
+
+
+def _snapshot_status(config: BridgeConfig, status: BridgeStatus) -> None:
+    from bridge.snapshot.run import state_path
+    from bridge.snapshot.state import StateFileError, load_state
+
+    path = state_path(config)
+    try:
+        state = load_state(path)
+    except StateFileError as exc:
+        status.problems.append(str(exc))
+        return
+    if state is None or state.slot != config.replication.slot_name:
+        return
+    status.snapshot = {
+        "path": str(path),
+        "status": state.status,
+        "consistent_point": state.consistent_point,
+        "run": state.run,
+        "tables": [
+            {
+                "table": t.plan.table,
+                "state": t.state,
+                "method": t.plan.method,
+                "chunks": len(t.plan.chunks),
+                "chunks_done": len(t.done),
+                "rows_done": t.rows_done,
+                "estimated_rows": t.plan.estimated_rows,
+                "bytes_done": t.bytes_done,
+            }
+            for t in state.tables
+        ],
+    }
