@@ -68,12 +68,16 @@ Durable progress and resume (:mod:`bridge.snapshot.state`)
 
     A table without a message key is a multiset downstream: there is no key to overwrite, so
     replaying the changes made between P and T over rows read at T would apply them twice. Such
-    a table is therefore copied as one chunk, which is exact in an uninterrupted snapshot. If a
-    crash interrupts its copy, the restart copies it whole again in the new snapshot and logs a
-    warning naming it: rows delivered before the crash may arrive twice, and changes made to it
-    between P and the restart may be applied to rows that already contain them. (An exact rule
-    would need the table re-read at a known LSN and its stream changes up to that LSN skipped,
-    per table, in the streaming pipeline: the DBLog / per-table catch-up design.)
+    a table is therefore copied as one chunk, and such tables are copied first, which is exact
+    in an uninterrupted snapshot and makes them the least likely to be cut by a crash. If one
+    is not completely copied when a crash comes, the restart copies it whole in the new
+    snapshot and logs a warning naming it: changes made to it between P and the restart may be
+    applied to rows that already contain them, and rows delivered before the crash may arrive
+    twice. (An exact rule would need the table re-read at a known LSN and its stream changes up
+    to that LSN skipped, per table, in the streaming pipeline: the DBLog / per-table catch-up
+    design.) The state file is written as soon as the slot exists, before anything is planned,
+    so a crash at any moment after the slot's creation leads to a resumed snapshot, never to a
+    slot that streams without one.
 
 Faults
     A table dropped, altered or rewritten under the snapshot, a permission denied, a statement

@@ -120,7 +120,11 @@ def run_snapshot(
                 slot_name,
                 str(exported.consistent_point),
                 state.run + 1 if state is not None else 0,
+                planned=False,
             )
+            # Recorded before anything else: from now on the slot exists, and a restart must
+            # know that its snapshot was never delivered.
+            save_state(path, new_state)
             connections, _ = open_connections(
                 source.dsn,
                 exported.snapshot_name,
@@ -136,6 +140,8 @@ def run_snapshot(
         if resumed is not None:
             new_state = resumed
             new_state.run += 1
+            if not resumed.planned:
+                resumed = None  # the slot was created, nothing planned: plan every table
         else:
             new_state = SnapshotState(
                 slot_name, str(slot.confirmed_flush_lsn), state.run + 1 if state else 1
@@ -176,6 +182,7 @@ def _plan_and_copy(
 ) -> bool:
     try:
         schemas = _plan(config, source, builder, connections[0], state, resumed)
+        state.planned = True
         if resumed is not None:
             logger.info(
                 "resumed snapshot of slot %s at %s (attempt %d): %s",
@@ -287,16 +294,22 @@ def _plan(
             progress.rows_done = progress.bytes_done = 0
         plan = replace(plan, relfilenode=info.relfilenode)
         progress.plan = plan
-        if not keyed and progress.started and not progress.complete:
+        if not keyed and not progress.complete:
             logger.warning(
-                "table %s has no message key and its copy was under way when pgbridge "
-                "stopped: it is copied again in a new transaction, so a consumer keeping its "
-                "rows as a multiset may see the rows delivered before the restart twice, and "
-                "changes made to it after %s applied to rows that already contain them",
+                "table %s has no message key and was not completely copied when pgbridge "
+                "stopped: it is copied in a new transaction, so for a consumer keeping its rows "
+                "as a multiset, changes made to it after %s may apply to rows that already "
+                "contain them%s",
                 table.table,
                 resumed.consistent_point,
+                ", and rows delivered before the restart may arrive twice"
+                if progress.started
+                else "",
             )
         kept.append(progress)
+    # Tables without a message key first: copied before anything else, they are the least
+    # likely to be interrupted by a crash, after which they could not be resumed exactly.
+    kept.sort(key=lambda t: (t.plan.keyed, t.plan.table))
     state.tables = kept
     if not kept and resumed is None:
         logger.info("snapshot: no published table to copy")

@@ -73,6 +73,9 @@ class SnapshotState:
     run: int = 0
     status: Status = "copying"
     tables: list[TableProgress] = field(default_factory=list)
+    #: False between the slot's creation and the first plan: a restart then plans every table
+    #: (the slot exists, so without this record its rows would never be copied).
+    planned: bool = True
 
     def table(self, name: str) -> TableProgress | None:
         return next((t for t in self.tables if t.plan.table == name), None)
@@ -84,6 +87,7 @@ class SnapshotState:
             "consistent_point": self.consistent_point,
             "run": self.run,
             "status": self.status,
+            "planned": self.planned,
             "tables": [_table_json(t) for t in self.tables],
         }
 
@@ -100,6 +104,7 @@ class SnapshotState:
             run=int(data["run"]),
             status=status,
             tables=[_table_from_json(t) for t in data["tables"]],
+            planned=bool(data.get("planned", True)),
         )
 
 
