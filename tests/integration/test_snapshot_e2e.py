@@ -197,11 +197,15 @@ def test_snapshot_existing_rows_with_concurrent_writes_rebuild_equals_source(
         blocks = state.table("public.blocks")
         assert blocks is not None and blocks.plan.method == "ctid" and len(blocks.plan.chunks) > 1
         assert_tables_equal(local_stack, dsn, prefix)
-        read = lambda topic: read_topic(  # noqa: E731
-            local_stack.bootstrap_servers, local_stack.registry_url, f"{prefix}.public.{topic}"
-        )
-        # Every r record precedes every streamed change, in position and in each partition.
-        records = [v for t in KEYS for _, v in read(t.split(".")[1]) if v is not None]
+
+        def read(table: str) -> list[tuple[Any, Any]]:
+            return read_topic(
+                local_stack.bootstrap_servers, local_stack.registry_url, f"{prefix}.public.{table}"
+            )
+
+        # Every r record precedes every streamed change in (commit_lsn, seq) order.
+        tables = [t.split(".")[1] for t in KEYS] + ["zoo"]
+        records = [v for t in tables for _, v in read(t) if v is not None]
         snapshot = [v for v in records if v["op"] == "r"]
         markers = [v["source"]["snapshot"] for v in snapshot]
         assert markers.count("first") == 1 and markers.count("last") == 1
