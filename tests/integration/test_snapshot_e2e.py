@@ -149,6 +149,23 @@ def settings_for(stack: StackInfo, dsn: str, prefix: str, state_dir: Path) -> di
     )
 
 
+def truncate_nokey(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE aaa_nokey")
+        conn.execute("INSERT INTO aaa_nokey VALUES (1, 'after truncate'), (1, NULL)")
+
+
+def snapshot_locked(dsn: str, table: str) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE a.application_name = 'pgbridge-snapshot-0' AND l.granted "
+            "AND l.relation = %s::regclass",
+            (table,),
+        ).fetchone()
+    return bool(row and row[0])
+
+
 def wait_for(predicate: Any, process: BridgeProcess, what: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -172,14 +189,18 @@ def test_snapshot_existing_rows_with_concurrent_writes_rebuild_equals_source(
         process = BridgeProcess(settings, str(tmp_path / "bridge.log"))
         try:
             wait_for(state_file.exists, process, "the snapshot's state file")
+            # A rewrite between the snapshot and its locks is a typed error (the snapshot
+            # would see the table empty): truncate once the snapshot holds its locks.
+            wait_for(lambda: snapshot_locked(dsn, "aaa_nokey"), process, "the snapshot's locks")
             write = threading.Thread(target=writer, args=(dsn, 30, 0.02))
             write.start()
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                # Waits for the snapshot's ACCESS SHARE locks, then runs: the truncate and
-                # the rows after it are streamed.
-                conn.execute("TRUNCATE aaa_nokey")
-                conn.execute("INSERT INTO aaa_nokey VALUES (1, 'after truncate'), (1, NULL)")
+            # Queued behind the snapshot's locks a second into the copy, it runs when the
+            # snapshot ends (and holds back the writer's inserts into that table till then):
+            # the truncate and the rows after it are streamed.
+            truncate = threading.Timer(1.0, truncate_nokey, args=(dsn,))
+            truncate.start()
             write.join(300)
+            truncate.join(300)
             with psycopg.connect(dsn, autocommit=True) as conn:  # copied row vs streamed row
                 conn.execute(f"INSERT INTO zoo VALUES (2, {ZOO_VALUES})")
             wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), process)
