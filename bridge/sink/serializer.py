@@ -177,13 +177,14 @@ class EnvelopeSerializer:
             if time.time_ns() >= self._clock_until_ns:
                 self._timestamps()
             tail = self._tails.get(event.op)
-            if tail is not None and seq < 0x2000:
+            if tail is not None:
                 return b"".join(
                     (
                         parts.no_before,
                         after.avro,
                         prefix or self._source_prefix(tx, table, parts),
-                        SMALL_LONGS[seq],
+                        # Snapshot rows' seq are large (bridge.snapshot.plan.position).
+                        SMALL_LONGS[seq] if seq < 0x2000 else encode_long(seq),
                         tail,
                     )
                 )

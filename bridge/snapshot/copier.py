@@ -32,6 +32,7 @@ from bridge.schema import RelationSchemas
 from bridge.sink.avro_writer import AvroWriteError
 from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
 from bridge.sink.serializer import EnvelopeSerializer
+from bridge.snapshot.plan import wire_kinds
 from bridge.snapshot.progress import SnapshotProgress
 from bridge.snapshot.reader import (
     ChunkEnd,
@@ -143,8 +144,15 @@ class SnapshotCopier:
                 table.bytes_done,
                 len(table.done),
             )
+            schemas = self.schemas[table.plan.table]
+            # Text forms only where they make the whole row the C accelerator's.
+            kinds = (
+                wire_kinds(tuple(c.native for c in schemas.columns))
+                if schemas.encoder.native
+                else b"b" * len(schemas.columns)
+            )
             for chunk in table.remaining():
-                tasks.put(Task(table.plan, chunk, self.schemas[table.plan.table]))
+                tasks.put(Task(table.plan, chunk, schemas, kinds))
                 self._counts[(table.plan.table, chunk.index)] = _ChunkCount(table)
         return tasks
 

@@ -53,11 +53,25 @@ class CopyFormatError(PgBridgeError):
 class CopyBinaryParser:
     """Incremental parser of one binary COPY stream of rows with ``columns`` fields."""
 
-    __slots__ = ("_consumed", "_done", "_header_done", "_pending", "columns", "rows", "table")
+    __slots__ = (
+        "_consumed",
+        "_done",
+        "_header_done",
+        "_pending",
+        "columns",
+        "kinds",
+        "rows",
+        "table",
+    )
 
-    def __init__(self, columns: int, table: str = "?") -> None:
+    def __init__(self, columns: int, table: str = "?", kinds: bytes | None = None) -> None:
+        """``kinds``: the TupleData kind of each column's non-NULL values, ``b`` (default) or
+        ``t`` for columns selected as their text form (``col::text``)."""
+        if kinds is not None and len(kinds) != columns:
+            raise ValueError(f"{len(kinds)} kinds for {columns} columns")
         self.columns = columns
         self.table = table
+        self.kinds = kinds if kinds is not None else b"b" * columns
         self.rows = 0  # rows returned so far
         self._pending = b""  # an incomplete row (or header) carried to the next feed
         self._consumed = 0  # stream offset of _pending's first byte, for error messages
@@ -100,13 +114,16 @@ class CopyBinaryParser:
             pos = _HEADER_FIXED + extension
             self._header_done = True
         rows: list[TupleData] = []
-        append = rows.append
+        add_row = rows.append
         ncols = self.columns
-        all_binary = b"b" * ncols
-        while True:
+        default_kinds = self.kinds
+        i32 = _i32
+        columns = range(ncols)
+        # Optimistic per row: read every length, then check the row fits. A read past the end
+        # (struct.error) or a row longer than the data means the row is incomplete: it is kept
+        # for the next feed.
+        while pos + 2 <= end:
             start = pos
-            if pos + 2 > end:
-                break
             count = _i16(buf, pos)[0]
             if count == -1:
                 self._done = True
@@ -124,33 +141,35 @@ class CopyBinaryParser:
                 )
             pos += 2
             spans: list[int] = []
-            kinds: bytearray | None = None
-            complete = True
-            for i in range(ncols):
-                if pos + 4 > end:
-                    complete = False
-                    break
-                length = _i32(buf, pos)[0]
-                pos += 4
-                if length == -1:
-                    if kinds is None:
-                        kinds = bytearray(all_binary)
-                    kinds[i] = 0x6E  # 'n'
-                    spans += (0, 0)
-                    continue
-                if length < 0:
-                    raise CopyFormatError(
-                        self.table, self._consumed + pos - 4, f"negative field length {length}"
-                    )
-                if pos + length > end:
-                    complete = False
-                    break
-                spans += (pos, pos + length)
-                pos += length
-            if not complete:
+            append = spans.append
+            nulls: bytearray | None = None  # the row's kinds, once it has a NULL
+            try:
+                for i in columns:
+                    length = i32(buf, pos)[0]
+                    pos += 4
+                    if length >= 0:
+                        append(pos)
+                        pos += length
+                        append(pos)
+                    elif length == -1:
+                        if nulls is None:
+                            nulls = bytearray(default_kinds)
+                        nulls[i] = 0x6E  # 'n'
+                        append(0)
+                        append(0)
+                    else:
+                        raise CopyFormatError(
+                            self.table,
+                            self._consumed + pos - 4,
+                            f"negative field length {length}",
+                        )
+            except struct.error:
                 pos = start
                 break
-            append(make_tuple(all_binary if kinds is None else bytes(kinds), buf, tuple(spans)))
+            if pos > end:
+                pos = start
+                break
+            add_row(make_tuple(default_kinds if nulls is None else bytes(nulls), buf, tuple(spans)))
         self._pending = buf[pos:] if pos < end else b""
         self._consumed += pos
         self.rows += len(rows)

@@ -35,6 +35,7 @@ __all__ = [
     "key_chunks",
     "position",
     "select_statement",
+    "wire_kinds",
 ]
 
 Method = Literal["key", "ctid", "whole"]
@@ -141,14 +142,32 @@ def range_predicate(plan: TablePlan, chunk: Chunk) -> list[str]:
     return conditions
 
 
-def select_statement(plan: TablePlan, chunk: Chunk) -> str:
+def wire_kinds(native_ops: tuple[tuple[int, int], ...]) -> bytes:
+    """Per column, ``b`` (binary) or ``t`` (text form) for the COPY, from each column type's
+    ``(text op, binary op)`` of the C accelerator (0: none): binary wherever the accelerator
+    reads it (or nothing does), text where it reads only the text form (numeric, jsonb, …),
+    so that every row the accelerator can encode is encoded by it. Both forms go through the
+    same converters as streaming in text or binary mode, which give identical values."""
+    return bytes(
+        0x74 if binary_op == 0 and text_op != 0 else 0x62 for text_op, binary_op in native_ops
+    )
+
+
+def select_statement(plan: TablePlan, chunk: Chunk, kinds: bytes | None = None) -> str:
     """``COPY (SELECT <columns> FROM <table> WHERE …) TO STDOUT (FORMAT binary)`` for a chunk.
+
+    ``kinds`` (one ``b`` or ``t`` per column, default all ``b``) says which columns are sent
+    as their text form (``col::text``: text's send function writes the type's output text, the
+    very bytes pgoutput sends in text mode) rather than in binary (see :func:`wire_kinds`).
 
     The order is fixed (see the module doc): by the key for ``key`` chunks, else the heap's
     physical order, in which TID range scans and sequential scans return rows (the reader turns
     synchronized sequential scans off, which would otherwise start a large table's scan
     wherever another scan is); an ``ORDER BY ctid`` would only add a sort."""
-    columns = ", ".join(quote_ident(c) for c in plan.columns) or ""
+    columns = ", ".join(
+        f"{quote_ident(c)}::text" if kinds is not None and kinds[i] == 0x74 else quote_ident(c)
+        for i, c in enumerate(plan.columns)
+    )
     conditions = range_predicate(plan, chunk)
     if plan.row_filter:
         conditions.append(f"({plan.row_filter})")

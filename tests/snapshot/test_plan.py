@@ -98,3 +98,22 @@ def test_position_is_unique_ordered_and_bounded() -> None:
     for bad in ((MAX_RUN + 1, 0, 0), (0, MAX_CHUNKS, 0), (0, 0, 2**32), (-1, 0, 0)):
         with pytest.raises(ValueError):
             position(*bad)
+
+
+def test_wire_kinds_text_only_where_the_accelerator_reads_text_only() -> None:
+    from bridge.snapshot.plan import wire_kinds
+
+    # (text op, binary op): both, text only, binary only, neither.
+    assert wire_kinds(((1, 1), (4, 0), (0, 7), (0, 0))) == b"btbb"
+    plan = _plan(columns=("id", "amount"))
+    assert select_statement(plan, Chunk(0), b"bt").startswith(
+        'COPY (SELECT "id", "amount"::text FROM'
+    )
+
+
+def test_snapshot_sessions_render_text_like_the_walsender() -> None:
+    from bridge.runner import WALSENDER_SETTINGS
+    from bridge.snapshot.reader import SESSION_SETTINGS
+
+    ours = {(k.lower(), v) for k, v in SESSION_SETTINGS}
+    assert {(k.lower(), v) for k, v in WALSENDER_SETTINGS} <= ours
