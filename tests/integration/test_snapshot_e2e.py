@@ -288,3 +288,59 @@ def test_snapshot_sigkill_during_copy_resumes_and_still_equals_source(
         assert state is not None and state.status == "done" and state.run == 1
         assert done_at_kill <= state.table("public.big").done  # type: ignore[union-attr]
         assert_tables_equal(local_stack, dsn, prefix)
+
+
+def test_snapshot_mode_always_copies_again_at_the_slot_position(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    from bridge.config import load_config
+    from bridge.runner import run
+
+    prefix = f"snapa{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+            conn.execute("INSERT INTO t SELECT i, 'v' || i FROM generate_series(1, 500) i")
+        settings = settings_for(local_stack, dsn, prefix, tmp_path)
+        state_file = tmp_path / f"snapshot-{settings['slot.name']}.json"
+
+        def run_until_caught_up(mode: str, attempt: int) -> None:
+            config = load_config(None, {}, {**settings, "snapshot.mode": mode})
+            stop = threading.Event()
+            thread = threading.Thread(target=run, args=(config, stop))
+            thread.start()
+            try:
+                deadline = time.monotonic() + 120
+                while (state := load_state(state_file)) is None or (state.run, state.status) != (
+                    attempt,
+                    "done",
+                ):
+                    assert thread.is_alive() and time.monotonic() < deadline
+                    time.sleep(0.05)
+                target = mark(dsn)
+                while slot_position(dsn, settings["slot.name"]) < int(target):
+                    assert thread.is_alive() and time.monotonic() < deadline
+                    time.sleep(0.1)
+            finally:
+                stop.set()
+                thread.join(60)
+
+        run_until_caught_up("initial", 0)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE t SET v = 'changed' WHERE id <= 10")
+            conn.execute("DELETE FROM t WHERE id > 490")
+        run_until_caught_up("always", 1)
+        state = load_state(state_file)
+        assert state is not None and state.status == "done" and state.run == 1
+        rebuilt = rebuild_tables(local_stack.bootstrap_servers, local_stack.registry_url, prefix)
+        assert normalized(rebuilt["public.t"]) == source_rows(dsn, "public.t", ("id",))
+        records = read_topic(
+            local_stack.bootstrap_servers, local_stack.registry_url, f"{prefix}.public.t"
+        )
+        assert sum(1 for _, v in records if v is not None and v["op"] == "r") == 500 + 490
+
+
+def slot_position(dsn: str, slot: str) -> int:
+    from tests.integration.bridge_harness import slot_confirmed
+
+    return int(slot_confirmed(dsn, slot))
