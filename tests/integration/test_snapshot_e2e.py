@@ -245,6 +245,8 @@ def test_snapshot_existing_rows_with_concurrent_writes_rebuild_equals_source(
 def test_snapshot_sigkill_during_copy_resumes_and_still_equals_source(
     local_stack: StackInfo, tmp_path: Path
 ) -> None:
+    """Killed twice (each time with part of public.big copied), restarted each time: the
+    snapshot resumes where it was, and the rebuild still equals the source."""
     prefix = f"snapk{uuid.uuid4().hex[:8]}"
     with scratch_database(local_stack) as dsn:
         populate(dsn, big_rows=200_000)
@@ -253,40 +255,52 @@ def test_snapshot_sigkill_during_copy_resumes_and_still_equals_source(
         state_file = tmp_path / f"snapshot-{settings['slot.name']}.json"
         log = str(tmp_path / "bridge.log")
 
-        def partly_done() -> bool:
+        def big_done() -> set[int] | None:
+            """public.big's done chunks while the snapshot is under way."""
             try:
                 state = load_state(state_file)
             except Exception:  # only while the file is first written
-                return False
+                return None
             if state is None or state.status == "done":
-                return False
+                return None
             nokey, big = state.table("public.aaa_nokey"), state.table("public.big")
-            return bool(nokey and nokey.complete and big and 2 <= len(big.done) < 15)
+            return set(big.done) if nokey and nokey.complete and big else None
 
-        first = BridgeProcess(settings, log)
-        write = threading.Thread(target=writer, args=(dsn, 40, 0.05))
+        processes = [BridgeProcess(settings, log)]
+        write = threading.Thread(target=writer, args=(dsn, 60, 0.05))
+        done_at_kills: list[set[int]] = []
         try:
-            wait_for(state_file.exists, first, "the snapshot's state file")
+            wait_for(state_file.exists, processes[0], "the snapshot's state file")
             write.start()
-            wait_for(partly_done, first, "some chunks of public.big done")
-            first.kill()
-            state = load_state(state_file)
-            assert state is not None and state.status == "copying"
-            done_at_kill = set(state.table("public.big").done)  # type: ignore[union-attr]
-            second = BridgeProcess(settings, log)
+            for kill in range(2):
+                before = done_at_kills[-1] if done_at_kills else set()
+
+                def progressed(before: set[int] = before) -> bool:
+                    done = big_done()
+                    return done is not None and len(before) + 2 <= len(done) < 18
+
+                wait_for(progressed, processes[-1], f"more chunks of public.big (kill {kill})")
+                processes[-1].kill()
+                state = load_state(state_file)
+                assert state is not None and state.status == "copying"
+                done_at_kills.append(set(state.table("public.big").done))  # type: ignore[union-attr]
+                processes.append(BridgeProcess(settings, log))
             write.join(300)
-            wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), second)
-            assert second.terminate() == 0, second.log()[-3000:]
+            wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), processes[-1])
+            assert processes[-1].terminate() == 0, processes[-1].log()[-3000:]
         finally:
-            for process in (first, locals().get("second")):
-                if process is not None and process.proc.poll() is None:
+            for process in processes:
+                if process.proc.poll() is None:
                     process.kill()
             write.join(300)
-        text = first.log()
-        assert "resumed snapshot of slot" in text, text[-4000:]
+        text = processes[0].log()
+        assert text.count("resumed snapshot of slot") == 2, text[-4000:]
+        assert "was not completely copied" not in text  # the keyless table was done first
         state = load_state(state_file)
-        assert state is not None and state.status == "done" and state.run == 1
-        assert done_at_kill <= state.table("public.big").done  # type: ignore[union-attr]
+        assert state is not None and state.status == "done" and state.run == 2
+        big = state.table("public.big")
+        assert big is not None
+        assert done_at_kills[0] < done_at_kills[1] < big.done  # resumed, never restarted
         assert_tables_equal(local_stack, dsn, prefix)
 
 
