@@ -273,7 +273,9 @@ def plan_table(conn: Conn, catalog: TableCatalog, *, keyed: bool, rows_per_chunk
         method = "key"
         order_columns = tuple(c for c, _ in catalog.chunk_key)
         order_types = tuple(t for _, t in catalog.chunk_key)
-    elif catalog.relkind == "r":
+    elif catalog.relkind == "r" and conn.info.server_version >= 140000:
+        # Before 14 a ctid range is a filter over a whole sequential scan (no TID range
+        # scan): block ranges would read the table once per chunk.
         method = "ctid"
         pages = catalog.pages
         if pages <= 0:
