@@ -45,6 +45,7 @@ from prometheus_client.registry import Collector
 
 from bridge import __version__
 from bridge.retry import WAITED_SECONDS, WAITING_FOR
+from bridge.snapshot.metrics import SnapshotCollector
 from bridge.types.lossy import LOSSY_VALUES
 
 logger = logging.getLogger(__name__)
@@ -132,6 +133,7 @@ class BridgeMetrics:
         ).set_function(lambda: sum(WAITED_SECONDS.values()))
         Info("build", "pgbridge version", namespace=ns, registry=reg).info({"version": __version__})
         reg.register(_LossyValues(f"{ns}_lossy_values"))
+        reg.register(SnapshotCollector(ns))  # pgbridge_snapshot_*: see bridge.snapshot.metrics
 
     # -- what the pipeline reports ------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from bridge.schema import RelationSchemas
 from bridge.sink.avro_writer import AvroWriteError
 from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
 from bridge.sink.serializer import EnvelopeSerializer
+from bridge.snapshot import progress as progress_module
 from bridge.snapshot.plan import wire_kinds
 from bridge.snapshot.progress import SnapshotProgress
 from bridge.snapshot.reader import (
@@ -116,6 +117,8 @@ class SnapshotCopier:
         says ``done``), ``False`` when ``stop`` was set first (what was acknowledged is
         recorded)."""
         tasks = self._tasks()
+        progress_module.CURRENT = self.progress
+        self.progress.running = True
         try:
             for table_schemas in self.schemas.values():
                 self._register(table_schemas)
@@ -126,8 +129,11 @@ class SnapshotCopier:
         workers = min(len(connections), tasks.qsize())
         for connection in connections[workers:]:
             connection.close()
-        if workers and not self._copy(tasks, connections[:workers], stop):
-            return False
+        try:
+            if workers and not self._copy(tasks, connections[:workers], stop):
+                return False
+        finally:
+            self.progress.running = False
         self.state.status = "done"
         save_state(self.state_path, self.state)
         return True

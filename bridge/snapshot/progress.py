@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["SnapshotProgress", "TableFigures", "format_duration"]
+__all__ = ["CURRENT", "SnapshotProgress", "TableFigures", "format_duration"]
 
 
 def format_duration(seconds: float) -> str:
@@ -44,6 +44,7 @@ class SnapshotProgress:
 
     interval: float = 5.0
     tables: dict[str, TableFigures] = field(default_factory=dict)
+    running: bool = False
     _next: float = 0.0
 
     def add(self, table: str, estimated_rows: int, chunks: int, rows: int = 0, nbytes: int = 0,
@@ -93,3 +94,8 @@ class SnapshotProgress:
             f"{rate:,.0f} rows/s, {(f.nbytes - f.base_bytes) / 1e6 / elapsed:.1f} MB/s, "
             f"ETA {format_duration(left)}"
         )
+
+
+#: The progress of this process's snapshot, if one ran: what the metrics endpoint exports
+#: (bridge.snapshot.metrics). Set by the copier; read, never written, by the HTTP thread.
+CURRENT: SnapshotProgress | None = None
