@@ -58,8 +58,11 @@ __all__ = ["BATCH_ROWS", "ChunkEnd", "RowBatch", "SnapshotConnection", "Task", "
 #: Rows per batch handed to the coordinator.
 BATCH_ROWS = 512
 
-#: Session settings of every snapshot connection: key bounds are read and cast back as text
-#: in these (timestamptz bounds carry their offset; floats print exactly).
+#: Session settings of every snapshot connection. Text forms (key bounds, ``col::text``
+#: columns) are rendered as the walsender renders them (bridge.runner.WALSENDER_SETTINGS).
+#: As pg_dump does: no statement or idle-in-transaction timeout (a chunk may take long, a
+#: worker may wait for Kafka), and ``row_security = off``, so that a table with row-level
+#: security the role does not bypass is an error naming it rather than a silently partial copy.
 SESSION_SETTINGS: tuple[tuple[str, str], ...] = (
     ("TimeZone", "UTC"),
     ("DateStyle", "ISO, MDY"),
@@ -67,6 +70,9 @@ SESSION_SETTINGS: tuple[tuple[str, str], ...] = (
     ("extra_float_digits", "3"),
     ("bytea_output", "hex"),
     ("synchronize_seqscans", "off"),
+    ("statement_timeout", "0"),
+    ("idle_in_transaction_session_timeout", "0"),
+    ("row_security", "off"),
 )
 
 Conn = psycopg.Connection[tuple[Any, ...]]

@@ -108,3 +108,34 @@ def test_snapshot_statement_timeout_names_table_and_chunk(local_stack: StackInfo
             )
         finally:
             connection.close()
+
+
+def test_snapshot_row_level_security_is_an_error_not_a_partial_copy(
+    local_stack: StackInfo,
+) -> None:
+    role = f"r_{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE guarded (id int PRIMARY KEY, owner text)")
+            conn.execute("INSERT INTO guarded VALUES (1, 'a'), (2, 'b')")
+            conn.execute("ALTER TABLE guarded ENABLE ROW LEVEL SECURITY")
+            conn.execute("CREATE POLICY only_a ON guarded USING (owner = 'a')")
+            conn.execute(f"CREATE ROLE {role} LOGIN REPLICATION")
+            conn.execute(f"GRANT SELECT ON guarded TO {role}")
+            oid = conn.execute("SELECT 'guarded'::regclass::oid::int").fetchone()[0]  # type: ignore[index]
+        params = conninfo_to_dict(dsn)
+        params["user"] = role
+        connection = SnapshotConnection(make_conninfo(**params), None)  # type: ignore[arg-type]
+        try:
+            plan = TablePlan(
+                table="public.guarded", schema="public", name="guarded", oid=oid,
+                method="whole", columns=("id", "owner"), chunks=(Chunk(0),),
+            )  # fmt: skip
+            with pytest.raises(SnapshotPermissionError) as info:
+                list(connection.copy(plan, Chunk(0)))
+            assert info.value.table == "public.guarded"
+        finally:
+            connection.close()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f"DROP OWNED BY {role}")
+                conn.execute(f"DROP ROLE {role}")
