@@ -279,6 +279,18 @@ def _plan(
         assert recorded is not None
         progress = recorded
         columns = tuple(c.name for c in info.relation.columns)
+        if columns != progress.plan.columns:
+            # Rows copied now have the new columns; the stream replays changes made between
+            # the consistent point and the DDL with the old ones, after them.
+            logger.warning(
+                "table %s changed its published columns since the snapshot started (%s -> %s): "
+                "rows changed between %s and that change may lack the new columns downstream "
+                "until changed again",
+                table.table,
+                ", ".join(progress.plan.columns),
+                ", ".join(columns),
+                resumed.consistent_point,
+            )
         plan = replace(progress.plan, columns=columns, oid=table.oid, keyed=keyed)
         if (
             plan.method == "ctid"
