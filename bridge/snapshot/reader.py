@@ -55,8 +55,11 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["BATCH_ROWS", "ChunkEnd", "RowBatch", "SnapshotConnection", "Task", "WorkerFailed"]
 
-#: Rows per batch handed to the coordinator.
+#: A batch handed to the coordinator closes at this many rows or COPY bytes, whichever comes
+#: first: with the coordinator's bounded queue, the rows held in this process stay under
+#: about ``queue size * BATCH_BYTES`` (plus one row) however wide the rows are.
 BATCH_ROWS = 512
+BATCH_BYTES = 1 << 20
 
 #: Session settings of every snapshot connection. Text forms (key bounds, ``col::text``
 #: columns) are rendered as the walsender renders them (bridge.runner.WALSENDER_SETTINGS).
@@ -218,7 +221,7 @@ class SnapshotConnection:
                 for data in copy:
                     nbytes += len(data)
                     batch += parser.feed(data)
-                    if len(batch) >= BATCH_ROWS:
+                    if len(batch) >= BATCH_ROWS or nbytes >= BATCH_BYTES:
                         yield batch, nbytes
                         batch, nbytes = [], 0
             parser.finish()
