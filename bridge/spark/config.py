@@ -1,4 +1,11 @@
-"""Configuration of the apply job (change topics -> Delta Lake): a validated frozen dataclass."""
+"""Configuration of the apply job (change topics -> Delta Lake): a validated frozen dataclass.
+
+Where tables land: ``<delta_base>/<schema>/<table>`` with each name made a safe, unambiguous
+path segment by :func:`path_segment` (percent-encoding of every character outside
+``[A-Za-z0-9_.-]``, and of a leading ``_`` or ``.``), so any PostgreSQL identifier (spaces, dots,
+slashes, quotes, unicode) has a directory of its own that no other name maps to, and none
+collides with the job's own ``_history`` and ``_pgbridge_positions`` tables beside them.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +15,57 @@ from dataclasses import dataclass
 
 from bridge.errors import ConfigError
 
-__all__ = ["ApplyConfig"]
+__all__ = ["ApplyConfig", "path_segment"]
 
 # Kafka topic names: ASCII letters, digits, '.', '_' and '-'.
 _TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
 # A Spark trigger interval such as "10 seconds", "500 milliseconds", "1 minute".
+# A table topic: <prefix>.<schema>.<table>, where schema and table may hold dots themselves;
+# the other topics under the prefix (messages, transaction, dead_letter) have one segment.
+_TABLE_TOPIC_TAIL = r"\..+\..+"
+# Characters kept as they are in a Delta path segment (the rest is percent-encoded).
+_PATH_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+#: Precision and scale of the Delta decimal an unconstrained numeric becomes.
+DEFAULT_VARIABLE_DECIMAL = (38, 18)
 _INTERVAL = re.compile(
     r"^\d+(\.\d+)?\s*(ms|millisecond|milliseconds|s|sec|second|seconds|min|minute|minutes|h|hour|hours)$"
 )
+
+
+def path_segment(name: str) -> str:
+    """``name`` as one path segment: unambiguous (``%`` is encoded too) and never hidden.
+
+    Readable for ordinary names (``public``, ``order_items`` stay as they are); ``Weird Schema``
+    becomes ``Weird%20Schema``, ``naïve`` ``na%C3%AFve``. A leading ``_`` or ``.`` is encoded,
+    because Spark and Hadoop treat such files as hidden and the job keeps its own tables under
+    ``_``-names beside the source tables.
+    """
+    out = []
+    for i, char in enumerate(name):
+        if char in _PATH_SAFE and not (i == 0 and char in "_."):
+            out.append(char)
+        else:
+            out.extend(f"%{b:02X}" for b in char.encode("utf-8"))
+    return "".join(out)
 
 
 @dataclass(frozen=True, slots=True)
 class ApplyConfig:
     """What the apply job reads, where it writes, and how often.
 
-    ``tables`` selects ``schema.table`` names explicitly (topics ``<prefix>.<schema>.<table>``);
-    empty means every change topic under the prefix (``subscribePattern``), which also picks up
-    tables created later. ``delta_base``, ``checkpoint_location`` and ``dead_letter_location``
-    are Hadoop paths or URIs (``/data/delta``, ``s3a://bucket/delta``). Each source table lands
-    at ``<delta_base>/<schema>/<table>``.
+    ``tables`` selects tables explicitly by their topic name after the prefix (``public.orders``,
+    ``Weird_Schema.Mixed.Case-Table``: topics are ``<prefix>.<schema>.<table>`` with characters
+    Kafka refuses replaced by ``_``); empty means every change topic under the prefix
+    (``subscribePattern``: at least two segments after the prefix), which also picks up tables
+    created later. ``delta_base``, ``checkpoint_location`` and ``dead_letter_location`` are
+    Hadoop paths or URIs (``/data/delta``, ``s3a://bucket/delta``). Each source table lands at
+    ``<delta_base>/<schema>/<table>`` (:meth:`table_path`), named from the records' source block
+    (the topic name cannot be split back into schema and table).
+
+    ``variable_decimal`` is the (precision, scale) of the Delta decimal an unconstrained
+    ``numeric`` column (Debezium's ``VariableScaleDecimal``) becomes; a value that does not fit
+    it exactly is stored as null and its record is also written to the dead-letter table with
+    the column named in the reason, so the exact value is kept (in the raw record).
 
     ``trigger_interval`` is the micro-batch period; ``available_now`` processes what is in the
     topics and stops (for catch-up runs and tests). ``starting_offsets`` only matters for the
@@ -61,6 +100,7 @@ class ApplyConfig:
     history: bool = False
     deletion_vectors: bool = True
     history_base: str = ""
+    variable_decimal: tuple[int, int] = DEFAULT_VARIABLE_DECIMAL
 
     def __post_init__(self) -> None:
         if not self.topic_prefix or not _TOPIC_CHARS.match(self.topic_prefix):
@@ -75,9 +115,13 @@ class ApplyConfig:
         if len({self.delta_base.rstrip("/"), self.dead_letter_location.rstrip("/")}) == 1:
             raise ConfigError("dead_letter_location", "must differ from delta_base")
         for table in self.tables:
-            parts = table.split(".")
-            if len(parts) != 2 or "" in parts or not _TOPIC_CHARS.match(table):
-                raise ConfigError("tables", f"{table!r} is not schema.table")
+            if not _TOPIC_CHARS.match(table) or not re.fullmatch(r".+\..+", table):
+                raise ConfigError("tables", f"{table!r} is not a topic's <schema>.<table>")
+        precision, scale = self.variable_decimal
+        if not (1 <= precision <= 38 and 0 <= scale <= precision):
+            raise ConfigError(
+                "variable_decimal", f"({precision}, {scale}) is not a Spark decimal(p, s)"
+            )
         if not self.available_now and not _INTERVAL.match(self.trigger_interval.strip()):
             raise ConfigError("trigger_interval", f"{self.trigger_interval!r} is not an interval")
         offsets = self.starting_offsets.strip()
@@ -104,13 +148,18 @@ class ApplyConfig:
         return f"pgbridge-apply-{digest[:16]}"
 
     def table_path(self, schema: str, table: str) -> str:
-        """Where the Delta table of ``schema.table`` lives."""
-        return f"{self.delta_base.rstrip('/')}/{schema}/{table}"
+        """Where the Delta table of ``schema.table`` (PostgreSQL's names, as they are) lives."""
+        return f"{self.delta_base.rstrip('/')}/{path_segment(schema)}/{path_segment(table)}"
 
     def history_path(self, schema: str, table: str) -> str:
         """Where the SCD type 2 history table of ``schema.table`` lives."""
         base = self.history_base or f"{self.delta_base.rstrip('/')}/_history"
-        return f"{base.rstrip('/')}/{schema}/{table}"
+        return f"{base.rstrip('/')}/{path_segment(schema)}/{path_segment(table)}"
+
+    @property
+    def positions_path(self) -> str:
+        """The Delta table of applied positions of keyless tables (see bridge.spark.multiset)."""
+        return f"{self.delta_base.rstrip('/')}/_pgbridge_positions"
 
     def kafka_source_options(self) -> dict[str, str]:
         """The options of ``spark.readStream.format("kafka")`` for this configuration."""
@@ -125,19 +174,14 @@ class ApplyConfig:
         if self.tables:
             options["subscribe"] = ",".join(f"{self.topic_prefix}.{t}" for t in self.tables)
         else:
-            # <prefix>.<schema>.<table> only: not <prefix>.transaction or heartbeat topics.
-            options["subscribePattern"] = re.escape(self.topic_prefix) + r"\.[^.]+\.[^.]+"
+            # <prefix>.<schema>.<table> only (schema and table may contain dots): not
+            # <prefix>.transaction, <prefix>.messages or <prefix>.dead_letter.
+            options["subscribePattern"] = re.escape(self.topic_prefix) + _TABLE_TOPIC_TAIL
         if self.max_offsets_per_trigger is not None:
             options["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
         options.update({f"kafka.{k}": v for k, v in self.kafka_options})
         return options
 
-    def split_topic(self, topic: str) -> tuple[str, str] | None:
-        """``(schema, table)`` of a change topic under the prefix, else ``None``."""
-        head = self.topic_prefix + "."
-        if not topic.startswith(head):
-            return None
-        parts = topic[len(head) :].split(".")
-        if len(parts) != 2 or "" in parts:
-            return None
-        return parts[0], parts[1]
+    def is_table_topic(self, topic: str) -> bool:
+        """Whether ``topic`` is a table's change topic under the prefix (as subscribed)."""
+        return re.fullmatch(re.escape(self.topic_prefix) + _TABLE_TOPIC_TAIL, topic) is not None

@@ -9,6 +9,14 @@ correctly in one batch.
 The registry is the only I/O here. A definite "no such schema id" answer dead-letters the
 records; a registry that cannot answer fails the batch (it is retried from the checkpoint),
 because dead-lettering good records over a network blip would lose them from the tables.
+
+A table topic is anything under the prefix with at least two segments after it (schema and
+table names may contain dots); the table's identity comes from the records' source block, not
+from the topic. Columns get their PostgreSQL names and Delta types (:mod:`bridge.spark.columns`);
+a record with a value that does not fit its Delta type is applied with null there *and*
+dead-lettered with the column named, so the exact value is kept. A table whose records carry
+no key (a null Kafka key on anything but a truncate, and no keyed record in the batch) is
+decoded into row images for the multiset apply (:mod:`bridge.spark.multiset`).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from pyspark.sql import types as T
 
 from bridge.sink.registry import registry_client
 from bridge.spark import transforms as tf
+from bridge.spark.columns import RowShape
 from bridge.spark.config import ApplyConfig
 from bridge.spark.errors import RegistryUnavailableError, TableApplyError
 
@@ -124,18 +133,23 @@ def _inline(node: Any, named: dict[str, Any], defined: set[str]) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class TableBatch:
-    """The changes of one source table in one micro-batch, conformed to one shape."""
+    """The changes of one source table (one topic) in one micro-batch, conformed to one shape.
+
+    ``changes`` carries the table's identity in its ``_pgbridge_source_*`` columns (the job
+    reads it with its first aggregate); ``raw`` are the Kafka records behind ``changes``, for
+    dead-lettering them if the table cannot be applied.
+    """
 
     topic: str
-    schema: str
-    table: str
     changes: DataFrame
-    columns: T.StructType  # the row's columns, newest schema version first
-    key_columns: tuple[str, ...]  # empty: no keyed record in this batch (e.g. only a truncate)
+    columns: T.StructType  # the row's columns (PostgreSQL names), newest schema version first
+    key_columns: tuple[str, ...]  # empty: a keyless table, or a batch with only truncates
+    raw: DataFrame
+    keyless: bool = False  # changes are row images (envelope_to_images)
 
     @property
     def name(self) -> str:
-        return f"{self.schema}.{self.table}"
+        return self.topic
 
 
 @dataclass(slots=True)
@@ -150,8 +164,8 @@ class DecodedBatch:
 @dataclass(slots=True)
 class _Group:
     schema_id: int
-    changes: DataFrame
-    columns: T.StructType
+    decoded: DataFrame
+    shape: RowShape
     key_columns: tuple[str, ...]
 
 
@@ -169,6 +183,13 @@ def _envelope_problem(decoded: DataFrame) -> str | None:
         else:
             missing += [f"source.{f}" for f in _SOURCE_FIELDS if f not in source.fieldNames()]
     return f"missing {', '.join(missing)}" if missing else None
+
+
+def _raw(decoded: DataFrame) -> DataFrame:
+    """The Kafka records behind a group's change rows."""
+    return decoded.where(
+        ~F.col(tf.UNDECODABLE) & F.col(f"{tf.ENVELOPE}.op").isin(*tf.APPLY_OPS)
+    ).select(*tf.KAFKA_META, tf.VALUE_SCHEMA_ID)
 
 
 def decode_batch(
@@ -196,7 +217,7 @@ def decode_batch(
             & F.col(tf.FRAMING_ERROR).isNull()
             & F.col("value").isNotNull()
         )
-        if config.split_topic(topic) is None:
+        if not config.is_table_topic(topic):
             out.dead_letters.append(
                 tf.dead_letters(
                     group_rows, f"topic is not {config.topic_prefix}.<schema>.<table>", batch_id
@@ -208,6 +229,13 @@ def decode_batch(
             out.dead_letters.append(
                 tf.dead_letters(group_rows, f"unknown schema id {schema_id}", batch_id)
             )
+            continue
+        shape = RowShape.from_schema(schema_json, config.variable_decimal)
+        try:
+            # Before decoding: Spark's Avro reader cannot even read some of these.
+            _check_names(topic, shape)
+        except TableApplyError as exc:
+            out.dead_letters.append(tf.dead_letters(group_rows, str(exc), batch_id))
             continue
         decoded = tf.decode_envelopes(framed, topic, schema_id, schema_json)
         problem = _envelope_problem(decoded)
@@ -237,48 +265,132 @@ def decode_batch(
                 batch_id,
             )
         )
-        key_columns = _key_columns(schemas, topic, row["key_id"], row["min_key_id"])
-        columns = tf.envelope_fields(decoded)
-        missing = [k for k in key_columns if k not in columns.fieldNames()]
-        if missing:
-            raise TableApplyError(
-                topic, f"key columns {missing} are not columns of schema id {schema_id}"
-            )
-        # Only a truncate has a null key in a keyed table; any other change with a null key is
-        # from a table without a replica-identity key (the producer's null_key mode), which
-        # cannot be matched to a row.
-        keyless = (
-            F.col("key").isNull() & (F.col(f"{tf.ENVELOPE}.op") != "t") & ~F.col(tf.UNDECODABLE)
-        )
-        out.dead_letters.append(
-            tf.dead_letters(
-                decoded.where(keyless & F.col(f"{tf.ENVELOPE}.op").isin(*tf.APPLY_OPS)),
-                "null key: the table has no replica-identity key to MERGE on",
-                batch_id,
-            )
-        )
-        per_table.setdefault(topic, []).append(
-            _Group(schema_id, tf.envelope_to_changes(decoded.where(~keyless)), columns, key_columns)
-        )
+        if not shape.columns:
+            shape = RowShape.plain(tf.envelope_fields(decoded))
+        try:
+            key_fields = _key_columns(schemas, topic, row["key_id"], row["min_key_id"])
+            missing = [k for k in key_fields if k not in {c.field for c in shape.columns}]
+            if missing:
+                raise TableApplyError(
+                    topic, f"key columns {missing} are not columns of schema id {schema_id}"
+                )
+            unfit = _unfit(decoded, shape, config, batch_id)
+        except RegistryUnavailableError:
+            raise
+        except Exception as exc:  # this table's records only: the batch goes on
+            out.dead_letters.append(tf.dead_letters(_raw(decoded), _reason(exc), batch_id))
+            continue
+        out.dead_letters.extend(unfit)
+        key_columns = tuple(shape.name_of(k) for k in key_fields)
+        per_table.setdefault(topic, []).append(_Group(schema_id, decoded, shape, key_columns))
     for topic, table_groups in per_table.items():
-        split = config.split_topic(topic)
-        assert split is not None  # checked above
-        newest = max(table_groups, key=lambda g: g.schema_id)
-        columns = _union_columns([newest, *[g for g in table_groups if g is not newest]])
-        keys = newest.key_columns or next(
-            (g.key_columns for g in table_groups if g.key_columns), ()
-        )
-        out.tables.append(
-            TableBatch(
-                topic=topic,
-                schema=split[0],
-                table=split[1],
-                changes=tf.conform([g.changes for g in table_groups], columns),
-                columns=columns,
-                key_columns=keys,
-            )
-        )
+        try:
+            table, dead = _table_batch(topic, table_groups, batch_id)
+        except Exception as exc:  # e.g. versions Spark cannot conform: this table only
+            for group in table_groups:
+                out.dead_letters.append(
+                    tf.dead_letters(_raw(group.decoded), _reason(exc), batch_id)
+                )
+            continue
+        out.tables.append(table)
+        out.dead_letters.extend(dead)
     return out
+
+
+def _reason(error: BaseException) -> str:
+    """A dead-letter reason for an error (Spark's carry a JVM stack trace after line one)."""
+    text = str(error).strip() or repr(error)
+    return f"table not applied: {type(error).__name__}: {text.splitlines()[0][:500]}"
+
+
+def _check_names(topic: str, shape: RowShape) -> None:
+    """Columns the job can name in Spark and Delta."""
+    clash = [c.name for c in shape.columns if c.name.startswith("_pgbridge_")]
+    if clash:
+        raise TableApplyError(topic, f"columns {clash} clash with pgbridge's metadata columns")
+    seen: dict[str, str] = {}
+    for c in shape.columns:
+        other = seen.setdefault(c.name.lower(), c.name)
+        if other != c.name:
+            raise TableApplyError(
+                topic,
+                f"columns {other!r} and {c.name!r} differ only in case, and Spark and Delta "
+                "column names are case-insensitive",
+            )
+
+
+def _unfit(
+    decoded: DataFrame, shape: RowShape, config: ApplyConfig, batch_id: int
+) -> list[DataFrame]:
+    """Records holding a value their Delta column cannot hold exactly (applied with null)."""
+    envelope = decoded.schema[tf.ENVELOPE].dataType
+    assert isinstance(envelope, T.StructType)
+    lists = [
+        shape.unfit_columns(F.col(tf.ENVELOPE)[image])
+        for image in ("before", "after")
+        if image in envelope.fieldNames()
+    ]
+    present = [u for u in lists if u is not None]
+    if not present:
+        return []
+    names = F.array_distinct(F.flatten(F.array(*present)))
+    precision, scale = config.variable_decimal
+    return [
+        tf.dead_letters(
+            decoded.where(~F.col(tf.UNDECODABLE) & (F.size(names) > 0)),
+            F.concat(
+                F.lit(
+                    f"value does not fit decimal({precision},{scale}); applied as null in "
+                    "column(s) "
+                ),
+                F.array_join(names, ", "),
+            ),
+            batch_id,
+        )
+    ]
+
+
+def _table_batch(
+    topic: str, table_groups: list[_Group], batch_id: int
+) -> tuple[TableBatch, list[DataFrame]]:
+    """One table's groups -> its TableBatch, and the dead letters of records it cannot use."""
+    newest = max(table_groups, key=lambda g: g.schema_id)
+    keys = newest.key_columns or next((g.key_columns for g in table_groups if g.key_columns), ())
+    # Only a truncate has a null key in a keyed table: any other change with a null key, and
+    # no keyed record in the batch, is from a table without key columns (a multiset).
+    keyless = not keys
+    frames: list[DataFrame] = []
+    shapes: list[T.StructType] = []
+    dead: list[DataFrame] = []
+    for group in table_groups:
+        if keyless:
+            dead.append(
+                tf.dead_letters(
+                    tf.images_without_before(group.decoded),
+                    "update or delete without the old row in a table without key columns: "
+                    "nothing to match it to (REPLICA IDENTITY FULL sends it)",
+                    batch_id,
+                )
+            )
+            changes = tf.envelope_to_images(group.decoded, group.shape)
+        else:
+            changes = tf.envelope_to_changes(group.decoded, group.shape)
+        frames.append(changes)
+        shapes.append(T.StructType([changes.schema[c.name] for c in group.shape.columns]))
+    order = sorted(range(len(table_groups)), key=lambda i: -table_groups[i].schema_id)
+    columns = _union_columns([shapes[i] for i in order])
+    raw = _raw(table_groups[0].decoded)
+    for group in table_groups[1:]:
+        raw = raw.unionByName(_raw(group.decoded))
+    table = TableBatch(
+        topic=topic,
+        changes=tf.conform(frames, columns),
+        columns=columns,
+        key_columns=keys,
+        raw=raw,
+        keyless=keyless,
+    )
+    return table, dead
 
 
 def _key_columns(schemas: SchemaCache, topic: str, key_id: Any, min_key_id: Any) -> tuple[str, ...]:
@@ -296,12 +408,12 @@ def _key_columns(schemas: SchemaCache, topic: str, key_id: Any, min_key_id: Any)
     return names
 
 
-def _union_columns(groups: list[_Group]) -> T.StructType:
-    """The newest group's columns, then columns only older versions have (kept, not lost)."""
+def _union_columns(shapes: list[T.StructType]) -> T.StructType:
+    """The newest version's columns, then columns only older versions have (kept, not lost)."""
     fields: list[T.StructField] = []
     seen: set[str] = set()
-    for group in groups:
-        for f in group.columns.fields:
+    for shape in shapes:
+        for f in shape.fields:
             if f.name not in seen:
                 seen.add(f.name)
                 fields.append(T.StructField(f.name, f.dataType, True))

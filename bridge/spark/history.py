@@ -69,7 +69,7 @@ def history_versions(
     keys = [F.col(_q(k)) for k in key_columns]
     order = Window.partitionBy(*keys).orderBy(F.col(tf.COMMIT_LSN), F.col(tf.SEQ))
     upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    meta = {tf.OP, tf.COMMIT_LSN, tf.SEQ, tf.COMMIT_TS, tf.UNCHANGED}
+    meta = {c for c in rows.columns if c.startswith("_pgbridge_")}
     foldable = [c for c in rows.columns if c not in meta and c not in set(key_columns)]
     if current is not None:
         previous = current.select(

@@ -17,9 +17,16 @@ Python dependencies, confluent-kafka for the registry client; executors run no P
 (the ``--packages`` value is :func:`bridge.spark.packages.packages_option`).
 
 Each micro-batch is applied by :class:`BatchApplier`: frame, decode per (topic, schema id),
-then per table one idempotent MERGE (see :mod:`bridge.spark.merge`), and the dead letters in
-one idempotent append. Bad records are counted (log, Prometheus counter, :class:`ApplyStats`),
-never dropped silently.
+then per table one idempotent MERGE (keyed tables: :mod:`bridge.spark.merge`; tables without
+key columns, as multisets: :mod:`bridge.spark.multiset`, whose applied positions are then
+written once), and the dead letters in one idempotent append. Bad records are counted (log,
+Prometheus counter, :class:`ApplyStats`), never dropped silently.
+
+One odd table never halts the job: when a table's batch cannot be applied (a schema Delta
+refuses, columns differing only in case, an incompatible type change, …) it is tried once more
+(a transient storage error passes), then its records of the batch go to the dead-letter table
+with the error as the reason, and the other tables go on. Only a registry that cannot answer
+fails the batch (it is retried from the checkpoint, nothing is set aside).
 """
 
 from __future__ import annotations
@@ -44,9 +51,10 @@ from bridge.errors import PgBridgeError
 from bridge.spark import transforms as tf
 from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
-from bridge.spark.errors import ApplyError
+from bridge.spark.errors import ApplyError, RegistryUnavailableError, TableApplyError
 from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
 from bridge.spark.merge import MergePlan, ensure_table, merge_changes, table_key_columns
+from bridge.spark.multiset import Position, apply_multiset, read_positions, write_positions
 
 __all__ = [
     "ApplyStats",
@@ -64,6 +72,9 @@ CHANGES_APPLIED = Counter(
     "pgbridge_apply_changes", "Change records applied to Delta (before per-key folding)", ["table"]
 )
 DEAD_LETTERS = Counter("pgbridge_apply_dead_letters", "Records written to the dead-letter table")
+TABLE_FAILURES = Counter(
+    "pgbridge_apply_table_failures", "Table batches dead-lettered because they failed", ["table"]
+)
 
 #: Failpoint for crash tests: seconds to pause after each table's MERGE, so a test can kill the
 #: process between the Delta commit and the checkpoint. Unset outside tests.
@@ -84,6 +95,7 @@ class ApplyStats:
     changes: int = 0
     dead_letters: int = 0
     per_table: dict[str, int] = field(default_factory=dict)
+    failed_tables: dict[str, str] = field(default_factory=dict)  # topic -> last error
 
 
 class BatchApplier:
@@ -102,6 +114,7 @@ class BatchApplier:
         # all known skips the existence and schema checks (Delta log reads on the driver).
         # Only this job writes these tables' schemas, so the cache cannot go stale.
         self._known: dict[str, frozenset[str]] = {}
+        self._paths: dict[str, str] = {}  # topic -> its table's path (once known)
 
     def _session(self, spark: Any) -> Any:
         """This thread's own session (same SparkContext and cache, own SQL conf).
@@ -144,10 +157,12 @@ class BatchApplier:
             return {"delta.enableDeletionVectors": "true"}
         return {}
 
-    def _apply_tables(self, spark: Any, tables: Sequence[TableBatch], batch_id: int) -> None:
+    def _apply_tables(
+        self, spark: Any, tables: Sequence[TableBatch], batch_id: int, batch: _BatchState
+    ) -> None:
         if self.config.parallel_tables == 1 or len(tables) <= 1:
             for table in tables:
-                self._apply_table(self._session(spark), table, batch_id)
+                self._apply_or_set_aside(self._session(spark), table, batch_id, batch)
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
@@ -155,7 +170,9 @@ class BatchApplier:
             )
         pool = self._pool
         futures = [
-            pool.submit(lambda t: self._apply_table(self._session(spark), t, batch_id), table)
+            pool.submit(
+                lambda t: self._apply_or_set_aside(self._session(spark), t, batch_id, batch), table
+            )
             for table in tables
         ]
         # Wait for all before raising: a MERGE still running must not outlive the batch.
@@ -164,6 +181,34 @@ class BatchApplier:
             if error is not None:
                 raise error
 
+    def _apply_or_set_aside(
+        self, spark: Any, table: TableBatch, batch_id: int, batch: _BatchState
+    ) -> None:
+        """Apply one table; if it fails twice, dead-letter its records instead of the batch."""
+        error: Exception | None = None
+        for attempt in (1, 2):
+            try:
+                self._apply_table(spark, table, batch_id, batch)
+                return
+            except RegistryUnavailableError:
+                raise  # transient and batch-wide: retried from the checkpoint
+            except Exception as exc:  # one odd table must not halt the others
+                error = exc
+                with self._lock:
+                    self._known.pop(self._paths.get(table.topic, ""), None)
+                if isinstance(exc, TableApplyError):
+                    break  # a definite problem of the table's data: no use retrying
+                logger.warning("batch %d: %s failed (attempt %d): %s", batch_id, table.name,
+                               attempt, exc)  # fmt: skip
+        assert error is not None
+        reason = f"table not applied: {type(error).__name__}: {_first_line(error)}"
+        logger.error("batch %d: %s: %s; its records go to the dead-letter table", batch_id,
+                     table.name, reason)  # fmt: skip
+        with self._lock:
+            batch.dead_letters.append(tf.dead_letters(table.raw, reason, batch_id))
+            self.stats.failed_tables[table.topic] = reason
+        TABLE_FAILURES.labels(table.topic).inc()
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         framed = tf.frame(batch).persist()
@@ -171,10 +216,23 @@ class BatchApplier:
         try:
             decoded = decode_batch(framed, self.config, self.schemas, batch_id)
             logger.info("batch %d: decode planned in %.1f s", batch_id, time.monotonic() - started)
+            state = _BatchState()
+            if any(t.keyless for t in decoded.tables):
+                state.positions = read_positions(batch.sparkSession, self.config.positions_path)
             # Per-table MERGEs are mostly driver-side latency (log replay, planning, commit):
             # running them side by side keeps the cores busy.
-            self._apply_tables(batch.sparkSession, decoded.tables, batch_id)
-            self._write_dead_letters(batch.sparkSession, decoded.dead_letters, batch_id)
+            self._apply_tables(batch.sparkSession, decoded.tables, batch_id, state)
+            # After every table's MERGE: a replay starts again from the positions before it.
+            write_positions(
+                self._session(batch.sparkSession),
+                self.config.positions_path,
+                state.applied,
+                self.config.txn_app_id,
+                batch_id,
+            )
+            self._write_dead_letters(
+                batch.sparkSession, [*decoded.dead_letters, *state.dead_letters], batch_id
+            )
             self.stats.batches += 1
             logger.info("batch %d: done in %.1f s", batch_id, time.monotonic() - started)
         finally:
@@ -182,61 +240,101 @@ class BatchApplier:
                 cached.unpersist()
             framed.unpersist()
 
-    def _apply_table(self, spark: Any, table: TableBatch, batch_id: int) -> None:
-        path = self.config.table_path(table.schema, table.table)
+    def _apply_table(
+        self, spark: Any, table: TableBatch, batch_id: int, batch: _BatchState | None = None
+    ) -> None:
+        batch = batch if batch is not None else _BatchState()
         started = time.monotonic()
         cached = table.changes.persist()  # read by the summary and by the MERGE
         changes = cached
+        merge_seconds = 0.0
         try:
             summary = changes.agg(
                 F.count(F.lit(1)).alias("n"),
+                F.count(F.when(F.col(tf.OP) != "t", F.lit(1))).alias("rows"),
                 F.max(
                     F.when(F.col(tf.OP) == "t", F.struct(tf.COMMIT_LSN, tf.SEQ, tf.COMMIT_TS))
                 ).alias("trunc"),
                 F.max(F.size(tf.UNCHANGED) > 0).alias("toast"),
+                F.min(tf.SOURCE_SCHEMA).alias("schema"),
+                F.max(tf.SOURCE_SCHEMA).alias("schema_max"),
+                F.min(tf.SOURCE_TABLE).alias("table"),
+                F.max(tf.SOURCE_TABLE).alias("table_max"),
             ).first()
             count = int(summary["n"]) if summary else 0
-            if count == 0:
+            if summary is None or count == 0:
                 return
-            truncate = summary["trunc"] if summary else None
+            identity = (summary["schema"], summary["table"])
+            if identity != (summary["schema_max"], summary["table_max"]) or None in identity:
+                raise TableApplyError(
+                    table.topic,
+                    f"records of several tables in one topic: {identity} .. "
+                    f"{(summary['schema_max'], summary['table_max'])}",
+                )
+            schema, name = str(identity[0]), str(identity[1])
+            path = self.config.table_path(schema, name)
+            with self._lock:
+                self._paths[table.topic] = path
+            label = f"{schema}.{name}"
+            changes = changes.drop(tf.SOURCE_SCHEMA, tf.SOURCE_TABLE)
+            truncate = summary["trunc"]
             truncate_at = (int(truncate[0]), int(truncate[1])) if truncate else None
-            keys = table.key_columns
             exists = path in self._known or _is_delta_table(spark, path)
-            if not keys and exists:
-                keys = table_key_columns(spark, path)
-            if not keys:
-                if exists or truncate_at is None:
-                    raise ApplyError(f"{table.name}: no key columns known for {path}")
-                logger.info("%s: truncate of a table never applied; nothing to do", table.name)
+            keys = table.key_columns
+            if not keys and exists and int(summary["rows"]) == 0:
+                keys = table_key_columns(spark, path)  # only truncates: the table's own key
+            if not exists and int(summary["rows"]) == 0:
+                logger.info("%s: truncate of a table never applied; nothing to do", label)
                 return
-            self._ensure(spark, path, table, keys)
-            if truncate_at is not None:
-                changes = tf.drop_before(changes, *truncate_at)
-            fold = bool(summary["toast"]) if summary else False
-            latest = tf.last_change_per_key(changes, keys, fold_unchanged=fold)
-            plan = MergePlan(
-                key_columns=tuple(keys),
-                value_columns=tuple(table.columns.fieldNames()),
-                truncate_at=truncate_at,
-                fold_unchanged=fold,
-            )
             merge_started = time.monotonic()
-            merge_changes(spark, path, latest, plan, self.config.txn_app_id, batch_id)
+            if not keys:
+                self._ensure(spark, path, table, ())
+                applied = apply_multiset(
+                    spark,
+                    path,
+                    changes,
+                    table.columns,
+                    batch.positions.get(path),
+                    self.config.txn_app_id,
+                    batch_id,
+                )
+                if applied is not None:
+                    with self._lock:
+                        batch.applied[path] = applied
+                if self.config.history:
+                    logger.info("%s: no history for a table without key columns", label)
+            else:
+                changes = (
+                    changes.drop(tf.COUNT_DELTA) if tf.COUNT_DELTA in changes.columns else changes
+                )
+                self._ensure(spark, path, table, keys)
+                if truncate_at is not None:
+                    changes = tf.drop_before(changes, *truncate_at)
+                fold = bool(summary["toast"])
+                latest = tf.last_change_per_key(changes, keys, fold_unchanged=fold)
+                plan = MergePlan(
+                    key_columns=tuple(keys),
+                    value_columns=tuple(table.columns.fieldNames()),
+                    truncate_at=truncate_at,
+                    fold_unchanged=fold,
+                )
+                merge_changes(spark, path, latest, plan, self.config.txn_app_id, batch_id)
             merge_seconds = time.monotonic() - merge_started
             if os.environ.get(PAUSE_AFTER_MERGE_ENV):
                 time.sleep(float(os.environ[PAUSE_AFTER_MERGE_ENV]))
-            if self.config.history:
-                self._apply_history(spark, table, changes, keys, truncate, fold, batch_id)
+            if self.config.history and keys:
+                self._apply_history(spark, table, schema, name, changes, keys, truncate,
+                                    bool(summary["toast"]), batch_id)  # fmt: skip
         finally:
             cached.unpersist()
         with self._lock:
             self.stats.changes += count
-            self.stats.per_table[table.name] = self.stats.per_table.get(table.name, 0) + count
-        CHANGES_APPLIED.labels(table.name).inc(count)
+            self.stats.per_table[label] = self.stats.per_table.get(label, 0) + count
+        CHANGES_APPLIED.labels(label).inc(count)
         logger.info(
             "batch %d: %s: %d changes%s in %.1f s (MERGE %.1f s)",
             batch_id,
-            table.name,
+            label,
             count,
             f", truncate at {truncate_at}" if truncate_at else "",
             time.monotonic() - started,
@@ -247,6 +345,8 @@ class BatchApplier:
         self,
         spark: Any,
         table: TableBatch,
+        schema: str,
+        name: str,
         changes: DataFrame,
         keys: Sequence[str],
         truncate: Any,
@@ -255,7 +355,7 @@ class BatchApplier:
     ) -> None:
         from delta.tables import DeltaTable
 
-        path = self.config.history_path(table.schema, table.table)
+        path = self.config.history_path(schema, name)
         self._ensure(spark, path, table, keys, HISTORY_FIELDS)
         current = None
         if fold:
@@ -302,6 +402,21 @@ class BatchApplier:
             self.config.dead_letter_location,
             {r["reason"]: r["count"] for r in reasons},
         )
+
+
+@dataclass(slots=True)
+class _BatchState:
+    """What the tables of one batch share: applied positions in and out, failed tables' rows."""
+
+    positions: dict[str, Position] = field(default_factory=dict)
+    applied: dict[str, Position] = field(default_factory=dict)
+    dead_letters: list[DataFrame] = field(default_factory=list)
+
+
+def _first_line(error: BaseException) -> str:
+    """The gist of an error (Spark's carry a JVM stack trace after the first lines)."""
+    text = str(error).strip() or repr(error)
+    return text.splitlines()[0][:500]
 
 
 def _is_delta_table(spark: Any, path: str) -> bool:
@@ -387,6 +502,13 @@ def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="create tables without Delta deletion vectors (for readers without them)",
     )
+    parser.add_argument(
+        "--variable-decimal",
+        default="38,18",
+        metavar="P,S",
+        help="Delta decimal(P,S) for unconstrained numeric columns (values that do not fit are "
+        "null and dead-lettered); default 38,18",
+    )
     parser.add_argument("--app-id", default="", help="Delta txnAppId (default: from --checkpoint)")
     parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--registry-option", action="append", default=[], metavar="KEY=VALUE")
@@ -414,7 +536,11 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         )
     if not args.registry_url:
         raise ConfigError("registry_url", "give --registry-url or PGBRIDGE_REGISTRY_URL")
+    precision, _, scale = str(args.variable_decimal).partition(",")
+    if not (precision.strip().isdigit() and scale.strip().isdigit()):
+        raise ConfigError("variable_decimal", f"{args.variable_decimal!r} is not P,S")
     return ApplyConfig(
+        variable_decimal=(int(precision), int(scale)),
         topic_prefix=args.topic_prefix,
         bootstrap_servers=args.bootstrap_servers,
         registry_url=args.registry_url,

@@ -15,6 +15,15 @@ Exactly once rests on two independent guards:
 Schema changes (new columns) and table creation are separate commits made *before* the MERGE,
 outside the idempotency window (they would otherwise consume the batch's txnVersion); both are
 idempotent by themselves.
+
+Columns carry PostgreSQL's own names (``Id Part``, ``naïve``, ``日本``): tables are created with
+Delta column mapping (``delta.columnMapping.mode=name``), which allows any character, and a table
+created before without it is switched to it when a column needs it. Delta compares column names
+case-insensitively, so two columns whose names differ only in case (legal in PostgreSQL) are a
+:class:`TableApplyError` (the job dead-letters the batch's records of that table).
+
+Keys are matched NULL-safe (``<=>``): with ``message.key.columns`` a key column may hold NULL.
+Tables without key columns are applied as multisets by :mod:`bridge.spark.multiset`.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ logger = logging.getLogger(__name__)
 #: Table property holding the key (replica identity) columns, comma-separated: a batch with only
 #: a truncate has no keyed record to learn them from.
 KEY_COLUMNS_PROPERTY = "pgbridge.keyColumns"
+COLUMN_MAPPING_PROPERTY = "delta.columnMapping.mode"
 TOPIC_PROPERTY = "pgbridge.topic"
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -93,6 +103,27 @@ def table_key_columns(spark: Any, path: str) -> tuple[str, ...]:
     return tuple(c for c in str(value).split(",") if c)
 
 
+# Characters Delta refuses in column names unless column mapping is on.
+_NEEDS_MAPPING = frozenset(" ,;{}()\n\t=")
+
+
+def _check_names(topic: str, columns: T.StructType) -> None:
+    clash = [f.name for f in columns.fields if f.name.startswith("_pgbridge_")]
+    if clash:
+        raise TableApplyError(
+            topic, f"source columns {clash} clash with pgbridge's metadata columns"
+        )
+    seen: dict[str, str] = {}
+    for f in columns.fields:
+        other = seen.setdefault(f.name.lower(), f.name)
+        if other != f.name:
+            raise TableApplyError(
+                topic,
+                f"columns {other!r} and {f.name!r} differ only in case, and Delta column names "
+                "are case-insensitive",
+            )
+
+
 def ensure_table(
     spark: Any,
     path: str,
@@ -109,11 +140,7 @@ def ensure_table(
     """
     from delta.tables import DeltaTable
 
-    clash = [f.name for f in columns.fields if f.name.startswith("_pgbridge_")]
-    if clash:
-        raise TableApplyError(
-            topic, f"source columns {clash} clash with pgbridge's metadata columns"
-        )
+    _check_names(topic, columns)
     wanted = T.StructType([T.StructField(f.name, f.dataType, True) for f in columns.fields])
     if not DeltaTable.isDeltaTable(spark, path):
         builder = (
@@ -122,14 +149,27 @@ def ensure_table(
             .addColumns(T.StructType([*wanted.fields, *metadata]))
             .property(KEY_COLUMNS_PROPERTY, ",".join(key_columns))
             .property(TOPIC_PROPERTY, topic)
+            .property(COLUMN_MAPPING_PROPERTY, "name")
         )
         for key, value in (properties or {}).items():
             builder = builder.property(key, value)
         builder.execute()
         logger.info("created Delta table %s for %s (key %s)", path, topic, list(key_columns))
         return []
-    existing = {f.name.lower() for f in DeltaTable.forPath(spark, path).toDF().schema.fields}
+    table = DeltaTable.forPath(spark, path)
+    existing = {f.name.lower() for f in table.toDF().schema.fields}
     added = [f for f in wanted.fields if f.name.lower() not in existing]
+    if any(_NEEDS_MAPPING & set(f.name) for f in added):
+        detail = table.detail().select("properties").first()
+        properties_now = (detail["properties"] or {}) if detail else {}
+        if properties_now.get(COLUMN_MAPPING_PROPERTY, "none") == "none":
+            # A table created before pgbridge used column mapping: switch it on (a metadata-only
+            # commit; readers need Delta reader version 2).
+            spark.sql(
+                f"ALTER TABLE delta.{_quote(path)} SET TBLPROPERTIES "
+                f"('{COLUMN_MAPPING_PROPERTY}' = 'name')"
+            )
+            logger.info("%s: enabled column mapping for columns %s", path, [f.name for f in added])
     if added:
         # An empty append with mergeSchema: Delta's schema evolution with the exact Spark types
         # (no DDL strings to render for nested or decimal types).

@@ -6,7 +6,10 @@ The stages, in the order the job applies them to one micro-batch:
    and value, and says why a value is not framed.
 2. :func:`decode_envelopes` decodes one (topic, schema id) group with its writer schema.
 3. :func:`envelope_to_changes` flattens Debezium envelopes into change rows: the row's columns
-   (from ``after``, or ``before`` for a delete) plus the ``_pgbridge_*`` metadata columns.
+   (from ``after``, or ``before`` for a delete) under their PostgreSQL names and converted for
+   Delta (:mod:`bridge.spark.columns`), plus the ``_pgbridge_*`` metadata columns. For tables
+   without key columns, :func:`envelope_to_images` gives row images with a count delta instead
+   (applied as a multiset by :mod:`bridge.spark.multiset`).
 4. :func:`conform` brings the groups of one table to one shape (the newest schema's columns).
 5. :func:`drop_before` drops changes a truncate in the same batch supersedes.
 6. :func:`last_change_per_key` keeps the last change per key, folding unchanged-TOAST columns.
@@ -24,13 +27,18 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.avro.functions import from_avro
 
+from bridge.spark.columns import RowShape
+
 __all__ = [
     "COMMIT_LSN",
     "COMMIT_TS",
+    "COUNT_DELTA",
     "DEAD_LETTER_SCHEMA",
     "OP",
     "PERSISTED_META",
     "SEQ",
+    "SOURCE_SCHEMA",
+    "SOURCE_TABLE",
     "UNCHANGED",
     "UNCHANGED_TOAST_FIELD",
     "conform",
@@ -38,6 +46,7 @@ __all__ = [
     "decode_envelopes",
     "drop_before",
     "envelope_to_changes",
+    "envelope_to_images",
     "frame",
     "last_change_per_key",
     "newer",
@@ -51,6 +60,11 @@ COMMIT_TS = "_pgbridge_commit_ts"
 OP = "_pgbridge_op"
 UNCHANGED = "_pgbridge_unchanged"
 PERSISTED_META = (COMMIT_LSN, SEQ, COMMIT_TS)
+# The source block's schema and table: the table's identity (the topic name cannot be split).
+SOURCE_SCHEMA = "_pgbridge_source_schema"
+SOURCE_TABLE = "_pgbridge_source_table"
+#: Row images only: +1 (the image gained a copy), -1 (lost one), 0 (a truncate).
+COUNT_DELTA = "_pgbridge_count_delta"
 
 #: The envelope field listing the columns whose value is an unchanged TOAST datum (absent in
 #: envelopes that predate it; then nothing is unchanged).
@@ -167,35 +181,110 @@ def envelope_fields(decoded: DataFrame) -> T.StructType:
     return T.StructType([])
 
 
-def envelope_to_changes(decoded: DataFrame) -> DataFrame:
+def quote(name: str) -> str:
+    """``name`` as a backquoted Spark SQL identifier (any characters)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _shape(decoded: DataFrame, shape: RowShape | None) -> RowShape:
+    return shape if shape is not None else RowShape.plain(envelope_fields(decoded))
+
+
+def _meta(op: Column | None = None) -> list[Column]:
+    envelope: Column = F.col(ENVELOPE)
+    return [
+        (op if op is not None else envelope["op"]).alias(OP),
+        envelope["source"]["commit_lsn"].cast("long").alias(COMMIT_LSN),
+        envelope["source"]["seq"].cast("long").alias(SEQ),
+        F.timestamp_millis(envelope["source"]["ts_ms"]).alias(COMMIT_TS),
+        envelope["source"]["schema"].cast("string").alias(SOURCE_SCHEMA),
+        envelope["source"]["table"].cast("string").alias(SOURCE_TABLE),
+    ]
+
+
+def _unchanged(decoded: DataFrame, shape: RowShape) -> Column:
+    """The envelope's unchanged-TOAST list, with the columns' PostgreSQL names."""
+    envelope: Any = decoded.schema[ENVELOPE].dataType
+    if UNCHANGED_TOAST_FIELD not in envelope.fieldNames():
+        return F.array().cast("array<string>")
+    listed = F.coalesce(F.col(ENVELOPE)[UNCHANGED_TOAST_FIELD], F.array().cast("array<string>"))
+    renamed = [c for c in shape.columns if c.field != c.name]
+    if not renamed:
+        return listed
+
+    def rename(field: Column) -> Column:
+        out = F.when(field == renamed[0].field, F.lit(renamed[0].name))
+        for c in renamed[1:]:
+            out = out.when(field == c.field, F.lit(c.name))
+        return out.otherwise(field)
+
+    return F.transform(listed, rename)
+
+
+def envelope_to_changes(decoded: DataFrame, shape: RowShape | None = None) -> DataFrame:
     """Decoded envelopes -> change rows: the row's columns and the ``_pgbridge_*`` metadata.
 
     A column's value comes from ``after``, or from ``before`` for a delete (which carries the
-    key, or the whole old row under REPLICA IDENTITY FULL). Messages (op ``m``) and rows with
-    an undecodable envelope are left out; :func:`dead_letters` covers the latter.
+    key, or the whole old row under REPLICA IDENTITY FULL), named and converted by ``shape``
+    (default: the Avro field names, unconverted). Messages (op ``m``) and rows with an
+    undecodable envelope are left out; :func:`dead_letters` covers the latter.
     """
-    envelope: Any = decoded.schema[ENVELOPE].dataType
-    columns = envelope_fields(decoded)
-    is_delete = F.col(f"{ENVELOPE}.op") == "d"
+    shape = _shape(decoded, shape)
+    after, before = F.col(ENVELOPE)["after"], F.col(ENVELOPE)["before"]
+    is_delete = F.col(ENVELOPE)["op"] == "d"
     values = [
-        F.when(is_delete, F.col(f"{ENVELOPE}.before.`{f.name}`"))
-        .otherwise(F.col(f"{ENVELOPE}.after.`{f.name}`"))
-        .alias(f.name)
-        for f in columns.fields
+        F.when(is_delete, shape.value(before, c)).otherwise(shape.value(after, c)).alias(c.name)
+        for c in shape.columns
     ]
-    if UNCHANGED_TOAST_FIELD in envelope.fieldNames():
-        unchanged = F.coalesce(
-            F.col(f"{ENVELOPE}.{UNCHANGED_TOAST_FIELD}"), F.array().cast("array<string>")
-        )
-    else:
-        unchanged = F.array().cast("array<string>")
-    return decoded.where(~F.col(UNDECODABLE) & F.col(f"{ENVELOPE}.op").isin(*APPLY_OPS)).select(
-        *values,
-        F.col(f"{ENVELOPE}.op").alias(OP),
-        F.col(f"{ENVELOPE}.source.commit_lsn").cast("long").alias(COMMIT_LSN),
-        F.col(f"{ENVELOPE}.source.seq").cast("long").alias(SEQ),
-        F.timestamp_millis(F.col(f"{ENVELOPE}.source.ts_ms")).alias(COMMIT_TS),
-        unchanged.alias(UNCHANGED),
+    return decoded.where(~F.col(UNDECODABLE) & F.col(ENVELOPE)["op"].isin(*APPLY_OPS)).select(
+        *values, *_meta(), _unchanged(decoded, shape).alias(UNCHANGED)
+    )
+
+
+def envelope_to_images(decoded: DataFrame, shape: RowShape | None = None) -> DataFrame:
+    """Decoded envelopes of a table without key columns -> row images with a count delta.
+
+    An insert (or snapshot read) adds a copy of ``after`` (+1), a delete removes one of
+    ``before`` (-1), an update does both, with the columns it marks as unchanged TOAST taken
+    from ``before`` (the whole old row, under REPLICA IDENTITY FULL); a truncate is one row of
+    nulls with delta 0. An update or delete without ``before`` cannot be matched to a row and
+    is left out here (the job dead-letters it, see :func:`images_without_before`).
+    """
+    shape = _shape(decoded, shape)
+    envelope = F.col(ENVELOPE)
+    after, before, op = envelope["after"], envelope["before"], envelope["op"]
+    unchanged = _unchanged(decoded, shape)
+    usable = ~F.col(UNDECODABLE)
+    empty = F.array().cast("array<string>").alias(UNCHANGED)
+    plus_values = [
+        F.when(F.array_contains(unchanged, c.name) & before.isNotNull(), shape.value(before, c))
+        .otherwise(shape.value(after, c))
+        .alias(c.name)
+        for c in shape.columns
+    ]
+    plus = decoded.where(usable & op.isin("c", "r", "u") & after.isNotNull()).select(
+        *plus_values, *_meta(), empty, F.lit(1).alias(COUNT_DELTA)
+    )
+    minus = decoded.where(usable & op.isin("u", "d") & before.isNotNull()).select(
+        *[shape.value(before, c).alias(c.name) for c in shape.columns],
+        *_meta(),
+        empty,
+        F.lit(-1).alias(COUNT_DELTA),
+    )
+    truncates = decoded.where(usable & (op == "t")).select(
+        *[F.lit(None).cast(plus.schema[c.name].dataType).alias(c.name) for c in shape.columns],
+        *_meta(),
+        empty,
+        F.lit(0).alias(COUNT_DELTA),
+    )
+    return plus.unionByName(minus).unionByName(truncates)
+
+
+def images_without_before(decoded: DataFrame) -> DataFrame:
+    """Updates and deletes of a keyless table that carry no old row: nothing to match."""
+    envelope = F.col(ENVELOPE)
+    return decoded.where(
+        ~F.col(UNDECODABLE) & envelope["op"].isin("u", "d") & envelope["before"].isNull()
     )
 
 
@@ -218,16 +307,12 @@ def conform(frames: Sequence[DataFrame], columns: T.StructType) -> DataFrame:
         shaped.append(
             frame_.select(
                 *[
-                    (F.col(f"`{f.name}`") if f.name in present else F.lit(None))
+                    (F.col(quote(f.name)) if f.name in present else F.lit(None))
                     .cast(f.dataType)
                     .alias(f.name)
                     for f in columns.fields
                 ],
-                OP,
-                COMMIT_LSN,
-                SEQ,
-                COMMIT_TS,
-                UNCHANGED,
+                *[c for c in frame_.columns if c.startswith("_pgbridge_")],
             )
         )
     result = shaped[0]
@@ -264,10 +349,10 @@ def last_change_per_key(
     change of the batch carried it (then the MERGE keeps the target's value).
     """
     rows = changes.where(F.col(OP) != "t")
-    keys = [F.col(f"`{k}`") for k in key_columns]
+    keys = [F.col(quote(k)) for k in key_columns]
     ascending = Window.partitionBy(*keys).orderBy(F.col(COMMIT_LSN), F.col(SEQ))
     whole = ascending.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    meta = {OP, COMMIT_LSN, SEQ, COMMIT_TS, UNCHANGED}
+    meta = {c for c in rows.columns if c.startswith("_pgbridge_")}
     if not fold_unchanged:
         latest = Window.partitionBy(*keys).orderBy(F.col(COMMIT_LSN).desc(), F.col(SEQ).desc())
         return (
@@ -281,12 +366,12 @@ def last_change_per_key(
         # struct(...) tells "carried a null" (a struct holding null) from "not carried" (null).
         carried[name] = F.last(
             F.when(
-                ~F.array_contains(F.col(UNCHANGED), name), F.struct(F.col(f"`{name}`").alias("v"))
+                ~F.array_contains(F.col(UNCHANGED), name), F.struct(F.col(quote(name)).alias("v"))
             ),
             ignorenulls=True,
         ).over(whole)
     folded: Any = rows.select(
-        *[F.col(f"`{c}`") for c in rows.columns if c not in foldable and c != UNCHANGED],
+        *[F.col(quote(c)) for c in rows.columns if c not in foldable and c != UNCHANGED],
         *[carried[c].alias(f"_pgbridge_carried_{i}") for i, c in enumerate(foldable)],
         F.row_number().over(ascending).alias("_pgbridge_rank"),
         F.count(F.lit(1)).over(whole).alias("_pgbridge_count"),
@@ -308,10 +393,10 @@ def last_change_per_key(
         *[
             F.col(f"_pgbridge_carried_{foldable.index(c)}.v").alias(c)
             if c in foldable
-            else F.col(f"`{c}`")
+            else F.col(quote(c))
             for c in rows.columns
             if c != UNCHANGED
         ],
         still_unchanged.alias(UNCHANGED),
-    ).select(*[F.col(f"`{c}`") for c in rows.columns])
+    ).select(*[F.col(quote(c)) for c in rows.columns])
     return result

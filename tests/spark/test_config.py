@@ -31,7 +31,10 @@ def _config(**overrides: object) -> ApplyConfig:
         ({"delta_base": ""}, "delta_base"),
         ({"dead_letter_location": "/data/delta/"}, "dead_letter_location"),
         ({"tables": ("public",)}, "tables"),
-        ({"tables": ("a.b.c",)}, "tables"),
+        ({"tables": ("a b.c",)}, "tables"),
+        ({"tables": (".a",)}, "tables"),
+        ({"variable_decimal": (39, 2)}, "variable_decimal"),
+        ({"variable_decimal": (10, 11)}, "variable_decimal"),
         ({"trigger_interval": "soon"}, "trigger_interval"),
         ({"starting_offsets": "beginning"}, "starting_offsets"),
         ({"max_offsets_per_trigger": 0}, "max_offsets_per_trigger"),
@@ -47,7 +50,7 @@ def test_apply_config_rejects_invalid_setting(overrides: dict[str, object], key:
 
 def test_apply_config_subscribes_by_pattern_without_table_list() -> None:
     options = _config().kafka_source_options()
-    assert options["subscribePattern"] == r"pg\-1\.[^.]+\.[^.]+"
+    assert options["subscribePattern"] == r"pg\-1\..+\..+"
     assert "subscribe" not in options
     assert options["startingOffsets"] == "earliest"
     assert options["failOnDataLoss"] == "true"
@@ -68,12 +71,41 @@ def test_apply_config_txn_app_id_follows_checkpoint() -> None:
     assert _config(app_id="mine").txn_app_id == "mine"
 
 
-def test_apply_config_paths_and_topic_split() -> None:
+def test_apply_config_table_topics_have_two_or_more_segments_after_prefix() -> None:
+    import re
+
+    config = _config()
+    pattern = config.kafka_source_options()["subscribePattern"]
+    for topic, is_table in [
+        ("pg-1.public.t", True),
+        ("pg-1.Weird_Schema.Mixed.Case-Table", True),  # a dot in the table name
+        ("pg-1.transaction", False),
+        ("pg-1.messages", False),
+        ("pg-1.dead_letter", False),
+        ("other.public.t", False),
+        ("pg-10.public.t", False),
+    ]:
+        assert config.is_table_topic(topic) is is_table, topic
+        # Kafka matches the whole topic name against the pattern (Java's matches()).
+        assert (re.fullmatch(pattern, topic) is not None) is is_table, topic
+
+
+def test_apply_config_table_paths_are_safe_and_unambiguous() -> None:
     config = _config(delta_base="s3a://b/delta/")
     assert config.table_path("public", "t") == "s3a://b/delta/public/t"
-    assert config.split_topic("pg-1.public.t") == ("public", "t")
-    assert config.split_topic("pg-1.transaction") is None
-    assert config.split_topic("other.public.t") is None
+    assert config.table_path("public", "order_items") == "s3a://b/delta/public/order_items"
+    assert (
+        config.table_path("Weird Schema", "Mixed.Case-Table")
+        == "s3a://b/delta/Weird%20Schema/Mixed.Case-Table"
+    )
+    assert config.table_path("a/b", "..") == "s3a://b/delta/a%2Fb/%2E."
+    assert config.table_path("naïve", "日本") == "s3a://b/delta/na%C3%AFve/%E6%97%A5%E6%9C%AC"
+    # '%' itself is encoded, so no two names share a path; a leading '_' never collides with
+    # the job's own _history and _pgbridge_positions tables.
+    assert config.table_path("a%20b", "t") != config.table_path("a b", "t")
+    assert config.table_path("_history", "t") == "s3a://b/delta/%5Fhistory/t"
+    assert config.history_path("s", "q'\"t") == "s3a://b/delta/_history/s/q%27%22t"
+    assert config.positions_path == "s3a://b/delta/_pgbridge_positions"
 
 
 def test_config_from_args_reads_options_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,9 +134,12 @@ def test_config_from_args_reads_options_and_environment(monkeypatch: pytest.Monk
             "--available-now",
             "--kafka-option",
             "security.protocol=SSL",
+            "--variable-decimal",
+            "30,6",
         ]
     )
     config = config_from_args(args)
+    assert config.variable_decimal == (30, 6)
     assert (config.bootstrap_servers, config.registry_url) == ("k:9092", "http://r:8081")
     assert config.tables == ("public.a", "s.b") and config.available_now
     assert config.kafka_options == (("security.protocol", "SSL"),)

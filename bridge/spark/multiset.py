@@ -1,0 +1,257 @@
+"""Tables without key columns, applied as multisets: one idempotent MERGE per batch and table.
+
+Which tables. The producer publishes a table without key columns (no primary key under
+REPLICA IDENTITY DEFAULT, NOTHING, zero columns, and FULL unless ``message.key.columns`` names
+its key) with a null Kafka key and no key subject; all its records go to partition 0 of its
+topic, so their topic order is commit order. PostgreSQL allows identical rows in such a table,
+and users expect them downstream: two identical rows stay two rows, deleting one leaves one.
+
+How. A Delta row has no identity either, so the table is kept as a multiset of row images, and
+rows are matched NULL-safe (``<=>``) on every column. Per batch and table:
+
+1. Row images with a count delta (:func:`bridge.spark.transforms.envelope_to_images`): an
+   insert is +1 of ``after``, a delete -1 of ``before`` (under FULL the whole old row), an
+   update both; a truncate resets.
+2. Records at or before the table's *applied position* are dropped, and so are copies of one
+   record (same ``(commit_lsn, seq)``): an at-least-once producer resends after a crash, and a
+   resend must not count twice. The applied position is the highest ``(commit_lsn, seq)``
+   applied to the table; it is a valid high-water mark because every record of a keyless table
+   is in one partition, in commit order, and the producer resends but never skips.
+3. The batch folds into a net delta per image (changes after its last truncate only).
+4. The current multiplicity of each affected image is read from the table (a NULL-safe
+   semi-join, grouped; zero after a truncate), and the final one is
+   ``max(0, current + net)`` (never negative: a delete of a row the table never had, e.g.
+   when the job started after the row's insert, removes nothing).
+5. One MERGE whose source has, per image, a "delete all copies" row where the multiplicity
+   shrinks (Delta cannot delete *some* of several identical rows) and as many "insert" rows as
+   copies must be added (all of the final copies after a delete-all, else the difference);
+   with a truncate in the batch, every older row is deleted by the same MERGE.
+
+Exactly once. The MERGE is the batch's only commit to the table, under Delta's idempotent DML
+(``txnAppId`` = the job, ``txnVersion`` = the batch id), so a replayed micro-batch is a no-op
+for every table it already committed. The applied positions live in one small Delta table
+beside the data (:attr:`ApplyConfig.positions_path`), written once per batch after all tables'
+MERGEs under the same idempotency; the positions a batch starts from are therefore those before
+it, both on its first run and on a replay after a crash between a table's MERGE and the
+positions' write (that table's MERGE is then skipped by Delta and only the positions are
+written). Only the loss of both the checkpoint and that last write can re-apply a batch's
+resends.
+
+Limits (documented in the README): a column added with a non-null default holds null in rows
+Delta had before (the ``ALTER`` sends no row changes), so a later update or delete of such a
+row matches nothing and leaves it; map columns are compared by their sorted entries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from bridge.spark import transforms as tf
+from bridge.spark.merge import before, idempotent_writes
+
+__all__ = ["Position", "apply_multiset", "read_positions", "write_positions"]
+
+logger = logging.getLogger(__name__)
+
+Position = tuple[int, int]  # (commit_lsn, seq)
+
+_KIND = "_pgbridge_kind"
+_NET = "_pgbridge_net"
+_CURRENT = "_pgbridge_current"
+_LAST = "_pgbridge_last"
+
+_POSITIONS_SCHEMA = T.StructType(
+    [
+        T.StructField("table_path", T.StringType()),
+        T.StructField("commit_lsn", T.LongType()),
+        T.StructField("seq", T.LongType()),
+        T.StructField("batch_id", T.LongType()),
+    ]
+)
+
+
+def _contains_map(data_type: T.DataType) -> bool:
+    if isinstance(data_type, T.MapType):
+        return True
+    if isinstance(data_type, T.ArrayType):
+        return _contains_map(data_type.elementType)
+    if isinstance(data_type, T.StructType):
+        return any(_contains_map(f.dataType) for f in data_type.fields)
+    return False
+
+
+def comparable(col: Column, data_type: T.DataType) -> Column:
+    """``col`` in a form Spark can group, join and compare with ``<=>`` (maps cannot be)."""
+    if isinstance(data_type, T.MapType) and not _contains_map(data_type.valueType):
+        return F.array_sort(F.map_entries(col))
+    if _contains_map(data_type):
+        return F.to_json(col)
+    return col
+
+
+def _matches(left: str, right: str, columns: T.StructType) -> Column:
+    """Every column of ``left`` ``<=>`` the same column of ``right`` (aliases)."""
+    condition = F.lit(True)
+    for f in columns.fields:
+        name = tf.quote(f.name)
+        condition = condition & comparable(F.col(f"{left}.{name}"), f.dataType).eqNullSafe(
+            comparable(F.col(f"{right}.{name}"), f.dataType)
+        )
+    return condition
+
+
+def _after(position: Position) -> Column:
+    lsn, seq = position
+    return (F.col(tf.COMMIT_LSN) > lsn) | ((F.col(tf.COMMIT_LSN) == lsn) & (F.col(tf.SEQ) > seq))
+
+
+def apply_multiset(
+    spark: Any,
+    path: str,
+    images: DataFrame,
+    columns: T.StructType,
+    applied: Position | None,
+    app_id: str,
+    batch_id: int,
+) -> Position | None:
+    """Apply a batch's row images (``envelope_to_images``, conformed to ``columns``) to the
+    table at ``path``; returns the new applied position (``applied`` if nothing was new)."""
+    from delta.tables import DeltaTable
+
+    fresh = images if applied is None else images.where(_after(applied))
+    fresh = fresh.dropDuplicates([tf.COMMIT_LSN, tf.SEQ, tf.COUNT_DELTA])
+    position = F.struct(F.col(tf.COMMIT_LSN), F.col(tf.SEQ))
+    summary = fresh.agg(
+        F.max(position).alias("last"),
+        F.max(F.when(F.col(tf.OP) == "t", position)).alias("truncate"),
+    ).first()
+    if summary is None or summary["last"] is None:
+        logger.info("%s: batch %d holds only records applied before", path, batch_id)
+        return applied
+    last: Position = (int(summary["last"][0]), int(summary["last"][1]))
+    truncate: Position | None = None
+    rows = fresh.where(F.col(tf.OP) != "t")
+    if summary["truncate"] is not None:
+        truncate = (int(summary["truncate"][0]), int(summary["truncate"][1]))
+        rows = tf.drop_before(rows, *truncate)
+
+    names = [tf.quote(f.name) for f in columns.fields]
+    keys = [f"_pgbridge_k{i}" for i in range(len(columns.fields))]
+    grouping = [
+        comparable(F.col(n), f.dataType).alias(k)
+        for n, f, k in zip(names, columns.fields, keys, strict=True)
+    ]
+    net = (
+        rows.groupBy(*grouping)
+        .agg(
+            F.sum(tf.COUNT_DELTA).alias(_NET),
+            F.max(F.struct(tf.COMMIT_LSN, tf.SEQ, tf.COMMIT_TS)).alias(_LAST),
+            *[F.first(F.col(n)).alias(f.name) for n, f in zip(names, columns.fields, strict=True)],
+        )
+        .where(F.col(_NET) != 0)
+    )
+    target = DeltaTable.forPath(spark, path)
+    if truncate is None:
+        existing = target.toDF().select(
+            *[
+                comparable(F.col(n), f.dataType).alias(k)
+                for n, f, k in zip(names, columns.fields, keys, strict=True)
+            ]
+        )
+        same = F.lit(True)
+        for k in keys:
+            same = same & F.col(f"e.{k}").eqNullSafe(F.col(f"n.{k}"))
+        current = (
+            existing.alias("e")
+            .join(net.select(*keys).alias("n"), same, "left_semi")
+            .groupBy(*keys)
+            .agg(F.count(F.lit(1)).alias(_CURRENT))
+        )
+        joined = F.lit(True)
+        for k in keys:
+            joined = joined & F.col(f"n.{k}").eqNullSafe(F.col(f"c.{k}"))
+        counted = net.alias("n").join(current.alias("c"), joined, "left")
+        counted = counted.select(
+            "n.*", F.coalesce(F.col(f"c.{_CURRENT}"), F.lit(0)).alias(_CURRENT)
+        )
+    else:
+        counted = net.withColumn(_CURRENT, F.lit(0).cast("long"))
+    final = F.greatest(F.col(_CURRENT) + F.col(_NET), F.lit(0))
+    shrinks = final < F.col(_CURRENT)
+    values = [F.col(n) for n in names]
+    meta = [
+        F.col(f"{_LAST}.{tf.COMMIT_LSN}").alias(tf.COMMIT_LSN),
+        F.col(f"{_LAST}.{tf.SEQ}").alias(tf.SEQ),
+        F.col(f"{_LAST}.{tf.COMMIT_TS}").alias(tf.COMMIT_TS),
+    ]
+    deletes = counted.where(shrinks).select(*values, *meta, F.lit("delete").alias(_KIND))
+    copies = F.when(shrinks, final).otherwise(final - F.col(_CURRENT)).cast("int")
+    inserts = (
+        counted.where(copies > 0)
+        .select(*values, *meta, F.explode(F.array_repeat(F.lit(0), copies)).alias("_copy"))
+        .drop("_copy")
+        .withColumn(_KIND, F.lit("insert"))
+    )
+    # Materialised: the source reads the target, which the MERGE then rewrites.
+    source = deletes.unionByName(inserts).persist()
+    try:
+        source.count()
+        on = (F.col(f"s.{_KIND}") == "delete") & _matches("t", "s", columns)
+        insert_values: dict[str, str | Column] = {n: F.col(f"s.{n}") for n in names}
+        insert_values.update({m: F.col(f"s.{m}") for m in tf.PERSISTED_META})
+        builder = (
+            target.alias("t")
+            .merge(source.alias("s"), on)
+            .whenMatchedDelete()
+            .whenNotMatchedInsert(condition=F.col(f"s.{_KIND}") == "insert", values=insert_values)
+        )
+        if truncate is not None:
+            builder = builder.whenNotMatchedBySourceDelete(condition=before("t", truncate))
+        with idempotent_writes(spark, app_id, batch_id):
+            builder.execute()
+    finally:
+        source.unpersist()
+    return last
+
+
+def read_positions(spark: Any, path: str) -> dict[str, Position]:
+    """The applied position of each keyless table (by its Delta path); empty before any."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return {}
+    rows = spark.read.format("delta").load(path).collect()
+    return {str(r["table_path"]): (int(r["commit_lsn"]), int(r["seq"])) for r in rows}
+
+
+def write_positions(
+    spark: Any, path: str, positions: Mapping[str, Position], app_id: str, batch_id: int
+) -> None:
+    """Record the batch's applied positions (one idempotent MERGE; positions never go back)."""
+    from delta.tables import DeltaTable
+
+    if not positions:
+        return
+    DeltaTable.createIfNotExists(spark).location(path).addColumns(_POSITIONS_SCHEMA).execute()
+    rows: Sequence[tuple[str, int, int, int]] = [
+        (table, lsn, seq, batch_id) for table, (lsn, seq) in sorted(positions.items())
+    ]
+    source = spark.createDataFrame(rows, _POSITIONS_SCHEMA)
+    newer = (F.col("s.commit_lsn") > F.col("t.commit_lsn")) | (
+        (F.col("s.commit_lsn") == F.col("t.commit_lsn")) & (F.col("s.seq") > F.col("t.seq"))
+    )
+    builder = (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(source.alias("s"), F.col("t.table_path") == F.col("s.table_path"))
+        .whenMatchedUpdateAll(condition=newer)
+        .whenNotMatchedInsertAll()
+    )
+    with idempotent_writes(spark, app_id, batch_id):
+        builder.execute()

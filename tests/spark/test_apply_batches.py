@@ -1,0 +1,429 @@
+"""The apply job's batches end to end on a real local Spark: Kafka-shaped rows holding crafted
+Confluent-framed envelopes -> BatchApplier -> Delta tables.
+
+Covers tables without key columns (multisets: duplicates, NULLs, resends, replays, truncates,
+zero columns), NULL-safe keys, original column names, hostile schema and table names,
+VariableScaleDecimal -> decimal, and a table that fails without halting the others. Schemas come
+from a fixed id -> schema map (the registry path is covered in tests/integration).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.spark import transforms as tf
+from bridge.spark.config import ApplyConfig
+from bridge.spark.decode import SchemaCache
+from bridge.spark.job import BatchApplier
+from tests.spark.envelopes import TableVersion, frame_avro
+
+pytestmark = pytest.mark.integration
+
+PREFIX = "unit"
+OPT_INT: Any = ["null", "int"]
+OPT_STR: Any = ["null", "string"]
+VSD: dict[str, Any] = {
+    "type": "record",
+    "name": "VariableScaleDecimal",
+    "namespace": "io.debezium.data",
+    "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}],
+    "connect.name": "io.debezium.data.VariableScaleDecimal",
+}
+
+
+def col(name: str, type_: Any, original: str | None = None) -> dict[str, Any]:
+    field: dict[str, Any] = {"name": name, "type": type_}
+    if isinstance(type_, list) and type_[0] == "null":
+        field["default"] = None
+    if original is not None:
+        field["pgbridge.column"] = original
+    return field
+
+
+class _Schemas(SchemaCache):
+    """Schema ids assigned on first use; no registry."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.ids: dict[str, int] = {}
+
+    def id_of(self, schema: dict[str, Any]) -> int:
+        text = json.dumps(schema)
+        if text not in self.ids:
+            self.ids[text] = len(self.ids) + 1
+            self._schemas[self.ids[text]] = text
+        return self.ids[text]
+
+
+class Batches:
+    """Builds Kafka-shaped batches of framed records and applies them."""
+
+    def __init__(self, spark: Any, tmp: Path) -> None:
+        self.spark = spark
+        self.schemas = _Schemas()
+        self.config = ApplyConfig(
+            topic_prefix=PREFIX,
+            bootstrap_servers="unused:9092",
+            registry_url="http://unused",
+            delta_base=str(tmp / "delta"),
+            checkpoint_location=str(tmp / "checkpoint"),
+            dead_letter_location=str(tmp / "dead"),
+            parallel_tables=1,
+        )
+        self.records: list[tuple[bytes | None, bytes | None, str]] = []
+        self.offsets: dict[str, int] = {}
+
+    def add(
+        self,
+        version: TableVersion,
+        op: str,
+        position: tuple[int, int],
+        before: dict[str, Any] | None = None,
+        after: dict[str, Any] | None = None,
+        topic: str | None = None,
+    ) -> None:
+        envelope = version.envelope(op, *position, before=before, after=after)
+        value = frame_avro(
+            version.value_schema(), envelope, self.schemas.id_of(version.value_schema())
+        )
+        key = None
+        if version.key and op != "t":
+            row = after if after is not None else before
+            assert row is not None
+            key = frame_avro(
+                version.key_schema(),
+                {k: row[k] for k in version.key},
+                self.schemas.id_of(version.key_schema()),
+            )
+        self.records.append((key, value, topic or version.topic))
+
+    def frame(self) -> Any:
+        from pyspark.sql import types as T
+
+        schema = T.StructType(
+            [
+                T.StructField("key", T.BinaryType()),
+                T.StructField("value", T.BinaryType()),
+                T.StructField("topic", T.StringType()),
+                T.StructField("partition", T.IntegerType()),
+                T.StructField("offset", T.LongType()),
+                T.StructField("timestamp", T.TimestampType()),
+            ]
+        )
+        rows = []
+        for key, value, topic in self.records:
+            offset = self.offsets.get(topic, 0)
+            self.offsets[topic] = offset + 1
+            rows.append((key, value, topic, 0, offset, dt.datetime(2026, 1, 1)))
+        self.records = []
+        return self.spark.createDataFrame(rows, schema)
+
+    def apply(self, batch_id: int, frame: Any = None) -> BatchApplier:
+        applier = BatchApplier(self.config, self.schemas)
+        applier(frame if frame is not None else self.frame(), batch_id)
+        return applier
+
+    def rows(self, schema: str, table: str) -> list[dict[str, Any]]:
+        df = self.spark.read.format("delta").load(self.config.table_path(schema, table))
+        data = [c for c in df.columns if not c.startswith("_pgbridge_")]
+        return [r.asDict() for r in df.select(*[f"`{c}`" for c in data]).collect()]
+
+    def multiset(self, schema: str, table: str) -> Counter[tuple[Any, ...]]:
+        return Counter(tuple(r.values()) for r in self.rows(schema, table))
+
+    def dead(self) -> list[tuple[str, str]]:
+        df = self.spark.read.format("delta").load(self.config.dead_letter_location)
+        return sorted((r["topic"], r["reason"]) for r in df.collect())
+
+
+FULL_DUPS = TableVersion(
+    PREFIX, "public", "full_dups", [col("a", OPT_INT), col("b", OPT_STR)], key=[]
+)
+
+
+def _merges(spark: Any, path: str) -> int:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forPath(spark, path).history().where("operation = 'MERGE'").count()
+
+
+@pytest.fixture
+def batches(spark: Any, tmp_path: Path) -> Batches:
+    return Batches(spark, tmp_path)
+
+
+def test_multiset_keeps_duplicates_across_batches(batches: Batches) -> None:
+    t = FULL_DUPS
+    for i, row in enumerate([(1, "x"), (1, "x"), (2, None), (2, None), (3, "gone")]):
+        batches.add(t, "c", (10, i), after={"a": row[0], "b": row[1]})
+    batches.apply(0)
+    assert batches.multiset("public", "full_dups") == Counter(
+        {(1, "x"): 2, (2, None): 2, (3, "gone"): 1}
+    )
+    # One of two identical rows holding a NULL is updated; one of two others is deleted.
+    batches.add(t, "u", (20, 0), before={"a": 2, "b": None}, after={"a": 2, "b": "set"})
+    batches.add(t, "d", (21, 0), before={"a": 1, "b": "x"})
+    batches.add(t, "d", (22, 0), before={"a": 3, "b": "gone"})
+    batches.apply(1)
+    assert batches.multiset("public", "full_dups") == Counter(
+        {(1, "x"): 1, (2, None): 1, (2, "set"): 1}
+    )
+
+
+def test_multiset_folds_changes_of_one_batch(batches: Batches) -> None:
+    t = FULL_DUPS
+    batches.add(t, "c", (10, 0), after={"a": 1, "b": None})
+    batches.add(t, "c", (10, 1), after={"a": 1, "b": None})
+    batches.add(t, "c", (10, 2), after={"a": 1, "b": None})
+    batches.add(t, "u", (11, 0), before={"a": 1, "b": None}, after={"a": 1, "b": None})
+    batches.add(t, "d", (12, 0), before={"a": 1, "b": None})
+    batches.add(t, "u", (13, 0), before={"a": 1, "b": None}, after={"a": None, "b": "n"})
+    batches.add(t, "c", (14, 0), after={"a": 9, "b": "gone"})
+    batches.add(t, "d", (15, 0), before={"a": 9, "b": "gone"})
+    batches.apply(0)
+    assert batches.multiset("public", "full_dups") == Counter({(1, None): 1, (None, "n"): 1})
+
+
+def test_multiset_resent_and_replayed_records_apply_once(batches: Batches, spark: Any) -> None:
+    t = FULL_DUPS
+    batches.add(t, "c", (10, 0), after={"a": 1, "b": "x"})
+    batches.add(t, "c", (11, 0), after={"a": 1, "b": "x"})
+    batches.apply(0)
+    # The producer crashed and resends from (10, 0): the resends must not count again, also
+    # not when the same record comes twice within one batch.
+    batches.add(t, "c", (10, 0), after={"a": 1, "b": "x"})
+    batches.add(t, "c", (11, 0), after={"a": 1, "b": "x"})
+    batches.add(t, "c", (12, 0), after={"a": 2, "b": "y"})
+    batches.add(t, "c", (12, 0), after={"a": 2, "b": "y"})
+    batches.add(t, "d", (13, 0), before={"a": 1, "b": "x"})
+    second = batches.frame().localCheckpoint()
+    batches.apply(1, second)
+    expected = Counter({(1, "x"): 1, (2, "y"): 1})
+    assert batches.multiset("public", "full_dups") == expected
+    path = batches.config.table_path("public", "full_dups")
+    assert _merges(spark, path) == 2
+    # A micro-batch replayed by a restarted driver (same batch id) changes nothing.
+    batches.apply(1, second)
+    assert batches.multiset("public", "full_dups") == expected
+    assert _merges(spark, path) == 2
+    # A batch of nothing but resends is no MERGE at all.
+    batches.add(t, "d", (13, 0), before={"a": 1, "b": "x"})
+    batches.apply(2)
+    assert batches.multiset("public", "full_dups") == expected
+    assert _merges(spark, path) == 2
+
+
+def test_multiset_truncate_removes_older_rows(batches: Batches) -> None:
+    t = FULL_DUPS
+    batches.add(t, "c", (10, 0), after={"a": 1, "b": "x"})
+    batches.apply(0)
+    batches.add(t, "c", (11, 0), after={"a": 1, "b": "x"})
+    batches.add(t, "t", (12, 0))
+    batches.add(t, "c", (13, 0), after={"a": 1, "b": "x"})
+    batches.add(t, "c", (13, 1), after={"a": 2, "b": None})
+    batches.apply(1)
+    assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 1, (2, None): 1})
+
+
+def test_zero_column_table_counts_rows(batches: Batches, spark: Any) -> None:
+    empty = TableVersion(PREFIX, "public", "empty_t", [], key=[])
+    batches.add(empty, "c", (10, 0), after={})
+    batches.add(empty, "c", (10, 1), after={})
+    batches.apply(0)
+    batches.add(empty, "c", (11, 0), after={})
+    batches.apply(1)
+    df = spark.read.format("delta").load(batches.config.table_path("public", "empty_t"))
+    assert df.count() == 3
+    assert all(c.startswith("_pgbridge_") for c in df.columns)
+
+
+def test_keyed_table_matches_null_key_columns_null_safe(batches: Batches) -> None:
+    # message.key.columns may name nullable columns: (k1, k2) with k2 NULL is still one row.
+    t = TableVersion(
+        PREFIX,
+        "public",
+        "full_keyed",
+        [col("k1", OPT_INT), col("k2", OPT_STR), col("v", OPT_STR)],
+        key=["k1", "k2"],
+    )
+    t_key = t.key_schema()
+    t_key["fields"] = [col("k1", OPT_INT), col("k2", OPT_STR)]
+    t.key_schema = lambda: t_key  # type: ignore[method-assign]
+    batches.add(t, "c", (10, 0), after={"k1": 1, "k2": None, "v": "a"})
+    batches.add(t, "c", (10, 1), after={"k1": 2, "k2": "b", "v": "a"})
+    batches.apply(0)
+    batches.add(t, "u", (11, 0), after={"k1": 1, "k2": None, "v": "b"})
+    batches.add(t, "d", (12, 0), before={"k1": 2, "k2": "b", "v": None})
+    batches.apply(1)
+    assert batches.rows("public", "full_keyed") == [{"k1": 1, "k2": None, "v": "b"}]
+
+
+class HostileVersion(TableVersion):
+    """``"Weird Schema"."Mixed.Case-Table"`` as the producer writes it: the topic keeps the
+    dot and the dash, the Avro namespace is made of valid names, and the source block names
+    the table as PostgreSQL does."""
+
+    @property
+    def topic(self) -> str:
+        return f"{PREFIX}.Weird_Schema.Mixed.Case-Table"
+
+    def envelope(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        record = super().envelope(*args, **kwargs)
+        record["source"]["schema"] = "Weird Schema"
+        record["source"]["table"] = "Mixed.Case-Table"
+        return record
+
+
+HOSTILE_COLUMNS = [
+    col("Id_Part", "int", "Id Part"),
+    col("Id_Part_3b5c1e", OPT_INT, "Id_Part"),
+    col("na_ve", OPT_STR, "naïve"),
+    col("__", OPT_STR, "日本"),
+    col("select", OPT_STR),
+]
+
+
+def test_hostile_names_keep_original_columns_and_get_their_own_path(
+    batches: Batches, spark: Any
+) -> None:
+    v1 = HostileVersion(PREFIX, "Weird_Schema", "Mixed.Case_Table", HOSTILE_COLUMNS, ["Id_Part"])
+    row = {"Id_Part": 1, "Id_Part_3b5c1e": 10, "na_ve": "café", "__": "東京", "select": "from"}
+    batches.add(v1, "c", (10, 0), after=row)
+    batches.add(v1, "c", (10, 1), after={**row, "Id_Part": 2, "na_ve": None})
+    batches.apply(0)
+    path = batches.config.table_path("Weird Schema", "Mixed.Case-Table")
+    assert path.endswith("/delta/Weird%20Schema/Mixed.Case-Table")
+    assert Path(path, "_delta_log").is_dir()
+    df = spark.read.format("delta").load(path)
+    assert df.columns[:5] == ["Id Part", "Id_Part", "naïve", "日本", "select"]
+    # A new column with a name Avro cannot hold, in a later schema version.
+    v2 = HostileVersion(
+        PREFIX,
+        "Weird_Schema",
+        "Mixed.Case_Table",
+        [*HOSTILE_COLUMNS, col("new_col", OPT_STR, "new col")],
+        ["Id_Part"],
+    )
+    batches.add(v2, "u", (11, 0), after={**row, "na_ve": "changed", "new_col": "n"})
+    batches.apply(1)
+    got = sorted(batches.rows("Weird Schema", "Mixed.Case-Table"), key=lambda r: r["Id Part"])
+    assert got == [
+        {"Id Part": 1, "Id_Part": 10, "naïve": "changed", "日本": "東京", "select": "from",
+         "new col": "n"},
+        {"Id Part": 2, "Id_Part": 10, "naïve": None, "日本": "東京", "select": "from",
+         "new col": None},
+    ]  # fmt: skip
+
+
+def _vsd(value: str) -> dict[str, Any]:
+    d = Decimal(value)
+    sign, digits, exponent = d.as_tuple()
+    assert isinstance(exponent, int)
+    unscaled = int("".join(map(str, digits))) * (-1 if sign else 1)
+    length = max(1, (unscaled.bit_length() + 8) // 8)
+    return {"scale": -exponent, "value": unscaled.to_bytes(length, "big", signed=True)}
+
+
+def test_variable_scale_decimal_becomes_delta_decimal(batches: Batches, spark: Any) -> None:
+    t = TableVersion(
+        PREFIX,
+        "public",
+        "amounts",
+        [
+            col("id", "int"),
+            col("n", ["null", VSD]),
+            col(
+                "na",
+                [
+                    "null",
+                    {"type": "array", "items": ["null", "io.debezium.data.VariableScaleDecimal"]},
+                ],
+            ),
+        ],
+        key=["id"],
+    )
+    fits = [
+        "1.5",
+        "-2.25",
+        "0",
+        "-128",
+        "-256",
+        "255",
+        "12345678901234567890.123456789012345678",  # 20 + 18 digits: the most decimal(38,18) holds
+        "-0.000000000000000001",
+        "1.50000000000000000000000",  # trailing zeros beyond the scale are not digits lost
+    ]
+    unfit = ["1e100", "0.1234567890123456789", "123456789012345678901"]
+    for i, value in enumerate([*fits, *unfit]):
+        batches.add(t, "c", (10, i), after={"id": i, "n": _vsd(value), "na": [_vsd(value), None]})
+    batches.add(t, "c", (11, 0), after={"id": 100, "n": None, "na": None})  # NaN arrives as null
+    batches.apply(0)
+    df = spark.read.format("delta").load(batches.config.table_path("public", "amounts"))
+    types = dict(df.dtypes)
+    assert (types["n"], types["na"]) == ("decimal(38,18)", "array<decimal(38,18)>")
+    got = {r["id"]: (r["n"], r["na"]) for r in df.collect()}
+    for i, value in enumerate(fits):
+        assert got[i] == (Decimal(value), [Decimal(value), None]), value
+    for i in range(len(fits), len(fits) + len(unfit)):
+        assert got[i] == (None, [None, None])
+    assert got[100] == (None, None)
+    # Values that do not fit are never rounded: null in the table, and the record (holding the
+    # exact value) in the dead-letter table with the columns named.
+    assert batches.dead() == [
+        (t.topic, "value does not fit decimal(38,18); applied as null in column(s) n, na")
+    ] * len(unfit)
+
+
+def test_table_with_columns_differing_in_case_is_dead_lettered(batches: Batches) -> None:
+    # Legal in PostgreSQL, refused by Spark and Delta (case-insensitive names).
+    cased = TableVersion(
+        PREFIX, "public", "cased", [col("id", "int"), col("A", OPT_INT), col("a", OPT_INT)],
+        key=["id"],
+    )  # fmt: skip
+    batches.add(cased, "c", (10, 0), after={"id": 1, "A": 1, "a": 2})
+    batches.add(FULL_DUPS, "c", (10, 1), after={"a": 1, "b": "ok"})
+    batches.apply(0)
+    assert batches.multiset("public", "full_dups") == Counter({(1, "ok"): 1})
+    dead = batches.dead()
+    assert len(dead) == 1 and dead[0][0] == cased.topic
+    assert "'A' and 'a' differ only in case" in dead[0][1]
+
+
+def test_table_failing_to_merge_is_dead_lettered_and_others_apply(
+    batches: Batches, spark: Any
+) -> None:
+    from pyspark.sql import types as T
+
+    # A Delta table someone else created with a type the changes cannot be written into.
+    odd = TableVersion(PREFIX, "public", "odd", [col("id", "int"), col("v", OPT_INT)], ["id"])
+    schema = T.StructType(
+        [
+            T.StructField("id", T.IntegerType()),
+            T.StructField("v", T.MapType(T.StringType(), T.StringType())),
+        ]
+    )
+    spark.createDataFrame([], schema).write.format("delta").save(
+        batches.config.table_path("public", "odd")
+    )
+    batches.add(odd, "c", (10, 0), after={"id": 1, "v": 5})
+    batches.add(FULL_DUPS, "c", (10, 1), after={"a": 1, "b": "ok"})
+    applier = batches.apply(0)
+    assert batches.multiset("public", "full_dups") == Counter({(1, "ok"): 1})
+    dead = batches.dead()
+    assert len(dead) == 1 and dead[0][0] == odd.topic
+    assert dead[0][1].startswith("table not applied: ")
+    assert odd.topic in applier.stats.failed_tables
+
+
+def test_non_table_topics_are_dead_lettered(batches: Batches) -> None:
+    batches.add(FULL_DUPS, "c", (10, 0), after={"a": 1, "b": "x"}, topic=f"{PREFIX}.dead_letter")
+    batches.apply(0)
+    assert batches.dead() == [(f"{PREFIX}.dead_letter", f"topic is not {PREFIX}.<schema>.<table>")]
+    assert tf.COMMIT_LSN  # the metadata names stay importable for readers of the tables
