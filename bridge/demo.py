@@ -1,7 +1,9 @@
 """``pgbridge demo``: the whole product on the local stack, in about a minute.
 
 1. starts the stack (real PostgreSQL, Kafka, Apicurio Registry; Spark's jars),
-2. creates a sample shop database and runs ``pgbridge run``'s pipeline against it,
+2. creates a sample shop database that already has customers and orders, and runs
+   ``pgbridge run`` against it: the initial snapshot copies the existing rows (op ``r``), then
+   the pipeline streams,
 3. changes the data (inserts, updates, a key change, deletes, a truncate, one large
    transaction) and waits until Kafka acknowledged every change,
 4. shows the topics, their registered schemas and one change event as a consumer decodes it,
@@ -15,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import tempfile
 import threading
 import time
 from decimal import Decimal
@@ -30,8 +33,10 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from bridge.config import load_config
 from bridge.devstack.stack import LocalStack, StackInfo
 from bridge.pgoutput.lsn import Lsn
-from bridge.runner import build_pipeline
+from bridge.runner import build_parts, build_pipeline, source_config
 from bridge.sink.registry import DESERIALIZER_CONF, registry_client
+from bridge.snapshot.copier import SnapshotSink
+from bridge.snapshot.run import run_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -88,19 +93,23 @@ def prepare(stack: StackInfo) -> str:
     return dsn
 
 
+def seed(dsn: str) -> None:
+    """The rows the shop has before pgbridge starts: the initial snapshot copies them."""
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute(
+            "INSERT INTO customers (id, name, email) SELECT i, 'Customer ' || i, "
+            "'customer' || i || '@example.com' FROM generate_series(1, 200) i"
+        )
+        conn.execute(
+            "INSERT INTO orders (id, customer_id, amount, status, details) "
+            "SELECT i, 1 + i % 200, round((random() * 500)::numeric, 2), 'new', "
+            "jsonb_build_object('items', i % 5 + 1, 'gift', i % 7 = 0) "
+            "FROM generate_series(1, 1000) i"
+        )
+
+
 def workload(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        with conn.transaction():
-            conn.execute(
-                "INSERT INTO customers (id, name, email) SELECT i, 'Customer ' || i, "
-                "'customer' || i || '@example.com' FROM generate_series(1, 200) i"
-            )
-            conn.execute(
-                "INSERT INTO orders (id, customer_id, amount, status, details) "
-                "SELECT i, 1 + i % 200, round((random() * 500)::numeric, 2), 'new', "
-                "jsonb_build_object('items', i % 5 + 1, 'gift', i % 7 = 0) "
-                "FROM generate_series(1, 1000) i"
-            )
         conn.execute("UPDATE orders SET status = 'paid' WHERE id % 2 = 0")
         conn.execute(
             "UPDATE orders SET status = 'shipped', amount = amount + 4.99 WHERE id % 5 = 0"
@@ -241,8 +250,19 @@ def run_demo() -> int:
         "schema.registry.url": stack.registry_url,
         "status.update.interval.ms": "1000",
     }
-    pipeline = build_pipeline(load_config(None, {}, settings))
+    seed(dsn)
+    state_dir = tempfile.mkdtemp(prefix="pgbridge-demo-")
+    config = load_config(None, {}, {**settings, "state.dir": state_dir})
     stop = threading.Event()
+    parts = build_parts(config)
+    started = time.monotonic()
+    sink = SnapshotSink(parts.registrar, parts.serializer, parts.publisher, parts.builder.failures)
+    run_snapshot(config, source_config(config), parts.builder, sink, stop)
+    say(
+        "\ninitial snapshot: the rows already in the database, as op 'r' events, in "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    pipeline = build_pipeline(config, parts=parts)
     errors: list[BaseException] = []
 
     def run() -> None:
