@@ -139,3 +139,37 @@ def test_copier_records_a_chunk_only_after_every_record_is_acknowledged(
     assert copier.state.tables[0].done == {0}
     copier._drain(final=True)
     assert copier.state.tables[0].done == {0, 1}
+
+
+def test_copier_unconvertible_row_goes_to_the_dead_letter_topic_and_counts(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    import pytest
+
+    from bridge.snapshot.reader import Failed
+    from bridge.types.errors import ConversionError
+
+    copier, publisher, schemas = _copier(tmp_path)
+    tx = copier._tx
+    assert tx is not None
+    bad = CopyBinaryParser(2).feed(encode_copy_binary([(b"\x00\x01", b"short int4")]))[0]
+    error = ConversionError("int4", "2 bytes", table="public.items", column="id")
+    batch = _batch(schemas, tx, 0, [1])
+    batch.events.append(Failed(position(0, 0, 1), bad, error))
+    with pytest.raises(ConversionError):  # the "fail" policy stops
+        copier._publish_batch(batch)
+    copier.sink = SnapshotSink(
+        copier.sink.registrar, copier.sink.serializer, publisher,
+        FailurePolicy("warn", "app.dead_letter"),
+    )  # fmt: skip
+    copier._publish_batch(batch)
+    copier._counts[("public.items", 0)].read_done = True
+    copier._counts[("public.items", 0)].rows = 2
+    copier._drain(final=True)
+    dead = [json.loads(v) for t, _, v in publisher.records if t == "app.dead_letter" and v]
+    assert [(d["op"], d["table"], d["column"], d["seq"]) for d in dead] == [
+        ("r", "public.items", "id", 1)
+    ]
+    assert copier.state.tables[0].done == {0}
