@@ -41,10 +41,19 @@ Parallel, chunked (:mod:`bridge.snapshot.plan`, :mod:`bridge.snapshot.reader`)
     without a message key (see below). Each chunk is ``COPY (SELECT <published columns> …) TO
     STDOUT (FORMAT binary)``: values in the types' send format, which is pgoutput's binary
     format, parsed by :mod:`bridge.snapshot.copy_binary` into TupleData and encoded by the
-    table's RowEncoder (and its C accelerator). Workers lock every table ``ACCESS SHARE`` at
+    table's RowEncoder (and its C accelerator; columns it reads only in text form are selected
+    as ``col::text``, whose binary form is the output text pgoutput sends in text mode, see
+    :func:`bridge.snapshot.plan.wire_kinds`). Workers lock every table ``ACCESS SHARE`` at
     the start, as pg_dump does: TRUNCATE and DDL on a table wait for the end of the snapshot
     (inserts, updates and deletes do not), because a table rewritten after a snapshot was taken
-    looks empty to it.
+    looks empty to it. Workers are threads: the server's work overlaps, but the per-row Python
+    work (parse, event, serialize) shares one interpreter, which bounds the rate
+    (``bench/snapshot_bench.py``).
+
+Watching it
+    A log line per table every ``snapshot.progress.interval.ms`` (rows, MB, chunks, rate, time
+    left against ``pg_class.reltuples``; :mod:`bridge.snapshot.progress`), ``pgbridge status``
+    (from the state file), and ``pgbridge_snapshot_*`` metrics (:mod:`bridge.snapshot.metrics`).
 
 Durable progress and resume (:mod:`bridge.snapshot.state`)
     After all records of a chunk are acknowledged by Kafka, the chunk is recorded in the state
