@@ -22,6 +22,7 @@ row costs no copy of its values.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Final
 
 from bridge.errors import PgBridgeError
@@ -175,6 +176,45 @@ class CopyBinaryParser:
         self.rows += len(rows)
         return rows
 
+    def row(self, data: bytes) -> TupleData | None:
+        """The row that ``data`` is when it is exactly one complete row (the server sends one
+        CopyData message per row after the first), else ``None``, changing nothing: then
+        :meth:`feed` takes it (and says what is wrong with it, if anything)."""
+        if self._pending or not self._header_done or self._done:
+            return None
+        end = len(data)
+        ncols = self.columns
+        try:
+            if _i16(data, 0)[0] != ncols:
+                return None
+            pos = 2
+            spans: list[int] = []
+            append = spans.append
+            nulls: bytearray | None = None
+            i32 = _i32
+            for i in range(ncols):
+                length = i32(data, pos)[0]
+                pos += 4
+                if length >= 0:
+                    append(pos)
+                    pos += length
+                    append(pos)
+                elif length == -1:
+                    if nulls is None:
+                        nulls = bytearray(self.kinds)
+                    nulls[i] = 0x6E  # 'n'
+                    append(0)
+                    append(0)
+                else:
+                    return None
+        except struct.error:
+            return None
+        if pos != end:
+            return None
+        self._consumed += end
+        self.rows += 1
+        return make_tuple(self.kinds if nulls is None else bytes(nulls), data, tuple(spans))
+
     def finish(self) -> None:
         """Check that the stream ended with its trailer and nothing incomplete is left."""
         if not self._header_done:
@@ -194,7 +234,7 @@ class CopyBinaryParser:
         )
 
 
-def encode_copy_binary(rows: list[tuple[bytes | None, ...]]) -> bytes:
+def encode_copy_binary(rows: Sequence[Sequence[bytes | None]]) -> bytes:
     """A binary COPY stream of ``rows`` (each a tuple of field bytes, ``None`` for NULL): for
     tests and benchmarks, the exact format the server writes."""
     out = bytearray(COPY_SIGNATURE + b"\x00\x00\x00\x00\x00\x00\x00\x00")

@@ -215,15 +215,23 @@ class SnapshotConnection:
         statement = select_statement(plan, chunk, kinds)
         parser = CopyBinaryParser(len(plan.columns), plan.table, kinds)
         batch: list[TupleData] = []
+        append = batch.append
+        one_row, feed = parser.row, parser.feed
         nbytes = 0
         try:
             with self.conn.cursor() as cur, cur.copy(statement) as copy:
-                for data in copy:
+                for view in copy:
+                    data = bytes(view)
                     nbytes += len(data)
-                    batch += parser.feed(data)
+                    row = one_row(data)  # the usual case: one message, one row
+                    if row is not None:
+                        append(row)
+                    else:
+                        batch += feed(data)
                     if len(batch) >= BATCH_ROWS or nbytes >= BATCH_BYTES:
                         yield batch, nbytes
                         batch, nbytes = [], 0
+                        append = batch.append
             parser.finish()
         except psycopg.Error as exc:
             raise classify(plan.table, exc, chunk.index) from exc

@@ -159,3 +159,28 @@ def test_copy_binary_row_encodes_identically_to_a_streamed_binary_row() -> None:
     assert dict(row_copied) == dict(row_streamed)
     assert getattr(row_copied, "avro", None) == getattr(row_streamed, "avro", None)
     assert row_copied["id"] == 7 and row_copied["raw"] is None
+
+
+def test_copy_binary_one_row_per_message_fast_path_agrees_with_feed() -> None:
+    rows = [(b"\x00\x00\x00\x01", None), (b"", b"x" * 300), (None, None)]
+    stream = encode_copy_binary(rows)
+    header = 19
+    parser = CopyBinaryParser(2, "public.t")
+    assert parser.row(stream[:header]) is None  # the header is not a row
+    assert parser.feed(stream[:header]) == []
+    got = []
+    pos = header
+    for values in rows:
+        size = 2 + sum(4 + (len(v) if v is not None else 0) for v in values)
+        message = stream[pos : pos + size]
+        row = parser.row(message)
+        assert row is not None
+        got.append(row.values())
+        assert parser.row(message + b"\x00") is None  # more than one row: feed's business
+        assert parser.row(message[:-1]) is None  # incomplete
+        pos += size
+    assert got == rows
+    assert parser.row(stream[pos:]) is None  # the trailer
+    assert parser.feed(stream[pos:]) == []
+    parser.finish()
+    assert parser.rows == 3
