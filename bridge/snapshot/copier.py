@@ -238,16 +238,46 @@ class SnapshotCopier:
             table.started = True  # recorded: a keyless table's copy was under way (resume)
             save_state(self.state_path, self.state)
         self.progress.copied(batch.table, len(batch.events), batch.nbytes, time.monotonic())
-        held = self._held
-        for event in batch.events:
-            if type(event) is Failed:
-                self._dead_letter(batch.table, event, count)
+        events = batch.events
+        if not events:
+            return
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._publish(*held)
+        # The hot loop: every event but the last (held back: it may be the snapshot's last),
+        # with what is the same for the whole batch (one chunk, one table) looked up once.
+        *body, tail = events
+        ids = self._ids[batch.table]
+        topic = self.schemas[batch.table].topic
+        key_of, value_of = self.sink.serializer.key, self.sink.serializer.value
+        publish, callback = self.sink.publisher.publish, count.on_delivered
+        published = 0
+        for event in body:
+            if type(event) is not ChangeEvent or self._first:
+                self._one(batch.table, event, count)
                 continue
+            try:
+                key = key_of(event, ids)
+                value = value_of(event, ids)
+            except (AvroWriteError, ConversionError):
+                self._publish(event, count)  # the slow path decides: raise or dead-letter
+                continue
+            count.sent += 1
+            publish(topic, key, value, callback)
+            published += 1
+        self.published += published
+        if type(tail) is Failed:
+            self._dead_letter(batch.table, tail, count)
+        else:
+            assert isinstance(tail, ChangeEvent)
+            self._held = (tail, count)
+
+    def _one(self, table: str, event: ChangeEvent | Failed, count: _ChunkCount) -> None:
+        if type(event) is Failed:
+            self._dead_letter(table, event, count)
+        else:
             assert isinstance(event, ChangeEvent)
-            if held is not None:
-                self._publish(held[0], held[1])
-            held = (event, count)
-        self._held = held
+            self._publish(event, count)
 
     def _publish(self, event: ChangeEvent, count: _ChunkCount, marker: str | None = None) -> None:
         if self._first:
