@@ -397,3 +397,45 @@ def slot_position(dsn: str, slot: str) -> int:
     from tests.integration.bridge_harness import slot_confirmed
 
     return int(slot_confirmed(dsn, slot))
+
+
+def test_snapshot_sigterm_stops_cleanly_and_the_next_start_resumes(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    prefix = f"snapt{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        populate(dsn, big_rows=150_000)
+        settings = settings_for(local_stack, dsn, prefix, tmp_path)
+        settings["snapshot.chunk.size"] = "10000"
+        state_file = tmp_path / f"snapshot-{settings['slot.name']}.json"
+        log = str(tmp_path / "bridge.log")
+
+        def some_done() -> bool:
+            try:
+                state = load_state(state_file)
+            except Exception:  # only while the file is first written
+                return False
+            big = state.table("public.big") if state is not None else None
+            return big is not None and 1 <= len(big.done) < 12
+
+        first = BridgeProcess(settings, log)
+        second: BridgeProcess | None = None
+        try:
+            wait_for(some_done, first, "a chunk of public.big done")
+            assert first.terminate() == 0, first.log()[-3000:]  # SIGTERM: drain, record, exit 0
+            state = load_state(state_file)
+            assert state is not None and state.status == "copying"
+            stopped_with = set(state.table("public.big").done)  # type: ignore[union-attr]
+            assert "snapshot stopped before its end" in first.log()
+            second = BridgeProcess(settings, log)
+            wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), second)
+            assert second.terminate() == 0, second.log()[-3000:]
+        finally:
+            for process in (first, second):
+                if process is not None and process.proc.poll() is None:
+                    process.kill()
+        assert "resumed snapshot of slot" in first.log()
+        state = load_state(state_file)
+        assert state is not None and state.status == "done"
+        assert stopped_with < state.table("public.big").done  # type: ignore[union-attr]
+        assert_tables_equal(local_stack, dsn, prefix)
