@@ -427,3 +427,27 @@ def test_non_table_topics_are_dead_lettered(batches: Batches) -> None:
     batches.apply(0)
     assert batches.dead() == [(f"{PREFIX}.dead_letter", f"topic is not {PREFIX}.<schema>.<table>")]
     assert tf.COMMIT_LSN  # the metadata names stay importable for readers of the tables
+
+
+def test_table_created_without_column_mapping_is_switched_on_for_a_new_name(
+    batches: Batches, spark: Any
+) -> None:
+    from pyspark.sql import types as T
+
+    # A table an earlier pgbridge created (no column mapping), then a column named "a b".
+    path = batches.config.table_path("public", "legacy")
+    schema = T.StructType(
+        [
+            T.StructField("id", T.IntegerType()),
+            T.StructField("_pgbridge_commit_lsn", T.LongType()),
+            T.StructField("_pgbridge_seq", T.LongType()),
+            T.StructField("_pgbridge_commit_ts", T.TimestampType()),
+        ]
+    )
+    spark.createDataFrame([], schema).write.format("delta").save(path)
+    legacy = TableVersion(
+        PREFIX, "public", "legacy", [col("id", "int"), col("a_b", OPT_STR, "a b")], ["id"]
+    )
+    batches.add(legacy, "c", (10, 0), after={"id": 1, "a_b": "x"})
+    batches.apply(0)
+    assert batches.rows("public", "legacy") == [{"id": 1, "a b": "x"}]
