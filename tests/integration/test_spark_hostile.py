@@ -3,7 +3,9 @@ Spark apply job -> Delta tables equal to the source.
 
 The database is tests/integration/test_hostile_schema.py's (every replica identity kind, a
 zero-column table, duplicate rows without a key, hostile names, partitions, generated columns,
-enums, composites, domains, arrays, extreme values), plus a table of unconstrained numerics.
+enums, composites, domains, arrays, extreme values), plus a table of unconstrained numerics;
+the tails of two keyless tables' topics are sent again, as a producer restarting after a crash
+does.
 What users rely on: every table gets its Delta table whatever its name, with PostgreSQL's column
 names; tables without a key keep their duplicate rows; unconstrained numerics are Delta
 decimals; nothing halts the job, and the only records set aside are the documented ones
@@ -30,7 +32,7 @@ from bridge.devstack.stack import StackInfo
 from bridge.spark.config import ApplyConfig
 from bridge.spark.job import run_apply
 from tests.integration.bridge_harness import RunningBridge, bridge_config, mark, scratch_database
-from tests.integration.test_hostile_schema import SCHEMA, workload
+from tests.integration.test_hostile_schema import SCHEMA, raw_messages, workload
 
 pytestmark = pytest.mark.integration
 
@@ -90,6 +92,10 @@ def applied(
             bridge.wait_confirmed(mark(dsn))
         finally:
             bridge.stop()
+        # What an at-least-once producer does after a crash: the tail of a keyless table's
+        # topic sent again (same records, same partition). It must not count twice in Delta.
+        _resend_tail(local_stack, f"{prefix}.public.full_dups", 4)
+        _resend_tail(local_stack, f"{prefix}.public.logs", 3)
         config = ApplyConfig(
             topic_prefix=prefix,
             bootstrap_servers=local_stack.bootstrap_servers,
@@ -101,6 +107,17 @@ def applied(
         )
         run_apply(config, spark=spark)
         yield dsn, config
+
+
+def _resend_tail(stack: StackInfo, topic: str, count: int) -> None:
+    from confluent_kafka import Producer
+
+    values = [v for v in raw_messages(stack, topic) if v is not None]
+    assert len(values) >= count, topic
+    producer = Producer({"bootstrap.servers": stack.bootstrap_servers, "acks": "all"})
+    for value in values[-count:]:
+        producer.produce(topic, value=value, key=None, partition=0)
+    assert producer.flush(30) == 0
 
 
 def _source(dsn: str, table: str) -> tuple[list[str], list[tuple[Any, ...]]]:
