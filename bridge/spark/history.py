@@ -11,6 +11,9 @@ Each micro-batch is one MERGE per history table, idempotent the same way as the 
 MERGE (txnAppId / txnVersion = the batch id): it closes the key's current version, when the
 batch's first change of the key is newer than it, and inserts the batch's versions.
 Unchanged-TOAST columns take the previous version's value (from the batch, else the table).
+
+Tables without key columns have no history table: without an identity there is no "next
+version of this row" (their current state is a multiset, see :mod:`bridge.spark.multiset`).
 """
 
 from __future__ import annotations
