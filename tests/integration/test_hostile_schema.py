@@ -11,7 +11,8 @@ in docs/types.md and listed here explicitly, each with its expected value:
 - multi-dimensional array values flatten, row-major, to the column's declared depth (1) and
   custom lower bounds are dropped;
 - timestamps past Avro's long microseconds (after 294247-01-10) clamp to 2**63 - 2; intervals
-  beyond ±2**63 - 1 microseconds (numeric mode) clamp to ±(2**63 - 2);
+  beyond a long of microseconds (numeric mode) clamp to 2**63 - 2 or -(2**63 - 1), one step
+  inside the ±infinity sentinels;
 - numeric NaN and ±Infinity are null in the default ``decimal.handling.mode=precise``.
 """
 
@@ -333,6 +334,10 @@ def test_hostile_schema_consumer_rebuild_equals_source(
             for row in expected.values():
                 # Documented lossy case: deeper values flatten, lower bounds are dropped.
                 row["arr"], row["tarr"] = _flatten(row["arr"]), _flatten(row["tarr"])
+                # psycopg has no loader for mood[] and returns its text; pgbridge publishes an
+                # array of the labels (the workload's labels need no quoting).
+                if isinstance(row["ms"], str):
+                    row["ms"] = [x for x in row["ms"].strip("{}").split(",") if x]
             for row in got.values():
                 if isinstance(row["j"], str):
                     row["j"] = json.loads(row["j"])
@@ -366,7 +371,8 @@ def test_hostile_schema_extreme_values_follow_the_documented_rules(
     assert rows[2]["d"] == bc_4713
     assert rows[3]["d"] == INT32_MAX
     # Intervals (numeric mode) clamp beyond a long of microseconds.
-    assert (rows[1]["iv"], rows[2]["iv"]) == (INT64_MAX - 1, -INT64_MAX + 1)
+    # One step inside the int64 extremes, which are the ±infinity sentinels.
+    assert (rows[1]["iv"], rows[2]["iv"]) == (INT64_MAX - 1, -INT64_MAX)
     assert rows[3]["iv"] == US_PER_DAY + 1
     # numeric: NaN is null (precise mode), huge and tiny values exact.
     assert rows[1]["n"] is None
