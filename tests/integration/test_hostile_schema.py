@@ -392,3 +392,46 @@ def test_hostile_schema_extreme_values_follow_the_documented_rules(
         if conn.info.server_version >= 140000:
             assert rows[4]["n"] is None and rows[4]["na"] == [None]
             assert (rows[4]["ts"], rows[4]["tstz"]) == (-INT64_MAX - 1, INT64_MAX)
+
+
+def test_partitions_without_publish_via_partition_root_are_published_as_their_leaves(
+    local_stack: StackInfo,
+) -> None:
+    """A user's own publication keeps PostgreSQL's default (publish_via_partition_root off):
+    each partition is its own topic, a row moving between partitions is a delete in one and an
+    insert in the other, and nothing stops."""
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                """CREATE TABLE m (id int, region text, v int, PRIMARY KEY (id, region))
+                       PARTITION BY LIST (region);
+                   CREATE TABLE m_eu PARTITION OF m FOR VALUES IN ('eu');
+                   CREATE TABLE m_us PARTITION OF m FOR VALUES IN ('us');
+                   CREATE PUBLICATION leaves FOR TABLE m;"""
+            )
+        prefix = f"leaves{uuid.uuid4().hex[:8]}"
+        config = bridge_config(
+            local_stack,
+            dsn,
+            prefix,
+            **{"publication.name": "leaves", "publication.autocreate.mode": "disabled"},
+        )
+        bridge = RunningBridge(config)
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("INSERT INTO m VALUES (1, 'eu', 1), (2, 'us', 2), (3, 'eu', 3)")
+                conn.execute("UPDATE m SET v = 10 WHERE id = 1")
+                conn.execute("UPDATE m SET region = 'us' WHERE id = 3")
+            bridge.wait_confirmed(mark(dsn))
+        finally:
+            bridge.stop()
+        topics = topics_with_prefix(local_stack.bootstrap_servers, prefix)
+        assert f"{prefix}.public.m_eu" in topics and f"{prefix}.public.m_us" in topics
+        assert f"{prefix}.public.m" not in topics
+        rebuilt = rebuild_tables(local_stack.bootstrap_servers, local_stack.registry_url, prefix)
+        for leaf in ("m_eu", "m_us"):
+            expected = source_rows(dsn, f"public.{leaf}", ("id", "region"))
+            got = {k: {c: normalize(v) for c, v in r.items()}
+                   for k, r in rebuilt[f"public.{leaf}"].items()}  # fmt: skip
+            assert got == expected, leaf
+        assert set(rebuilt["public.m_us"]) == {(2, "us"), (3, "us")}
