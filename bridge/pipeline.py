@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from bridge.ack import AckTracker, TransactionToken
+from bridge.errors import PgBridgeError
 from bridge.events import (
     ChangeEvent,
     DeadLetterEvent,
@@ -66,6 +67,9 @@ _GC_GEN0_THRESHOLD = 100_000
 
 class Publisher(Protocol):
     """What the pipeline needs from :class:`bridge.sink.publisher.KafkaPublisher`."""
+
+    #: Runs between retries of a topic creation.
+    on_wait: Callable[[], None] | None
 
     def publish(
         self, topic: str, key: bytes | None, value: bytes | None, on_delivered: Callable[[], None]
@@ -195,6 +199,7 @@ class Pipeline:
         # While a dependency is retried (bridge.retry), deliveries keep being acknowledged and
         # the replication connection kept alive; nothing new is read.
         registrar.on_wait = self._while_waiting
+        publisher.on_wait = self._while_waiting
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -486,6 +491,8 @@ class Pipeline:
                 logger.warning(
                     "%d record(s) not delivered at shutdown; they will be resent", remaining
                 )
+        except PgBridgeError as exc:  # the failure that stopped the pipeline, typed: no trace
+            logger.warning("flushing the producer at shutdown failed: %s", exc)
         except Exception:
             logger.exception("flushing the producer at shutdown failed")
         finally:

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from bridge.config import KafkaConfig, Secret, TopicCreationConfig
 from bridge.errors import PgBridgeError
+from bridge.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 _librdkafka_logger = logging.getLogger("bridge.sink.librdkafka")
@@ -141,6 +143,28 @@ class TopicCreationError(PublisherError):
         self.reason = reason
 
 
+#: Topic errors that waiting cannot fix (bridge.restarts keeps the list for deliveries too).
+PERMANENT_TOPIC_CODES = frozenset(
+    {
+        "TOPIC_AUTHORIZATION_FAILED",
+        "CLUSTER_AUTHORIZATION_FAILED",
+        "SASL_AUTHENTICATION_FAILED",
+        "_AUTHENTICATION",
+        "POLICY_VIOLATION",
+        "INVALID_CONFIG",
+        "INVALID_REPLICATION_FACTOR",
+        "INVALID_PARTITIONS",
+        "INVALID_TOPIC_EXCEPTION",
+        "UNSUPPORTED_VERSION",
+        "_INVALID_ARG",
+    }
+)
+
+
+def _transient_topic_error(exc: Exception) -> bool:
+    return isinstance(exc, TopicCreationError) and exc.code not in PERMANENT_TOPIC_CODES
+
+
 def _reveal(value: str | Secret) -> str:
     return value.reveal() if isinstance(value, Secret) else value
 
@@ -208,6 +232,7 @@ class KafkaPublisher:
         topics: TopicCreationConfig,
         *,
         extra_config: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         conf = producer_config(kafka)
         conf["error_cb"] = self._on_client_error
@@ -215,6 +240,9 @@ class KafkaPublisher:
             conf.update(extra_config)
         self._kafka = kafka
         self._topics = topics
+        self.retry = retry or RetryPolicy()
+        #: Runs between retries of a topic creation (the pipeline serves deliveries there).
+        self.on_wait: Callable[[], None] | None = None
         self._producer = Producer(conf)
         self._admin: AdminClient | None = None
         self._known_topics: set[str] = set()
@@ -435,6 +463,26 @@ class KafkaPublisher:
         if failures.first is not None:
             raise failures.first
 
+    def abandon(self, timeout: float) -> int:
+        """Give up on this producer after a failure: records not yet sent are dropped (the
+        slot was never confirmed past them: the restart sends them again), records already on
+        the wire are waited for up to ``timeout`` s, so that none of them can land after the
+        next producer's resends; the failure itself is not raised again. Returns how many
+        records were still unresolved."""
+        if self._closed:
+            return 0
+        self._closed = True
+        self._pending.clear()
+        try:
+            self._producer.purge(in_queue=True, in_flight=False, blocking=True)
+            remaining = int(self._producer.flush(timeout))
+        except KafkaException as exc:  # a fatal producer: nothing more will be sent by it
+            logger.warning("abandoning the Kafka producer: %s", exc)
+            return 0
+        if remaining:
+            logger.warning("%d record(s) still in flight on the abandoned producer", remaining)
+        return remaining
+
     # -- topics -------------------------------------------------------------------------------
 
     def ensure_topic(self, topic: str) -> None:
@@ -450,8 +498,20 @@ class KafkaPublisher:
             self._known_topics.add(topic)  # not ours to create: the broker says if it is missing
             return
         admin = self._admin_client()
-        if not self._topic_exists(admin, topic):
-            self._create_topic(admin, topic)
+
+        def ensure() -> None:
+            if not self._topic_exists(admin, topic):
+                self._create_topic(admin, topic)
+
+        # A broker that is down, or just started and without a controller yet, answers in a
+        # while: wait under the one retry policy (bridge.retry) rather than exit.
+        self.retry.run(
+            "kafka",
+            f"creating topic {topic}",
+            ensure,
+            _transient_topic_error,
+            on_wait=self.on_wait,
+        )
         self._known_topics.add(topic)
 
     def _admin_client(self) -> AdminClient:
@@ -465,6 +525,8 @@ class KafkaPublisher:
         ]
         try:
             description = future.result(timeout=_ADMIN_TIMEOUT_S * 2)
+        except FutureTimeoutError:
+            raise TopicCreationError(topic, "_TIMED_OUT", "no answer from the brokers") from None
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
@@ -494,6 +556,8 @@ class KafkaPublisher:
         )[topic]
         try:
             future.result(timeout=_ADMIN_TIMEOUT_S * 2)
+        except FutureTimeoutError:
+            raise TopicCreationError(topic, "_TIMED_OUT", "no answer from the brokers") from None
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:  # another bridge was quicker
