@@ -21,13 +21,19 @@ from bridge.failures import FailurePolicy
 from bridge.metrics import BridgeMetrics
 from bridge.observe import MetricsObserver
 from bridge.pipeline import Pipeline, PipelineObserver, PipelineOptions
+from bridge.restarts import stream_with_restarts
 from bridge.sink.metadata import MetadataRecords
 from bridge.sink.publisher import KafkaPublisher
 from bridge.sink.registry import SchemaRegistrar, registry_client
 from bridge.sink.serializer import EnvelopeSerializer, SourceSettings
 from bridge.snapshot.copier import SnapshotSink
 from bridge.snapshot.run import run_snapshot
-from bridge.source.config import PublicationConfig, PublicationMode, SourceConfig
+from bridge.source.config import (
+    PublicationConfig,
+    PublicationMode,
+    ReconnectPolicy,
+    SourceConfig,
+)
 from bridge.source.replication import LogicalReplicationSource
 from bridge.types import TypeMapper, TypeOptions
 
@@ -82,6 +88,12 @@ def source_config(config: BridgeConfig) -> SourceConfig:
         # Text-format values are rendered with the walsender session's settings; the type
         # converters read exactly these forms (ISO dates, postgres intervals, UTC offsets).
         server_options=WALSENDER_SETTINGS,
+        # One retry policy for every dependency: the errors.* keys bound reconnects too.
+        reconnect=ReconnectPolicy(
+            initial_delay=config.retry.initial_delay_ms / 1000,
+            max_delay=config.retry.max_delay_ms / 1000,
+            max_attempts=None if config.retry.max_retries == -1 else config.retry.max_retries,
+        ),
     )
 
 
@@ -135,7 +147,10 @@ def build_parts(config: BridgeConfig) -> PipelineParts:
         ),
     )
     return PipelineParts(
-        builder, registrar, serializer, KafkaPublisher(config.kafka, config.topic_creation)
+        builder,
+        registrar,
+        serializer,
+        KafkaPublisher(config.kafka, config.topic_creation, retry=config.retry),
     )
 
 
@@ -179,6 +194,56 @@ def build_pipeline(
     )
 
 
+class _SnapshotAttempt:
+    """The initial snapshot, if one is due (see :mod:`bridge.restarts`)."""
+
+    def __init__(self, config: BridgeConfig, parts: PipelineParts) -> None:
+        self.config = config
+        self.parts = parts
+        #: Whether streaming should follow (False: initial_only, or stopped).
+        self.stream_after = False
+
+    def run(self, stop: threading.Event) -> None:
+        parts = self.parts
+        sink = SnapshotSink(
+            parts.registrar, parts.serializer, parts.publisher, parts.builder.failures
+        )
+        config = self.config
+        self.stream_after = run_snapshot(config, source_config(config), parts.builder, sink, stop)
+
+    def made_progress(self) -> bool:
+        return False  # done chunks are kept in the state file whatever the count says
+
+    def abandon(self) -> None:
+        self.parts.publisher.abandon(self.config.kafka.delivery_timeout_ms / 1000 + 5)
+
+
+class _StreamingAttempt:
+    """One pipeline from the slot's confirmed position (see :mod:`bridge.restarts`)."""
+
+    def __init__(self, config: BridgeConfig, metrics: BridgeMetrics, parts: PipelineParts) -> None:
+        self._parts = parts
+        self._delivery_timeout = config.kafka.delivery_timeout_ms / 1000
+        self.pipeline = build_pipeline(config, metrics, parts)
+        self._started_at = self.pipeline.tracker.flush_lsn
+        logger.info(
+            "streaming slot %s from %s to topics %s.*",
+            config.replication.slot_name,
+            self.pipeline.source.start_lsn,
+            config.topic_prefix,
+        )
+
+    def run(self, stop: threading.Event) -> None:
+        self.pipeline.run(stop)
+
+    def made_progress(self) -> bool:
+        return self.pipeline.tracker.flush_lsn > self._started_at
+
+    def abandon(self) -> None:
+        # Records on the wire end within the delivery timeout, delivered or failed.
+        self._parts.publisher.abandon(self._delivery_timeout + 5)
+
+
 def _database_name(dsn: str) -> str:
     from psycopg.conninfo import conninfo_to_dict
 
@@ -200,23 +265,31 @@ def run(config: BridgeConfig, stop: threading.Event | None = None) -> int:
     if config.metrics.port:
         metrics.serve(config.metrics.port, config.metrics.host)
     try:
-        parts = build_parts(config)
+        # After a transient Kafka failure a publisher is spent: each restart takes fresh parts;
+        # streaming goes on with the snapshot's (its relation and schema caches are warm).
+        spare = [build_parts(config)]
+
+        def next_parts() -> PipelineParts:
+            return spare.pop() if spare else build_parts(config)
+
         # The snapshot, when one is due, is a second source feeding the same stages; streaming
-        # starts only once every snapshot row is acknowledged (bridge.snapshot).
-        sink = SnapshotSink(
-            parts.registrar, parts.serializer, parts.publisher, parts.builder.failures
-        )
-        if not run_snapshot(config, source_config(config), parts.builder, sink, stop):
-            parts.publisher.close()
+        # starts only once every snapshot row is acknowledged (bridge.snapshot). A restarted
+        # snapshot resumes from its state file, as after a crash.
+        snapshots: list[_SnapshotAttempt] = []
+
+        def start_snapshot() -> _SnapshotAttempt:
+            snapshots.append(_SnapshotAttempt(config, next_parts()))
+            return snapshots[-1]
+
+        stream_with_restarts(start_snapshot, stop, config.retry)
+        if not snapshots or not snapshots[-1].stream_after:
+            if snapshots:
+                snapshots[-1].parts.publisher.close()
             return 0
-        pipeline = build_pipeline(config, metrics, parts)
-        logger.info(
-            "streaming slot %s from %s to topics %s.*",
-            config.replication.slot_name,
-            pipeline.source.start_lsn,
-            config.topic_prefix,
+        spare.append(snapshots[-1].parts)
+        stream_with_restarts(
+            lambda: _StreamingAttempt(config, metrics, next_parts()), stop, config.retry
         )
-        pipeline.run(stop)
     except PgBridgeError as exc:
         metrics.error(type(exc).__name__)
         raise

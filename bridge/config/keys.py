@@ -288,7 +288,10 @@ KEYS: Final[tuple[KeySpec, ...]] = (
     KeySpec("kafka.linger.ms", _integer, 5, "how long the producer waits to fill a batch"),
     KeySpec("kafka.batch.size", _integer, 1_000_000, "maximum bytes per partition batch"),
     KeySpec(
-        "kafka.delivery.timeout.ms", _integer, 300_000, "give up on a record after this (stops)"
+        "kafka.delivery.timeout.ms",
+        _integer,
+        300_000,
+        "a record undelivered this long: streaming restarts from the slot (errors.*)",
     ),
     KeySpec("kafka.client.id", _text, "pgbridge", "client id shown in broker logs and quotas"),
     KeySpec("max.queue.size", _integer, 100_000, "records in flight to Kafka at most"),

@@ -1,0 +1,113 @@
+"""Restart streaming in-process when Kafka fails transiently, instead of exiting.
+
+A record that librdkafka could not deliver within ``kafka.delivery.timeout.ms`` (a broker down
+longer than that, a partition without a leader, a cluster that stopped answering) used to stop
+``pgbridge run`` with exit code 2; under systemd or Kubernetes that is a crash loop while the
+fault usually clears by itself. Now the bridge does in-process what a restart would do, and
+only that: the failed pipeline has already confirmed to PostgreSQL exactly the transactions
+Kafka acknowledged (:meth:`bridge.pipeline.Pipeline._shutdown`), so streaming again from the
+slot resends everything after them, in commit order, and nothing is lost (duplicates of the
+resent tail are the documented at-least-once case).
+
+Order is kept across the restart: the abandoned producer's unsent records are purged and those
+already on the wire are waited for (each ends delivered or failed within the delivery timeout)
+before the next producer sends anything, so no record of the old producer can land after a
+resend of a later one. Waits between attempts follow the one retry policy
+(:class:`bridge.retry.RetryPolicy`: ``errors.max.retries``, ``errors.retry.delay.*``) and are
+visible as ``pgbridge_waiting_for_dependency{dependency="kafka"}``; a pipeline that delivered
+something before failing again starts counting attempts from one.
+
+Permanent Kafka errors (authorization, a record larger than the broker accepts, an invalid
+record) still stop the bridge at once with the typed error: waiting would not change them.
+PostgreSQL connection faults are handled inside the replication source (it reconnects from the
+flush position with its own backoff); the registry's inside the registrar.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from bridge.retry import WAITED_SECONDS, WAITING_FOR, RetryPolicy
+from bridge.sink.publisher import PERMANENT_TOPIC_CODES, DeliveryError, TopicCreationError
+
+logger = logging.getLogger(__name__)
+
+#: Kafka errors that another attempt cannot fix: the bridge stops with them.
+PERMANENT_KAFKA_CODES = PERMANENT_TOPIC_CODES | {
+    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    "MSG_SIZE_TOO_LARGE",
+    "_MSG_SIZE_TOO_LARGE",
+    "RECORD_LIST_TOO_LARGE",
+    "INVALID_RECORD",
+    "CORRUPT_MESSAGE",
+    "INVALID_REQUIRED_ACKS",
+    "UNSUPPORTED_COMPRESSION_TYPE",
+}
+
+
+def transient_kafka_fault(exc: BaseException) -> bool:
+    """Whether streaming again later can get past ``exc``."""
+    if isinstance(exc, (DeliveryError, TopicCreationError)):
+        return exc.code not in PERMANENT_KAFKA_CODES
+    return False
+
+
+class Streaming(Protocol):
+    """One streaming attempt: runs until ``stop`` is set (returns) or fails (raises)."""
+
+    def run(self, stop: threading.Event) -> None: ...
+
+    def made_progress(self) -> bool:
+        """Whether the attempt confirmed anything to PostgreSQL before it ended."""
+        ...
+
+    def abandon(self) -> None:
+        """Release the attempt's producer after a failure (see the module docstring)."""
+        ...
+
+
+def stream_with_restarts(
+    start: Callable[[], Streaming],
+    stop: threading.Event,
+    policy: RetryPolicy,
+    *,
+    sleep: Callable[[float], object] | None = None,
+) -> None:
+    """Run attempts from ``start()`` until ``stop``; start again after a transient Kafka fault.
+
+    ``sleep`` defaults to waiting on ``stop``, so a SIGTERM during a wait ends it at once."""
+    wait = sleep or stop.wait
+    attempt = 0
+    while not stop.is_set():
+        streaming = start()
+        WAITING_FOR.pop("kafka", None)
+        try:
+            streaming.run(stop)
+            return
+        except Exception as exc:
+            if not transient_kafka_fault(exc) or stop.is_set():
+                raise
+            failure: Exception = exc
+        streaming.abandon()
+        attempt = 1 if streaming.made_progress() else attempt + 1
+        if policy.max_retries != -1 and attempt > policy.max_retries:
+            logger.error("kafka: %s; gave up after %d restarts", failure, attempt - 1)
+            raise failure
+        delay = policy.delay(attempt)
+        WAITING_FOR["kafka"] = "delivering records"
+        logger.warning(
+            "kafka: %s (transient); streaming again from the slot's confirmed position "
+            "(restart %d%s) in %.1f s",
+            failure,
+            attempt,
+            "" if policy.max_retries == -1 else f" of {policy.max_retries}",
+            delay,
+        )
+        waited = time.monotonic()
+        wait(delay)
+        WAITED_SECONDS["kafka"] = WAITED_SECONDS.get("kafka", 0.0) + time.monotonic() - waited
+    WAITING_FOR.pop("kafka", None)
