@@ -47,6 +47,7 @@ from bridge.pgoutput.copyboth import (
 from bridge.pgoutput.decoder import Decoder
 from bridge.pgoutput.lsn import Lsn, unix_micros_to_pg_timestamp
 from bridge.pgoutput.messages import LogicalMessage
+from bridge.retry import WAITED_SECONDS, WAITING_FOR
 from bridge.source import slots
 from bridge.source.assembler import StreamAssembler, in_stream_decoder
 from bridge.source.config import SourceConfig
@@ -307,8 +308,12 @@ class LogicalReplicationSource:
                 retries += 1
                 if policy.max_attempts is not None and retries > policy.max_attempts:
                     detail = last.args[0] if last is not None else "gave up"
+                    WAITING_FOR.pop("postgres", None)
                     raise ReplicationConnectionLost(str(detail), attempts=retries - 1)
-                self._sleep(policy.delay(retries))
+                WAITING_FOR["postgres"] = "replication connection"
+                delay = policy.delay(retries)
+                self._sleep(delay)
+                WAITED_SECONDS["postgres"] = WAITED_SECONDS.get("postgres", 0.0) + delay
             immediate = False
             try:
                 self._connect()
@@ -326,6 +331,7 @@ class LogicalReplicationSource:
                 continue
             if not first:
                 self.stats.reconnects += 1
+                WAITING_FOR.pop("postgres", None)
             return
 
     def _connect(self) -> None:
