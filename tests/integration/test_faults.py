@@ -3,28 +3,40 @@
 The registry is reached through a TCP proxy (tests/integration/faults.py) that the test takes
 down and brings back: the real registry behind it is untouched, so other tests sharing the
 stack are not disturbed, and pgbridge sees exactly what an outage looks like (connections
-refused, open ones cut).
+refused, open ones cut). Kafka is a throwaway broker of the test's own, killed and started
+again, since the stack's broker serves the other tests.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import tempfile
+import threading
 import time
 import uuid
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 
+from bridge.devstack.kafka import KafkaBroker
+from bridge.devstack.postgres import PostgresCluster, ensure_postgres_binaries
 from bridge.devstack.stack import StackInfo
 from bridge.retry import WAITING_FOR
 from tests.integration.bridge_harness import (
+    BridgeProcess,
     RunningBridge,
     bridge_config,
+    bridge_settings,
     mark,
     normalized,
     rebuild_tables,
     scratch_database,
     source_rows,
+    wait_slot_confirmed,
 )
 from tests.integration.faults import TcpProxy
 
@@ -86,3 +98,144 @@ def test_faults_registry_outage_during_a_schema_change_waits_and_continues(
                 assert normalized(rebuilt[table]) == source_rows(dsn, table, ("id",)), table
     finally:
         proxy.close()
+
+
+def wait_streaming(dsn: str, slot: str, bridge: BridgeProcess) -> None:
+    """Until ``pgbridge run`` streams (its snapshot done) and confirmed a change made now."""
+    deadline = time.monotonic() + 120
+    while "streaming slot" not in bridge.log():
+        assert bridge.proc.poll() is None, f"pgbridge run exited:\n{bridge.log()[-3000:]}"
+        assert time.monotonic() < deadline, "pgbridge run never started streaming"
+        time.sleep(0.2)
+    wait_slot_confirmed(dsn, slot, mark(dsn), bridge)
+
+
+#: Longer than the test's delivery timeout, so deliveries fail and the bridge must restart.
+BROKER_OUTAGE_S = 25
+
+
+def test_faults_kafka_broker_down_past_the_delivery_timeout_restarts_streaming_without_loss(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    """A broker killed (SIGKILL) under a steady writer, for longer than
+    ``kafka.delivery.timeout.ms``: ``pgbridge run`` does not exit; it streams again from the
+    slot's confirmed position until the broker is back, and every row arrives."""
+    broker = KafkaBroker(Path(tempfile.mkdtemp(prefix="pgbridge-fault-kafka-")), heap="384m")
+    broker.start()  # errors, never skips, if it cannot start
+    prefix = f"kfault{uuid.uuid4().hex[:8]}"
+    writer_stop = threading.Event()
+    try:
+        with scratch_database(local_stack) as dsn:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("CREATE TABLE steady (id bigserial PRIMARY KEY, v text)")
+            settings = bridge_settings(
+                local_stack,
+                dsn,
+                prefix,
+                **{
+                    "kafka.bootstrap.servers": broker.bootstrap_servers,
+                    "kafka.delivery.timeout.ms": "8000",
+                    "errors.retry.delay.max.ms": "2000",
+                },
+            )
+            bridge = BridgeProcess(settings, str(tmp_path / "bridge.log"))
+
+            def write() -> None:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    while not writer_stop.is_set():
+                        conn.execute("INSERT INTO steady (v) VALUES (repeat('x', 20))")
+                        time.sleep(0.01)
+
+            writer = threading.Thread(target=write, daemon=True)
+            try:
+                writer.start()
+                wait_streaming(dsn, settings["slot.name"], bridge)
+                pid = broker.pid
+                assert pid is not None
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)  # reaped: a zombie would look alive to the next start
+                deadline = time.monotonic() + BROKER_OUTAGE_S
+                while time.monotonic() < deadline:
+                    assert bridge.proc.poll() is None, (
+                        f"pgbridge run exited:\n{bridge.log()[-3000:]}"
+                    )
+                    time.sleep(0.5)
+                broker.start()
+                time.sleep(3)  # the writer goes on after the broker is back
+                writer_stop.set()
+                writer.join(10)
+                wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), bridge, timeout=180)
+                assert "streaming again from the slot's confirmed position" in bridge.log()
+                assert bridge.terminate() == 0
+            finally:
+                writer_stop.set()
+                if bridge.proc.poll() is None:
+                    bridge.kill()
+            rebuilt = rebuild_tables(broker.bootstrap_servers, local_stack.registry_url, prefix)
+            expected = source_rows(dsn, "public.steady", ("id",))
+            assert len(expected) > 1000
+            assert normalized(rebuilt["public.steady"]) == expected
+    finally:
+        broker.stop()
+        shutil.rmtree(broker.base_dir, ignore_errors=True)
+
+
+#: How long the source database stays down (fast shutdown, then started again).
+DATABASE_OUTAGE_S = 10
+
+
+def test_faults_database_fast_restart_under_a_writer_resumes_without_loss(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    """The source PostgreSQL (a throwaway cluster, the stack's major) shut down fast and started
+    again while a writer runs: ``pgbridge run`` reconnects from its flush position and every row
+    committed before and after arrives."""
+    cluster = PostgresCluster(
+        ensure_postgres_binaries(local_stack.postgres_major),
+        base_dir=Path(tempfile.mkdtemp(prefix="pgbridge-fault-pg-")),
+    )
+    cluster.start()  # errors, never skips, if it cannot start
+    dsn = cluster.dsn()
+    prefix = f"pgfault{uuid.uuid4().hex[:8]}"
+    writer_stop = threading.Event()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE steady (id bigserial PRIMARY KEY, v text)")
+        settings = bridge_settings(local_stack, dsn, prefix)
+        bridge = BridgeProcess(settings, str(tmp_path / "bridge.log"))
+
+        def write() -> None:  # reconnects through the outage; only committed rows count
+            while not writer_stop.is_set():
+                try:
+                    with psycopg.connect(dsn, autocommit=True, connect_timeout=2) as conn:
+                        while not writer_stop.is_set():
+                            conn.execute("INSERT INTO steady (v) VALUES ('x')")
+                            time.sleep(0.01)
+                except psycopg.OperationalError:
+                    time.sleep(0.2)
+
+        writer = threading.Thread(target=write, daemon=True)
+        try:
+            writer.start()
+            wait_streaming(dsn, settings["slot.name"], bridge)
+            cluster.stop()
+            deadline = time.monotonic() + DATABASE_OUTAGE_S
+            while time.monotonic() < deadline:
+                assert bridge.proc.poll() is None, f"pgbridge run exited:\n{bridge.log()[-3000:]}"
+                time.sleep(0.5)
+            cluster.start()
+            time.sleep(3)
+            writer_stop.set()
+            writer.join(10)
+            wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), bridge, timeout=180)
+            assert bridge.terminate() == 0
+        finally:
+            writer_stop.set()
+            if bridge.proc.poll() is None:
+                bridge.kill()
+        rebuilt = rebuild_tables(local_stack.bootstrap_servers, local_stack.registry_url, prefix)
+        expected = source_rows(dsn, "public.steady", ("id",))
+        assert len(expected) > 300
+        assert normalized(rebuilt["public.steady"]) == expected
+    finally:
+        cluster.destroy()
