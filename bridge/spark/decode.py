@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from bridge.retry import RetryPolicy
 from bridge.sink.registry import registry_client
 from bridge.spark import transforms as tf
 from bridge.spark.columns import RowShape
@@ -52,9 +53,12 @@ class SchemaCache:
     its ``get_schema`` / ``get_version``). ``None`` means the registry does not know the id.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, retry: RetryPolicy | None = None) -> None:
         self._client = client
         self._schemas: dict[int, str | None] = {}
+        # A registry restarting or unreachable for a while must not fail the batch (and with
+        # it the streaming query): the lookup waits, like pgbridge run's registrar.
+        self._retry = retry or RetryPolicy()
 
     @classmethod
     def for_url(cls, url: str, options: dict[str, str] | None = None) -> SchemaCache:
@@ -77,6 +81,15 @@ class SchemaCache:
         return tuple(str(f["name"]) for f in parsed.get("fields", []))
 
     def _fetch(self, schema_id: int) -> str | None:
+        return self._retry.run(
+            "schema registry",
+            f"reading schema id {schema_id}",
+            lambda: self._fetch_once(schema_id),
+            lambda exc: isinstance(exc, RegistryUnavailableError) and exc.transient,
+        )
+
+    def _fetch_once(self, schema_id: int) -> str | None:
+        import httpx  # the registry client's transport
         from confluent_kafka.schema_registry import SchemaRegistryError
 
         try:
@@ -92,9 +105,11 @@ class SchemaCache:
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:
                 return None
-            raise RegistryUnavailableError(schema_id, str(exc)) from exc
-        except (OSError, ValueError) as exc:  # connection refused, timeouts, bad JSON
+            raise RegistryUnavailableError(schema_id, str(exc), exc.http_status_code) from exc
+        except (OSError, httpx.HTTPError) as exc:  # connection refused, timeouts, resets
             raise RegistryUnavailableError(schema_id, repr(exc)) from exc
+        except ValueError as exc:  # an answer that is not a schema: waiting will not help
+            raise RegistryUnavailableError(schema_id, repr(exc), status=200) from exc
 
     def _collect_references(self, references: Any, named: dict[str, Any]) -> None:
         """Referenced schemas (recursively), keyed by the full name each one defines."""

@@ -15,14 +15,21 @@ class ApplyError(PgBridgeError):
 
 
 class RegistryUnavailableError(ApplyError):
-    """The schema registry could not answer (network, 5xx): transient, so the batch fails.
+    """The schema registry could not answer a schema id's lookup, so the batch fails.
 
-    A definite "no such schema id" (404) is not this error; those records are dead-lettered.
+    The driver waits out a transient fault first (no answer, 5xx, 429: ``status`` None or that
+    code), under bridge.retry's policy; only a final answer or exhausted retries get here. A
+    definite "no such schema id" (404) is not this error; those records are dead-lettered.
     """
 
-    def __init__(self, schema_id: int, message: str) -> None:
+    def __init__(self, schema_id: int, message: str, status: int | None = None) -> None:
         super().__init__(f"schema id {schema_id}: {message}")
         self.schema_id = schema_id
+        self.status = status
+
+    @property
+    def transient(self) -> bool:
+        return self.status is None or self.status >= 500 or self.status == 429
 
 
 class TableApplyError(ApplyError):

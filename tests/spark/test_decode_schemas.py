@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+import httpx
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryError
 
+from bridge.retry import RetryPolicy
 from bridge.spark.decode import SchemaCache
 from bridge.spark.errors import RegistryUnavailableError
 
@@ -70,7 +72,9 @@ def _cache() -> tuple[SchemaCache, _Client]:
         {1: _Schema(json.dumps(ENVELOPE), [_Ref("io.x.Source", "source", 1)])},
         {"source": _Schema(json.dumps(SOURCE), [])},
     )
-    return SchemaCache(client), client
+    return SchemaCache(
+        client, RetryPolicy(max_retries=2, initial_delay_ms=1, max_delay_ms=1)
+    ), client
 
 
 def test_schema_cache_inlines_reference_at_first_use_only() -> None:
@@ -95,11 +99,44 @@ def test_schema_cache_unknown_id_is_none() -> None:
     assert cache.field_names(7) is None
 
 
-def test_schema_cache_registry_error_raises_unavailable() -> None:
-    cache, _ = _cache()
+def test_schema_cache_registry_error_is_retried_then_raises_unavailable() -> None:
+    cache, client = _cache()
     with pytest.raises(RegistryUnavailableError) as info:
         cache.schema_json(503)
     assert info.value.schema_id == 503
+    assert client.calls == 3  # the first try and errors.max.retries = 2
+
+
+class _FlakyClient(_Client):
+    """Refuses connections ``failures`` times (as httpx does with the registry down)."""
+
+    def __init__(self, failures: int, status: int | None = None) -> None:
+        super().__init__({1: _Schema(json.dumps(SOURCE), [])}, {})
+        self.failures, self.status = failures, status
+
+    def get_schema(self, schema_id: int) -> _Schema:
+        if self.failures:
+            self.failures -= 1
+            self.calls += 1
+            if self.status is not None:
+                raise SchemaRegistryError(self.status, self.status * 100, "no")
+            raise httpx.ConnectError("[Errno 111] Connection refused")
+        return super().get_schema(schema_id)
+
+
+def test_schema_cache_waits_out_a_registry_that_refuses_connections() -> None:
+    client = _FlakyClient(failures=5)
+    cache = SchemaCache(client, RetryPolicy(initial_delay_ms=1, max_delay_ms=1))
+    assert json.loads(cache.schema_json(1) or "null") == SOURCE
+    assert client.calls == 6
+
+
+def test_schema_cache_a_final_answer_is_not_retried() -> None:
+    client = _FlakyClient(failures=5, status=401)
+    cache = SchemaCache(client, RetryPolicy(initial_delay_ms=1, max_delay_ms=1))
+    with pytest.raises(RegistryUnavailableError) as info:
+        cache.schema_json(1)
+    assert (info.value.status, client.calls) == (401, 1)
 
 
 def test_schema_cache_field_names_of_key_record() -> None:
