@@ -70,8 +70,10 @@ def comparable(value: Any) -> Any:
     return value
 
 
-def assert_delta_equals_source(spark: Any, config: ApplyConfig, dsn: str) -> None:
-    for table, key in KEYS.items():
+def assert_delta_equals_source(
+    spark: Any, config: ApplyConfig, dsn: str, keys: dict[str, tuple[str, ...]] = KEYS
+) -> None:
+    for table, key in keys.items():
         schema, name = table.split(".")
         delta = spark.read.format("delta").load(f"{config.delta_base}/{schema}/{name}")
         with psycopg.connect(dsn) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
