@@ -321,7 +321,9 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "subject compatibility set on registration; empty: leave as is",
     ),
     KeySpec("metrics.port", _integer, 0, "Prometheus endpoint port; 0 disables it"),
-    KeySpec("metrics.host", _text, "0.0.0.0", "address the metrics endpoint listens on"),
+    KeySpec(
+        "metrics.host", _text, "127.0.0.1", "address the metrics endpoint listens on (0.0.0.0: all)"
+    ),
     KeySpec("log.format", _choice("text", "json"), "text", "log line format"),
     KeySpec(
         "log.level",

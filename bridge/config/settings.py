@@ -258,7 +258,7 @@ class MetricsConfig:
     """The Prometheus endpoint; ``port`` 0 disables it."""
 
     port: int = 0
-    host: str = "0.0.0.0"  # scraped from other hosts and containers
+    host: str = "127.0.0.1"  # loopback unless exposing it is asked for (metrics.host)
 
 
 @dataclass(frozen=True, slots=True)
