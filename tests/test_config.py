@@ -444,3 +444,19 @@ def test_load_config_type_handling_modes_reach_type_options() -> None:
 )
 def test_load_config_refuses_unknown_type_handling_modes(key: str, value: str) -> None:
     assert _error(overrides={key: value}).key == key
+
+
+def test_load_config_secret_file_readable_by_others_is_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret_file = tmp_path / "pw"
+    secret_file.write_text("s3cr3t\n")
+    secret_file.chmod(0o600)
+    with caplog.at_level(logging.WARNING, logger="bridge.config.loader"):
+        _load(env={"PGBRIDGE_DATABASE_PASSWORD_FILE": str(secret_file)})
+    assert "readable by other accounts" not in caplog.text
+    secret_file.chmod(0o644)
+    with caplog.at_level(logging.WARNING, logger="bridge.config.loader"):
+        _load(env={"PGBRIDGE_DATABASE_PASSWORD_FILE": str(secret_file)})
+    assert "database.password.file" in caplog.text and "mode 644" in caplog.text
+    assert "s3cr3t" not in caplog.text

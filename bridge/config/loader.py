@@ -161,7 +161,24 @@ def _resolve_secret_files(raw: dict[str, tuple[object, str]]) -> None:
             secret = path.read_text(encoding="utf-8").rstrip("\r\n")
         except OSError as exc:
             raise ConfigError(file_key, f"cannot read {path}: {exc.strerror}") from None
+        _warn_if_readable_by_others(file_key, path)
         raw[key] = (secret, f"{origin} ({file_key})")
+
+
+def _warn_if_readable_by_others(file_key: str, path: Path) -> None:
+    """Like ssh and libpq: a secret other accounts may read is worth a warning (not an error:
+    Kubernetes mounts secrets 0644 unless told otherwise, inside a container of one user)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if mode & 0o077:
+        logger.warning(
+            "%s: %s is readable by other accounts (mode %o); chmod 600 it",
+            file_key,
+            path,
+            mode & 0o777,
+        )
 
 
 def _rank(origin: str) -> int:
