@@ -17,8 +17,9 @@ Exposed (names carry the ``pgbridge_`` namespace)::
     pgbridge_server_wal_end_lsn             the server's WAL end as it last reported it
     pgbridge_lag_bytes                      server WAL end - last acknowledged LSN
     pgbridge_lag_milliseconds               now - commit time of the newest processed change
-    pgbridge_waiting_for_dependency         1 while a transient dependency fault is retried
-    pgbridge_retry_wait_seconds             seconds spent waiting for dependencies in all
+    pgbridge_waiting_for_dependency{dependency}  1 while a transient fault of that dependency
+                                            (schema registry, kafka, postgres) is waited out
+    pgbridge_retry_wait_seconds_total{dependency}  seconds spent waiting for it since start
     pgbridge_build_info{version}            constant 1
     pgbridge_lossy_values_total{type, reason}  values delivered in a lossy form (clamped,
                                             NaN as null, array reshaped; docs/types.md)
@@ -40,7 +41,7 @@ from collections.abc import Callable, Iterator
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, start_http_server
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from bridge import __version__
@@ -119,18 +120,7 @@ class BridgeMetrics:
         )
         # Read from bridge.retry on each scrape: what the bridge is waiting for, and how long
         # it waited in all (a dependency outage shows here, not as an exit).
-        Gauge(
-            "waiting_for_dependency",
-            "1 while a transient fault of a dependency (the registry) is being retried",
-            namespace=ns,
-            registry=reg,
-        ).set_function(lambda: float(bool(WAITING_FOR)))
-        Gauge(
-            "retry_wait_seconds",
-            "Seconds spent waiting for dependencies to recover since start",
-            namespace=ns,
-            registry=reg,
-        ).set_function(lambda: sum(WAITED_SECONDS.values()))
+        reg.register(_Waiting(ns))
         Info("build", "pgbridge version", namespace=ns, registry=reg).info({"version": __version__})
         reg.register(_LossyValues(f"{ns}_lossy_values"))
         reg.register(SnapshotCollector(ns))  # pgbridge_snapshot_*: see bridge.snapshot.metrics
@@ -196,6 +186,36 @@ class BridgeMetrics:
             if self._thread is not None:
                 self._thread.join(timeout=5)
             self._server = self._thread = None
+
+
+#: The dependencies the bridge waits for (bridge.retry, bridge.restarts, the source).
+DEPENDENCIES = ("schema registry", "kafka", "postgres")
+
+
+class _Waiting(Collector):
+    """Exports :data:`bridge.retry.WAITING_FOR` and :data:`~bridge.retry.WAITED_SECONDS` per
+    dependency, read on each scrape: an outage shows here, not as an exit."""
+
+    def __init__(self, namespace: str) -> None:
+        self._ns = namespace
+
+    def collect(self) -> Iterator[Metric]:
+        waiting = GaugeMetricFamily(
+            f"{self._ns}_waiting_for_dependency",
+            "1 while a transient fault of this dependency is being waited out",
+            labels=["dependency"],
+        )
+        waited = CounterMetricFamily(
+            f"{self._ns}_retry_wait_seconds",
+            "Seconds spent waiting for this dependency to recover since start",
+            labels=["dependency"],
+        )
+        now_waiting, totals = WAITING_FOR.copy(), WAITED_SECONDS.copy()  # copies: atomic
+        for dependency in sorted({*DEPENDENCIES, *now_waiting, *totals}):
+            waiting.add_metric([dependency], float(dependency in now_waiting))
+            waited.add_metric([dependency], totals.get(dependency, 0.0))
+        yield waiting
+        yield waited
 
 
 class _LossyValues(Collector):

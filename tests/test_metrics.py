@@ -104,3 +104,27 @@ def test_bridge_metrics_exports_lossy_values_counted_by_converters(metrics: Brid
     record_lossy("test-type", "clamped")
     record_lossy("test-type", "clamped")
     assert _value(metrics, name, type="test-type", reason="clamped") == before + 2
+
+
+def test_bridge_metrics_say_which_dependency_is_waited_for(metrics: BridgeMetrics) -> None:
+    from bridge.retry import WAITED_SECONDS, WAITING_FOR
+
+    saved = dict(WAITING_FOR), dict(WAITED_SECONDS)
+    waiting = "pgbridge_waiting_for_dependency"
+    waited = "pgbridge_retry_wait_seconds_total"
+    try:
+        WAITING_FOR.clear()
+        WAITED_SECONDS.clear()
+        for dependency in ("kafka", "postgres", "schema registry"):
+            assert _value(metrics, waiting, dependency=dependency) == 0.0
+            assert _value(metrics, waited, dependency=dependency) == 0.0
+        WAITING_FOR["kafka"] = "delivering records"
+        WAITED_SECONDS["kafka"] = 12.5
+        assert _value(metrics, waiting, dependency="kafka") == 1.0
+        assert _value(metrics, waiting, dependency="postgres") == 0.0
+        assert _value(metrics, waited, dependency="kafka") == 12.5
+    finally:
+        WAITING_FOR.clear()
+        WAITED_SECONDS.clear()
+        WAITING_FOR.update(saved[0])
+        WAITED_SECONDS.update(saved[1])
