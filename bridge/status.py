@@ -6,11 +6,13 @@ topics under the prefix, the registry subjects. Works whether or not ``pgbridge 
 
 from __future__ import annotations
 
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
 from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.config import BridgeConfig
 from bridge.sink.publisher import admin_config
@@ -40,6 +42,9 @@ class BridgeStatus:
     problems: list[str] = field(default_factory=list)
     #: The snapshot's state file, if any (bridge.snapshot): status and one entry per table.
     snapshot: dict[str, Any] | None = None
+    #: What the running bridge waits for (dependency names), read from its metrics endpoint;
+    #: None when that cannot be known (metrics.port unset, or the bridge is not running).
+    waiting_for: list[str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,6 +75,8 @@ class BridgeStatus:
                 f"chunks {t['chunks_done']}/{t['chunks']} (by {t['method']})"
                 for t in snap["tables"]
             ]
+        if self.waiting_for:
+            lines.append(f"waiting for: {', '.join(self.waiting_for)} (a transient fault)")
         lines += [f"problem: {p}" for p in self.problems]
         return "\n".join(lines)
 
@@ -110,7 +117,29 @@ def collect(config: BridgeConfig) -> BridgeStatus:
     except Exception as exc:
         status.problems.append(f"registry: {exc}")
     _snapshot_status(config, status)
+    status.waiting_for = waiting_for(config)
     return status
+
+
+def waiting_for(config: BridgeConfig, timeout: float = 2.0) -> list[str] | None:
+    """The dependencies the running bridge is waiting for, from its own metrics endpoint."""
+    if not config.metrics.port:
+        return None
+    host = config.metrics.host
+    host = "127.0.0.1" if host in ("", "0.0.0.0") else host
+    url = f"http://{host}:{config.metrics.port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            text = response.read().decode("utf-8")
+    except OSError:
+        return None  # not running, or not reachable from here
+    return sorted(
+        sample.labels["dependency"]
+        for family in text_string_to_metric_families(text)
+        if family.name == "pgbridge_waiting_for_dependency"
+        for sample in family.samples
+        if sample.value == 1.0
+    )
 
 
 def _snapshot_status(config: BridgeConfig, status: BridgeStatus) -> None:
