@@ -48,6 +48,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from bridge.errors import PgBridgeError
+from bridge.retry import RetryPolicy
 from bridge.spark import transforms as tf
 from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
@@ -55,6 +56,7 @@ from bridge.spark.errors import ApplyError, RegistryUnavailableError, TableApply
 from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
 from bridge.spark.merge import MergePlan, ensure_table, merge_changes, table_key_columns
 from bridge.spark.multiset import Position, apply_multiset, read_positions, write_positions
+from bridge.spark.restarts import run_with_restarts
 
 __all__ = [
     "ApplyStats",
@@ -460,12 +462,20 @@ def run_apply(
             spark = build_spark_session(
                 config.query_name, master=os.environ.get("PGBRIDGE_SPARK_MASTER"), conf=JOB_CONF
             )
-    query = start_apply(spark, config)
+    queries: list[Any] = []
+
+    def start() -> Any:
+        queries.append(start_apply(spark, config))
+        return queries[-1]
+
     try:
-        query.awaitTermination()
+        # A transient failure (Kafka or the registry unreachable) restarts the query from its
+        # checkpoint after a backoff instead of ending the job (bridge.spark.restarts).
+        run_with_restarts(start, RetryPolicy())
     except KeyboardInterrupt:
         logger.info("interrupted; stopping the query (the checkpoint keeps the position)")
-        query.stop()
+        if queries:
+            queries[-1].stop()
     except Exception as exc:  # StreamingQueryException wraps the batch's real error
         raise ApplyError(f"the apply query failed: {exc}") from exc
 
