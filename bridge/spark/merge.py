@@ -12,9 +12,18 @@ Exactly once rests on two independent guards:
 * Every row stores the (commit_lsn, seq) of the change that wrote it, and a change applies only
   when it is newer. This also makes resends by an at-least-once producer harmless.
 
-Schema changes (new columns) and table creation are separate commits made *before* the MERGE,
-outside the idempotency window (they would otherwise consume the batch's txnVersion); both are
-idempotent by themselves.
+Schema changes (new columns, widened types) and table creation are separate commits made
+*before* the MERGE, outside the idempotency window (they would otherwise consume the batch's
+txnVersion); all are idempotent by themselves.
+
+A column whose type changed in PostgreSQL (``ALTER COLUMN … TYPE``) is handled by what Delta can
+do in place (:func:`type_change`): a type the Delta column already holds exactly (a narrowing,
+``bigint`` -> ``int``) changes nothing; a widening Delta supports (``int`` -> ``bigint``,
+``float`` -> ``double``, a larger decimal, integers to a wide enough decimal or to double,
+``date`` -> ``timestamp_ntz``) is applied with Delta's type widening (table feature
+``typeWidening``, readers need Delta 3.2+); anything else (``int`` -> ``text``, say) is a
+:class:`TableApplyError` naming the column and both types, so the table's records go to the
+dead-letter table rather than being cast wrongly.
 
 Columns carry PostgreSQL's own names (``Id Part``, ``naïve``, ``日本``): tables are created with
 Delta column mapping (``delta.columnMapping.mode=name``), which allows any character, and a table
@@ -47,6 +56,7 @@ __all__ = [
     "ensure_table",
     "idempotent_writes",
     "merge_changes",
+    "type_change",
 ]
 
 logger = logging.getLogger(__name__)
@@ -157,8 +167,10 @@ def ensure_table(
         logger.info("created Delta table %s for %s (key %s)", path, topic, list(key_columns))
         return []
     table = DeltaTable.forPath(spark, path)
-    existing = {f.name.lower() for f in table.toDF().schema.fields}
+    current = {f.name.lower(): f for f in table.toDF().schema.fields}
+    existing = set(current)
     added = [f for f in wanted.fields if f.name.lower() not in existing]
+    _widen_columns(spark, path, topic, current, wanted)
     if any(_NEEDS_MAPPING & set(f.name) for f in added):
         detail = table.detail().select("properties").first()
         properties_now = (detail["properties"] or {}) if detail else {}
@@ -178,6 +190,89 @@ def ensure_table(
         ).save(path)
         logger.info("%s: added columns %s", path, [f.name for f in added])
     return [f.name for f in added]
+
+
+#: Delta's type widening (4.0): the integral types in order of width, and decimal digits
+#: needed left of the point to hold each exactly.
+_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+_INTEGRAL_DIGITS: dict[type[T.DataType], int] = {
+    T.ByteType: 3,
+    T.ShortType: 5,
+    T.IntegerType: 10,
+    T.LongType: 20,
+}
+
+
+def type_change(old: T.DataType, new: T.DataType) -> str:
+    """What a Delta column of type ``old`` needs to take values of type ``new``.
+
+    ``"none"``: it holds them exactly already; ``"widen"``: Delta can widen it to ``new`` in
+    place; ``"refuse"``: neither (the values would be cast wrongly or fail).
+    """
+    if old == new:
+        return "none"
+    if type(old) in _INTEGRAL and type(new) in _INTEGRAL:
+        rank = _INTEGRAL.index
+        return "widen" if rank(type(new)) > rank(type(old)) else "none"
+    if isinstance(old, T.FloatType) and isinstance(new, T.DoubleType):
+        return "widen"
+    if isinstance(old, T.DoubleType) and (
+        isinstance(new, T.FloatType) or type(new) in _INTEGRAL[:3]
+    ):
+        return "none"
+    if type(old) in _INTEGRAL[:3] and isinstance(new, T.DoubleType):
+        return "widen"
+    if isinstance(old, T.DecimalType) and isinstance(new, T.DecimalType):
+        if _decimal_holds(old, new):
+            return "none"
+        return "widen" if _decimal_holds(new, old) else "refuse"
+    if type(old) in _INTEGRAL and isinstance(new, T.DecimalType):
+        return "widen" if new.precision - new.scale >= _INTEGRAL_DIGITS[type(old)] else "refuse"
+    if isinstance(old, T.DecimalType) and type(new) in _INTEGRAL:
+        return "none" if old.precision - old.scale >= _INTEGRAL_DIGITS[type(new)] else "refuse"
+    if isinstance(old, T.DateType) and isinstance(new, T.TimestampNTZType):
+        return "widen"
+    return "refuse"
+
+
+def _decimal_holds(wide: T.DecimalType, narrow: T.DecimalType) -> bool:
+    return wide.scale >= narrow.scale and (
+        wide.precision - wide.scale >= narrow.precision - narrow.scale
+    )
+
+
+def _widen_columns(
+    spark: Any,
+    path: str,
+    topic: str,
+    current: Mapping[str, T.StructField],
+    wanted: T.StructType,
+) -> None:
+    """Widen the existing columns whose source type grew (see :func:`type_change`)."""
+    changes = []
+    for f in wanted.fields:
+        existing = current.get(f.name.lower())
+        if existing is None:
+            continue
+        verdict = type_change(existing.dataType, f.dataType)
+        if verdict == "refuse":
+            raise TableApplyError(
+                topic,
+                f"column {f.name!r} changed type from {existing.dataType.simpleString()} to "
+                f"{f.dataType.simpleString()}, which Delta cannot change in place; recreate "
+                f"the table (a new snapshot into a new delta base) to take the new type",
+            )
+        if verdict == "widen":
+            changes.append((existing.name, f.dataType))
+    if not changes:
+        return
+    target = f"delta.{_quote(path)}"
+    spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+    for name, data_type in changes:
+        spark.sql(
+            f"ALTER TABLE {target} ALTER COLUMN {_quote(name)} TYPE {data_type.simpleString()}"
+        )
+        logger.info("%s: widened column %s to %s", path, name, data_type.simpleString())
 
 
 def before(alias: str, position: tuple[int, int]) -> Column:
