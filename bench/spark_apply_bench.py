@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/spark_apply_bench.py [--changes 1000000] [--tables 4] [--partitions 2]
         [--max-offsets-per-trigger 250000] [--fresh-seconds 30] [--fresh-rate 2000]
+        [--large-share 0.5]
 
 Uses the real local stack (``pgbridge dev up``; started if needed) and a local[2] Spark. In one run:
 
@@ -29,6 +30,7 @@ import argparse
 import io
 import json
 import logging
+import os
 import random
 import shutil
 import statistics
@@ -134,7 +136,8 @@ class FastProducer:
 class Workload:
     """Deterministic changes: inserts, updates of earlier keys, deletes; tracks the live rows."""
 
-    def __init__(self, prefix: str, tables: int, seed: int = 7) -> None:
+    def __init__(self, prefix: str, tables: int, seed: int = 7, large_share: float = 0.0) -> None:
+        self.large_share = large_share  # of the changes going to table t0, the rest spread
         self.versions = [
             TableVersion(prefix, "public", f"t{i}", COLUMNS, ["id"]) for i in range(tables)
         ]
@@ -145,7 +148,10 @@ class Workload:
         self.seq = 0
 
     def one(self, producer: FastProducer, now_ms: int) -> None:
-        t = self.random.randrange(len(self.versions))
+        if self.large_share and self.random.random() < self.large_share:
+            t = 0
+        else:
+            t = self.random.randrange(len(self.versions))
         version, live = self.versions[t], self.live[t]
         if self.seq == 100:  # 100 changes per transaction
             self.lsn += 1000
@@ -185,9 +191,9 @@ def _row(key: int, name: str) -> dict[str, Any]:
 
 
 def produce(
-    stack: Any, prefix: str, tables: int, partitions: int, changes: int
+    stack: Any, prefix: str, tables: int, partitions: int, changes: int, large_share: float = 0.0
 ) -> tuple[Workload, float]:
-    workload = Workload(prefix, tables)
+    workload = Workload(prefix, tables, large_share=large_share)
     create_topics(stack.bootstrap_servers, [v.topic for v in workload.versions], partitions)
     producer = FastProducer(stack.bootstrap_servers, stack.registry_url)
     for version in workload.versions:
@@ -201,6 +207,19 @@ def produce(
         workload.one(producer, now_ms)
     producer.flush()
     return workload, time.perf_counter() - start
+
+
+def jvm_pid(spark: Any) -> int:
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of the Spark JVM (``pid``) and of this Python process: all the
+    work of a local[N] job, so a slow host is told apart from slow code."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    jvm = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime (fields 14, 15)
+    return jvm + time.process_time()
 
 
 def raw_read(spark: Any, config: ApplyConfig, records: int) -> float:
@@ -333,6 +352,13 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--tables", type=int, default=4)
     parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument(
+        "--large-share",
+        type=float,
+        default=0.0,
+        help="share of the changes that go to one large table (the rest spread evenly), e.g. "
+        "0.5 with --tables 60 for a database of one busy table and many small ones",
+    )
     parser.add_argument("--max-offsets-per-trigger", type=int, default=250_000)
     parser.add_argument("--fresh-seconds", type=int, default=30)
     parser.add_argument("--fresh-rate", type=int, default=2000)
@@ -365,7 +391,9 @@ def main() -> None:
         print(
             f"producing {args.changes} changes: {args.tables} tables x {args.partitions} partitions"
         )
-        workload, produce_s = produce(stack, prefix, args.tables, args.partitions, args.changes)
+        workload, produce_s = produce(
+            stack, prefix, args.tables, args.partitions, args.changes, args.large_share
+        )
         print(f"  produced in {produce_s:.1f} s ({args.changes / produce_s:,.0f} changes/s)")
         config = _config(
             stack,
@@ -376,19 +404,26 @@ def main() -> None:
             deletion_vectors=args.deletion_vectors,
         )
         records = _records(spark, config)
+        pid = jvm_pid(spark)
+        cpu0 = cpu_seconds(pid)
         raw_s = raw_read(spark, config, records)
+        raw_cpu = cpu_seconds(pid) - cpu0
         print(f"raw Kafka read (noop sink): {records} records in {raw_s:.1f} s", end="")
-        print(f" = {records / raw_s:,.0f} records/s")
+        print(f" = {records / raw_s:,.0f} records/s, CPU {raw_cpu / records * 1e6:.1f} us/record")
         applier = TimedApplier(config)
+        cpu0 = cpu_seconds(pid)
         start = time.perf_counter()
         query = start_apply(spark, config, applier)
         query.awaitTermination()
         apply_s = time.perf_counter() - start
+        apply_cpu = cpu_seconds(pid) - cpu0
         if query.exception() is not None:
             raise SystemExit(f"apply failed: {query.exception()}")
         print(
             f"apply: {args.changes} changes ({records} records, {len(applier.batches)} batches) in "
-            f"{apply_s:.1f} s = {args.changes / apply_s:,.0f} changes/s"
+            f"{apply_s:.1f} s = {args.changes / apply_s:,.0f} changes/s, "
+            f"CPU {apply_cpu / args.changes * 1e6:.1f} us/change "
+            f"(JVM + driver; {os.cpu_count()} cores, local[2])"
         )
         print(
             f"ratio apply / raw read: {(records / apply_s) / (records / raw_s):.3f} "
