@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -266,20 +266,6 @@ def decode_batch(
         # Decoding is the expensive part; it feeds both the changes and the dead letters.
         decoded = decoded.persist()
         out.cached.append(decoded)
-        out.dead_letters.append(
-            tf.dead_letters(
-                decoded.where(F.col(tf.UNDECODABLE)),
-                f"payload does not decode with schema id {schema_id}",
-                batch_id,
-            )
-        )
-        out.dead_letters.append(
-            tf.dead_letters(
-                tf.unknown_ops(decoded),
-                F.concat(F.lit("unknown op "), F.col(f"{tf.ENVELOPE}.op")),
-                batch_id,
-            )
-        )
         if not shape.columns:
             shape = RowShape.plain(tf.envelope_fields(decoded))
         try:
@@ -289,13 +275,16 @@ def decode_batch(
                 raise TableApplyError(
                     topic, f"key columns {missing} are not columns of schema id {schema_id}"
                 )
-            unfit = _unfit(decoded, shape, config, batch_id)
+            unfit = _unfit_columns(decoded, shape)
         except RegistryUnavailableError:
             raise
         except Exception as exc:  # this table's records only: the batch goes on
+            out.dead_letters.append(_group_dead_letters(decoded, schema_id, None, config, batch_id))
             out.dead_letters.append(tf.dead_letters(_raw(decoded), _reason(exc), batch_id))
             continue
-        out.dead_letters.extend(unfit)
+        # One dead-letter frame per group, whatever the reasons: the dead-letter phase unions
+        # these, so its plan grows by one branch per (topic, schema id), not by three.
+        out.dead_letters.append(_group_dead_letters(decoded, schema_id, unfit, config, batch_id))
         key_columns = tuple(shape.name_of(k) for k in key_fields)
         per_table.setdefault(topic, []).append(_Group(schema_id, decoded, shape, key_columns))
     for topic, table_groups in per_table.items():
@@ -334,10 +323,9 @@ def _check_names(topic: str, shape: RowShape) -> None:
             )
 
 
-def _unfit(
-    decoded: DataFrame, shape: RowShape, config: ApplyConfig, batch_id: int
-) -> list[DataFrame]:
-    """Records holding a value their Delta column cannot hold exactly (applied with null)."""
+def _unfit_columns(decoded: DataFrame, shape: RowShape) -> Column | None:
+    """Per record, the columns holding a value their Delta type cannot hold exactly (None: no
+    column can be unfit). Such a record is applied with null there *and* dead-lettered."""
     envelope = decoded.schema[tf.ENVELOPE].dataType
     assert isinstance(envelope, T.StructType)
     lists = [
@@ -347,22 +335,41 @@ def _unfit(
     ]
     present = [u for u in lists if u is not None]
     if not present:
-        return []
-    names = F.array_distinct(F.flatten(F.array(*present)))
-    precision, scale = config.variable_decimal
-    return [
-        tf.dead_letters(
-            decoded.where(~F.col(tf.UNDECODABLE) & (F.size(names) > 0)),
+        return None
+    return F.array_distinct(F.flatten(F.array(*present)))
+
+
+_DEAD_REASON = "_pgbridge_dead_letter_reason"
+
+
+def _group_dead_letters(
+    decoded: DataFrame,
+    schema_id: int,
+    unfit: Column | None,
+    config: ApplyConfig,
+    batch_id: int,
+) -> DataFrame:
+    """A group's records that cannot be applied exactly, each with its reason: a payload that
+    does not decode, an op the job does not know, or values that do not fit (those are applied
+    with null too)."""
+    op = F.col(f"{tf.ENVELOPE}.op")
+    reason = F.when(
+        F.col(tf.UNDECODABLE), F.lit(f"payload does not decode with schema id {schema_id}")
+    ).when(~op.isin(*tf.APPLY_OPS, "m"), F.concat(F.lit("unknown op "), op))
+    if unfit is not None:
+        precision, scale = config.variable_decimal
+        reason = reason.when(
+            F.size(unfit) > 0,
             F.concat(
                 F.lit(
                     f"value does not fit decimal({precision},{scale}); applied as null in "
                     "column(s) "
                 ),
-                F.array_join(names, ", "),
+                F.array_join(unfit, ", "),
             ),
-            batch_id,
         )
-    ]
+    rows = decoded.withColumn(_DEAD_REASON, reason).where(F.col(_DEAD_REASON).isNotNull())
+    return tf.dead_letters(rows, F.col(_DEAD_REASON), batch_id)
 
 
 def _table_batch(

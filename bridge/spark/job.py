@@ -22,6 +22,31 @@ key columns, as multisets: :mod:`bridge.spark.multiset`, whose applied positions
 written once), and the dead letters in one idempotent append. Bad records are counted (log,
 Prometheus counter, :class:`ApplyStats`), never dropped silently.
 
+Where a batch's time goes, and why it is shaped so (the phases are logged per batch and
+exported as ``pgbridge_apply_batch_phase_seconds{phase}``, with commit-to-visible freshness as
+``pgbridge_apply_freshness_seconds`` and ``pgbridge_apply_commit_to_visible_seconds``):
+
+- **read**: Spark's Kafka source, framing, and one job grouping the batch by (topic, schema
+  id). The batch is coalesced to one partition per core first: it arrives in one partition per
+  Kafka topic-partition, and every frame derived from it would otherwise carry all of them,
+  multiplying every later job's tasks by the number of topics.
+- **summary**: one job over every table of the batch (counts, last truncate, unchanged TOAST,
+  identity, commit times), which also fills each table's cached changes; not one job per
+  table.
+- **merge**: one Delta MERGE per table that changed, ``parallel_tables`` at a time through one
+  session (each thread with its own SQL conf, for Delta's idempotent ``txnAppId`` /
+  ``txnVersion``). This is the cost that still grows with the number of tables: a Delta commit
+  is per table, and MERGE is Delta's only atomic upsert-and-delete. Deletion vectors (on by
+  default) make a MERGE touching few rows of a file mark them instead of rewriting the file.
+- **dead_letters**: one aggregation over a single frame per (topic, schema id) carrying every
+  reason; rows are written only when there are any (usually there are none).
+
+The alternative for hundreds of busy tables is merge-on-read, as Hudi's merge-on-read tables
+and Iceberg's equality deletes do, and as Databricks' ``APPLY CHANGES`` hides behind a view:
+append each batch to one changelog table (one commit for all tables), serve current state
+through views that fold the changelog by ``(commit_lsn, seq)``, and compact into the base
+tables in the background. It trades reader cost for writer cost, and is not built yet.
+
 One odd table never halts the job: when a table's batch cannot be applied (a schema Delta
 refuses, columns differing only in case, an incompatible type change, …) it is tried once more
 (a transient storage error passes), then its records of the batch go to the dead-letter table
@@ -37,12 +62,13 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge, Histogram
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -76,6 +102,25 @@ CHANGES_APPLIED = Counter(
 DEAD_LETTERS = Counter("pgbridge_apply_dead_letters", "Records written to the dead-letter table")
 TABLE_FAILURES = Counter(
     "pgbridge_apply_table_failures", "Table batches dead-lettered because they failed", ["table"]
+)
+_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+BATCH_PHASE_SECONDS = Histogram(
+    "pgbridge_apply_batch_phase_seconds",
+    "Wall time of each phase of an apply micro-batch (read: Kafka fetch, framing and grouping; "
+    "summary: one job over every table; merge: all tables' MERGEs; positions; dead_letters)",
+    ["phase"],
+    buckets=_SECONDS_BUCKETS,
+)
+FRESHNESS = Gauge(
+    "pgbridge_apply_freshness_seconds",
+    "Seconds from the PostgreSQL commit of the newest change of the last batch until that "
+    "batch's Delta commits were done (commit-to-visible)",
+)
+COMMIT_TO_VISIBLE = Histogram(
+    "pgbridge_apply_commit_to_visible_seconds",
+    "Per batch: seconds from the PostgreSQL commit of its oldest change until the batch's Delta "
+    "commits were done (the worst commit-to-visible delay of the batch)",
+    buckets=_SECONDS_BUCKETS,
 )
 
 #: Failpoint for crash tests: seconds to pause after each table's MERGE, so a test can kill the
@@ -115,7 +160,7 @@ class BatchApplier:
         # Tables this job created or evolved, with their columns: a batch whose columns are
         # all known skips the existence and schema checks (Delta log reads on the driver).
         # Only this job writes these tables' schemas, so the cache cannot go stale.
-        self._known: dict[str, frozenset[str]] = {}
+        self._known: dict[str, frozenset[tuple[str, str]]] = {}
         self._paths: dict[str, str] = {}  # topic -> its table's path (once known)
 
     def _session(self, spark: Any) -> Any:
@@ -141,7 +186,8 @@ class BatchApplier:
         metadata: Sequence[T.StructField] | None = None,
     ) -> None:
         """Create or evolve the table unless this job already saw it with these columns."""
-        columns = frozenset(c.lower() for c in table.columns.fieldNames())
+        # Names and types: a changed type must reach ensure_table (to widen the column).
+        columns = frozenset((f.name.lower(), f.dataType.simpleString()) for f in table.columns)
         with self._lock:
             known = self._known.get(path)
         if known is not None and columns <= known:
@@ -212,126 +258,179 @@ class BatchApplier:
         TABLE_FAILURES.labels(table.topic).inc()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        started = time.monotonic()
-        framed = tf.frame(batch).persist()
+        phases = _PhaseTimer()
+        spark = batch.sparkSession
+        # One partition per core: a batch of many topics arrives in one Kafka partition per
+        # topic-partition, and every group's and table's frame would otherwise carry all of
+        # them (mostly empty), multiplying the tasks of each job by the number of topics.
+        framed = tf.frame(batch).coalesce(max(1, spark.sparkContext.defaultParallelism))
+        framed = framed.persist()
         decoded = None
+        tables: list[TableBatch] = []
         try:
-            decoded = decode_batch(framed, self.config, self.schemas, batch_id)
-            logger.info("batch %d: decode planned in %.1f s", batch_id, time.monotonic() - started)
+            with phases.phase("read"):
+                decoded = decode_batch(framed, self.config, self.schemas, batch_id)
+            # Each table's changes are read by its summary and by its MERGE.
+            tables = [replace(t, changes=t.changes.persist()) for t in decoded.tables]
             state = _BatchState()
-            if any(t.keyless for t in decoded.tables):
-                state.positions = read_positions(batch.sparkSession, self.config.positions_path)
+            with phases.phase("summary"):
+                state.summaries = self._summaries(tables, batch_id)
+            if any(t.keyless for t in tables):
+                state.positions = read_positions(spark, self.config.positions_path)
             # Per-table MERGEs are mostly driver-side latency (log replay, planning, commit):
             # running them side by side keeps the cores busy.
-            self._apply_tables(batch.sparkSession, decoded.tables, batch_id, state)
+            with phases.phase("merge"):
+                self._apply_tables(spark, tables, batch_id, state)
             # After every table's MERGE: a replay starts again from the positions before it.
-            write_positions(
-                self._session(batch.sparkSession),
-                self.config.positions_path,
-                state.applied,
-                self.config.txn_app_id,
-                batch_id,
-            )
-            self._write_dead_letters(
-                batch.sparkSession, [*decoded.dead_letters, *state.dead_letters], batch_id
-            )
+            with phases.phase("positions"):
+                write_positions(
+                    self._session(spark),
+                    self.config.positions_path,
+                    state.applied,
+                    self.config.txn_app_id,
+                    batch_id,
+                )
+            with phases.phase("dead_letters"):
+                self._write_dead_letters(
+                    spark, [*decoded.dead_letters, *state.dead_letters], batch_id
+                )
             self.stats.batches += 1
-            logger.info("batch %d: done in %.1f s", batch_id, time.monotonic() - started)
+            self._report(batch_id, phases, state, len(tables))
         finally:
+            for table in tables:
+                table.changes.unpersist()
             for cached in decoded.cached if decoded else []:
                 cached.unpersist()
             framed.unpersist()
+
+    def _report(self, batch_id: int, phases: _PhaseTimer, state: _BatchState, tables: int) -> None:
+        """The batch's log line and metrics: phases, and commit-to-visible freshness."""
+        visible_ms = time.time() * 1000
+        for name, seconds in phases.seconds.items():
+            BATCH_PHASE_SECONDS.labels(name).observe(seconds)
+        freshness = ""
+        if state.commit_ms:
+            oldest, newest = min(state.commit_ms), max(state.commit_ms)
+            newest_s = max(0.0, (visible_ms - newest) / 1000)
+            oldest_s = max(0.0, (visible_ms - oldest) / 1000)
+            FRESHNESS.set(newest_s)
+            COMMIT_TO_VISIBLE.observe(oldest_s)
+            freshness = (
+                f"; commit to visible {newest_s:.1f} s (newest) .. {oldest_s:.1f} s (oldest)"
+            )
+        logger.info(
+            "batch %d: %d changes in %d tables, %.1f s (%s)%s",
+            batch_id,
+            sum(state.counts.values()),
+            tables,
+            phases.total,
+            ", ".join(f"{name} {seconds:.1f}" for name, seconds in phases.seconds.items()),
+            freshness,
+        )
+
+    def _summaries(self, tables: Sequence[TableBatch], batch_id: int) -> dict[str, Any]:
+        """Every table's summary (counts, truncate, identity) in one Spark job, not one each.
+
+        If that job fails (one table's values fail at run time, say), each table computes its
+        own summary in its apply, so the failure stays with that table.
+        """
+        if len(tables) <= 1:
+            return {}
+        narrow = [_summary_input(t.changes).withColumn(_TABLE_INDEX, F.lit(i))
+                  for i, t in enumerate(tables)]  # fmt: skip
+        union = narrow[0]
+        for other in narrow[1:]:
+            union = union.union(other)
+        try:
+            rows = union.groupBy(_TABLE_INDEX).agg(*_summary_aggregates()).collect()
+        except Exception as exc:  # per-table summaries will locate it
+            logger.warning(
+                "batch %d: the summary of all tables failed (%s); summarising table by table",
+                batch_id,
+                _first_line(exc),
+            )
+            return {}
+        return {tables[int(r[_TABLE_INDEX])].topic: r for r in rows}
 
     def _apply_table(
         self, spark: Any, table: TableBatch, batch_id: int, batch: _BatchState | None = None
     ) -> None:
         batch = batch if batch is not None else _BatchState()
         started = time.monotonic()
-        cached = table.changes.persist()  # read by the summary and by the MERGE
-        changes = cached
+        changes = table.changes
         merge_seconds = 0.0
-        try:
-            summary = changes.agg(
-                F.count(F.lit(1)).alias("n"),
-                F.count(F.when(F.col(tf.OP) != "t", F.lit(1))).alias("rows"),
-                F.max(
-                    F.when(F.col(tf.OP) == "t", F.struct(tf.COMMIT_LSN, tf.SEQ, tf.COMMIT_TS))
-                ).alias("trunc"),
-                F.max(F.size(tf.UNCHANGED) > 0).alias("toast"),
-                F.min(tf.SOURCE_SCHEMA).alias("schema"),
-                F.max(tf.SOURCE_SCHEMA).alias("schema_max"),
-                F.min(tf.SOURCE_TABLE).alias("table"),
-                F.max(tf.SOURCE_TABLE).alias("table_max"),
-            ).first()
-            count = int(summary["n"]) if summary else 0
-            if summary is None or count == 0:
-                return
-            identity = (summary["schema"], summary["table"])
-            if identity != (summary["schema_max"], summary["table_max"]) or None in identity:
-                raise TableApplyError(
-                    table.topic,
-                    f"records of several tables in one topic: {identity} .. "
-                    f"{(summary['schema_max'], summary['table_max'])}",
-                )
-            schema, name = str(identity[0]), str(identity[1])
-            path = self.config.table_path(schema, name)
-            with self._lock:
-                self._paths[table.topic] = path
-            label = f"{schema}.{name}"
-            changes = changes.drop(tf.SOURCE_SCHEMA, tf.SOURCE_TABLE)
-            truncate = summary["trunc"]
-            truncate_at = (int(truncate[0]), int(truncate[1])) if truncate else None
-            exists = path in self._known or _is_delta_table(spark, path)
-            keys = table.key_columns
-            if not keys and exists and int(summary["rows"]) == 0:
-                keys = table_key_columns(spark, path)  # only truncates: the table's own key
-            if not exists and int(summary["rows"]) == 0:
-                logger.info("%s: truncate of a table never applied; nothing to do", label)
-                return
-            merge_started = time.monotonic()
-            if not keys:
-                self._ensure(spark, path, table, ())
-                applied = apply_multiset(
-                    spark,
-                    path,
-                    changes,
-                    table.columns,
-                    batch.positions.get(path),
-                    self.config.txn_app_id,
-                    batch_id,
-                )
-                if applied is not None:
-                    with self._lock:
-                        batch.applied[path] = applied
-                if self.config.history:
-                    logger.info("%s: no history for a table without key columns", label)
-            else:
-                changes = (
-                    changes.drop(tf.COUNT_DELTA) if tf.COUNT_DELTA in changes.columns else changes
-                )
-                self._ensure(spark, path, table, keys)
-                if truncate_at is not None:
-                    changes = tf.drop_before(changes, *truncate_at)
-                fold = bool(summary["toast"])
-                latest = tf.last_change_per_key(changes, keys, fold_unchanged=fold)
-                plan = MergePlan(
-                    key_columns=tuple(keys),
-                    value_columns=tuple(table.columns.fieldNames()),
-                    truncate_at=truncate_at,
-                    fold_unchanged=fold,
-                )
-                merge_changes(spark, path, latest, plan, self.config.txn_app_id, batch_id)
-            merge_seconds = time.monotonic() - merge_started
-            if os.environ.get(PAUSE_AFTER_MERGE_ENV):
-                time.sleep(float(os.environ[PAUSE_AFTER_MERGE_ENV]))
-            if self.config.history and keys:
-                self._apply_history(spark, table, schema, name, changes, keys, truncate,
-                                    bool(summary["toast"]), batch_id)  # fmt: skip
-        finally:
-            cached.unpersist()
+        summary = batch.summaries.get(table.topic)
+        if summary is None:
+            summary = _summary_input(changes).agg(*_summary_aggregates()).first()
+        count = int(summary["n"]) if summary else 0
+        if summary is None or count == 0:
+            return
+        identity = (summary["schema"], summary["table"])
+        if identity != (summary["schema_max"], summary["table_max"]) or None in identity:
+            raise TableApplyError(
+                table.topic,
+                f"records of several tables in one topic: {identity} .. "
+                f"{(summary['schema_max'], summary['table_max'])}",
+            )
+        schema, name = str(identity[0]), str(identity[1])
+        path = self.config.table_path(schema, name)
+        with self._lock:
+            self._paths[table.topic] = path
+        label = f"{schema}.{name}"
+        changes = changes.drop(tf.SOURCE_SCHEMA, tf.SOURCE_TABLE)
+        truncate = summary["trunc"]
+        truncate_at = (int(truncate[0]), int(truncate[1])) if truncate else None
+        exists = path in self._known or _is_delta_table(spark, path)
+        keys = table.key_columns
+        if not keys and exists and int(summary["rows"]) == 0:
+            keys = table_key_columns(spark, path)  # only truncates: the table's own key
+        if not exists and int(summary["rows"]) == 0:
+            logger.info("%s: truncate of a table never applied; nothing to do", label)
+            return
+        merge_started = time.monotonic()
+        if not keys:
+            self._ensure(spark, path, table, ())
+            applied = apply_multiset(
+                spark,
+                path,
+                changes,
+                table.columns,
+                batch.positions.get(path),
+                self.config.txn_app_id,
+                batch_id,
+            )
+            if applied is not None:
+                with self._lock:
+                    batch.applied[path] = applied
+            if self.config.history:
+                logger.info("%s: no history for a table without key columns", label)
+        else:
+            changes = changes.drop(tf.COUNT_DELTA) if tf.COUNT_DELTA in changes.columns else changes
+            self._ensure(spark, path, table, keys)
+            if truncate_at is not None:
+                changes = tf.drop_before(changes, *truncate_at)
+            fold = bool(summary["toast"])
+            latest = tf.last_change_per_key(changes, keys, fold_unchanged=fold)
+            plan = MergePlan(
+                key_columns=tuple(keys),
+                value_columns=tuple(table.columns.fieldNames()),
+                truncate_at=truncate_at,
+                fold_unchanged=fold,
+            )
+            merge_changes(spark, path, latest, plan, self.config.txn_app_id, batch_id)
+        merge_seconds = time.monotonic() - merge_started
+        if os.environ.get(PAUSE_AFTER_MERGE_ENV):
+            time.sleep(float(os.environ[PAUSE_AFTER_MERGE_ENV]))
+        if self.config.history and keys:
+            self._apply_history(spark, table, schema, name, changes, keys, truncate,
+                                bool(summary["toast"]), batch_id)  # fmt: skip
         with self._lock:
             self.stats.changes += count
             self.stats.per_table[label] = self.stats.per_table.get(label, 0) + count
+            batch.counts[table.topic] = count
+            batch.commit_ms.extend(
+                int(summary[k]) for k in ("oldest_ms", "newest_ms") if summary[k] is not None
+            )
         CHANGES_APPLIED.labels(label).inc(count)
         logger.info(
             "batch %d: %s: %d changes%s in %.1f s (MERGE %.1f s)",
@@ -374,27 +473,28 @@ class BatchApplier:
         )
 
     def _write_dead_letters(self, spark: Any, frames: list[DataFrame], batch_id: int) -> None:
+        """Append the batch's dead letters, idempotently; usually there are none.
+
+        One aggregation over all frames says whether there are any (and why); only then are
+        the rows read again and written. No cache: a batch without dead letters costs one job.
+        """
         if not frames:
             return
         rows = frames[0]
         for other in frames[1:]:
-            rows = rows.unionByName(other)
-        rows = rows.persist()
-        try:
-            count = rows.count()
-            if count == 0:
-                return
-            # Idempotent append: a replayed batch does not write its dead letters twice.
-            (
-                rows.write.format("delta")
-                .mode("append")
-                .option("txnAppId", self.config.txn_app_id)
-                .option("txnVersion", str(batch_id))
-                .save(self.config.dead_letter_location)
-            )
-            reasons = rows.groupBy("reason").count().collect()
-        finally:
-            rows.unpersist()
+            rows = rows.union(other)  # every frame has DEAD_LETTER_SCHEMA's columns, in order
+        reasons = {r["reason"]: int(r["count"]) for r in rows.groupBy("reason").count().collect()}
+        count = sum(reasons.values())
+        if count == 0:
+            return
+        # Idempotent append: a replayed batch does not write its dead letters twice.
+        (
+            rows.write.format("delta")
+            .mode("append")
+            .option("txnAppId", self.config.txn_app_id)
+            .option("txnVersion", str(batch_id))
+            .save(self.config.dead_letter_location)
+        )
         self.stats.dead_letters += count
         DEAD_LETTERS.inc(count)
         logger.warning(
@@ -402,7 +502,7 @@ class BatchApplier:
             batch_id,
             count,
             self.config.dead_letter_location,
-            {r["reason"]: r["count"] for r in reasons},
+            reasons,
         )
 
 
@@ -413,6 +513,64 @@ class _BatchState:
     positions: dict[str, Position] = field(default_factory=dict)
     applied: dict[str, Position] = field(default_factory=dict)
     dead_letters: list[DataFrame] = field(default_factory=list)
+    summaries: dict[str, Any] = field(default_factory=dict)  # topic -> its summary row
+    counts: dict[str, int] = field(default_factory=dict)  # topic -> changes applied
+    commit_ms: list[int] = field(default_factory=list)  # oldest and newest commit per table
+
+
+class _PhaseTimer:
+    """Wall time per phase of a batch, in the order the phases ran."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - started
+
+    @property
+    def total(self) -> float:
+        return time.monotonic() - self.started
+
+
+_TABLE_INDEX = "_pgbridge_table_index"
+_TOAST = "_pgbridge_has_unchanged"
+
+
+def _summary_input(changes: DataFrame) -> DataFrame:
+    """The columns a table's summary reads, the same for every table (so they can be unioned)."""
+    return changes.select(
+        tf.OP,
+        tf.COMMIT_LSN,
+        tf.SEQ,
+        tf.COMMIT_TS,
+        (F.size(tf.UNCHANGED) > 0).alias(_TOAST),
+        tf.SOURCE_SCHEMA,
+        tf.SOURCE_TABLE,
+    )
+
+
+def _summary_aggregates() -> list[Any]:
+    """A table's batch at a glance: counts, the last truncate, TOAST, identity, commit times."""
+    return [
+        F.count(F.lit(1)).alias("n"),
+        F.count(F.when(F.col(tf.OP) != "t", F.lit(1))).alias("rows"),
+        F.max(
+            F.when(F.col(tf.OP) == "t", F.struct(tf.COMMIT_LSN, tf.SEQ, tf.COMMIT_TS))
+        ).alias("trunc"),
+        F.max(_TOAST).alias("toast"),
+        F.min(tf.SOURCE_SCHEMA).alias("schema"),
+        F.max(tf.SOURCE_SCHEMA).alias("schema_max"),
+        F.min(tf.SOURCE_TABLE).alias("table"),
+        F.max(tf.SOURCE_TABLE).alias("table_max"),
+        F.min(F.unix_millis(tf.COMMIT_TS)).alias("oldest_ms"),
+        F.max(F.unix_millis(tf.COMMIT_TS)).alias("newest_ms"),
+    ]
 
 
 def _first_line(error: BaseException) -> str:

@@ -288,11 +288,6 @@ def images_without_before(decoded: DataFrame) -> DataFrame:
     )
 
 
-def unknown_ops(decoded: DataFrame) -> DataFrame:
-    """Decoded rows whose op is none the job knows (c r u d t, and m which is skipped)."""
-    return decoded.where(~F.col(UNDECODABLE) & ~F.col(f"{ENVELOPE}.op").isin(*APPLY_OPS, "m"))
-
-
 def conform(frames: Sequence[DataFrame], columns: T.StructType) -> DataFrame:
     """Change rows decoded under several schema versions -> one DataFrame of ``columns``.
 

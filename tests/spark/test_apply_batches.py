@@ -451,3 +451,124 @@ def test_table_created_without_column_mapping_is_switched_on_for_a_new_name(
     batches.add(legacy, "c", (10, 0), after={"id": 1, "a_b": "x"})
     batches.apply(0)
     assert batches.rows("public", "legacy") == [{"id": 1, "a b": "x"}]
+
+
+def _keyed(name: str) -> TableVersion:
+    return TableVersion(PREFIX, "public", name, [col("id", "int"), col("v", OPT_STR)], ["id"])
+
+
+def _jobs_of(spark: Any, group: str, run: Any) -> int:
+    """Spark jobs that ``run()`` started from this thread."""
+    sc = spark.sparkContext
+    sc.setJobGroup(group, group)
+    try:
+        run()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return len(sc.statusTracker().getJobIdsForGroup(group))
+
+
+def test_summary_jobs_do_not_grow_with_the_number_of_tables(batches: Batches, spark: Any) -> None:
+    from dataclasses import replace
+
+    from bridge.spark.decode import decode_batch
+
+    def summary_jobs(tables: int, group: str) -> int:
+        for t in range(tables):
+            batches.add(_keyed(f"many_{t}"), "c", (10, t), after={"id": t, "v": "x"})
+        framed = tf.frame(batches.frame())
+        applier = BatchApplier(batches.config, batches.schemas)
+        decoded = decode_batch(framed, batches.config, batches.schemas, 0)
+        assert len(decoded.tables) == tables
+        cached = [replace(t, changes=t.changes.persist()) for t in decoded.tables]
+        found: dict[str, Any] = {}
+        # The first call also fills the tables' caches (Spark's adaptive execution builds each
+        # cache in a job of its own, concurrently); the second shows the summary query itself.
+        applier._summaries(cached, 0)
+        jobs = _jobs_of(spark, group, lambda: found.update(applier._summaries(cached, 0)))
+        assert {topic: int(row["n"]) for topic, row in found.items()} == {
+            t.topic: 1 for t in decoded.tables
+        }
+        return jobs
+
+    assert summary_jobs(8, "summary-8") == summary_jobs(2, "summary-2")
+
+
+def test_batch_without_dead_letters_writes_no_dead_letter_table(
+    batches: Batches, spark: Any
+) -> None:
+    from delta.tables import DeltaTable
+
+    for t in range(3):
+        batches.add(_keyed(f"clean_{t}"), "c", (10, t), after={"id": t, "v": "x"})
+    applier = batches.apply(0)
+    assert applier.stats.dead_letters == 0
+    assert not DeltaTable.isDeltaTable(spark, batches.config.dead_letter_location)
+    assert [batches.rows("public", f"clean_{t}") for t in range(3)] == [
+        [{"id": t, "v": "x"}] for t in range(3)
+    ]
+
+
+def test_batch_reports_phases_and_commit_to_visible_freshness(batches: Batches) -> None:
+    import time
+
+    from prometheus_client import REGISTRY
+
+    def sample(name: str, labels: dict[str, str] | None = None) -> float:
+        return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+
+    merges_before = sample("pgbridge_apply_batch_phase_seconds_count", {"phase": "merge"})
+    observed_before = sample("pgbridge_apply_commit_to_visible_seconds_count")
+    committed_ms = int(time.time() * 1000) - 60_000  # committed a minute ago
+    table = _keyed("fresh")
+    envelope = table.envelope("c", 10, 0, after={"id": 1, "v": "x"}, ts_ms=committed_ms)
+    batches.records.append(
+        (
+            frame_avro(table.key_schema(), {"id": 1}, batches.schemas.id_of(table.key_schema())),
+            frame_avro(table.value_schema(), envelope, batches.schemas.id_of(table.value_schema())),
+            table.topic,
+        )
+    )
+    batches.apply(0)
+    assert sample("pgbridge_apply_batch_phase_seconds_count", {"phase": "merge"}) == (
+        merges_before + 1
+    )
+    assert sample("pgbridge_apply_commit_to_visible_seconds_count") == observed_before + 1
+    freshness = sample("pgbridge_apply_freshness_seconds")
+    assert 60 <= freshness < 60 + 120  # the minute since the commit, plus the batch itself
+
+
+def test_column_type_widened_in_postgres_is_widened_in_delta(batches: Batches, spark: Any) -> None:
+    narrow = TableVersion(PREFIX, "public", "grows", [col("id", "int"), col("v", OPT_INT)], ["id"])
+    wide = TableVersion(PREFIX, "public", "grows", [col("id", "int"), col("v", ["null", "long"])],
+                        ["id"])  # fmt: skip
+    batches.add(narrow, "c", (10, 0), after={"id": 1, "v": 7})
+    batches.apply(0)
+    # ALTER TABLE grows ALTER COLUMN v TYPE bigint; then a value only bigint holds.
+    batches.add(narrow, "u", (11, 0), after={"id": 1, "v": 8})
+    batches.add(wide, "c", (12, 0), after={"id": 2, "v": 2**40})
+    applier = batches.apply(1)
+    assert applier.stats.dead_letters == 0
+    df = spark.read.format("delta").load(batches.config.table_path("public", "grows"))
+    assert df.schema["v"].dataType.simpleString() == "bigint"
+    assert sorted(batches.rows("public", "grows"), key=lambda r: r["id"]) == [
+        {"id": 1, "v": 8},
+        {"id": 2, "v": 2**40},
+    ]
+
+
+def test_column_type_delta_cannot_change_dead_letters_the_table_only(batches: Batches) -> None:
+    before = TableVersion(PREFIX, "public", "retyped", [col("id", "int"), col("v", OPT_INT)],
+                          ["id"])  # fmt: skip
+    after = TableVersion(PREFIX, "public", "retyped", [col("id", "int"), col("v", OPT_STR)],
+                         ["id"])  # fmt: skip
+    batches.add(before, "c", (10, 0), after={"id": 1, "v": 7})
+    batches.apply(0)
+    batches.add(after, "c", (11, 0), after={"id": 2, "v": "seven"})
+    batches.add(FULL_DUPS, "c", (11, 1), after={"a": 1, "b": "ok"})
+    batches.apply(1)
+    assert batches.rows("public", "retyped") == [{"id": 1, "v": 7}]
+    assert batches.multiset("public", "full_dups") == Counter({(1, "ok"): 1})
+    dead = batches.dead()
+    assert len(dead) == 1 and dead[0][0] == after.topic
+    assert "column 'v' changed type from int to string" in dead[0][1]
