@@ -115,7 +115,9 @@ def run_snapshot(
     logger.info("snapshot (%s): %s; state file %s", mode, decision.reason, path)
     threads = config.snapshot.max_threads
     if decision.action == "fresh":
-        with SlotWithSnapshot(source.dsn, slot_name, source.publication.name) as exported:
+        with SlotWithSnapshot(
+            source.dsn, slot_name, source.publication.name, failover=source.failover
+        ) as exported:
             new_state = SnapshotState(
                 slot_name,
                 str(exported.consistent_point),
