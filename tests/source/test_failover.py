@@ -15,6 +15,7 @@ from bridge.source import (
     ReconnectPolicy,
     ReplicationConnectionLost,
     ServerInRecoveryError,
+    SlotInUseError,
     SourceConfig,
     SourceError,
     slots,
@@ -160,13 +161,13 @@ def test_failover_reconnect_to_a_standby_is_retried_until_promoted() -> None:
     assert "postgres" not in WAITING_FOR
 
 
-def test_failover_synced_slot_on_a_standby_is_not_a_permanent_error_by_sqlstate() -> None:
-    # What a walsender of PostgreSQL 17 answers to START_REPLICATION of a synced slot while
-    # still in recovery: never reached when the recovery check runs first, and classified
-    # as permanent if it ever is, so the check must stay in front of START_REPLICATION.
-    error = classify_server_error(
-        "s", "p", "55000", 'cannot use replication slot "s" for logical decoding'
-    )
+def test_failover_synced_slot_on_a_standby_would_only_look_busy() -> None:
+    # What a PostgreSQL 18 standby answers to START_REPLICATION of a synced slot (its slot sync
+    # worker holds it): SlotInUseError, retried only for slot_in_use_timeout and then fatal.
+    # The pg_is_in_recovery() check in front of START_REPLICATION is what makes a standby a
+    # wait without end instead.
+    error = classify_server_error("s", "p", "55006", 'replication slot "s" is active for PID 7829')
+    assert isinstance(error, SlotInUseError)
     assert not isinstance(error, ReplicationConnectionLost)
 
 
