@@ -27,15 +27,20 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from bridge.config import load_config
 from bridge.devstack.postgres import PostgresCluster, ensure_postgres_binaries
 from bridge.devstack.process import chown_tree, free_port, port_open
 from bridge.devstack.stack import StackInfo
 from bridge.pgoutput.lsn import Lsn
+from bridge.status import collect
 from tests.integration.bridge_harness import (
     BridgeProcess,
     bridge_settings,
@@ -201,27 +206,34 @@ class Writer:
         self._thread.join(30)
 
 
-@pytest.mark.parametrize(
-    "session_attrs",
-    ["read-write", None],
-    ids=["target_session_attrs=read-write", "no_target_session_attrs"],
-)
-def test_failover_primary_killed_standby_promoted_bridge_resumes_on_synced_slot_without_loss(
-    local_stack: StackInfo, tmp_path: Path, session_attrs: str | None
-) -> None:
-    """With ``target_session_attrs=read-write`` libpq skips the standby until it is promoted;
-    without it the bridge reaches the standby while it is still in recovery, must not create
-    or stream a slot there, and waits (its own ``pg_is_in_recovery()`` check)."""
-    timings: dict[str, float] = {}
-    started = time.monotonic()
-    bindir = ensure_postgres_binaries(failover_major(local_stack))
+@dataclass
+class Pair:
+    """A primary (run as this process's child) and its streaming standby."""
+
+    primary: PostgresCluster
+    postmaster: Postmaster
+    standby: PostgresCluster
+
+    def hosts(self) -> str:
+        """A DSN naming both hosts, primary first, for the database ``shop``."""
+        return (
+            f"host=127.0.0.1,127.0.0.1 port={self.primary.port},{self.standby.port} "
+            "user=postgres dbname=shop connect_timeout=2"
+        )
+
+
+@contextmanager
+def primary_and_standby(stack: StackInfo) -> Iterator[Pair]:
+    """The README's failover setup on two throwaway clusters, with the database ``shop`` and
+    its table ``steady`` (id bigint PRIMARY KEY, v text); errors, never skips, if either
+    cannot start."""
+    bindir = ensure_postgres_binaries(failover_major(stack))
     base = Path(tempfile.mkdtemp(prefix="pgbridge-failover-"))
     base.chmod(0o755)
     primary = PostgresCluster(bindir, base / "primary")
-    primary.start()  # errors, never skips, if it cannot start
+    primary.start()  # initdb and settings; then run again as a child of ours
     primary.stop()
-    old = Postmaster(primary)
-    old_alive = True
+    postmaster = Postmaster(primary)
     standby = PostgresCluster(
         bindir,
         base / "standby",
@@ -236,9 +248,6 @@ def test_failover_primary_killed_standby_promoted_bridge_resumes_on_synced_slot_
             "sync_replication_slots": "on",
         },
     )
-    prefix = f"failover{uuid.uuid4().hex[:8]}"
-    writer: Writer | None = None
-    bridge: BridgeProcess | None = None
     try:
         with psycopg.connect(primary.dsn(), autocommit=True) as conn:
             conn.execute("CREATE DATABASE shop")
@@ -256,14 +265,48 @@ def test_failover_primary_killed_standby_promoted_bridge_resumes_on_synced_slot_
             # wait for it before.)
             conn.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
             conn.execute("SELECT pg_reload_conf()")
-        timings["clusters up"] = time.monotonic() - started
+        yield Pair(primary, postmaster, standby)
+    finally:
+        if postmaster.proc.returncode is None:
+            postmaster.kill()
+        standby.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
-        hosts = (
-            f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} user=postgres "
-            "dbname=shop connect_timeout=2"
+
+def promote(standby: PostgresCluster) -> None:
+    with psycopg.connect(standby.dsn(), autocommit=True) as conn:
+        assert conn.execute("SELECT pg_promote(true, 60)").fetchone() == (True,)
+
+
+def wait_log(bridge: BridgeProcess, text: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in bridge.log():
+        assert bridge.proc.poll() is None, f"pgbridge run exited:\n{bridge.log()[-3000:]}"
+        assert time.monotonic() < deadline, f"never logged {text!r}:\n{bridge.log()[-3000:]}"
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize(
+    "session_attrs",
+    ["read-write", None],
+    ids=["target_session_attrs=read-write", "no_target_session_attrs"],
+)
+def test_failover_primary_killed_standby_promoted_bridge_resumes_on_synced_slot_without_loss(
+    local_stack: StackInfo, tmp_path: Path, session_attrs: str | None
+) -> None:
+    """With ``target_session_attrs=read-write`` libpq skips the standby until it is promoted;
+    without it the bridge reaches the standby while it is still in recovery, must not create
+    or stream a slot there, and waits (its own ``pg_is_in_recovery()`` check)."""
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    prefix = f"failover{uuid.uuid4().hex[:8]}"
+    with primary_and_standby(local_stack) as pair:
+        primary, standby = pair.primary, pair.standby
+        timings["clusters up"] = time.monotonic() - started
+        writer = Writer(pair.hosts() + " target_session_attrs=read-write")
+        bridge_dsn = pair.hosts() + (
+            f" target_session_attrs={session_attrs}" if session_attrs else ""
         )
-        writer_dsn = hosts + " target_session_attrs=read-write"
-        bridge_dsn = hosts + (f" target_session_attrs={session_attrs}" if session_attrs else "")
         settings = bridge_settings(
             local_stack,
             bridge_dsn,
@@ -271,51 +314,47 @@ def test_failover_primary_killed_standby_promoted_bridge_resumes_on_synced_slot_
             **{"slot.failover": "true", "errors.retry.delay.max.ms": "2000"},
         )
         slot = settings["slot.name"]
-        writer = Writer(writer_dsn)
         bridge = BridgeProcess(settings, str(tmp_path / "bridge.log"))
-        deadline = time.monotonic() + 120
-        while "streaming slot" not in bridge.log():
-            assert bridge.proc.poll() is None, f"pgbridge run exited:\n{bridge.log()[-3000:]}"
-            assert time.monotonic() < deadline, "pgbridge run never started streaming"
-            time.sleep(0.2)
-        with psycopg.connect(primary.dsn("shop"), autocommit=True) as conn:
-            row = conn.execute(
-                "SELECT failover FROM pg_replication_slots WHERE slot_name = %s", (slot,)
-            ).fetchone()
-        assert row == (True,), f"slot {slot} is not a failover slot: {row}"
-        confirmed_mark = mark(primary.dsn("shop"))
-        wait_slot_confirmed(primary.dsn("shop"), slot, confirmed_mark, bridge)
-        timings["bridge streaming"] = time.monotonic() - started
-        timings["slot synced after"] = wait_synced(
-            standby.dsn("shop"), slot, confirmed_mark, bridge
-        )
-        time.sleep(2)  # the writer and the bridge keep going past the synced position
+        try:
+            wait_log(bridge, "streaming slot")
+            confirmed_mark = mark(primary.dsn("shop"))
+            wait_slot_confirmed(primary.dsn("shop"), slot, confirmed_mark, bridge)
+            timings["bridge streaming"] = time.monotonic() - started
+            status = collect(load_config(None, {}, settings)).slot
+            assert (status.failover, status.synced, status.in_recovery) == (True, False, False)
+            timings["slot synced after"] = wait_synced(
+                standby.dsn("shop"), slot, confirmed_mark, bridge
+            )
+            time.sleep(2)  # the writer and the bridge keep going past the synced position
 
-        before_kill = writer.count()
-        old.kill()
-        old_alive = False
-        killed_at = time.monotonic()
-        deadline = killed_at + NO_PRIMARY_S
-        while time.monotonic() < deadline:
-            assert bridge.proc.poll() is None, f"pgbridge run exited:\n{bridge.log()[-3000:]}"
-            time.sleep(0.5)
-        with psycopg.connect(standby.dsn(), autocommit=True) as conn:
-            assert conn.execute("SELECT pg_promote(true, 60)").fetchone() == (True,)
-        promoted_at = time.monotonic()
-        deadline = promoted_at + 60
-        while writer.count() < before_kill + 300:  # the writer goes on on the new primary
-            assert bridge.proc.poll() is None, f"pgbridge run exited:\n{bridge.log()[-3000:]}"
-            assert time.monotonic() < deadline, "the writer made no progress on the new primary"
-            time.sleep(0.2)
-        writer.finish()
-        new_dsn = standby.dsn("shop")
-        wait_slot_confirmed(new_dsn, slot, mark(new_dsn), bridge, timeout=180)
-        timings["caught up after promotion"] = time.monotonic() - promoted_at
-        log = bridge.log()
-        if session_attrs is None:
-            assert "is a standby (in recovery); waiting for a primary" in log, log[-3000:]
-        assert bridge.proc.poll() is None, f"pgbridge run exited:\n{log[-3000:]}"
-        assert bridge.terminate() == 0
+            before_kill = writer.count()
+            pair.postmaster.kill()
+            deadline = time.monotonic() + NO_PRIMARY_S
+            while time.monotonic() < deadline:
+                assert bridge.proc.poll() is None, f"pgbridge run exited:\n{bridge.log()[-3000:]}"
+                time.sleep(0.5)
+            promote(standby)
+            promoted_at = time.monotonic()
+            deadline = promoted_at + 60
+            while writer.count() < before_kill + 300:  # the writer goes on on the new primary
+                assert bridge.proc.poll() is None, f"pgbridge run exited:\n{bridge.log()[-3000:]}"
+                assert time.monotonic() < deadline, "the writer made no progress on the new primary"
+                time.sleep(0.2)
+            writer.finish()
+            new_dsn = standby.dsn("shop")
+            wait_slot_confirmed(new_dsn, slot, mark(new_dsn), bridge, timeout=180)
+            timings["caught up after promotion"] = time.monotonic() - promoted_at
+            log = bridge.log()
+            if session_attrs is None:
+                assert "is a standby (in recovery); waiting for a primary" in log, log[-3000:]
+            assert bridge.proc.poll() is None, f"pgbridge run exited:\n{log[-3000:]}"
+            status = collect(load_config(None, {}, settings)).slot
+            assert (status.failover, status.synced, status.in_recovery) == (True, True, False)
+            assert bridge.terminate() == 0
+        finally:
+            writer.finish()
+            if bridge.proc.poll() is None:
+                bridge.kill()
         with psycopg.connect(new_dsn, autocommit=True) as conn:
             stray = conn.execute(
                 "SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'logical'"
@@ -348,12 +387,50 @@ def test_failover_primary_killed_standby_promoted_bridge_resumes_on_synced_slot_
             f"0 lost, {duplicates} duplicates; "
             + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
         )
-    finally:
-        if writer is not None:
-            writer.finish()
-        if bridge is not None and bridge.proc.poll() is None:
-            bridge.kill()
-        if old_alive:
-            old.kill()
-        standby.stop()
-        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_failover_bridge_started_on_a_standby_waits_and_creates_nothing_until_promoted(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    """``pgbridge run`` pointed at a standby only: it creates no publication or slot there,
+    says that it waits (log line, ``pgbridge status``), and once the standby is promoted it
+    creates its slot there and streams."""
+    prefix = f"onstandby{uuid.uuid4().hex[:8]}"
+    with primary_and_standby(local_stack) as pair:
+        standby = pair.standby
+        dsn = standby.dsn("shop")
+        settings = bridge_settings(
+            local_stack,
+            dsn,
+            prefix,
+            **{
+                "slot.failover": "true",
+                "errors.retry.delay.max.ms": "1000",
+                "metrics.port": str(free_port()),
+            },
+        )
+        slot = settings["slot.name"]
+        bridge = BridgeProcess(settings, str(tmp_path / "bridge.log"))
+        try:
+            wait_log(bridge, "is a standby (in recovery); waiting for a primary", timeout=60)
+            time.sleep(3)
+            assert bridge.proc.poll() is None, f"pgbridge run exited:\n{bridge.log()[-3000:]}"
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                slots = conn.execute(
+                    "SELECT slot_name FROM pg_replication_slots WHERE slot_type = 'logical'"
+                ).fetchall()
+            assert slots == [], f"slots created on the standby: {slots}"
+            assert collect(load_config(None, {}, settings)).waiting_for == ["postgres"]
+            # The standby's row count is what the bridge must deliver once it is the primary.
+            pair.postmaster.kill()
+            promote(standby)
+            wait_log(bridge, "streaming slot")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("INSERT INTO steady SELECT i, 'after' FROM generate_series(1, 50) i")
+            wait_slot_confirmed(dsn, slot, mark(dsn), bridge)
+            assert bridge.terminate() == 0
+        finally:
+            if bridge.proc.poll() is None:
+                bridge.kill()
+        rebuilt = rebuild_tables(local_stack.bootstrap_servers, local_stack.registry_url, prefix)
+        assert normalized(rebuilt["public.steady"]) == source_rows(dsn, "public.steady", ("id",))
