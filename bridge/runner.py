@@ -73,6 +73,7 @@ def source_config(config: BridgeConfig) -> SourceConfig:
     return SourceConfig(
         dsn=config.database.conninfo(),
         slot_name=rep.slot_name,
+        failover=rep.slot_failover,
         publication=publication,
         binary=rep.pgoutput_binary,
         status_interval=rep.status_update_interval_ms / 1000,

@@ -30,6 +30,24 @@ class SlotStatus:
     wal_status: str | None = None  # reserved | extended | unreserved | lost
     lag_bytes: int | None = None  # current WAL end minus confirmed flush
     retained_bytes: int | None = None  # current WAL end minus restart LSN: WAL kept for us
+    failover: bool | None = None  # PostgreSQL 17+: a failover slot (None before 17)
+    synced: bool | None = None  # PostgreSQL 17+: synchronised from a primary
+    in_recovery: bool | None = None  # the server answering is a standby
+
+    def failover_text(self) -> str:
+        """The slot's failover state, for the one-line summary."""
+        if self.failover is None:
+            return "failover: n/a before PostgreSQL 17"
+        if not self.failover:
+            return "failover: off"
+        if self.in_recovery:
+            # A standby's copy: usable once this server is promoted.
+            return (
+                "failover: on, synced copy on a standby"
+                if self.synced
+                else ("failover: on, on a standby but not synced")
+            )
+        return "failover: on" + (" (synced from a former primary)" if self.synced else "")
 
 
 @dataclass
@@ -56,7 +74,7 @@ class BridgeStatus:
             + (
                 f"{'active (pid ' + str(s.active_pid) + ')' if s.active else 'inactive'}, "
                 f"confirmed {s.confirmed_flush_lsn}, lag {s.lag_bytes} bytes, "
-                f"retains {s.retained_bytes} bytes of WAL ({s.wal_status})"
+                f"retains {s.retained_bytes} bytes of WAL ({s.wal_status}), {s.failover_text()}"
                 if s.exists
                 else "missing"
             ),
@@ -83,10 +101,20 @@ class BridgeStatus:
 
 _SLOT_QUERY = """
 SELECT active, active_pid, confirmed_flush_lsn::text, restart_lsn::text, wal_status,
-       pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,
-       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
-FROM pg_replication_slots WHERE slot_name = %s
+       pg_wal_lsn_diff(_wal_end, confirmed_flush_lsn)::bigint,
+       pg_wal_lsn_diff(_wal_end, restart_lsn)::bigint,
+       {failover}, pg_is_in_recovery()
+FROM pg_replication_slots,
+     LATERAL (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                          ELSE pg_current_wal_lsn() END AS _wal_end) AS w
+WHERE slot_name = %s
 """
+
+
+def slot_query(server_version: int) -> str:
+    """The status query; ``failover`` and ``synced`` exist from PostgreSQL 17."""
+    failover = "failover, synced" if server_version >= 170000 else "NULL::bool, NULL::bool"
+    return _SLOT_QUERY.format(failover=failover)
 
 
 def collect(config: BridgeConfig) -> BridgeStatus:
@@ -94,7 +122,7 @@ def collect(config: BridgeConfig) -> BridgeStatus:
     status = BridgeStatus(SlotStatus(rep.slot_name, False), rep.publication_name, False)
     try:
         with psycopg.connect(config.database.conninfo(), autocommit=True, connect_timeout=10) as c:
-            row = c.execute(_SLOT_QUERY, (rep.slot_name,)).fetchone()
+            row = c.execute(slot_query(c.info.server_version), (rep.slot_name,)).fetchone()
             if row is not None:
                 status.slot = SlotStatus(rep.slot_name, True, *row)
             status.publication_exists = bool(

@@ -170,6 +170,7 @@ def test_load_config_pass_through_producer_and_topic_settings(tmp_path: Path) ->
         ("database.port", "abc", "expected an integer"),
         ("database.port", "70000", "not a TCP port"),
         ("slot.name", "Bad-Slot", "lower-case"),
+        ("slot.failover", "sometimes", "true or false"),
         ("publication.autocreate.mode", "some", "all_tables, filtered, disabled"),
         ("decimal.handling.mode", "float", "precise, string, double"),
         ("plugin.name", "wal2json", "pgoutput"),
@@ -192,6 +193,17 @@ def test_load_config_invalid_value_names_the_key(key: str, value: str, message: 
     assert error.key == key
     assert message in str(error)
     assert str(error).startswith(f"{key}: ")
+
+
+def test_load_config_slot_failover_defaults_off_and_reaches_the_source() -> None:
+    from bridge.runner import source_config
+
+    assert _load().replication.slot_failover is False
+    assert source_config(_load()).failover is False
+    config = _load({"slot.failover": "true"})
+    assert config.replication.slot_failover is True
+    assert source_config(config).failover is True
+    assert _load(env={"PGBRIDGE_SLOT_FAILOVER": "true"}).replication.slot_failover is True
 
 
 @pytest.mark.parametrize("key", ["topic.prefix", "kafka.bootstrap.servers", "schema.registry.url"])

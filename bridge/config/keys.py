@@ -161,6 +161,13 @@ KEYS: Final[tuple[KeySpec, ...]] = (
     ),
     KeySpec("topic.prefix", _text, None, "topics are <prefix>.<schema>.<table> (required)"),
     KeySpec("slot.name", _text, "pgbridge", "logical replication slot"),
+    KeySpec(
+        "slot.failover",
+        _boolean,
+        False,
+        "create the slot as a failover slot (PostgreSQL 17+), synchronised to standbys with "
+        "sync_replication_slots = on, so streaming resumes on a promoted standby",
+    ),
     KeySpec("publication.name", _text, "pgbridge_publication", "publication to stream"),
     KeySpec(
         "publication.autocreate.mode",

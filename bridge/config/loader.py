@@ -276,6 +276,7 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         raise ConfigError("heartbeat.interval.ms", "must be set for heartbeat.action.query")
     replication = ReplicationConfig(
         slot_name=slot,
+        slot_failover=bool(values["slot.failover"]),
         publication_name=str(values["publication.name"]),
         publication_autocreate_mode=str(values["publication.autocreate.mode"]),
         plugin_name=str(values["plugin.name"]),

@@ -131,6 +131,7 @@ class ReplicationConfig:
     """The replication slot and publication, and how the stream is consumed."""
 
     slot_name: str = "pgbridge"
+    slot_failover: bool = False  # PostgreSQL 17+ failover slot
     publication_name: str = "pgbridge_publication"
     publication_autocreate_mode: str = "all_tables"  # all_tables | filtered | disabled
     plugin_name: str = "pgoutput"

@@ -22,6 +22,8 @@ from bridge.snapshot.reader import SnapshotConnection, classify, open_connection
 from bridge.snapshot.state import SnapshotState, TableProgress, load_state, save_state
 from bridge.source import slots
 from bridge.source.config import SourceConfig
+from bridge.source.errors import ServerInRecoveryError
+from bridge.source.failover import check_not_in_recovery
 from bridge.source.snapshot_slot import SlotWithSnapshot
 
 logger = logging.getLogger(__name__)
@@ -79,6 +81,28 @@ def decide(
     return Decision("none", stream, "the slot exists and no snapshot is under way")
 
 
+def _primary_connection(config: BridgeConfig, dsn: str) -> psycopg.Connection[tuple[object, ...]]:
+    """A connection to a primary: while the server answering is a standby (a failover under
+    way, or a multi-host DSN reaching the standby first), wait under the ``errors.*`` policy
+    rather than stop; nothing is ever created on a standby."""
+
+    def connect() -> psycopg.Connection[tuple[object, ...]]:
+        conn = psycopg.connect(dsn, autocommit=True)
+        try:
+            check_not_in_recovery(conn.pgconn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    return config.retry.run(
+        "postgres",
+        "a primary (the server is in recovery)",
+        connect,
+        lambda exc: isinstance(exc, ServerInRecoveryError),
+    )
+
+
 def run_snapshot(
     config: BridgeConfig,
     source: SourceConfig,
@@ -91,7 +115,7 @@ def run_snapshot(
     path = state_path(config)
     slot_name = config.replication.slot_name
     mode = config.snapshot.mode
-    with psycopg.connect(source.dsn, autocommit=True) as conn:
+    with _primary_connection(config, source.dsn) as conn:
         server = slots.inspect_server(conn)
         slots.ensure_publication(conn, source.publication)
         slot = slots.get_slot(conn, slot_name)
@@ -115,7 +139,9 @@ def run_snapshot(
     logger.info("snapshot (%s): %s; state file %s", mode, decision.reason, path)
     threads = config.snapshot.max_threads
     if decision.action == "fresh":
-        with SlotWithSnapshot(source.dsn, slot_name, source.publication.name) as exported:
+        with SlotWithSnapshot(
+            source.dsn, slot_name, source.publication.name, failover=source.failover
+        ) as exported:
             new_state = SnapshotState(
                 slot_name,
                 str(exported.consistent_point),

@@ -9,10 +9,12 @@ from bridge.source.api import ChangeSource
 from bridge.source.assembler import AssemblerStats, StreamAssembler
 from bridge.source.config import PublicationConfig, PublicationMode, ReconnectPolicy, SourceConfig
 from bridge.source.errors import (
+    FailoverSlotUnsupportedError,
     PublicationMismatchError,
     PublicationMissingError,
     ReplicationConnectionLost,
     ReplicationPrivilegeError,
+    ServerInRecoveryError,
     ServerVersionError,
     SlotInUseError,
     SlotInvalidatedError,
@@ -31,6 +33,7 @@ __all__ = [
     "AssemblerStats",
     "ChangeSource",
     "ExportedSnapshot",
+    "FailoverSlotUnsupportedError",
     "LogicalReplicationSource",
     "PublicationConfig",
     "PublicationMismatchError",
@@ -39,6 +42,7 @@ __all__ = [
     "ReconnectPolicy",
     "ReplicationConnectionLost",
     "ReplicationPrivilegeError",
+    "ServerInRecoveryError",
     "ServerVersionError",
     "SlotInUseError",
     "SlotInvalidatedError",

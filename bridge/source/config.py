@@ -96,13 +96,16 @@ class SourceConfig:
     ``heartbeat_interval`` seconds on a separate ordinary connection, e.g. to write into a
     published heartbeat table so the slot advances on databases with little traffic.
     ``server_options`` are extra GUCs for the walsender session (``-c key=value``), for example
-    ``logical_decoding_work_mem``.
+    ``logical_decoding_work_mem``. ``failover`` (PostgreSQL 17+) creates the slot as a failover
+    slot, or turns that on for an existing one, so that a standby with
+    ``sync_replication_slots = on`` keeps a copy to resume from after its promotion.
     """
 
     dsn: str
     slot_name: str
     publication: PublicationConfig
     create_slot: bool = True
+    failover: bool = False
     binary: bool = False
     streaming: bool = True
     status_interval: float = 10.0

@@ -154,3 +154,31 @@ class ReplicationConnectionLost(SourceError):
         super().__init__(f"replication connection lost{tail}: {detail}", sqlstate=sqlstate)
         self.detail = detail
         self.attempts = attempts
+
+
+class ServerInRecoveryError(ReplicationConnectionLost):
+    """The server reached is a standby (``pg_is_in_recovery()``): no slot may be created or
+    streamed there. Retried like a lost connection, since a standby becomes a primary when it
+    is promoted, and a multi-host DSN may reach the primary on the next attempt."""
+
+    def __init__(self, where: str) -> None:
+        detail = (
+            f"{where} is a standby (in recovery); waiting for a primary: promote the standby, "
+            "or list the primary in database.dsn with target_session_attrs=read-write"
+        )
+        # read_only_sql_transaction: the closest standard code.
+        SourceError.__init__(self, detail, sqlstate="25006")
+        self.detail = detail
+        self.attempts = 0
+        self.where = where
+
+
+class FailoverSlotUnsupportedError(SourceError):
+    """``slot.failover`` asks for a failover slot, which PostgreSQL supports from 17."""
+
+    def __init__(self, server_version_num: int) -> None:
+        super().__init__(
+            f"slot.failover = true needs PostgreSQL 17 or later (failover slots are synchronised "
+            f"to standbys from 17); the server is {server_version_num}: set slot.failover = false"
+        )
+        self.server_version_num = server_version_num

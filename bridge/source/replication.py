@@ -22,6 +22,13 @@ that another attempt cannot fix (privileges, wal_level, invalidated slot, missin
 are raised at once as typed :class:`~bridge.source.errors.SourceError` subclasses. A slot still
 held by the previous walsender (SQLSTATE 55006, right after a termination) is retried for
 ``ReconnectPolicy.slot_in_use_timeout`` seconds.
+
+Failover (PostgreSQL 17+ failover slots, :mod:`bridge.source.failover`): with a multi-host DSN
+a reconnect after the primary died lands on whichever host answers; every connection checks
+``pg_is_in_recovery()`` on itself, and a standby is waited on (retried under the same policy,
+``pgbridge_waiting_for_dependency{dependency="postgres"}``) until it is promoted or the DSN's
+next host is the primary. The promoted standby's synced slot is streamed from the flush
+position, as after any reconnect.
 """
 
 from __future__ import annotations
@@ -55,12 +62,14 @@ from bridge.source.errors import (
     PublicationMissingError,
     ReplicationConnectionLost,
     ReplicationPrivilegeError,
+    ServerInRecoveryError,
     SlotInUseError,
     SlotInvalidatedError,
     SlotMissingError,
     SourceError,
     WalLevelError,
 )
+from bridge.source.failover import check_not_in_recovery, enable_failover
 from bridge.source.progress import Progress
 from bridge.source.protocol import StreamOptions, negotiate
 
@@ -182,24 +191,19 @@ class LogicalReplicationSource:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Validate the server, ensure publication and slot, and start streaming."""
+        """Validate the server, ensure publication and slot, and start streaming. A standby
+        (in recovery) is waited on under the reconnect policy: nothing is created there."""
         cfg = self.config
-        try:
-            with psycopg.connect(cfg.dsn, autocommit=True) as conn:
-                server = slots.inspect_server(conn)
-                slots.ensure_publication(conn, cfg.publication)
-                slot = slots.ensure_slot(
-                    conn, cfg.slot_name, server.database, create=cfg.create_slot
-                )
-        except psycopg.OperationalError as exc:
-            raise self._classify_exception(exc) from exc
-        except psycopg.Error as exc:
-            # E.g. CREATE PUBLICATION ... FOR ALL TABLES without superuser (42501).
-            raise SourceError(
-                f"preparing publication {cfg.publication.name!r} and slot {cfg.slot_name!r} "
-                f"failed: {exc}",
-                sqlstate=exc.sqlstate,
-            ) from exc
+        server, slot = self._prepare_with_retry()
+        if cfg.failover and not slot.failover:
+            enable_failover(cfg.dsn, cfg.slot_name)
+        if slot.synced:
+            logger.info(
+                "slot %s was synchronised from a former primary; streaming it on the promoted "
+                "server from %s",
+                cfg.slot_name,
+                slot.confirmed_flush_lsn,
+            )
         self._server = server
         self._options = negotiate(
             server.version_num,
@@ -222,6 +226,53 @@ class LogicalReplicationSource:
             self._options,
         )
         self._connect_with_retry(first=True)
+
+    def _prepare(self) -> tuple[slots.ServerInfo, slots.SlotInfo]:
+        cfg = self.config
+        try:
+            with psycopg.connect(cfg.dsn, autocommit=True) as conn:
+                server = slots.inspect_server(conn)  # ServerInRecoveryError on a standby
+                slots.ensure_publication(conn, cfg.publication)
+                slot = slots.ensure_slot(
+                    conn,
+                    cfg.slot_name,
+                    server.database,
+                    create=cfg.create_slot,
+                    failover=cfg.failover,
+                )
+        except psycopg.OperationalError as exc:
+            raise self._classify_exception(exc) from exc
+        except psycopg.Error as exc:
+            # E.g. CREATE PUBLICATION ... FOR ALL TABLES without superuser (42501).
+            raise SourceError(
+                f"preparing publication {cfg.publication.name!r} and slot {cfg.slot_name!r} "
+                f"failed: {exc}",
+                sqlstate=exc.sqlstate,
+            ) from exc
+        return server, slot
+
+    def _prepare_with_retry(self) -> tuple[slots.ServerInfo, slots.SlotInfo]:
+        """:meth:`_prepare`, waiting while the server reached is a standby (a failover under
+        way, or a multi-host DSN whose first host answering is not the primary)."""
+        policy = self.config.reconnect
+        attempt = 0
+        while True:
+            try:
+                prepared = self._prepare()
+            except ServerInRecoveryError as exc:
+                attempt += 1
+                if policy.max_attempts is not None and attempt > policy.max_attempts:
+                    WAITING_FOR.pop("postgres", None)
+                    raise
+                delay = policy.delay(attempt)
+                WAITING_FOR["postgres"] = "a primary (the server is in recovery)"
+                logger.warning("%s; retry %d in %.1f s", exc, attempt, delay)
+                self._sleep(delay)
+                WAITED_SECONDS["postgres"] = WAITED_SECONDS.get("postgres", 0.0) + delay
+                continue
+            if attempt:
+                WAITING_FOR.pop("postgres", None)
+            return prepared
 
     def close(self) -> None:
         """Send the last flush position (best effort) and disconnect."""
@@ -310,7 +361,11 @@ class LogicalReplicationSource:
                     detail = last.args[0] if last is not None else "gave up"
                     WAITING_FOR.pop("postgres", None)
                     raise ReplicationConnectionLost(str(detail), attempts=retries - 1)
-                WAITING_FOR["postgres"] = "replication connection"
+                WAITING_FOR["postgres"] = (
+                    "a primary (the server is in recovery)"
+                    if isinstance(last, ServerInRecoveryError)
+                    else "replication connection"
+                )
                 delay = policy.delay(retries)
                 self._sleep(delay)
                 WAITED_SECONDS["postgres"] = WAITED_SECONDS.get("postgres", 0.0) + delay
@@ -323,6 +378,12 @@ class LogicalReplicationSource:
                 if now - busy_since >= policy.slot_in_use_timeout:
                     raise
                 logger.info("slot busy (%s), retrying", exc)
+                last = exc
+                continue
+            except ServerInRecoveryError as exc:
+                # Not a slot of ours to create or stream here: wait for the promotion (or for
+                # the DSN's next host to be the primary).
+                logger.warning("%s (retry %d)", exc, retries + 1)
                 last = exc
                 continue
             except ReplicationConnectionLost as exc:
@@ -343,6 +404,14 @@ class LogicalReplicationSource:
         except psycopg.OperationalError as exc:
             raise self._classify_exception(exc) from exc
         pgconn = conn.pgconn
+        try:
+            # A multi-host DSN without target_session_attrs=read-write (or a libpq that does
+            # not apply it) may land on a standby; a synced slot cannot stream there and
+            # nothing else may be created there. Waited on by _connect_with_retry.
+            check_not_in_recovery(pgconn)
+        except SourceError:
+            conn.close()
+            raise
         if pgconn.server_version != self.server_version_num:
             # The server was upgraded under us; the negotiated options may no longer fit.
             conn.close()

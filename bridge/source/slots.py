@@ -1,10 +1,12 @@
 """Slot and publication management over an ordinary (non-replication) connection.
 
 Creates what is missing, validates what exists, and refuses with a typed error what cannot
-work: a server older than 13, ``wal_level`` below logical, a role without REPLICATION, a slot of
-another plugin, database or with ``two_phase``, an invalidated slot, a publication that does not
-publish what the configuration says. A slot is never dropped unless :func:`drop_slot` is called
-explicitly: dropping it loses the position and lets the server discard WAL not yet streamed.
+work: a server older than 13, a standby (in recovery), ``wal_level`` below logical, a role
+without REPLICATION, a slot of another plugin, database or with ``two_phase``, an invalidated
+slot, a publication that does not publish what the configuration says, ``failover`` asked of a
+server older than 17 (see :mod:`bridge.source.failover`). A slot is never dropped unless
+:func:`drop_slot` is called explicitly: dropping it loses the position and lets the server
+discard WAL not yet streamed.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from bridge.source.errors import (
     PublicationMismatchError,
     PublicationMissingError,
     ReplicationPrivilegeError,
+    ServerInRecoveryError,
     SlotInvalidatedError,
     SlotMismatchError,
     SlotMissingError,
     WalLevelError,
 )
+from bridge.source.failover import check_failover_supported, server_address
 from bridge.source.protocol import negotiate
 
 logger = logging.getLogger(__name__)
@@ -66,18 +70,26 @@ class SlotInfo:
     wal_status: str | None  # reserved / extended / unreserved / lost
     two_phase: bool
     invalidation_reason: str | None  # PostgreSQL 17+, or "conflicting" on 16
+    failover: bool = False  # PostgreSQL 17+: synchronised to standbys (sync_replication_slots)
+    synced: bool = False  # PostgreSQL 17+: synchronised from a primary (this server is or was
+    # its standby); usable for streaming only once the server is promoted
 
 
 def inspect_server(conn: psycopg.Connection[tuple[object, ...]]) -> ServerInfo:
-    """Server facts, checked: version >= 13, wal_level logical, role may replicate."""
+    """Server facts, checked: version >= 13, a primary (not in recovery), wal_level logical,
+    role may replicate. A standby raises :class:`ServerInRecoveryError` (retryable): nothing may
+    be created there, and it may be promoted soon."""
     row = conn.execute(
         "SELECT current_setting('server_version_num')::int, current_setting('wal_level'),"
         " current_database(), current_user,"
-        " (SELECT rolsuper OR rolreplication FROM pg_roles WHERE rolname = current_user)"
+        " (SELECT rolsuper OR rolreplication FROM pg_roles WHERE rolname = current_user),"
+        " pg_catalog.pg_is_in_recovery()"
     ).fetchone()
     assert row is not None
     info = ServerInfo(int(str(row[0])), str(row[1]), str(row[2]), str(row[3]), bool(row[4]))
     negotiate(info.version_num, ())  # raises ServerVersionError below the minimum
+    if row[5]:
+        raise ServerInRecoveryError(server_address(conn.pgconn))
     if info.wal_level != "logical":
         raise WalLevelError(info.wal_level)
     if not info.can_replicate:
@@ -226,10 +238,11 @@ def get_slot(conn: psycopg.Connection[tuple[object, ...]], slot_name: str) -> Sl
         reason = "CASE WHEN conflicting THEN 'conflicting' END"
     else:
         reason = "NULL"
+    failover = "failover, synced" if version >= 170000 else "false, false"
     query = (
         "SELECT slot_name, plugin, slot_type, database, active_pid,"
         " confirmed_flush_lsn::text, restart_lsn::text, wal_status,"
-        f" {two_phase}, {reason} FROM pg_replication_slots WHERE slot_name = %s"
+        f" {two_phase}, {reason}, {failover} FROM pg_replication_slots WHERE slot_name = %s"
     )
     row = conn.execute(query, (slot_name,)).fetchone()
     if row is None:
@@ -245,6 +258,8 @@ def get_slot(conn: psycopg.Connection[tuple[object, ...]], slot_name: str) -> Sl
         wal_status=None if row[7] is None else str(row[7]),
         two_phase=bool(row[8]),
         invalidation_reason=None if row[9] is None else str(row[9]),
+        failover=bool(row[10]),
+        synced=bool(row[11]),
     )
 
 
@@ -266,15 +281,34 @@ def validate_slot(slot: SlotInfo, database: str) -> None:
 
 
 def ensure_slot(
-    conn: psycopg.Connection[tuple[object, ...]], slot_name: str, database: str, *, create: bool
+    conn: psycopg.Connection[tuple[object, ...]],
+    slot_name: str,
+    database: str,
+    *,
+    create: bool,
+    failover: bool = False,
 ) -> SlotInfo:
-    """The validated slot, created (pgoutput, no two_phase) when missing and ``create``."""
+    """The validated slot, created (pgoutput, no two_phase) when missing and ``create``.
+
+    With ``failover`` (PostgreSQL 17+, else :class:`FailoverSlotUnsupportedError`) a new slot is
+    created with ``failover => true``; an existing one without it is returned as it is, for the
+    caller to alter over a replication connection (:func:`bridge.source.failover.enable_failover`:
+    ``ALTER_REPLICATION_SLOT`` has no SQL function)."""
+    if failover:
+        check_failover_supported(conn.info.server_version)
     slot = get_slot(conn, slot_name)
     if slot is None:
         if not create:
             raise SlotMissingError(slot_name)
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot_name,))
-        logger.info("created replication slot %s", slot_name)
+        if failover:
+            # (slot_name, plugin, temporary, twophase, failover)
+            conn.execute(
+                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, false, true)",
+                (slot_name,),
+            )
+        else:
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot_name,))
+        logger.info("created replication slot %s%s", slot_name, " (failover)" if failover else "")
         slot = get_slot(conn, slot_name)
         assert slot is not None
     validate_slot(slot, database)

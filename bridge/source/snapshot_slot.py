@@ -27,6 +27,7 @@ from psycopg.conninfo import make_conninfo
 
 from bridge.pgoutput.lsn import Lsn
 from bridge.source.errors import SourceError
+from bridge.source.failover import check_failover_supported, check_not_in_recovery
 from bridge.source.protocol import quote_ident
 from bridge.source.replication import classify_server_error
 
@@ -48,10 +49,13 @@ class SlotWithSnapshot:
     """Context manager: creates a pgoutput slot with an exported snapshot, kept importable
     until exit. The slot itself stays (it is never dropped here)."""
 
-    def __init__(self, dsn: str, slot_name: str, publication: str = "") -> None:
+    def __init__(
+        self, dsn: str, slot_name: str, publication: str = "", *, failover: bool = False
+    ) -> None:
         self._dsn = dsn
         self._slot_name = slot_name
         self._publication = publication  # only for error context
+        self._failover = failover  # PostgreSQL 17+: a failover slot (bridge.source.failover)
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
 
     def __enter__(self) -> ExportedSnapshot:
@@ -65,8 +69,20 @@ class SlotWithSnapshot:
             ) from exc
         self._conn = conn
         pgconn = conn.pgconn
+        try:
+            check_not_in_recovery(pgconn)  # never a slot of our own on a standby
+            if self._failover:
+                check_failover_supported(pgconn.server_version)
+        except SourceError:
+            self.close()
+            raise
         slot = quote_ident(self._slot_name)
-        if pgconn.server_version >= 150000:
+        if self._failover:
+            command = (
+                f"CREATE_REPLICATION_SLOT {slot} LOGICAL pgoutput "
+                "(SNAPSHOT 'export', FAILOVER true)"
+            )
+        elif pgconn.server_version >= 150000:
             command = f"CREATE_REPLICATION_SLOT {slot} LOGICAL pgoutput (SNAPSHOT 'export')"
         else:
             command = f"CREATE_REPLICATION_SLOT {slot} LOGICAL pgoutput EXPORT_SNAPSHOT"
