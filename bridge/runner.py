@@ -110,6 +110,7 @@ def type_options(config: BridgeConfig) -> TypeOptions:
         hstore_handling=events.hstore_handling_mode,  # type: ignore[arg-type]
         binary_handling=events.binary_handling_mode,  # type: ignore[arg-type]
         time_precision=events.time_precision_mode,  # type: ignore[arg-type]
+        logical_types=events.schema_logical_types,  # type: ignore[arg-type]
     )
 
 

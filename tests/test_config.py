@@ -427,6 +427,7 @@ def test_load_config_type_handling_modes_reach_type_options() -> None:
             "interval.handling.mode": "string",
             "time.precision.mode": "connect",
             "timestamptz.handling.mode": "string",
+            "schema.logical.types": "connect",
             "binary.handling.mode": "base64-url-safe",
             "hstore.handling.mode": "json",
         }
@@ -438,6 +439,7 @@ def test_load_config_type_handling_modes_reach_type_options() -> None:
         interval_handling="string",
         time_precision="connect",
         timestamptz_handling="string",
+        logical_types="connect",
         binary_handling="base64-url-safe",
         hstore_handling="json",
     )
@@ -450,6 +452,7 @@ def test_load_config_type_handling_modes_reach_type_options() -> None:
         ("time.precision.mode", "adaptive"),  # Debezium's millisecond-adaptive mode: not offered
         ("binary.handling.mode", "base32"),
         ("hstore.handling.mode", "text"),
+        ("schema.logical.types", "debezium"),
         ("money.fraction.digits", "11"),
         ("money.fraction.digits", "-1"),
     ],
@@ -472,3 +475,8 @@ def test_load_config_secret_file_readable_by_others_is_warned_about(
         _load(env={"PGBRIDGE_DATABASE_PASSWORD_FILE": str(secret_file)})
     assert "database.password.file" in caplog.text and "mode 644" in caplog.text
     assert "s3cr3t" not in caplog.text
+
+
+def test_load_config_schema_logical_types_defaults_to_avro_and_accepts_connect() -> None:
+    assert _load().events.schema_logical_types == "avro"
+    assert _load({"schema.logical.types": "CONNECT"}).events.schema_logical_types == "connect"

@@ -250,6 +250,13 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "timestamptz as UTC timestamp-micros or Debezium's ZonedTimestamp string (exact)",
     ),
     KeySpec(
+        "schema.logical.types",
+        _choice("avro", "connect"),
+        "avro",
+        "avro: Debezium's connect.name plus standard Avro logical types (Spark's from_avro); "
+        "connect: Debezium's form only, as Kafka Connect's Avro converters require",
+    ),
+    KeySpec(
         "binary.handling.mode",
         _choice("bytes", "base64", "base64-url-safe", "hex"),
         "bytes",

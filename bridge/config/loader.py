@@ -310,6 +310,7 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         interval_handling_mode=str(values["interval.handling.mode"]),
         time_precision_mode=str(values["time.precision.mode"]),
         timestamptz_handling_mode=str(values["timestamptz.handling.mode"]),
+        schema_logical_types=str(values["schema.logical.types"]),
         binary_handling_mode=str(values["binary.handling.mode"]),
         hstore_handling_mode=str(values["hstore.handling.mode"]),
         provide_transaction_metadata=bool(values["provide.transaction.metadata"]),

@@ -185,6 +185,7 @@ class EventsConfig:
     interval_handling_mode: str = "numeric"  # numeric | string
     time_precision_mode: str = "adaptive_time_microseconds"  # ... | connect
     timestamptz_handling_mode: str = "instant"  # instant | string
+    schema_logical_types: str = "avro"  # avro | connect
     binary_handling_mode: str = "bytes"  # bytes | base64 | base64-url-safe | hex
     hstore_handling_mode: str = "map"  # map | json
     provide_transaction_metadata: bool = False

@@ -36,6 +36,7 @@ from bridge.spark import transforms as tf
 from bridge.spark.columns import RowShape
 from bridge.spark.config import ApplyConfig
 from bridge.spark.errors import RegistryUnavailableError, TableApplyError
+from bridge.spark.semantic import restore_logical_types
 
 __all__ = ["DecodedBatch", "SchemaCache", "TableBatch", "decode_batch"]
 
@@ -97,11 +98,14 @@ class SchemaCache:
             if schema.schema_type not in (None, "AVRO"):
                 logger.warning("schema id %d is %s, not Avro", schema_id, schema.schema_type)
                 return None
-            if not schema.references:
-                return str(schema.schema_str)
-            named: dict[str, Any] = {}
-            self._collect_references(schema.references, named)
-            return json.dumps(_inline(json.loads(schema.schema_str), named, set()))
+            parsed = json.loads(schema.schema_str)
+            if schema.references:
+                named: dict[str, Any] = {}
+                self._collect_references(schema.references, named)
+                parsed = _inline(parsed, named, set())
+            # Topics written with schema.logical.types=connect carry Debezium's semantic names
+            # only: the standard logical types are put back for from_avro (same bytes).
+            return json.dumps(restore_logical_types(parsed))
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:
                 return None

@@ -48,6 +48,7 @@ UnknownTypes = Literal["text", "fail"]
 HstoreHandling = Literal["map", "json"]
 BinaryHandling = Literal["bytes", "base64", "base64-url-safe", "hex"]
 TimePrecision = Literal["adaptive_time_microseconds", "connect"]
+LogicalTypes = Literal["avro", "connect"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,13 @@ class TypeOptions:
       (``MicroTime``, ``MicroTimestamp``) whatever the column's precision; ``connect`` = Kafka
       Connect's millisecond ``Date`` / ``Time`` / ``Timestamp`` (Debezium's
       ``time.precision.mode=connect``; sub-millisecond digits are dropped).
+    - ``logical_types``: ``avro`` (default) = Debezium's ``connect.name`` *and* a standard Avro
+      ``logicalType`` where one exists, so Spark's ``from_avro`` gets native types; ``connect`` =
+      Debezium's form only, as Debezium with Confluent's AvroConverter writes it: a
+      ``logicalType`` is kept only where Kafka Connect gives it the same meaning (``decimal``
+      with ``org.apache.kafka.connect.data.Decimal``, ``date`` with ``...connect.data.Date``,
+      …). Kafka Connect's Avro data mapping (Confluent's and Apicurio's converters) refuses a
+      field with ``logicalType: date`` and ``connect.name: io.debezium.time.Date``.
     - ``enum_labels``: labels of enum types by name (``schema.type`` or bare ``type``). Relation
       and Type messages do not carry labels and the mapper does no I/O, so the caller that has a
       catalog connection passes them in; without labels an enum is a plain string.
@@ -90,6 +98,7 @@ class TypeOptions:
     hstore_handling: HstoreHandling = "map"
     binary_handling: BinaryHandling = "bytes"
     time_precision: TimePrecision = "adaptive_time_microseconds"
+    logical_types: LogicalTypes = "avro"
     enum_labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -102,6 +111,7 @@ class TypeOptions:
             "hstore_handling": ("map", "json"),
             "binary_handling": ("bytes", "base64", "base64-url-safe", "hex"),
             "time_precision": ("adaptive_time_microseconds", "connect"),
+            "logical_types": ("avro", "connect"),
         }
         for key, values in allowed.items():
             if getattr(self, key) not in values:
@@ -213,6 +223,43 @@ def connect(
         schema["logicalType"] = logical
     schema.update(extra)
     return schema
+
+
+#: Standard Avro logical types and the Kafka Connect schema name that means the same thing.
+#: Kafka Connect's Avro data mapping reads a ``logicalType`` as that Connect type, so a field
+#: whose ``connect.name`` is any other name (``io.debezium.time.Date`` with ``date``) is
+#: refused ("Mismatched names"); the pair below is the only form it accepts.
+CONNECT_LOGICAL_NAMES: Final[Mapping[str, str]] = {
+    "decimal": "org.apache.kafka.connect.data.Decimal",
+    "date": "org.apache.kafka.connect.data.Date",
+    "time-millis": "org.apache.kafka.connect.data.Time",
+    "timestamp-millis": "org.apache.kafka.connect.data.Timestamp",
+}
+
+
+def connect_form(schema: AvroSchema) -> AvroSchema:
+    """``schema`` as Debezium with a Kafka Connect Avro converter writes it: every
+    ``logicalType`` whose Connect meaning differs from the field's ``connect.name`` (or that
+    Connect does not know) is dropped; the value's encoding is the same either way (an Avro
+    logical type only annotates a primitive). Arrays, maps, unions and records are walked."""
+    if isinstance(schema, list):
+        return [connect_form(branch) for branch in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    logical = out.get("logicalType")
+    if logical is not None and CONNECT_LOGICAL_NAMES.get(logical) != out.get("connect.name"):
+        del out["logicalType"]
+    kind = out.get("type")
+    if isinstance(kind, (dict, list)):
+        out["type"] = connect_form(kind)
+    if "items" in out:
+        out["items"] = connect_form(out["items"])
+    if "values" in out:
+        out["values"] = connect_form(out["values"])
+    if isinstance(out.get("fields"), list):
+        out["fields"] = [{**f, "type": connect_form(f["type"])} for f in out["fields"]]
+    return out
 
 
 def utf8(raw: bytes) -> str:

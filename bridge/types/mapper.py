@@ -31,6 +31,7 @@ from bridge.types.base import (
     TypeRegistry,
     TypeRequest,
     connect,
+    connect_form,
 )
 from bridge.types.errors import ConversionError, UnknownTypeError
 
@@ -136,6 +137,8 @@ class TypeMapper:
         else:
             request = TypeRequest(oid, typmod, name or str(oid), self.options, self, dimensions)
             result = factory(request)
+        if self.options.logical_types == "connect":
+            result = replace(result, avro=connect_form(result.avro))
         self._cache[key] = result
         return result
 

@@ -101,3 +101,63 @@ def test_mapper_set_enum_labels_rebuilds_enum_mappings() -> None:
     assert schema_of(mapper.column_type(70009))["connect.parameters"] == {"allowed": "sad"}
     mapper.set_enum_labels({"mood": ("sad", "happy")})
     assert schema_of(mapper.column_type(70009))["connect.parameters"] == {"allowed": "sad,happy"}
+
+
+# -- schema.logical.types ---------------------------------------------------------------------
+
+
+def _oid(name: str) -> int:
+    from bridge.types.base import builtin_oid
+
+    return builtin_oid(name)
+
+
+@pytest.mark.parametrize(
+    ("type_name", "connect_name"),
+    [
+        ("date", "io.debezium.time.Date"),
+        ("time", "io.debezium.time.MicroTime"),
+        ("timestamp", "io.debezium.time.MicroTimestamp"),
+        ("timestamptz", "io.debezium.time.MicroTimestamp"),
+        ("uuid", "io.debezium.data.Uuid"),
+    ],
+)
+def test_mapper_connect_logical_types_drop_conflicting_logical_type(
+    type_name: str, connect_name: str
+) -> None:
+    avro_form = schema_of(TypeMapper().column_type(_oid(type_name)))
+    connect_form = schema_of(
+        TypeMapper(TypeOptions(logical_types="connect")).column_type(_oid(type_name))
+    )
+    assert "logicalType" in avro_form  # the default keeps both, for Spark's from_avro
+    assert connect_form["connect.name"] == connect_name
+    assert "logicalType" not in connect_form  # Kafka Connect refuses the pair
+    assert {k: v for k, v in avro_form.items() if k != "logicalType"} == connect_form
+
+
+def test_mapper_connect_logical_types_keep_the_ones_connect_agrees_with() -> None:
+    mapper = TypeMapper(TypeOptions(logical_types="connect"))
+    decimal = schema_of(mapper.column_type(_oid("numeric"), ((12 << 16) | 2) + 4))
+    assert decimal["logicalType"] == "decimal"
+    assert decimal["connect.name"] == "org.apache.kafka.connect.data.Decimal"
+    millis = TypeMapper(TypeOptions(logical_types="connect", time_precision="connect"))
+    date = schema_of(millis.column_type(_oid("date")))
+    assert date["logicalType"] == "date"
+    assert date["connect.name"] == "org.apache.kafka.connect.data.Date"
+
+
+def test_mapper_connect_logical_types_reach_array_elements() -> None:
+    mapper = TypeMapper(TypeOptions(logical_types="connect"))
+    schema = schema_of(mapper.column_type(1182))  # date[]
+    assert schema["type"] == "array"
+    items = schema["items"]
+    branches = items if isinstance(items, list) else [items]
+    dates = [b for b in branches if isinstance(b, dict)]
+    assert dates and all("logicalType" not in b for b in dates)
+    assert all(b["connect.name"] == "io.debezium.time.Date" for b in dates)
+
+
+def test_mapper_connect_logical_types_same_encoded_values() -> None:
+    avro = TypeMapper().column_type(_oid("date"))
+    connect = TypeMapper(TypeOptions(logical_types="connect")).column_type(_oid("date"))
+    assert avro.from_text(b"2024-02-29") == connect.from_text(b"2024-02-29") == 19782
