@@ -19,6 +19,11 @@ Three variants, each in its own interpreter (so ``PGBRIDGE_NATIVE=0`` takes effe
 Printed for each: changes/s (wall) and CPU microseconds per change (process CPU time,
 ``time.process_time``), the median over ``--rounds`` rounds, and the ratios. The variants
 produce byte-identical records (tests/native/test_insert_lane.py); this only times them.
+
+Then the snapshot's row scan: the same rows as binary COPY rows (one CopyData message each, as
+the server sends them) through :meth:`CopyBinaryParser.row`, with the Python reader and with
+the C ``scan_copy_row``: rows/s and CPU microseconds per row (tests/native/test_scan_copy_row.py
+proves them equal).
 """
 
 from __future__ import annotations
@@ -180,6 +185,68 @@ def one_round(payloads: list[bytes], lane: bool) -> tuple[float, float, int]:
     return time.perf_counter() - t0, time.process_time() - cpu0, pipeline.events_published
 
 
+def copy_rows(rows: int) -> list[bytes]:
+    """The rows as binary COPY rows (the snapshot selects numeric and jsonb as text)."""
+    out = []
+    for g in range(1, rows + 1):
+        doc = json.dumps({"sku": f"SKU-{g % 5000}", "qty": g % 7, "note": f"{g:032x}"})
+        values = [
+            struct.pack("!q", g),
+            f"customer {g}".encode(),
+            f"{(g % 100000) / 100.0:.2f}".encode(),
+            struct.pack("!q", (1_700_000_000 - g - 946_684_800) * 1_000_000),
+            b"\x01" if g % 3 == 0 else b"\x00",
+            doc.encode(),
+        ]
+        row = bytearray(struct.pack("!h", len(values)))
+        for v in values:
+            row += struct.pack("!i", len(v)) + v
+        out.append(bytes(row))
+    return out
+
+
+def copy_round(messages: list[bytes], use_c: bool) -> tuple[float, float, int]:
+    from bridge import native
+    from bridge.snapshot.copy_binary import COPY_SIGNATURE, CopyBinaryParser
+
+    saved = native.scan_copy_row
+    if not use_c:
+        native.scan_copy_row = None
+    try:
+        parser = CopyBinaryParser(6, "bench", b"bbtbbt")
+        parser.feed(COPY_SIGNATURE + bytes(8))
+        row = parser.row
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        for message in messages:
+            row(message)
+        return time.perf_counter() - t0, time.process_time() - cpu0, parser.rows
+    finally:
+        native.scan_copy_row = saved
+
+
+def copy_bench(rows: int, rounds: int) -> None:
+    from bridge import native
+
+    messages = copy_rows(rows)
+    summary = {}
+    for name, use_c in (("python", False), ("native", True)):
+        if use_c and native.scan_copy_row is None:
+            print("COPY row scan, native: the C extension is not built; skipped")
+            return
+        copy_round(messages[:5000], use_c)
+        results = [copy_round(messages, use_c) for _ in range(rounds)]
+        wall = statistics.median(r[0] for r in results)
+        cpu = statistics.median(r[1] for r in results)
+        summary[name] = cpu / rows * 1e6
+        print(
+            f"COPY row scan, {name:>6}: {rows / wall:>10,.0f} rows/s   "
+            f"CPU {summary[name]:5.2f} us/row"
+        )
+    print(
+        f"COPY row scan, native / python CPU per row: {summary['native'] / summary['python']:.2f}"
+    )
+
+
 def child(variant: str, rows: int, rounds: int, tx_rows: int) -> None:
     payloads = stream(rows, tx_rows)
     one_round(payloads[: min(len(payloads), 5000)], variant == "lane")  # warm-up
@@ -237,6 +304,7 @@ def main() -> None:
     if "python" in summary and "lane" in summary:
         (p_rate, p_us), (l_rate, l_us) = summary["python"], summary["lane"]
         print(f"lane / python: {l_rate / p_rate:.2f}x changes/s, CPU {l_us:.2f} vs {p_us:.2f} us")
+    copy_bench(args.rows, args.rounds)
 
 
 if __name__ == "__main__":
