@@ -718,8 +718,11 @@ static PyObject *scan_copy_row(PyObject *self, PyObject *const *args, Py_ssize_t
             pos = stop;
         } else if (len == -1) {
             if (!kinds) {
-                kinds = PyBytes_FromStringAndSize(PyBytes_AS_STRING(default_kinds), ncols);
+                /* A new object to write into: PyBytes_FromStringAndSize(str, 1) would hand
+                 * out CPython's shared one-character bytes. */
+                kinds = PyBytes_FromStringAndSize(NULL, ncols);
                 if (!kinds) goto error;
+                memcpy(PyBytes_AS_STRING(kinds), PyBytes_AS_STRING(default_kinds), ncols);
             }
             PyBytes_AS_STRING(kinds)[i] = 'n';
         } else {

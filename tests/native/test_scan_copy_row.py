@@ -142,5 +142,9 @@ def test_scan_copy_row_edges() -> None:
     got = scan(b"\x00\x02\xff\xff\xff\xff\x00\x00\x00\x01x", 2, kinds)
     assert got == (b"nb", (0, 0, 10, 11))
     assert kinds == b"bb"  # a NULL makes a new kinds, never changes the caller's
+    # One column: the NULL's kinds is a new object, never CPython's shared b"b" (writing
+    # into that one turned every b"b" of the interpreter into b"n").
+    assert scan(b"\x00\x01\xff\xff\xff\xff", 1, b"b") == (b"n", (0, 0))
+    assert bytes([0x62]) == b"b" and bytes([0x74]) == b"t"
     with pytest.raises(TypeError):
         scan(bytearray(b"\x00\x00"), 0, b"")  # type: ignore[arg-type]
