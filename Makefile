@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint unit integration matrix bench bench-decode bench-pipeline bench-spark fuzz stack-up stack-down stack-status clean
+.PHONY: demo test lint unit integration matrix bench bench-decode bench-hotpath bench-pipeline bench-spark fuzz stack-up stack-down stack-status clean
 
 ## demo: start the local stack and stream a sample database's changes through pgbridge
 demo: $(VENV)/.installed
@@ -42,6 +42,10 @@ bench: bench-decode bench-pipeline
 
 bench-decode: $(VENV)/.installed
 	$(BIN)/python bench/decode_bench.py
+
+## bench-hotpath: the producer's CPU per change without the stack (Python, C, C + insert lane)
+bench-hotpath: $(VENV)/.installed
+	$(BIN)/python bench/hotpath_bench.py
 
 bench-pipeline: $(VENV)/.installed
 	$(BIN)/python bench/pipeline_bench.py

@@ -340,6 +340,20 @@ class EventBuilder:
         self._tx, self._begin, self._origin = None, None, None
         return [end]
 
+    # -- the native insert lane (bridge.sink.serializer.InsertLane) ---------------------------
+
+    def next_position(self) -> tuple[TxContext, int] | None:
+        """The transaction and ``seq`` the next change would get (``None`` outside one), for a
+        caller that encodes an insert itself; nothing changes until :meth:`took_change`."""
+        tx = self._tx
+        return None if tx is None else (tx, self._seq)
+
+    def took_change(self, table: RelationSchemas) -> None:
+        """A change of ``table`` at :meth:`next_position` was produced by the caller: what
+        :meth:`feed` would have counted for it."""
+        self._seq += 1
+        self._counts[table.table] += 1
+
     # -- helpers ------------------------------------------------------------------------------
 
     def _change(

@@ -41,12 +41,12 @@ from bridge.events import (
 )
 from bridge.failures import dead_letter_record
 from bridge.pgoutput.lsn import Lsn, pg_timestamp_to_unix_micros
-from bridge.pgoutput.messages import Begin, LogicalMessage
+from bridge.pgoutput.messages import Begin, Insert, LogicalMessage, Update
 from bridge.schema import EncodedRow, RelationSchemas, static_schema
 from bridge.sink.avro_writer import AvroWriteError
 from bridge.sink.metadata import MetadataRecords, heartbeat_topic, transaction_topic
 from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
-from bridge.sink.serializer import EnvelopeSerializer, message_value_schema
+from bridge.sink.serializer import EnvelopeSerializer, InsertLane, message_value_schema
 from bridge.source.api import ChangeSource
 from bridge.types.errors import ConversionError
 
@@ -185,6 +185,9 @@ class Pipeline:
         # id(RelationSchemas) -> (that object, its ids or None when the table filter leaves
         # it out), decided once per table version rather than per event.
         self._routes: dict[int, tuple[RelationSchemas, RegisteredSchemas | None]] = {}
+        # id(RelationSchemas) -> (that object, its InsertLane or None), decided once per
+        # table version: inserts of a captured table the C encoder covers skip the events.
+        self._lanes: dict[int, tuple[RelationSchemas, InsertLane | None]] = {}
         self._message_ids: tuple[int, int] | None = None
         # The current transaction's counts; all transactions with something to report.
         self._counts: _Counts | None = None
@@ -236,7 +239,13 @@ class Pipeline:
             self._shutdown()
 
     def _on_message(self, message: LogicalMessage) -> None:
-        if type(message) is Begin:
+        if type(message) is Insert:
+            if self._lane(message, "c"):
+                return
+        elif type(message) is Update:
+            if message.old_tuple is None and self._lane(message, "u"):
+                return
+        elif type(message) is Begin:
             # Registered before its records are produced; the end LSN comes with the Commit.
             self._counts = self._register(message.final_lsn)
         for output in self.builder.feed(message):
@@ -244,6 +253,45 @@ class Pipeline:
                 self._publish_change(output)
             else:
                 self._on_output(output)
+
+    def _lane(self, message: Insert | Update, op: str) -> bool:
+        """Publish an insert (or an update without old row) through the table's
+        :class:`InsertLane`: True if done, False if the builder and serializer must (no lane for
+        the table, or a row the C encoder hands back). The record, its ``seq`` and its counts
+        are those the general path gives it."""
+        builder = self.builder
+        table = builder.relations.get(message.relation_oid)
+        if table is None:
+            return False
+        entry = self._lanes.get(id(table))
+        lane = entry[1] if entry is not None else self._new_lane(table)
+        if lane is None:
+            return False
+        position = builder.next_position()
+        if position is None:
+            return False
+        tx, seq = position
+        record = lane.encode(message.new_tuple, op, tx, seq)
+        if record is None:
+            return False
+        builder.took_change(table)
+        key, value = record
+        counts = self._counts or self._require_counts()
+        counts.sent += 1
+        self.publisher.publish(table.topic, key, value, counts.on_delivered)
+        self.events_published += 1
+        self.observer.on_event(table.table, op, len(value))
+        return True
+
+    def _new_lane(self, table: RelationSchemas) -> InsertLane | None:
+        lane = None
+        if not self._tx_meta:
+            route = self._routes.get(id(table))
+            ids = route[1] if route is not None else self._route(table)
+            if ids is not None:
+                lane = self.serializer.insert_lane(table, ids)
+        self._lanes[id(table)] = (table, lane)
+        return lane
 
     def _on_output(self, output: Output) -> None:
         if type(output) is ChangeEvent:

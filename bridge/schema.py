@@ -496,6 +496,12 @@ class RowEncoder:
         """Whether rows of this table version go through the C accelerator."""
         return self._row_plan is not None
 
+    @property
+    def plans(self) -> tuple[bytes | None, bytes | None]:
+        """The C encoder's (row plan, key plan) (:mod:`bridge.native.plan`); ``None`` for the
+        row plan where rows take the Python converters."""
+        return self._row_plan, self._key_plan
+
     def encode(self, data: TupleData) -> tuple[Mapping[str, Any], list[str]]:
         """(row, unchanged TOAST field names): an :class:`EncodedRow` where the accelerator
         encodes the whole row, else the dict of :meth:`values`. Raises

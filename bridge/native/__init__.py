@@ -2,7 +2,11 @@
 
 - :func:`scan_tuple`: a TupleData's column layout, for :mod:`bridge.pgoutput`'s decoder;
 - :func:`encode_row`: pgoutput TupleData straight to Avro bytes, for
-  :class:`bridge.schema.RowEncoder` (its plans: :mod:`bridge.native.plan`).
+  :class:`bridge.schema.RowEncoder` (its plans: :mod:`bridge.native.plan`);
+- :func:`encode_insert`: pgoutput TupleData straight to the framed key and envelope value of an
+  insert, for :class:`bridge.sink.lane.InsertLane`;
+- :func:`scan_copy_row`: one binary COPY row's layout, for
+  :class:`bridge.snapshot.copy_binary.CopyBinaryParser`.
 
 Built when the package is installed (``pip install -e .`` compiles it; a machine without a C
 compiler gets the pure-Python paths, same output). Neither decides anything: for any input
@@ -19,18 +23,35 @@ EncodeRow = Callable[
     [bytes, bytes, tuple[int, ...], bytes, bytes | None], tuple[bytes, bytes | None] | None
 ]
 ScanTuple = Callable[[bytes, int, int], tuple[bytes, tuple[int, ...], int] | None]
+EncodeInsert = Callable[
+    [bytes, bytes, tuple[int, ...], bytes, bytes | None, bytes | None, bytes, bytes, int, bytes],
+    tuple[bytes | None, bytes] | None,
+]
+ScanCopyRow = Callable[[bytes, int, bytes], tuple[bytes, tuple[int, ...]] | None]
 
 encode_row: EncodeRow | None
 scan_tuple: ScanTuple | None
+encode_insert: EncodeInsert | None
+scan_copy_row: ScanCopyRow | None
 try:
-    from bridge.native._speedups import encode_row, scan_tuple
+    from bridge.native._speedups import encode_insert, encode_row, scan_copy_row, scan_tuple
 except ImportError:  # not built (no compiler at install time)
-    encode_row = scan_tuple = None
+    encode_row = scan_tuple = encode_insert = scan_copy_row = None
 
 if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
-    encode_row = scan_tuple = None
+    encode_row = scan_tuple = encode_insert = scan_copy_row = None
 
 #: True when the C accelerators are in use.
 ENABLED = encode_row is not None
 
-__all__ = ["ENABLED", "EncodeRow", "ScanTuple", "encode_row", "scan_tuple"]
+__all__ = [
+    "ENABLED",
+    "EncodeInsert",
+    "EncodeRow",
+    "ScanCopyRow",
+    "ScanTuple",
+    "encode_insert",
+    "encode_row",
+    "scan_copy_row",
+    "scan_tuple",
+]

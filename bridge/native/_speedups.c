@@ -7,6 +7,12 @@
  * encode_row: pgoutput TupleData -> Avro binary of the row (and key) record, in one pass, for
  * the column types whose wire forms are simple (see bridge/native/ops.py).
  *
+ * encode_insert: as encode_row, but straight to the Kafka record of an insert: the framed key
+ * and the framed envelope value, its constant parts (source block, tail) given by the caller
+ * (bridge.sink.lane).
+ *
+ * scan_copy_row: one binary COPY row (bridge.snapshot.copy_binary) -> its kinds and spans.
+ *
  * It is an accelerator, never the authority: whenever a value is anything but the plain,
  * well-formed spelling the server prints (a NULL in a non-null field, an unchanged TOAST column,
  * 'NaN', BC dates, a number too long for int64, invalid UTF-8 ...), encode_row returns None and
@@ -578,6 +584,176 @@ static PyObject *encode_row(PyObject *self, PyObject *const *args, Py_ssize_t na
     return result;
 }
 
+/* The Confluent-framed key and envelope value of an insert (or an update without old row):
+ * one pass over the TupleData, the constant parts copied around the row. */
+PyDoc_STRVAR(encode_insert_doc,
+"encode_insert(buffer, kinds, spans, row_plan, key_plan, key_header, value_head, source_prefix,\n"
+"              seq, tail) -> (key, value) | None\n\n"
+"key = key_header + Key record (None when key_plan is None); value = value_head (framing,\n"
+"before = null, the branch of after) + Value record + source_prefix + seq (Avro long) + tail\n"
+"(transaction, op, timestamps, unchanged TOAST). None when a value needs the Python path.");
+
+static int out_raw(Out *o, const char *p, Py_ssize_t n) {
+    if (!out_reserve(o, n)) return 0;
+    memcpy(o->data + o->len, p, n);
+    o->len += n;
+    return 1;
+}
+
+static PyObject *encode_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "encode_insert takes 10 arguments");
+        return NULL;
+    }
+    PyObject *buffer = args[0], *kinds = args[1], *spans = args[2];
+    PyObject *row_plan = args[3], *key_plan = args[4], *key_header = args[5];
+    PyObject *value_head = args[6], *source_prefix = args[7], *tail = args[9];
+    if (!PyBytes_Check(row_plan) || !PyBytes_Check(value_head) ||
+        !PyBytes_Check(source_prefix) || !PyBytes_Check(tail) ||
+        (key_plan != Py_None && !PyBytes_Check(key_plan)) ||
+        (key_plan != Py_None && !PyBytes_Check(key_header))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "encode_insert: plans and parts must be bytes (key_plan None: no key)");
+        return NULL;
+    }
+    int64_t seq = PyLong_AsLongLong(args[8]);
+    if (seq == -1 && PyErr_Occurred()) return NULL;
+    if (!PyBytes_Check(buffer) || !PyBytes_Check(kinds) || !PyTuple_Check(spans)) Py_RETURN_NONE;
+    Tuple t = {
+        PyBytes_AS_STRING(buffer), PyBytes_GET_SIZE(buffer), PyBytes_AS_STRING(kinds),
+        PyBytes_GET_SIZE(kinds), spans,
+    };
+    if (PyTuple_GET_SIZE(spans) != 2 * t.ncols) Py_RETURN_NONE;
+    Out value;
+    out_init(&value);
+    int r = out_raw(&value, PyBytes_AS_STRING(value_head), PyBytes_GET_SIZE(value_head)) ? 1 : -1;
+    if (r == 1)
+        r = write_record(&value, &t, (const unsigned char *)PyBytes_AS_STRING(row_plan),
+                         PyBytes_GET_SIZE(row_plan));
+    if (r == 1 &&
+        !(out_raw(&value, PyBytes_AS_STRING(source_prefix), PyBytes_GET_SIZE(source_prefix)) &&
+          out_long(&value, seq) &&
+          out_raw(&value, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail))))
+        r = -1;
+    if (r != 1) {
+        out_free(&value);
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *key_bytes;
+    if (key_plan != Py_None) {
+        Out key;
+        out_init(&key);
+        r = out_raw(&key, PyBytes_AS_STRING(key_header), PyBytes_GET_SIZE(key_header)) ? 1 : -1;
+        if (r == 1)
+            r = write_record(&key, &t, (const unsigned char *)PyBytes_AS_STRING(key_plan),
+                             PyBytes_GET_SIZE(key_plan));
+        if (r != 1) {
+            out_free(&key);
+            out_free(&value);
+            if (r < 0) return NULL;
+            Py_RETURN_NONE;
+        }
+        key_bytes = finish(&key);
+        if (!key_bytes) {
+            out_free(&value);
+            return NULL;
+        }
+    } else {
+        key_bytes = Py_NewRef(Py_None);
+    }
+    PyObject *value_bytes = finish(&value);
+    if (!value_bytes) {
+        Py_DECREF(key_bytes);
+        return NULL;
+    }
+    PyObject *result = PyTuple_New(2);
+    if (!result) {
+        Py_DECREF(key_bytes);
+        Py_DECREF(value_bytes);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, key_bytes);
+    PyTuple_SET_ITEM(result, 1, value_bytes);
+    return result;
+}
+
+/* One binary COPY row (bridge.snapshot.copy_binary.CopyBinaryParser.row's checks). */
+PyDoc_STRVAR(scan_copy_row_doc,
+"scan_copy_row(data, ncols, kinds) -> (kinds, spans) | None\n\n"
+"When data is exactly one binary COPY row of ncols fields: the row's kinds (kinds itself, or a\n"
+"copy with 'n' for each NULL) and the absolute (start, end) of each value ((0, 0) for NULL);\n"
+"else None (a short, long or malformed row, the trailer), for the Python parser to judge.");
+
+static PyObject *scan_copy_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "scan_copy_row(bytes, int, bytes) expected");
+        return NULL;
+    }
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t end = PyBytes_GET_SIZE(args[0]);
+    Py_ssize_t ncols = PyLong_AsSsize_t(args[1]);
+    if (ncols == -1 && PyErr_Occurred()) return NULL;
+    PyObject *default_kinds = args[2];
+    if (ncols < 0 || ncols > 0x7FFF || PyBytes_GET_SIZE(default_kinds) != ncols) Py_RETURN_NONE;
+    if (end < 2) Py_RETURN_NONE;
+    int16_t count = (int16_t)((buf[0] << 8) | buf[1]);
+    if (count != ncols) Py_RETURN_NONE;
+    Py_ssize_t pos = 2;
+    PyObject *kinds = NULL;
+    PyObject *spans = PyTuple_New(2 * ncols);
+    if (!spans) return NULL;
+    for (Py_ssize_t i = 0; i < ncols; i++) {
+        if (end - pos < 4) goto malformed;
+        int32_t len = (int32_t)(((uint32_t)buf[pos] << 24) | ((uint32_t)buf[pos + 1] << 16) |
+                                ((uint32_t)buf[pos + 2] << 8) | buf[pos + 3]);
+        pos += 4;
+        Py_ssize_t start = 0, stop = 0;
+        if (len >= 0) {
+            if ((Py_ssize_t)len > end - pos) goto malformed;
+            start = pos;
+            stop = pos + len;
+            pos = stop;
+        } else if (len == -1) {
+            if (!kinds) {
+                /* A new object to write into: PyBytes_FromStringAndSize(str, 1) would hand
+                 * out CPython's shared one-character bytes. */
+                kinds = PyBytes_FromStringAndSize(NULL, ncols);
+                if (!kinds) goto error;
+                memcpy(PyBytes_AS_STRING(kinds), PyBytes_AS_STRING(default_kinds), ncols);
+            }
+            PyBytes_AS_STRING(kinds)[i] = 'n';
+        } else {
+            goto malformed;
+        }
+        PyObject *a = PyLong_FromSsize_t(start), *b = PyLong_FromSsize_t(stop);
+        if (!a || !b) {
+            Py_XDECREF(a);
+            Py_XDECREF(b);
+            goto error;
+        }
+        PyTuple_SET_ITEM(spans, 2 * i, a);
+        PyTuple_SET_ITEM(spans, 2 * i + 1, b);
+    }
+    if (pos != end) goto malformed;
+    if (!kinds) kinds = Py_NewRef(default_kinds);
+    PyObject *result = PyTuple_New(2);
+    if (!result) goto error;
+    PyTuple_SET_ITEM(result, 0, kinds);
+    PyTuple_SET_ITEM(result, 1, spans);
+    return result;
+malformed:
+    Py_XDECREF(kinds);
+    Py_DECREF(spans);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(kinds);
+    Py_DECREF(spans);
+    return NULL;
+}
+
 PyDoc_STRVAR(scan_tuple_doc,
 "scan_tuple(buffer, pos, end) -> (kinds, spans, next_pos) | None\n\n"
 "The TupleData at pos: its kind bytes, the absolute (start, end) of each column's value ((0, 0)\n"
@@ -652,6 +828,10 @@ error:
 static PyMethodDef methods[] = {
     {"scan_tuple", (PyCFunction)(void (*)(void))scan_tuple, METH_FASTCALL, scan_tuple_doc},
     {"encode_row", (PyCFunction)(void (*)(void))encode_row, METH_FASTCALL, encode_row_doc},
+    {"encode_insert", (PyCFunction)(void (*)(void))encode_insert, METH_FASTCALL,
+     encode_insert_doc},
+    {"scan_copy_row", (PyCFunction)(void (*)(void))scan_copy_row, METH_FASTCALL,
+     scan_copy_row_doc},
     {NULL, NULL, 0, NULL},
 };
 

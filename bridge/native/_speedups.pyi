@@ -9,3 +9,19 @@ def encode_row(
 def scan_tuple(
     buffer: bytes, pos: int, end: int, /
 ) -> tuple[bytes, tuple[int, ...], int] | None: ...
+def encode_insert(
+    buffer: bytes,
+    kinds: bytes,
+    spans: tuple[int, ...],
+    row_plan: bytes,
+    key_plan: bytes | None,
+    key_header: bytes | None,
+    value_head: bytes,
+    source_prefix: bytes,
+    seq: int,
+    tail: bytes,
+    /,
+) -> tuple[bytes | None, bytes] | None: ...
+def scan_copy_row(
+    data: bytes, ncols: int, kinds: bytes, /
+) -> tuple[bytes, tuple[int, ...]] | None: ...

@@ -17,10 +17,17 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Final
 
-from bridge import __version__
+from bridge import __version__, native
 from bridge.events import ChangeEvent, LogicalMessageEvent, TxContext
 from bridge.pgoutput.lsn import pg_timestamp_to_unix_micros
-from bridge.schema import ENVELOPE_FIELDS, UNCHANGED_TOAST_FIELD, EncodedRow, static_schema
+from bridge.pgoutput.messages import TupleData
+from bridge.schema import (
+    ENVELOPE_FIELDS,
+    UNCHANGED_TOAST_FIELD,
+    EncodedRow,
+    RelationSchemas,
+    static_schema,
+)
 from bridge.sink.avro_writer import Writer, compile_writer, encode_long, write_long
 from bridge.sink.registry import RegisteredSchemas
 
@@ -111,6 +118,64 @@ def _envelope_writers(schema_id: int, schema: dict[str, Any]) -> _EnvelopeWriter
     )
 
 
+class InsertLane:
+    """The Kafka record of an insert (or an update without old row) of one table version in one
+    C call (:func:`bridge.native.encode_insert`): the framed key and the framed envelope value,
+    byte for byte what :meth:`EnvelopeSerializer.key` and :meth:`EnvelopeSerializer.value`
+    write for the :class:`~bridge.events.ChangeEvent` the builder would have made of it.
+
+    Prepared once per table version and schema ids (:meth:`EnvelopeSerializer.insert_lane`);
+    the constant pieces (framings, the source block of the transaction, the tail after
+    ``seq``) come from the serializer's caches. :meth:`encode` answers ``None`` whenever the
+    C encoder does (a NULL key, unchanged TOAST, a value it does not reproduce exactly): the
+    caller then takes the ordinary path, which makes the same record or raises the typed error.
+    """
+
+    __slots__ = ("_key_header", "_key_plan", "_parts", "_row_plan", "_serializer", "_table")
+
+    def __init__(
+        self,
+        serializer: EnvelopeSerializer,
+        table: str,
+        parts: _EnvelopeWriters,
+        row_plan: bytes,
+        key_plan: bytes | None,
+        key_header: bytes | None,
+    ) -> None:
+        self._serializer = serializer
+        self._table = table
+        self._parts = parts
+        self._row_plan = row_plan
+        self._key_plan = key_plan
+        self._key_header = key_header
+
+    def encode(
+        self, data: TupleData, op: str, tx: TxContext, seq: int
+    ) -> tuple[bytes | None, bytes] | None:
+        """(key, value) of the change ``op`` (``c`` or ``u``) at ``seq`` of ``tx``, or ``None``."""
+        encode_insert = native.encode_insert
+        assert encode_insert is not None  # no lane is made without it
+        s = self._serializer
+        table = self._table
+        prefix = s._source_prefixes.get(table) if tx is s._source_tx else None
+        if prefix is None:
+            prefix = s._source_prefix(tx, table, self._parts)
+        if time.time_ns() >= s._clock_until_ns:
+            s._timestamps()
+        return encode_insert(
+            data.buffer,
+            data.kinds,
+            data.spans,
+            self._row_plan,
+            self._key_plan,
+            self._key_header,
+            self._parts.no_before,
+            prefix,
+            seq,
+            s._tails[op],
+        )
+
+
 class EnvelopeSerializer:
     """Encodes keys and envelopes of one bridge; caches compiled schemas by registry id.
 
@@ -139,6 +204,26 @@ class EnvelopeSerializer:
         if schema_id not in self._writers:
             self._writers[schema_id] = (_MAGIC.pack(0, schema_id), compile_writer(schema))
             self._envelopes[schema_id] = _envelope_writers(schema_id, schema)
+
+    def insert_lane(self, table: RelationSchemas, ids: RegisteredSchemas) -> InsertLane | None:
+        """The :class:`InsertLane` of a table version whose schemas are registered (and given to
+        :meth:`register_parsed`), or ``None`` where its records need the general path: no C
+        encoder, a column without a native form, transaction metadata in the envelope, a value
+        schema not shaped like bridge.schema's."""
+        if native.encode_insert is None or self._tx_metadata:
+            return None
+        parts = self._envelopes.get(ids.value_id)
+        row_plan, key_plan = table.encoder.plans
+        if parts is None or row_plan is None:
+            return None
+        key_header: bytes | None = None
+        if ids.key_id is not None and table.key_schema is not None:
+            if key_plan is None:
+                return None  # the key is encoded from the row dict
+            key_header = self._writers[ids.key_id][0]
+        else:
+            key_plan = None
+        return InsertLane(self, table.table, parts, row_plan, key_plan, key_header)
 
     def _encode(self, schema_id: int, record: Any) -> bytes:
         header, writer = self._writers[schema_id]

@@ -13,9 +13,11 @@ Pure: bytes in, rows out, no I/O (like :mod:`bridge.pgoutput.decoder`). The bina
   encodes a streamed one;
 - a trailer: a field count of ``-1``.
 
-The server sends one CopyData message per row (the header rides with the first), but nothing
-here relies on that: :meth:`CopyBinaryParser.feed` takes any slicing of the stream and keeps an
-incomplete row for the next call. Each row's TupleData points into the block it came in, so a
+The server sends one CopyData message per row (the header rides with the first), which
+:meth:`CopyBinaryParser.row` takes whole (with the C accelerator,
+:func:`bridge.native.scan_copy_row`, where it is built), but nothing here relies on that:
+:meth:`CopyBinaryParser.feed` takes any slicing of the stream and keeps an incomplete row for
+the next call. Each row's TupleData points into the block it came in, so a
 row costs no copy of its values.
 """
 
@@ -25,6 +27,7 @@ import struct
 from collections.abc import Sequence
 from typing import Final
 
+from bridge import native
 from bridge.errors import PgBridgeError
 from bridge.pgoutput.messages import TupleData
 from bridge.pgoutput.rows import make_tuple
@@ -182,6 +185,14 @@ class CopyBinaryParser:
         :meth:`feed` takes it (and says what is wrong with it, if anything)."""
         if self._pending or not self._header_done or self._done:
             return None
+        scan = native.scan_copy_row
+        if scan is not None and type(data) is bytes:
+            scanned = scan(data, self.columns, self.kinds)
+            if scanned is not None:
+                self._consumed += len(data)
+                self.rows += 1
+                return make_tuple(scanned[0], data, scanned[1])
+            # Not exactly one well-formed row: the checks below say so (None) the same way.
         end = len(data)
         ncols = self.columns
         try:

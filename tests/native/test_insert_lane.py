@@ -1,0 +1,330 @@
+"""The C insert lane (:func:`bridge.native.encode_insert`,
+:class:`bridge.sink.serializer.InsertLane`) against the general path.
+
+What users rely on: an insert (or an update without old row) that takes the lane is published
+as exactly the key and value bytes :meth:`EnvelopeSerializer.key` and
+:meth:`EnvelopeSerializer.value` write for the event the builder makes of the same message, with
+the same ``seq``; whatever the lane declines (unchanged TOAST, NULL keys, values without a native
+form) takes that general path, and the stream of records is the same either way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bridge import native
+from bridge.events import ChangeEvent, EventBuilder
+from bridge.pgoutput.lsn import Lsn
+from bridge.pgoutput.messages import (
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    LogicalMessage,
+    TupleData,
+    Update,
+)
+from bridge.pipeline import Pipeline, PipelineOptions
+from bridge.schema import RelationSchemas, TableHints
+from bridge.sink.registry import RegisteredSchemas
+from bridge.sink.serializer import EnvelopeSerializer, SourceSettings
+from tests.native.test_rowavro import TABLES, Table, native_only, rows, tuple_data
+
+IDS = RegisteredSchemas(key_id=21, value_id=22)
+HINTS = {"hinted_key": TableHints(key_columns=("d", "i8", "f8"))}
+FIXED_NS = 1_763_900_000_123_456_789
+
+
+@contextmanager
+def fixed_clock() -> Iterator[None]:
+    """The envelope's processing timestamps read a fixed clock (both paths take the same)."""
+    saved = time.time_ns
+    time.time_ns = lambda: FIXED_NS
+    try:
+        yield
+    finally:
+        time.time_ns = saved
+
+
+def builder_for(table_name: str) -> EventBuilder:
+    hints = HINTS.get(table_name)
+    builder = EventBuilder("pg", hints={"public.zoo": hints} if hints else None)
+    builder.feed(TABLES[table_name].schemas.relation)
+    return builder
+
+
+def serializer_for(schemas: RelationSchemas, ids: RegisteredSchemas = IDS) -> EnvelopeSerializer:
+    serializer = EnvelopeSerializer(SourceSettings(topic_prefix="pg", database="zoo"))
+    if ids.key_id is not None and schemas.key_schema is not None:
+        serializer.register_parsed(ids.key_id, schemas.key_schema)
+    serializer.register_parsed(ids.value_id, schemas.value_schema)
+    return serializer
+
+
+def general(
+    serializer: EnvelopeSerializer, event: ChangeEvent, ids: RegisteredSchemas = IDS
+) -> tuple[bytes | None, bytes]:
+    return serializer.key(event, ids), serializer.value(event, ids)
+
+
+# --- 1. one record: lane bytes == serializer bytes ---------------------------------------------
+
+
+@native_only
+@pytest.mark.parametrize("table_name", sorted(TABLES))
+@pytest.mark.parametrize("op", ["c", "u"])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_lane_record_equals_serializer_record(table_name: str, op: str, data: Any) -> None:
+    table: Table = TABLES[table_name]
+    row, expect_native = data.draw(rows(table))
+    seq = data.draw(st.sampled_from([0, 1, 0x1FFF, 0x2000, 123_456_789]))
+    builder = builder_for(table_name)
+    builder.feed(Begin(Lsn(0x1_0000_2000), 800_000_000_000_000, 4242))
+    builder._seq = seq  # a position deep in a transaction (snapshot rows' seq are large)
+    schemas = builder.relations[16384]
+    serializer = serializer_for(schemas)
+    lane = serializer.insert_lane(schemas, IDS)
+    assert lane is not None
+    position = builder.next_position()
+    assert position is not None and position[1] == seq
+    message: Insert | Update = (
+        Insert(None, 16384, row) if op == "c" else Update(None, 16384, None, None, row)
+    )
+    with fixed_clock():
+        record = lane.encode(row, op, *position)
+        (event,) = builder.feed(message)
+        assert isinstance(event, ChangeEvent) and (event.op, event.seq) == (op, seq)
+        expected = general(serializer, event)
+    if expect_native:
+        assert record is not None, "the lane declined a row the C encoder takes"
+    if record is not None:
+        assert record == expected
+
+
+@native_only
+def test_lane_source_block_follows_the_transaction() -> None:
+    """The cached source block is the current transaction's: a second transaction (other xid,
+    LSN, commit time) gets its own, in the lane as in the serializer."""
+    table_name = "composite_pk"
+    builder = builder_for(table_name)
+    schemas = builder.relations[16384]
+    serializer = serializer_for(schemas)
+    lane = serializer.insert_lane(schemas, IDS)
+    assert lane is not None
+    row = tuple_data(*VALUES)
+    with fixed_clock():
+        for xid, lsn in ((10, 0x100), (11, 0x200), (12, 0x300)):
+            builder.feed(Begin(Lsn(lsn), 700_000_000_000_000 + xid, xid))
+            for _ in range(3):
+                position = builder.next_position()
+                assert position is not None
+                record = lane.encode(row, "c", *position)
+                (event,) = builder.feed(Insert(None, 16384, row))
+                assert isinstance(event, ChangeEvent)
+                assert record == general(serializer, event)
+            builder.feed(Commit(0, Lsn(lsn), Lsn(lsn + 0x30), 0))
+
+
+# A row of every column of TABLES in text form (the i4, txt, tstz, n12_2, d key columns set).
+VALUES = (
+    ("t", b"-9000000000"),
+    ("t", b"12"),
+    ("t", b"34"),
+    ("t", b"caf\xc3\xa9"),
+    ("t", b"vc"),
+    ("t", b"bp       "),
+    ("t", b"nm"),
+    ("t", b'{"a": 1}'),
+    ("t", b'{"b": 2}'),
+    ("t", b"t"),
+    ("t", b"1.5"),
+    ("t", b"1234.56"),
+    ("t", b"-7"),
+    ("t", b"0.000001"),
+    ("t", b"0.12345"),
+    ("t", b"2024-02-29 12:34:56.789+05:30"),
+    ("t", b"1999-12-31 23:59:59"),
+    ("t", b"2024-02-29"),
+    ("t", b"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
+    ("t", b"\\xdeadbeef"),
+    ("t", b"12:00:00.5"),
+)
+
+
+@native_only
+@pytest.mark.parametrize(
+    ("why", "change"),
+    [
+        ("unchanged TOAST", lambda v: (*v[:3], "u", *v[4:])),
+        ("NULL in a non-null key column", lambda v: (*v[:2], None, *v[3:])),
+        ("binary numeric (no native form)", lambda v: (*v[:11], ("b", b"\x00"), *v[12:])),
+        ("NaN numeric", lambda v: (*v[:11], ("t", b"NaN"), *v[12:])),
+        ("invalid UTF-8", lambda v: (*v[:3], ("t", b"\xff"), *v[4:])),
+        ("infinite date", lambda v: (*v[:17], ("t", b"infinity"), *v[18:])),
+        ("fewer columns than the Relation", lambda v: v[:-1]),
+    ],
+)
+def test_lane_declines_what_the_general_path_handles(
+    why: str, change: Callable[[tuple[Any, ...]], tuple[Any, ...]]
+) -> None:
+    builder = builder_for("composite_pk")
+    builder.feed(Begin(Lsn(0x500), 700_000_000_000_000, 7))
+    schemas = builder.relations[16384]
+    lane = serializer_for(schemas).insert_lane(schemas, IDS)
+    assert lane is not None
+    assert lane.encode(tuple_data(*VALUES), "c", *builder.next_position() or ()) is not None
+    position = builder.next_position()
+    assert position is not None
+    assert lane.encode(tuple_data(*change(VALUES)), "c", *position) is None, why
+
+
+def test_no_lane_without_the_c_encoder_or_with_transaction_metadata(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    schemas = builder_for("full").relations[16384]
+    with_metadata = EnvelopeSerializer(
+        SourceSettings(topic_prefix="pg", database="zoo", provide_transaction_metadata=True)
+    )
+    with_metadata.register_parsed(IDS.value_id, schemas.value_schema)
+    assert with_metadata.insert_lane(schemas, IDS) is None
+    monkeypatch.setattr(native, "encode_insert", None)
+    assert serializer_for(schemas).insert_lane(schemas, IDS) is None
+
+
+@native_only
+def test_no_lane_for_a_table_with_a_column_without_native_form() -> None:
+    table = Table.build([("id", 23, -1), ("span", 1186, -1)], keys=["id"])  # interval
+    schemas = table.schemas
+    assert serializer_for(schemas).insert_lane(schemas, IDS) is None
+
+
+# --- 2. the pipeline: the same records, in the same order, with or without the lane ------------
+
+
+class _Source:
+    def __init__(self, messages: list[LogicalMessage]) -> None:
+        self._messages = messages
+        self.acknowledged: list[Lsn] = []
+
+    @property
+    def start_lsn(self) -> Lsn:
+        return Lsn(0)
+
+    def messages(self) -> Iterator[LogicalMessage | None]:
+        yield from self._messages
+
+    def acknowledge(self, flush_lsn: Lsn) -> None:
+        self.acknowledged.append(flush_lsn)
+
+    def close(self) -> None:
+        pass
+
+
+class _Registrar:
+    on_wait: Callable[[], None] | None = None
+
+    def register_relation(self, schemas: RelationSchemas) -> RegisteredSchemas:
+        return RegisteredSchemas(IDS.key_id if schemas.key_schema else None, IDS.value_id)
+
+    def register(self, subject: str, schema: Any, *, table: str = "?") -> int:
+        return 99
+
+
+class _Publisher:
+    on_wait: Callable[[], None] | None = None
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes | None, bytes | None]] = []
+        self._callbacks: list[Callable[[], None]] = []
+
+    def publish(
+        self, topic: str, key: bytes | None, value: bytes | None, on_delivered: Callable[[], None]
+    ) -> None:
+        self.records.append((topic, key, value))
+        self._callbacks.append(on_delivered)
+
+    def send_pending(self) -> None:
+        pass
+
+    def poll(self, timeout: float = 0.0) -> int:
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+        return len(callbacks)
+
+    def flush(self, timeout: float) -> int:
+        self.poll()
+        return 0
+
+    def close(self, timeout: float = 30.0) -> int:
+        return 0
+
+
+def _stream(table_name: str, tuples: list[TupleData]) -> list[LogicalMessage]:
+    relation = TABLES[table_name].schemas.relation
+    out: list[LogicalMessage] = [relation]
+    for n, group in enumerate((tuples[: len(tuples) // 2], tuples[len(tuples) // 2 :])):
+        lsn = Lsn(0x1000 * (n + 1))
+        out.append(Begin(lsn, 700_000_000_000_000 + n, 100 + n))
+        for i, row in enumerate(group):
+            if i % 5 == 3:
+                out.append(Update(None, 16384, None, None, row))
+            elif i % 5 == 4:
+                out.append(Update(None, 16384, "O", row, row))  # FULL: the general path
+            else:
+                out.append(Insert(None, 16384, row))
+        out.append(Delete(None, 16384, "O", group[0]))
+        out.append(Commit(0, lsn, Lsn(lsn + 0x30), 700_000_000_000_000 + n))
+    return out
+
+
+def _run(messages: list[LogicalMessage], table_name: str) -> tuple[list[Any], list[Lsn], int]:
+    hints = HINTS.get(table_name)
+    builder = EventBuilder("pg", hints={"public.zoo": hints} if hints else None)
+    serializer = EnvelopeSerializer(SourceSettings(topic_prefix="pg", database="zoo"))
+    source, publisher = _Source(messages), _Publisher()
+    pipeline = Pipeline(
+        source,
+        builder,
+        _Registrar(),  # type: ignore[arg-type]
+        serializer,
+        publisher,
+        PipelineOptions(messages_topic="pg.messages"),
+    )
+    with fixed_clock():
+        pipeline.run()
+    return publisher.records, source.acknowledged, len(pipeline._lanes)
+
+
+@native_only
+@pytest.mark.parametrize("table_name", sorted(TABLES))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_pipeline_publishes_the_same_records_with_and_without_lane(
+    table_name: str, data: Any
+) -> None:
+    table = TABLES[table_name]
+    tuples = [data.draw(rows(table))[0] for _ in range(data.draw(st.integers(2, 14)))]
+    # Mixed in: rows the lane declines (unchanged TOAST in a non-key column).
+    tuples += [tuple_data(*((*VALUES[:6], "u", *VALUES[7:])))]
+    messages = _stream(table_name, tuples)
+    with_lane, acks, lanes = _run(messages, table_name)
+    assert lanes == 1
+    saved = native.encode_insert
+    native.encode_insert = None
+    try:
+        without_lane, acks_without, _lanes_without = _run(messages, table_name)
+    finally:
+        native.encode_insert = saved
+    assert with_lane == without_lane
+    # When polls happen depends on the clock; the confirmed position at the end does not.
+    assert acks[-1] == acks_without[-1] == Lsn(0x2030)
+    assert acks == sorted(acks)
