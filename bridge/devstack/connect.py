@@ -8,10 +8,10 @@ isolated, as Kafka Connect expects:
   (``poms/connect-jdbc-sink.xml``);
 - ``apicurio-converter``: ``io.apicurio:apicurio-registry-utils-converter`` 2.6.x
   (``poms/connect-apicurio-converter.xml``). The 3.x converter does not resolve from Maven
-  Central (its dependencies' POMs point Maven at other repositories); 2.6 with ``apicurio.registry.as-confluent``
-  reads Confluent framing (magic byte, 4-byte id) and talks to the stack's Apicurio 3.x through
-  its v2 API, where the id of the Confluent-compatible API is the content id
-  (``apicurio.registry.use-id=contentId``). See :func:`apicurio_converter`.
+  Central (its dependencies' POMs point Maven at other repositories); 2.6 with
+  ``apicurio.registry.as-confluent`` reads Confluent framing (magic byte, 4-byte id) and talks
+  to the stack's Apicurio 3.x through its v2 API, where the id of the Confluent-compatible API
+  is the content id (``apicurio.registry.use-id=contentId``). See :func:`apicurio_converter`.
 
 The worker is not part of ``pgbridge dev up``: compatibility tests start one next to the stack
 (it needs ~0.5 GB of heap) and connectors are created through its REST API.
