@@ -6,7 +6,9 @@
 - :func:`encode_insert`: pgoutput TupleData straight to the framed key and envelope value of an
   insert, for :class:`bridge.sink.lane.InsertLane`;
 - :func:`scan_copy_row`: one binary COPY row's layout, for
-  :class:`bridge.snapshot.copy_binary.CopyBinaryParser`.
+  :class:`bridge.snapshot.copy_binary.CopyBinaryParser`;
+- :func:`encode_copy_row`: one binary COPY row straight to the framed key and envelope value of
+  its snapshot (``r``) record, for :class:`bridge.sink.serializer.CopyLane`.
 
 Built when the package is installed (``pip install -e .`` compiles it; a machine without a C
 compiler gets the pure-Python paths, same output). Neither decides anything: for any input
@@ -28,28 +30,41 @@ EncodeInsert = Callable[
     tuple[bytes | None, bytes] | None,
 ]
 ScanCopyRow = Callable[[bytes, int, bytes], tuple[bytes, tuple[int, ...]] | None]
+EncodeCopyRow = Callable[
+    [bytes, bytes, bytes, bytes | None, bytes | None, bytes, bytes, int, bytes],
+    tuple[bytes | None, bytes] | None,
+]
 
 encode_row: EncodeRow | None
 scan_tuple: ScanTuple | None
 encode_insert: EncodeInsert | None
 scan_copy_row: ScanCopyRow | None
+encode_copy_row: EncodeCopyRow | None
 try:
-    from bridge.native._speedups import encode_insert, encode_row, scan_copy_row, scan_tuple
+    from bridge.native._speedups import (
+        encode_copy_row,
+        encode_insert,
+        encode_row,
+        scan_copy_row,
+        scan_tuple,
+    )
 except ImportError:  # not built (no compiler at install time)
-    encode_row = scan_tuple = encode_insert = scan_copy_row = None
+    encode_row = scan_tuple = encode_insert = scan_copy_row = encode_copy_row = None
 
 if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
-    encode_row = scan_tuple = encode_insert = scan_copy_row = None
+    encode_row = scan_tuple = encode_insert = scan_copy_row = encode_copy_row = None
 
 #: True when the C accelerators are in use.
 ENABLED = encode_row is not None
 
 __all__ = [
     "ENABLED",
+    "EncodeCopyRow",
     "EncodeInsert",
     "EncodeRow",
     "ScanCopyRow",
     "ScanTuple",
+    "encode_copy_row",
     "encode_insert",
     "encode_row",
     "scan_copy_row",

@@ -476,7 +476,8 @@ typedef struct {
     Py_ssize_t buf_len;
     const char *kinds;
     Py_ssize_t ncols;
-    PyObject *spans;
+    PyObject *spans;          /* (start, end) per column as Python ints, or NULL: */
+    const Py_ssize_t *cspans; /* the same as a C array (a COPY row scanned in C) */
 } Tuple;
 
 /* 1 = written, 0 = fall back, -1 = Python error. */
@@ -496,10 +497,14 @@ static int write_record(Out *o, const Tuple *t, const unsigned char *plan, Py_ss
         int binary = kind == 'b';
         int op = binary ? e[3] : e[2];
         if (op == OP_NONE) return 0;
-        Py_ssize_t start = PyLong_AsSsize_t(PyTuple_GET_ITEM(t->spans, 2 * col));
-        Py_ssize_t end = PyLong_AsSsize_t(PyTuple_GET_ITEM(t->spans, 2 * col + 1));
-        if (start == -1 || end == -1) {
-            if (PyErr_Occurred()) return -1;
+        Py_ssize_t start, end;
+        if (t->cspans) {
+            start = t->cspans[2 * col];
+            end = t->cspans[2 * col + 1];
+        } else {
+            start = PyLong_AsSsize_t(PyTuple_GET_ITEM(t->spans, 2 * col));
+            end = PyLong_AsSsize_t(PyTuple_GET_ITEM(t->spans, 2 * col + 1));
+            if ((start == -1 || end == -1) && PyErr_Occurred()) return -1;
         }
         if (start < 0 || end < start || end > t->buf_len) return 0;
         if (nullable && !out_byte(o, 2)) return -1;
@@ -536,7 +541,7 @@ static PyObject *encode_row(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (!PyBytes_Check(buffer) || !PyBytes_Check(kinds) || !PyTuple_Check(spans)) Py_RETURN_NONE;
     Tuple t = {
         PyBytes_AS_STRING(buffer), PyBytes_GET_SIZE(buffer), PyBytes_AS_STRING(kinds),
-        PyBytes_GET_SIZE(kinds), spans,
+        PyBytes_GET_SIZE(kinds), spans, NULL,
     };
     if (PyTuple_GET_SIZE(spans) != 2 * t.ncols) Py_RETURN_NONE;
     Out row;
@@ -600,36 +605,16 @@ static int out_raw(Out *o, const char *p, Py_ssize_t n) {
     return 1;
 }
 
-static PyObject *encode_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "encode_insert takes 10 arguments");
-        return NULL;
-    }
-    PyObject *buffer = args[0], *kinds = args[1], *spans = args[2];
-    PyObject *row_plan = args[3], *key_plan = args[4], *key_header = args[5];
-    PyObject *value_head = args[6], *source_prefix = args[7], *tail = args[9];
-    if (!PyBytes_Check(row_plan) || !PyBytes_Check(value_head) ||
-        !PyBytes_Check(source_prefix) || !PyBytes_Check(tail) ||
-        (key_plan != Py_None && !PyBytes_Check(key_plan)) ||
-        (key_plan != Py_None && !PyBytes_Check(key_header))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "encode_insert: plans and parts must be bytes (key_plan None: no key)");
-        return NULL;
-    }
-    int64_t seq = PyLong_AsLongLong(args[8]);
-    if (seq == -1 && PyErr_Occurred()) return NULL;
-    if (!PyBytes_Check(buffer) || !PyBytes_Check(kinds) || !PyTuple_Check(spans)) Py_RETURN_NONE;
-    Tuple t = {
-        PyBytes_AS_STRING(buffer), PyBytes_GET_SIZE(buffer), PyBytes_AS_STRING(kinds),
-        PyBytes_GET_SIZE(kinds), spans,
-    };
-    if (PyTuple_GET_SIZE(spans) != 2 * t.ncols) Py_RETURN_NONE;
+/* The framed key and value of an insert of the row t (encode_insert's contract); parts are
+ * row_plan, key_plan, key_header, value_head, source_prefix, then seq and tail. */
+static PyObject *insert_record(const Tuple *t, PyObject *row_plan, PyObject *key_plan,
+                               PyObject *key_header, PyObject *value_head,
+                               PyObject *source_prefix, int64_t seq, PyObject *tail) {
     Out value;
     out_init(&value);
     int r = out_raw(&value, PyBytes_AS_STRING(value_head), PyBytes_GET_SIZE(value_head)) ? 1 : -1;
     if (r == 1)
-        r = write_record(&value, &t, (const unsigned char *)PyBytes_AS_STRING(row_plan),
+        r = write_record(&value, t, (const unsigned char *)PyBytes_AS_STRING(row_plan),
                          PyBytes_GET_SIZE(row_plan));
     if (r == 1 &&
         !(out_raw(&value, PyBytes_AS_STRING(source_prefix), PyBytes_GET_SIZE(source_prefix)) &&
@@ -647,7 +632,7 @@ static PyObject *encode_insert(PyObject *self, PyObject *const *args, Py_ssize_t
         out_init(&key);
         r = out_raw(&key, PyBytes_AS_STRING(key_header), PyBytes_GET_SIZE(key_header)) ? 1 : -1;
         if (r == 1)
-            r = write_record(&key, &t, (const unsigned char *)PyBytes_AS_STRING(key_plan),
+            r = write_record(&key, t, (const unsigned char *)PyBytes_AS_STRING(key_plan),
                              PyBytes_GET_SIZE(key_plan));
         if (r != 1) {
             out_free(&key);
@@ -677,6 +662,99 @@ static PyObject *encode_insert(PyObject *self, PyObject *const *args, Py_ssize_t
     PyTuple_SET_ITEM(result, 0, key_bytes);
     PyTuple_SET_ITEM(result, 1, value_bytes);
     return result;
+}
+
+/* The parts' types, shared by encode_insert and encode_copy_row: 0 = fine, -1 = TypeError. */
+static int check_parts(const char *name, PyObject *row_plan, PyObject *key_plan,
+                       PyObject *key_header, PyObject *value_head, PyObject *source_prefix,
+                       PyObject *tail) {
+    if (!PyBytes_Check(row_plan) || !PyBytes_Check(value_head) ||
+        !PyBytes_Check(source_prefix) || !PyBytes_Check(tail) ||
+        (key_plan != Py_None && !PyBytes_Check(key_plan)) ||
+        (key_plan != Py_None && !PyBytes_Check(key_header))) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: plans and parts must be bytes (key_plan None: no key)", name);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *encode_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "encode_insert takes 10 arguments");
+        return NULL;
+    }
+    PyObject *buffer = args[0], *kinds = args[1], *spans = args[2];
+    if (check_parts("encode_insert", args[3], args[4], args[5], args[6], args[7], args[9]) < 0)
+        return NULL;
+    int64_t seq = PyLong_AsLongLong(args[8]);
+    if (seq == -1 && PyErr_Occurred()) return NULL;
+    if (!PyBytes_Check(buffer) || !PyBytes_Check(kinds) || !PyTuple_Check(spans)) Py_RETURN_NONE;
+    Tuple t = {
+        PyBytes_AS_STRING(buffer), PyBytes_GET_SIZE(buffer), PyBytes_AS_STRING(kinds),
+        PyBytes_GET_SIZE(kinds), spans, NULL,
+    };
+    if (PyTuple_GET_SIZE(spans) != 2 * t.ncols) Py_RETURN_NONE;
+    return insert_record(&t, args[3], args[4], args[5], args[6], args[7], seq, args[9]);
+}
+
+/* PostgreSQL's limit on a table's columns (MaxHeapAttributeNumber is 1600). */
+#define MAX_COPY_COLUMNS 1664
+
+/* One binary COPY row's layout into C arrays: 1 = a whole row of ncols fields, 0 = anything
+ * else (short, long or malformed, the trailer) for the Python parser to judge. */
+static int scan_copy_into(const unsigned char *buf, Py_ssize_t end, Py_ssize_t ncols,
+                          char *kinds, Py_ssize_t *spans) {
+    if (end < 2 || (int16_t)((buf[0] << 8) | buf[1]) != ncols) return 0;
+    Py_ssize_t pos = 2;
+    for (Py_ssize_t i = 0; i < ncols; i++) {
+        if (end - pos < 4) return 0;
+        int32_t len = (int32_t)(((uint32_t)buf[pos] << 24) | ((uint32_t)buf[pos + 1] << 16) |
+                                ((uint32_t)buf[pos + 2] << 8) | buf[pos + 3]);
+        pos += 4;
+        if (len >= 0) {
+            if ((Py_ssize_t)len > end - pos) return 0;
+            spans[2 * i] = pos;
+            spans[2 * i + 1] = pos + len;
+            pos += len;
+        } else if (len == -1) {
+            kinds[i] = 'n';
+            spans[2 * i] = spans[2 * i + 1] = 0;
+        } else {
+            return 0;
+        }
+    }
+    return pos == end;
+}
+
+PyDoc_STRVAR(encode_copy_row_doc,
+"encode_copy_row(data, kinds, row_plan, key_plan, key_header, value_head, source_prefix, seq,\n"
+"                tail) -> (key, value) | None\n\n"
+"encode_insert of one binary COPY row (data: one CopyData message; kinds: b or t per column,\n"
+"as selected), scanned without Python objects in between. None when the row is not exactly one\n"
+"row of len(kinds) fields or a value needs the Python path.");
+
+static PyObject *encode_copy_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 9 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "encode_copy_row(bytes, bytes, ...) takes 9 arguments");
+        return NULL;
+    }
+    if (check_parts("encode_copy_row", args[2], args[3], args[4], args[5], args[6], args[8]) < 0)
+        return NULL;
+    int64_t seq = PyLong_AsLongLong(args[7]);
+    if (seq == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t ncols = PyBytes_GET_SIZE(args[1]);
+    if (ncols > MAX_COPY_COLUMNS) Py_RETURN_NONE;
+    char kinds[MAX_COPY_COLUMNS];
+    Py_ssize_t spans[2 * MAX_COPY_COLUMNS];
+    memcpy(kinds, PyBytes_AS_STRING(args[1]), ncols);
+    const char *buf = PyBytes_AS_STRING(args[0]);
+    Py_ssize_t len = PyBytes_GET_SIZE(args[0]);
+    if (!scan_copy_into((const unsigned char *)buf, len, ncols, kinds, spans)) Py_RETURN_NONE;
+    Tuple t = {buf, len, kinds, ncols, NULL, spans};
+    return insert_record(&t, args[2], args[3], args[4], args[5], args[6], seq, args[8]);
 }
 
 /* One binary COPY row (bridge.snapshot.copy_binary.CopyBinaryParser.row's checks). */
@@ -832,6 +910,8 @@ static PyMethodDef methods[] = {
      encode_insert_doc},
     {"scan_copy_row", (PyCFunction)(void (*)(void))scan_copy_row, METH_FASTCALL,
      scan_copy_row_doc},
+    {"encode_copy_row", (PyCFunction)(void (*)(void))encode_copy_row, METH_FASTCALL,
+     encode_copy_row_doc},
     {NULL, NULL, 0, NULL},
 };
 

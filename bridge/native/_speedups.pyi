@@ -25,3 +25,15 @@ def encode_insert(
 def scan_copy_row(
     data: bytes, ncols: int, kinds: bytes, /
 ) -> tuple[bytes, tuple[int, ...]] | None: ...
+def encode_copy_row(
+    data: bytes,
+    kinds: bytes,
+    row_plan: bytes,
+    key_plan: bytes | None,
+    key_header: bytes | None,
+    value_head: bytes,
+    source_prefix: bytes,
+    seq: int,
+    tail: bytes,
+    /,
+) -> tuple[bytes | None, bytes] | None: ...

@@ -14,7 +14,7 @@ import json
 import struct
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from bridge import __version__, native
@@ -45,6 +45,22 @@ SMALL_LONGS: Final = tuple(encode_long(n) for n in range(0x2000))
 
 #: Avro encodings of the op codes.
 _OPS: Final = {op: _string_bytes(op) for op in "cudtrm"}
+
+
+def _clock_bytes(now_ns: int) -> bytes:
+    """ts_ms, ts_us, ts_ns of the envelope at ``now_ns``, each a ["null", "long"] union."""
+    now_us = now_ns // 1000
+    buf = bytearray()
+    for ts in (now_us // 1000, now_us, now_us * 1000):
+        buf.append(2)
+        write_long(buf, ts)
+    return bytes(buf)
+
+
+def _tail(op: str, clock: bytes) -> bytes:
+    """What follows ``seq`` in a record without transaction block or unchanged TOAST columns:
+    transaction null, op, the timestamps, an empty array."""
+    return b"\x00" + _OPS[op] + clock + b"\x00"
 
 
 def frame(schema_id: int, payload: bytes) -> bytes:
@@ -176,6 +192,50 @@ class InsertLane:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class CopyLane:
+    """The Kafka record of a snapshot row (op ``r``) straight from one binary COPY row, in one
+    C call (:func:`bridge.native.encode_copy_row`): byte for byte what
+    :meth:`EnvelopeSerializer.key` and :meth:`EnvelopeSerializer.value` write for the
+    :class:`~bridge.events.ChangeEvent` the snapshot would have built of that row.
+
+    Made on the serializer's thread (:meth:`EnvelopeSerializer.copy_lane`) with every constant
+    part already encoded, then only read: safe to use from the snapshot's worker threads. The
+    source block's prefix is kept for each ``source.snapshot`` marker. A ``None`` answer (a row
+    that is not one whole COPY row, a NULL key, a value the C encoder does not reproduce) sends
+    the row to the ordinary path, which makes the same record or raises the typed error.
+    """
+
+    row_plan: bytes
+    key_plan: bytes | None
+    key_header: bytes | None
+    value_head: bytes
+    prefixes: dict[str, bytes]  # source.snapshot marker -> source block up to seq
+
+    @staticmethod
+    def tail() -> bytes:
+        """What follows ``seq``, with the processing timestamps of now (take it per batch)."""
+        return _tail("r", _clock_bytes(time.time_ns()))
+
+    def encode(
+        self, data: bytes, kinds: bytes, seq: int, marker: str = "true", tail: bytes | None = None
+    ) -> tuple[bytes | None, bytes] | None:
+        """(key, value) of the COPY row ``data`` (``kinds``: ``b``/``t`` per selected column)."""
+        encode_copy_row = native.encode_copy_row
+        assert encode_copy_row is not None  # no lane is made without it
+        return encode_copy_row(
+            data,
+            kinds,
+            self.row_plan,
+            self.key_plan,
+            self.key_header,
+            self.value_head,
+            self.prefixes[marker],
+            seq,
+            self.tail() if tail is None else tail,
+        )
+
+
 class EnvelopeSerializer:
     """Encodes keys and envelopes of one bridge; caches compiled schemas by registry id.
 
@@ -224,6 +284,23 @@ class EnvelopeSerializer:
         else:
             key_plan = None
         return InsertLane(self, table.table, parts, row_plan, key_plan, key_header)
+
+    def copy_lane(
+        self, table: RelationSchemas, ids: RegisteredSchemas, tx: TxContext
+    ) -> CopyLane | None:
+        """The :class:`CopyLane` of a table's snapshot rows in the snapshot ``tx`` (whose
+        ``snapshot`` marker each row's own replaces), or ``None`` where the rows need the
+        general path (see :meth:`insert_lane`)."""
+        lane = self.insert_lane(table, ids)
+        if lane is None or native.encode_copy_row is None:
+            return None
+        prefixes = {
+            marker: self._source_prefix(replace(tx, snapshot=marker), table.table, lane._parts)
+            for marker in ("first", "true", "last")
+        }
+        return CopyLane(
+            lane._row_plan, lane._key_plan, lane._key_header, lane._parts.no_before, prefixes
+        )
 
     def _encode(self, schema_id: int, record: Any) -> bytes:
         header, writer = self._writers[schema_id]
@@ -331,13 +408,8 @@ class EnvelopeSerializer:
         clock at most every millisecond (see _CLOCK_TICK_NS)."""
         now_ns = time.time_ns()
         if now_ns >= self._clock_until_ns:
-            now_us = now_ns // 1000
-            buf = bytearray()
-            for ts in (now_us // 1000, now_us, now_us * 1000):
-                buf.append(2)
-                write_long(buf, ts)
-            self._clock, self._clock_until_ns = bytes(buf), now_ns + _CLOCK_TICK_NS
-            self._tails = {op: b"\x00" + _OPS[op] + self._clock + b"\x00" for op in "cur"}
+            self._clock, self._clock_until_ns = _clock_bytes(now_ns), now_ns + _CLOCK_TICK_NS
+            self._tails = {op: _tail(op, self._clock) for op in "cur"}
         return self._clock
 
     def _envelope_record(self, event: ChangeEvent) -> dict[str, Any]:

@@ -31,13 +31,14 @@ from bridge.pgoutput.lsn import Lsn
 from bridge.schema import RelationSchemas
 from bridge.sink.avro_writer import AvroWriteError
 from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
-from bridge.sink.serializer import EnvelopeSerializer
+from bridge.sink.serializer import CopyLane, EnvelopeSerializer
 from bridge.snapshot import progress as progress_module
 from bridge.snapshot.plan import wire_kinds
 from bridge.snapshot.progress import SnapshotProgress
 from bridge.snapshot.reader import (
     ChunkEnd,
     Failed,
+    Record,
     RowBatch,
     SnapshotConnection,
     Task,
@@ -103,8 +104,12 @@ class SnapshotCopier:
         self.progress = SnapshotProgress(progress_interval)
         self.published = 0
         self._ids: dict[str, RegisteredSchemas] = {}
+        self._lanes: dict[str, CopyLane] = {}
+        self._kinds: dict[str, bytes] = {}  # per table: b/t per selected column (wire_kinds)
         self._counts: dict[tuple[str, int], _ChunkCount] = {}
-        self._held: tuple[ChangeEvent, _ChunkCount] | None = None
+        # One row held back (it may be the snapshot's last): an event, or a lane's record with
+        # its COPY row and seq (encoded again with marker "last" when it is).
+        self._held: tuple[ChangeEvent | _HeldRecord, _ChunkCount] | None = None
         self._first = not any(t.started for t in state.tables)
         self._tx: TxContext | None = None
         self._dirty = False
@@ -116,12 +121,16 @@ class SnapshotCopier:
         open_connections` (closed when done); ``True`` when every table is copied (the state
         says ``done``), ``False`` when ``stop`` was set first (what was acknowledged is
         recorded)."""
-        tasks = self._tasks()
         progress_module.CURRENT = self.progress
         self.progress.running = True
         try:
+            xmin = connections[0].snapshot_xmin()
+            now_pg_us = int((time.time() - 946_684_800) * 1_000_000)
+            point = Lsn.parse(self.state.consistent_point)
+            self._tx = TxContext(xmin, point, now_pg_us, None, "true")
             for table_schemas in self.schemas.values():
                 self._register(table_schemas)
+            tasks = self._tasks()
         except BaseException:
             for connection in connections:
                 connection.close()
@@ -157,8 +166,10 @@ class SnapshotCopier:
                 if schemas.encoder.native
                 else b"b" * len(schemas.columns)
             )
+            self._kinds[table.plan.table] = kinds
+            lane = self._lane(schemas)
             for chunk in table.remaining():
-                tasks.put(Task(table.plan, chunk, schemas, kinds))
+                tasks.put(Task(table.plan, chunk, schemas, kinds, lane))
                 self._counts[(table.plan.table, chunk.index)] = _ChunkCount(table)
         return tasks
 
@@ -169,10 +180,6 @@ class SnapshotCopier:
         halt = threading.Event()
         threads: list[threading.Thread] = []
         try:
-            xmin = connections[0].snapshot_xmin()
-            point = Lsn.parse(self.state.consistent_point)
-            now_pg_us = int((time.time() - 946_684_800) * 1_000_000)
-            self._tx = TxContext(xmin, point, now_pg_us, None, "true")
             for i, connection in enumerate(connections):
                 thread = threading.Thread(
                     target=run_worker,
@@ -223,12 +230,23 @@ class SnapshotCopier:
     def _register(self, schemas: RelationSchemas) -> RegisteredSchemas:
         ids = self._ids.get(schemas.table)
         if ids is None:
+            serializer = self.sink.serializer
             ids = self.sink.registrar.register_relation(schemas)
             if ids.key_id is not None and schemas.key_schema is not None:
-                self.sink.serializer.register_parsed(ids.key_id, schemas.key_schema)
-            self.sink.serializer.register_parsed(ids.value_id, schemas.value_schema)
+                serializer.register_parsed(ids.key_id, schemas.key_schema)
+            serializer.register_parsed(ids.value_id, schemas.value_schema)
             self._ids[schemas.table] = ids
         return ids
+
+    def _lane(self, schemas: RelationSchemas) -> CopyLane | None:
+        """The table's :class:`CopyLane` (registered, in the snapshot's transaction), if any."""
+        lane = self._lanes.get(schemas.table)
+        ids = self._ids.get(schemas.table)
+        if lane is None and ids is not None and self._tx is not None:
+            lane = self.sink.serializer.copy_lane(schemas, ids, self._tx)
+            if lane is not None:
+                self._lanes[schemas.table] = lane
+        return lane
 
     def _publish_batch(self, batch: RowBatch) -> None:
         count = self._counts[(batch.table, batch.chunk)]
@@ -243,19 +261,30 @@ class SnapshotCopier:
             return
         if self._held is not None:
             held, self._held = self._held, None
-            self._publish(*held)
-        # The hot loop: every event but the last (held back: it may be the snapshot's last),
+            self._publish_held(*held)
+        # The hot loop: every item but the last (held back: it may be the snapshot's last),
         # with what is the same for the whole batch (one chunk, one table) looked up once.
-        *body, tail = events
         ids = self._ids[batch.table]
         topic = self.schemas[batch.table].topic
         key_of, value_of = self.sink.serializer.key, self.sink.serializer.value
         publish, callback = self.sink.publisher.publish, count.on_delivered
         published = 0
-        for event in body:
-            if type(event) is not ChangeEvent or self._first:
-                self._one(batch.table, event, count)
+        for i in range(len(events) - 1):
+            event = events[i]
+            if type(event) is tuple:  # a lane's record
+                if self._first:  # the snapshot's first row, the batch's first record: its marker
+                    assert batch.head is not None and batch.head[0] == i
+                    row = _HeldRecord(batch.table, event, batch.head[1], batch.first_seq + i)
+                    self._publish_held(row, count)
+                    continue
+                count.sent += 1
+                publish(topic, event[0], event[1], callback)
+                published += 1
                 continue
+            if type(event) is not ChangeEvent or self._first:
+                self._one(batch.table, event, count)  # type: ignore[arg-type]
+                continue
+            assert isinstance(event, ChangeEvent)
             try:
                 key = key_of(event, ids)
                 value = value_of(event, ids)
@@ -266,18 +295,53 @@ class SnapshotCopier:
             publish(topic, key, value, callback)
             published += 1
         self.published += published
+        tail = events[-1]
         if type(tail) is Failed:
             self._dead_letter(batch.table, tail, count)
+        elif type(tail) is tuple:
+            assert batch.last is not None
+            seq = batch.first_seq + len(events) - 1
+            self._held = (_HeldRecord(batch.table, tail, batch.last, seq), count)
         else:
             assert isinstance(tail, ChangeEvent)
             self._held = (tail, count)
 
-    def _one(self, table: str, event: ChangeEvent | Failed, count: _ChunkCount) -> None:
+    def _publish_held(
+        self, held: ChangeEvent | _HeldRecord, count: _ChunkCount, marker: str | None = None
+    ) -> None:
+        if type(held) is not _HeldRecord:
+            assert isinstance(held, ChangeEvent)
+            self._publish(held, count, marker)
+            return
+        assert isinstance(held, _HeldRecord)
+        if self._first:
+            marker, self._first = "first", False
+        record = held.record
+        if marker is not None and marker != "true":
+            # The same row with another source.snapshot: the lane encoded it once already.
+            lane = self._lanes[held.table]
+            kinds = self._kinds[held.table]
+            again = lane.encode(held.data, kinds, held.seq, marker)
+            assert again is not None
+            record = again
+        count.sent += 1
+        self.sink.publisher.publish(
+            self.schemas[held.table].topic, record[0], record[1], count.on_delivered
+        )
+        self.published += 1
+
+    def _one(
+        self,
+        table: str,
+        event: ChangeEvent | Failed,
+        count: _ChunkCount,
+        marker: str | None = None,
+    ) -> None:
         if type(event) is Failed:
             self._dead_letter(table, event, count)
         else:
             assert isinstance(event, ChangeEvent)
-            self._publish(event, count)
+            self._publish(event, count, marker)
 
     def _publish(self, event: ChangeEvent, count: _ChunkCount, marker: str | None = None) -> None:
         if self._first:
@@ -359,13 +423,23 @@ class SnapshotCopier:
         """Publish the held row (``last`` when ``final``), wait for every acknowledgement and
         record the chunks that are complete."""
         if self._held is not None:
-            event, count = self._held
+            held, count = self._held
             self._held = None
-            self._publish(event, count, "last" if final else None)
+            self._publish_held(held, count, "last" if final else None)
         publisher = self.sink.publisher
         while publisher.flush(1.0):
             pass
         self._record_finished(time.monotonic())
+
+
+@dataclass(frozen=True, slots=True)
+class _HeldRecord:
+    """A lane's record, with what it takes to encode its row again with another marker."""
+
+    table: str
+    record: Record
+    data: bytes  # the COPY row
+    seq: int
 
 
 def _tuple_of(event: ChangeEvent) -> Any:

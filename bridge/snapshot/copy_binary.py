@@ -179,11 +179,24 @@ class CopyBinaryParser:
         self.rows += len(rows)
         return rows
 
+    @property
+    def at_row(self) -> bool:
+        """Whether the next message can only be a whole row or the trailer (the header was
+        read, nothing is left over, the trailer not yet seen): what :meth:`row` and a caller
+        that scans rows itself (:meth:`took_row`) need."""
+        return self._header_done and not self._pending and not self._done
+
+    def took_row(self, nbytes: int) -> None:
+        """The caller handled a whole row of ``nbytes`` itself (while :attr:`at_row`): counted,
+        so that offsets in later errors stay right."""
+        self._consumed += nbytes
+        self.rows += 1
+
     def row(self, data: bytes) -> TupleData | None:
         """The row that ``data`` is when it is exactly one complete row (the server sends one
         CopyData message per row after the first), else ``None``, changing nothing: then
         :meth:`feed` takes it (and says what is wrong with it, if anything)."""
-        if self._pending or not self._header_done or self._done:
+        if not self.at_row:
             return None
         scan = native.scan_copy_row
         if scan is not None and type(data) is bytes:

@@ -30,9 +30,11 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerrors
 
+from bridge import native
 from bridge.events import ChangeEvent, TxContext
 from bridge.pgoutput.messages import TupleData
 from bridge.schema import RelationSchemas
+from bridge.sink.serializer import CopyLane
 from bridge.snapshot.copy_binary import CopyBinaryParser
 from bridge.snapshot.errors import (
     SnapshotImportError,
@@ -81,12 +83,17 @@ SESSION_SETTINGS: tuple[tuple[str, str], ...] = (
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 
+#: A snapshot row already encoded by a :class:`~bridge.sink.serializer.CopyLane`: (key, value).
+Record = tuple[bytes | None, bytes]
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
     plan: TablePlan
     chunk: Chunk
     schemas: RelationSchemas
     kinds: bytes  # per column: b (binary) or t (text form), see plan.wire_kinds
+    lane: CopyLane | None = None  # rows straight to records, where the C encoder can
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +107,18 @@ class Failed:
 
 @dataclass(frozen=True, slots=True)
 class RowBatch:
+    """Rows of one chunk in order: records the lane encoded, the others as events (or the
+    failures the policy decides on). ``head``: the index and COPY row of the first record,
+    ``last``: the COPY row of the last item when it is a record (the coordinator encodes such a
+    row again when it is the snapshot's first or last, whose ``source.snapshot`` differs)."""
+
     table: str
     chunk: int
-    events: list[ChangeEvent | Failed]
+    events: list[Record | ChangeEvent | Failed]
     nbytes: int  # COPY bytes read
+    first_seq: int = 0
+    head: tuple[int, bytes] | None = None
+    last: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,34 +224,87 @@ class SnapshotConnection:
         return True
 
     def copy(
-        self, plan: TablePlan, chunk: Chunk, kinds: bytes | None = None
-    ) -> Iterator[tuple[list[TupleData], int]]:
-        """The chunk's rows in batches, with the COPY bytes each batch took."""
+        self,
+        plan: TablePlan,
+        chunk: Chunk,
+        kinds: bytes | None = None,
+        lane: CopyLane | None = None,
+        first_seq: int = 0,
+    ) -> Iterator[CopiedBatch]:
+        """The chunk's rows in batches: each row a :data:`Record` where ``lane`` encodes it
+        (row ``i`` of the chunk at ``seq`` ``first_seq + i``), else its TupleData."""
         statement = select_statement(plan, chunk, kinds)
         parser = CopyBinaryParser(len(plan.columns), plan.table, kinds)
-        batch: list[TupleData] = []
-        append = batch.append
-        one_row, feed = parser.row, parser.feed
+        row_kinds = parser.kinds
+        items: list[TupleData | Record] = []
+        append = items.append
+        one_row, feed, took_row = parser.row, parser.feed, parser.took_row
+        encode = native.encode_copy_row if lane is not None else None
+        if lane is not None:
+            row_plan, key_plan, key_header = lane.row_plan, lane.key_plan, lane.key_header
+            value_head, prefix, tail = lane.value_head, lane.prefixes["true"], lane.tail()
         nbytes = 0
+        seq = batch_seq = first_seq
+        head: tuple[int, bytes] | None = None
+        last = b""
         try:
             with self.conn.cursor() as cur, cur.copy(statement) as copy:
                 for view in copy:
                     data = bytes(view)
                     nbytes += len(data)
-                    row = one_row(data)  # the usual case: one message, one row
-                    if row is not None:
-                        append(row)
+                    record = None
+                    if encode is not None and parser.at_row:
+                        record = encode(data, row_kinds, row_plan, key_plan, key_header,
+                                        value_head, prefix, seq, tail)  # fmt: skip
+                    if record is not None:
+                        took_row(len(data))
+                        if head is None:
+                            head = (len(items), data)
+                        append(record)
+                        last = data
+                        seq += 1
                     else:
-                        batch += feed(data)
-                    if len(batch) >= BATCH_ROWS or nbytes >= BATCH_BYTES:
-                        yield batch, nbytes
-                        batch, nbytes = [], 0
-                        append = batch.append
+                        row = one_row(data)  # the usual case: one message, one row
+                        if row is not None:
+                            append(row)
+                            seq += 1
+                        else:
+                            rows = feed(data)
+                            items += rows
+                            seq += len(rows)
+                    if len(items) >= BATCH_ROWS or nbytes >= BATCH_BYTES:
+                        yield _batch(items, nbytes, batch_seq, head, last)
+                        items, nbytes, batch_seq, head = [], 0, seq, None
+                        append = items.append
+                        if lane is not None:
+                            tail = lane.tail()
             parser.finish()
         except psycopg.Error as exc:
             raise classify(plan.table, exc, chunk.index) from exc
-        if batch or nbytes:
-            yield batch, nbytes
+        if items or nbytes:
+            yield _batch(items, nbytes, batch_seq, head, last)
+
+
+@dataclass(frozen=True, slots=True)
+class CopiedBatch:
+    """Rows read from one COPY, in order (see :meth:`SnapshotConnection.copy`)."""
+
+    items: list[TupleData | Record]
+    nbytes: int
+    first_seq: int
+    head: tuple[int, bytes] | None  # index and COPY row of the first record the lane encoded
+    last: bytes | None  # the COPY row of items[-1], when the lane encoded it
+
+
+def _batch(
+    items: list[TupleData | Record],
+    nbytes: int,
+    first_seq: int,
+    head: tuple[int, bytes] | None,
+    last: bytes,
+) -> CopiedBatch:
+    tail = last if items and type(items[-1]) is tuple else None
+    return CopiedBatch(items, nbytes, first_seq, head, tail)
 
 
 def open_connections(
@@ -325,14 +393,18 @@ def _copy_chunk(
     s_op, s_table, s_tx, s_seq, s_before, s_after, s_toast = _CHANGE_SETTERS
     base = position(run, chunk.index, 0)
     row = 0
-    for batch, nbytes in connection.copy(plan, chunk, task.kinds):
-        if row + len(batch) > MAX_ROWS_PER_CHUNK:  # seq would run into the next chunk's
+    for batch in connection.copy(plan, chunk, task.kinds, task.lane, base):
+        if row + len(batch.items) > MAX_ROWS_PER_CHUNK:  # seq would run into the next chunk's
             raise SnapshotTableError(plan.table, "over 2**32 rows in one chunk", chunk=chunk.index)
-        events: list[ChangeEvent | Failed] = []
+        events: list[Record | ChangeEvent | Failed] = []
         append = events.append
-        for data in batch:
+        for data in batch.items:
             seq = base + row
             row += 1
+            if type(data) is tuple:  # encoded by the lane
+                append(data)
+                continue
+            assert isinstance(data, TupleData)
             try:
                 after, toast = encode(data)
             except ConversionError as exc:
@@ -349,7 +421,10 @@ def _copy_chunk(
             s_after(event, after)
             s_toast(event, tuple(toast) if toast else ())
             append(event)
-        if not put(RowBatch(plan.table, chunk.index, events, nbytes)):
+        item = RowBatch(
+            plan.table, chunk.index, events, batch.nbytes, batch.first_seq, batch.head, batch.last
+        )
+        if not put(item):
             return False
     return bool(put(ChunkEnd(plan.table, chunk.index, row)))
 

@@ -149,7 +149,7 @@ def settings_for(stack: StackInfo, dsn: str, prefix: str, state_dir: Path) -> di
             "state.dir": str(state_dir),
             "snapshot.chunk.size": "4000",
             "snapshot.max.threads": "2",
-            "snapshot.progress.interval.ms": "500",
+            "snapshot.progress.interval.ms": "100",  # the copy takes well under a second
             "message.key.columns": "public.blocks:id",
         },
     )
@@ -218,7 +218,7 @@ def test_snapshot_existing_rows_with_concurrent_writes_rebuild_equals_source(
 ) -> None:
     prefix = f"snap{uuid.uuid4().hex[:8]}"
     with postgres(local_stack, version) as server, scratch_database(server) as dsn:
-        populate(dsn, big_rows=60_000)
+        populate(dsn, big_rows=150_000)  # long enough a copy for progress lines
         settings = settings_for(server, dsn, prefix, tmp_path)
         state_file = tmp_path / f"snapshot-{settings['slot.name']}.json"
         process = BridgeProcess(settings, str(tmp_path / "bridge.log"))
@@ -297,9 +297,9 @@ def test_snapshot_sigkill_during_copy_resumes_and_still_equals_source(
     snapshot resumes where it was, and the rebuild still equals the source."""
     prefix = f"snapk{uuid.uuid4().hex[:8]}"
     with scratch_database(local_stack) as dsn:
-        populate(dsn, big_rows=200_000)
+        populate(dsn, big_rows=400_000)  # 20 chunks of a few hundred ms each: room to kill
         settings = settings_for(local_stack, dsn, prefix, tmp_path)
-        settings["snapshot.chunk.size"] = "10000"
+        settings["snapshot.chunk.size"] = "20000"
         state_file = tmp_path / f"snapshot-{settings['slot.name']}.json"
         log = str(tmp_path / "bridge.log")
 

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+import pytest
 
+from bridge import native
 from bridge.events import ChangeEvent, EventBuilder, TxContext
 from bridge.failures import FailurePolicy
 from bridge.pgoutput.lsn import Lsn
@@ -112,6 +114,68 @@ def test_copier_r_events_positions_and_first_true_last(tmp_path: Path) -> None:
     assert all(v["before"] is None for v in values)
 
 
+def _lane_batch(
+    copier: SnapshotCopier,
+    schemas: Any,
+    tx: TxContext,
+    chunk: int,
+    ids: list[int],
+    lane_rows: set[int],
+) -> RowBatch:
+    """A batch as a worker hands it over: rows in ``lane_rows`` as the C lane's records, the
+    others as events."""
+    lane = copier._lanes["public.items"]
+    kinds = copier._kinds["public.items"]
+    stream = encode_copy_binary([(struct.pack("!i", i), f"row {i}".encode()) for i in ids])
+    messages = []
+    pos = 19
+    for i in ids:
+        size = 2 + 4 + 4 + 4 + len(f"row {i}")
+        messages.append(stream[pos : pos + size])
+        pos += size
+    parser = CopyBinaryParser(2)
+    parsed = parser.feed(stream)
+    items: list[Any] = []
+    head = None
+    for n, (i, message, data) in enumerate(zip(ids, messages, parsed, strict=True)):
+        seq = position(0, chunk, n)
+        if i in lane_rows:
+            record = lane.encode(message, kinds, seq)
+            assert record is not None
+            head = head or (n, message)
+            items.append(record)
+        else:
+            items.append(ChangeEvent("r", schemas, tx, seq, None, schemas.encoder.encode(data)[0]))
+    last = messages[-1] if ids[-1] in lane_rows else None
+    return RowBatch("public.items", chunk, items, len(stream), position(0, chunk, 0), head, last)
+
+
+@pytest.mark.skipif(native.encode_copy_row is None, reason="needs the C accelerator")
+@pytest.mark.parametrize(
+    "lane_rows", [{1, 2, 3, 4}, {2, 3}, {1, 4}, {1}, {4}], ids=["all", "middle", "ends", "1", "4"]
+)
+def test_copier_lane_records_keep_positions_and_first_true_last(
+    tmp_path: Path, lane_rows: set[int]
+) -> None:
+    """Rows the C lane encoded in the worker are published as they are, but the snapshot's
+    first and last row get their own marker, whichever path made them."""
+    copier, publisher, schemas = _copier(tmp_path)
+    tx = copier._tx
+    assert tx is not None
+    copier._lanes.clear()
+    copier._tasks()  # now with the transaction: lanes
+    copier._publish_batch(_lane_batch(copier, schemas, tx, 0, [1, 2], lane_rows))
+    copier._publish_batch(_lane_batch(copier, schemas, tx, 1, [3, 4], lane_rows))
+    copier._drain(final=True)
+    values = [_read(schemas, v) for _, _, v in publisher.records if v is not None]
+    assert [v["source"]["snapshot"] for v in values] == ["first", "true", "true", "last"]
+    assert [v["source"]["seq"] for v in values] == [0, 1, 2**32, 2**32 + 1]
+    assert [v["after"]["id"] for v in values] == [1, 2, 3, 4]
+    assert {v["source"]["commit_lsn"] for v in values} == {int(Lsn.parse("0/ABC"))}
+    keys = [k for _, k, _ in publisher.records]
+    assert all(k is not None and k[0] == 0 for k in keys)
+
+
 def test_copier_records_a_chunk_only_after_every_record_is_acknowledged(
     tmp_path: Path,
 ) -> None:
@@ -145,8 +209,6 @@ def test_copier_unconvertible_row_goes_to_the_dead_letter_topic_and_counts(
     tmp_path: Path,
 ) -> None:
     import json
-
-    import pytest
 
     from bridge.snapshot.reader import Failed
     from bridge.types.errors import ConversionError

@@ -1,0 +1,134 @@
+"""The C snapshot lane (:func:`bridge.native.encode_copy_row`,
+:class:`bridge.sink.serializer.CopyLane`) against the general path.
+
+What users rely on: a snapshot row that takes the lane is published as exactly the key and value
+bytes the serializer writes for the ``r`` event the snapshot builds of the same COPY row (parsed
+by :class:`~bridge.snapshot.copy_binary.CopyBinaryParser`, encoded by the table's RowEncoder),
+with the same ``seq`` and ``source.snapshot`` marker; whatever is not exactly one whole row
+(the header's message, the trailer, a short or long row) is declined for the parser to judge.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, find, given, settings
+from hypothesis import strategies as st
+
+from bridge import native
+from bridge.events import ChangeEvent, TxContext
+from bridge.pgoutput.lsn import Lsn
+from bridge.pgoutput.messages import TupleData
+from bridge.snapshot.copy_binary import CopyBinaryParser, encode_copy_binary
+from tests.native.test_insert_lane import IDS, fixed_clock, general, serializer_for
+from tests.native.test_rowavro import TABLES, Table, native_only, rows
+
+TX = TxContext(4242, Lsn(0x1_0000_2000), 800_000_000_000_000, None, "true")
+HEADER_LEN = 19  # signature, flags, extension length (no extension)
+
+
+def copy_row(row: TupleData) -> tuple[bytes, bytes]:
+    """(the CopyData message of ``row`` as the server sends it, the kinds it is selected with):
+    a column that is NULL here is selected in binary form."""
+    fields: list[bytes | None] = []
+    kinds = bytearray()
+    for i, kind in enumerate(row.kinds):
+        if kind == ord("n"):
+            fields.append(None)
+            kinds.append(ord("b"))
+        else:
+            start, end = row.spans[2 * i], row.spans[2 * i + 1]
+            fields.append(bytes(row.buffer[start:end]))
+            kinds.append(kind)
+    stream = encode_copy_binary([fields])
+    return stream[HEADER_LEN:-2], bytes(kinds)
+
+
+def general_record(
+    table: Table, message: bytes, kinds: bytes, seq: int, marker: str
+) -> tuple[bytes | None, bytes] | None:
+    """What the snapshot's ordinary path publishes for the row (None: the converters refuse
+    it, and the lane must decline it too)."""
+    schemas = table.schemas
+    parser = CopyBinaryParser(len(kinds), "public.zoo", kinds)
+    (parsed,) = parser.feed(encode_copy_binary([]).replace(b"\xff\xff", b"") + message)
+    after, toast = schemas.encoder.encode(parsed)
+    tx = TxContext(TX.xid, TX.commit_lsn, TX.commit_ts, None, marker)
+    event = ChangeEvent("r", schemas, tx, seq, None, after, tuple(toast) if toast else ())
+    return general(serializer_for(schemas), event)
+
+
+def native_row(table: Table) -> TupleData:
+    """A row of ``table`` that the C encoder takes whole."""
+    row, _ = find(rows(table), lambda drawn: drawn[1], settings=settings(database=None))
+    return row
+
+
+@native_only
+@pytest.mark.parametrize("table_name", sorted(TABLES))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_copy_lane_record_equals_serializer_record(table_name: str, data: Any) -> None:
+    table = TABLES[table_name]
+    row, expect_native = data.draw(rows(table))
+    seq = data.draw(st.sampled_from([0, 1, 0x1FFF, (3 << 52) | (7 << 32) | 99, 2**62]))
+    marker = data.draw(st.sampled_from(["first", "true", "last"]))
+    message, kinds = copy_row(row)
+    schemas = table.schemas
+    serializer = serializer_for(schemas)
+    lane = serializer.copy_lane(schemas, IDS, TX)
+    assert lane is not None
+    with fixed_clock():
+        record = lane.encode(message, kinds, seq, marker)
+        expected = general_record(table, message, kinds, seq, marker)
+    if expect_native:
+        assert record is not None, "the lane declined a row the C encoder takes"
+    if record is not None:
+        assert record == expected
+
+
+@native_only
+def test_copy_lane_declines_what_is_not_one_whole_row() -> None:
+    table = TABLES["composite_pk"]
+    serializer = serializer_for(table.schemas)
+    lane = serializer.copy_lane(table.schemas, IDS, TX)
+    assert lane is not None
+    row = native_row(table)
+    message, kinds = copy_row(row)
+    assert lane.encode(message, kinds, 1) is not None
+    header = encode_copy_binary([]).replace(b"\xff\xff", b"")
+    for garbage in (
+        header + message,  # the first message: the header rides with the first row
+        b"\xff\xff",  # the trailer
+        message[:-1],  # short
+        message + b"\x00",  # long
+        b"\x00\x01" + message[2:],  # another field count
+        message[:2] + b"\xff\xff\xff\xfe" + message[6:],  # a negative length other than -1
+        b"",
+    ):
+        assert lane.encode(garbage, kinds, 1) is None
+
+
+@native_only
+def test_copy_lane_declines_a_null_key_column() -> None:
+    """A NULL where the key is NOT NULL (the server never sends it): declined, so that the
+    converters raise the typed error rather than a key being written from nothing."""
+    table = TABLES["composite_pk"]
+    lane = serializer_for(table.schemas).copy_lane(table.schemas, IDS, TX)
+    assert lane is not None
+    row = native_row(table)
+    _, kinds = copy_row(row)
+    fields: list[bytes | None] = [
+        None if kind == ord("n") else bytes(row.buffer[row.spans[2 * i] : row.spans[2 * i + 1]])
+        for i, kind in enumerate(row.kinds)
+    ]
+    fields[2] = None  # i4, a primary key column
+    message = encode_copy_binary([fields])[HEADER_LEN:-2]
+    assert lane.encode(message, kinds, 1) is None
+
+
+def test_copy_lane_only_with_the_accelerator() -> None:
+    table = TABLES["full"]
+    lane = serializer_for(table.schemas).copy_lane(table.schemas, IDS, TX)
+    assert (lane is not None) == (native.encode_copy_row is not None)
