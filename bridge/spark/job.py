@@ -560,9 +560,9 @@ def _summary_aggregates() -> list[Any]:
     return [
         F.count(F.lit(1)).alias("n"),
         F.count(F.when(F.col(tf.OP) != "t", F.lit(1))).alias("rows"),
-        F.max(
-            F.when(F.col(tf.OP) == "t", F.struct(tf.COMMIT_LSN, tf.SEQ, tf.COMMIT_TS))
-        ).alias("trunc"),
+        F.max(F.when(F.col(tf.OP) == "t", F.struct(tf.COMMIT_LSN, tf.SEQ, tf.COMMIT_TS))).alias(
+            "trunc"
+        ),
         F.max(_TOAST).alias("toast"),
         F.min(tf.SOURCE_SCHEMA).alias("schema"),
         F.max(tf.SOURCE_SCHEMA).alias("schema_max"),
