@@ -480,3 +480,48 @@ def test_load_config_secret_file_readable_by_others_is_warned_about(
 def test_load_config_schema_logical_types_defaults_to_avro_and_accepts_connect() -> None:
     assert _load().events.schema_logical_types == "avro"
     assert _load({"schema.logical.types": "CONNECT"}).events.schema_logical_types == "connect"
+
+
+# -- snapshot.select.statement.overrides (Debezium's pair of keys) --------------------------------
+
+
+def test_select_overrides_pair_the_list_with_each_tables_statement(tmp_path: Path) -> None:
+    path = _file(
+        tmp_path,
+        '"snapshot.select.statement.overrides" = ["public.orders", "Sales.Big Table"]\n'
+        '"snapshot.select.statement.overrides.public.orders" = '
+        '"SELECT * FROM public.orders WHERE id > 10;"\n'
+        '"snapshot.select.statement.overrides.Sales.Big Table" = '
+        "\"WITH x AS (SELECT * FROM \\\"Sales\\\".\\\"Big Table\\\") SELECT * FROM x\"\n",
+    )
+    config = _load(path=path)
+    assert config.snapshot.select_overrides == (
+        ("public.orders", "SELECT * FROM public.orders WHERE id > 10"),
+        ("Sales.Big Table", 'WITH x AS (SELECT * FROM "Sales"."Big Table") SELECT * FROM x'),
+    )
+    shown = {s.key for s in config.settings}
+    assert "snapshot.select.statement.overrides.public.orders" in shown
+
+
+def test_select_overrides_a_listed_table_without_statement_is_an_error() -> None:
+    error = _error(overrides={"snapshot.select.statement.overrides": "public.orders"})
+    assert error.key == "snapshot.select.statement.overrides.public.orders"
+    assert "give its SELECT statement" in str(error)
+
+
+def test_select_overrides_a_statement_for_an_unlisted_table_is_an_error() -> None:
+    error = _error(
+        overrides={"snapshot.select.statement.overrides.public.orders": "SELECT * FROM orders"}
+    )
+    assert error.key == "snapshot.select.statement.overrides.public.orders"
+    assert "add the table to snapshot.select.statement.overrides" in str(error)
+
+
+def test_select_overrides_refuses_what_is_not_a_query() -> None:
+    error = _error(
+        overrides={
+            "snapshot.select.statement.overrides": "public.orders",
+            "snapshot.select.statement.overrides.public.orders": "DELETE FROM orders",
+        }
+    )
+    assert "expected a SELECT statement" in str(error)

@@ -201,6 +201,13 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         (),
         "regexes of schema.table to snapshot (default: every captured table)",
     ),
+    KeySpec(
+        "snapshot.select.statement.overrides",
+        _string_list,
+        (),
+        "schema.table names whose snapshot rows come from the SELECT statement in "
+        "snapshot.select.statement.overrides.<schema.table> (Debezium's keys)",
+    ),
     KeySpec("snapshot.max.threads", _integer, 2, "snapshot workers (connections) at most"),
     KeySpec("snapshot.chunk.size", _integer, 100_000, "rows per snapshot chunk (resume unit)"),
     KeySpec(
@@ -310,7 +317,10 @@ KEYS: Final[tuple[KeySpec, ...]] = (
     KeySpec("kafka.client.id", _text, "pgbridge", "client id shown in broker logs and quotas"),
     KeySpec("max.queue.size", _integer, 100_000, "records in flight to Kafka at most"),
     KeySpec(
-        "max.queue.size.in.bytes", _integer, 256 * 1024 * 1024, "bytes in flight to Kafka at most"
+        "max.queue.size.in.bytes",
+        _integer,
+        64 * 1024 * 1024,
+        "bytes in flight to Kafka at most (part of the process's memory)",
     ),
     KeySpec("topic.creation.enable", _boolean, True, "create missing topics"),
     KeySpec("topic.creation.default.partitions", _integer, -1, "-1: the broker's default"),

@@ -28,6 +28,7 @@ from bridge.config.settings import (
     PRODUCER_PREFIX,
     RESERVED_ENV,
     SECRET_FILE_SUFFIX,
+    SELECT_OVERRIDE_PREFIX,
     TOPIC_CONFIG_PREFIX,
     BridgeConfig,
     DatabaseConfig,
@@ -110,7 +111,7 @@ def _is_secret_file_key(key: str) -> bool:
 def _known(key: str) -> bool:
     if key in _SPECS or _is_secret_file_key(key):
         return True
-    for prefix in (PRODUCER_PREFIX, TOPIC_CONFIG_PREFIX):
+    for prefix in (PRODUCER_PREFIX, TOPIC_CONFIG_PREFIX, SELECT_OVERRIDE_PREFIX):
         if key.startswith(prefix) and len(key) > len(prefix):
             return True
     return False
@@ -181,6 +182,33 @@ def _warn_if_readable_by_others(file_key: str, path: Path) -> None:
         )
 
 
+def _select_overrides(
+    tables: tuple[str, ...], statements: Mapping[str, str]
+) -> tuple[tuple[str, str], ...]:
+    """Debezium's pair of keys: the list names the tables, one key per table holds its query;
+    each without the other is a mistake worth stopping for (rows silently copied whole, or a
+    statement silently ignored)."""
+    for table in tables:
+        if not statements.get(table):
+            raise ConfigError(
+                f"{SELECT_OVERRIDE_PREFIX}{table}",
+                "missing: snapshot.select.statement.overrides names this table, give its "
+                "SELECT statement",
+            )
+    for table in statements:
+        if table not in tables:
+            raise ConfigError(
+                f"{SELECT_OVERRIDE_PREFIX}{table}",
+                "not used: add the table to snapshot.select.statement.overrides",
+            )
+    for table, statement in statements.items():
+        if not statement.lower().startswith(("select", "with", "table", "values", "(")):
+            raise ConfigError(
+                f"{SELECT_OVERRIDE_PREFIX}{table}", "expected a SELECT statement (a query)"
+            )
+    return tuple((t, statements[t].rstrip(";").strip()) for t in tables)
+
+
 def _rank(origin: str) -> int:
     return 3 if origin.startswith("flag") else 2 if origin.startswith("env") else 1
 
@@ -199,8 +227,15 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
 
     producer: list[tuple[str, str | Secret]] = []
     topic_extra: list[tuple[str, str]] = []
+    statements: dict[str, str] = {}
     for key in sorted(k for k in raw if k not in _SPECS):
         value, origin = raw[key]
+        if key.startswith(SELECT_OVERRIDE_PREFIX):
+            statements[key.removeprefix(SELECT_OVERRIDE_PREFIX)] = _text(key, value).strip()
+            settings.append(
+                Setting(key, statements[key.removeprefix(SELECT_OVERRIDE_PREFIX)], origin)
+            )
+            continue
         text = _passthrough_value(key, value)
         if key.startswith(PRODUCER_PREFIX):
             prop = key.removeprefix(PRODUCER_PREFIX)
@@ -376,6 +411,9 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
     snapshot = SnapshotConfig(
         mode=str(values["snapshot.mode"]),
         include_collection_list=typed("snapshot.include.collection.list", tuple) or (),
+        select_overrides=_select_overrides(
+            typed("snapshot.select.statement.overrides", tuple) or (), statements
+        ),
         max_threads=between("snapshot.max.threads", 1, 64),
         chunk_size=at_least("snapshot.chunk.size", 1),
         progress_interval_ms=at_least("snapshot.progress.interval.ms", 100),

@@ -21,6 +21,8 @@ _T = TypeVar("_T")
 ENV_PREFIX: Final = "PGBRIDGE_"
 PRODUCER_PREFIX: Final = "kafka.producer."
 TOPIC_CONFIG_PREFIX: Final = "topic.creation.default."
+#: ``snapshot.select.statement.overrides.<schema>.<table>``: that table's snapshot query.
+SELECT_OVERRIDE_PREFIX: Final = "snapshot.select.statement.overrides."
 SECRET_FILE_SUFFIX: Final = ".file"
 
 # Variables the devstack and test tooling export; not configuration keys (see bridge.devstack).
@@ -219,7 +221,7 @@ class KafkaConfig:
     batch_size: int = 1_000_000
     delivery_timeout_ms: int = 300_000
     max_queue_size: int = 100_000
-    max_queue_size_in_bytes: int = 256 * 1024 * 1024
+    max_queue_size_in_bytes: int = 64 * 1024 * 1024
     client_id: str = "pgbridge"
     producer_overrides: tuple[tuple[str, str | Secret], ...] = ()
 
@@ -289,6 +291,9 @@ class SnapshotConfig:
 
     mode: str = "initial"  # initial | initial_only | no_data | when_needed | always
     include_collection_list: tuple[str, ...] = ()
+    #: (schema.table, SELECT statement): the rows of that table to copy (Debezium's
+    #: snapshot.select.statement.overrides), see bridge.snapshot.plan.select_statement.
+    select_overrides: tuple[tuple[str, str], ...] = ()
     max_threads: int = 2
     chunk_size: int = 100_000
     progress_interval_ms: int = 5_000

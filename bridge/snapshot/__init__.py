@@ -46,9 +46,17 @@ Parallel, chunked (:mod:`bridge.snapshot.plan`, :mod:`bridge.snapshot.reader`)
     :func:`bridge.snapshot.plan.wire_kinds`). Workers lock every table ``ACCESS SHARE`` at
     the start, as pg_dump does: TRUNCATE and DDL on a table wait for the end of the snapshot
     (inserts, updates and deletes do not), because a table rewritten after a snapshot was taken
-    looks empty to it. Workers are threads: the server's work overlaps, but the per-row Python
-    work (parse, event, serialize) shares one interpreter, which bounds the rate
-    (``bench/snapshot_bench.py``).
+    looks empty to it. Where the table's columns are the C accelerator's, a worker turns each
+    COPY row into its finished Kafka record in one C call
+    (:class:`~bridge.sink.serializer.CopyLane`, byte for byte the serializer's record of the
+    event the slow path builds); other rows go through the parser, the converters and the
+    serializer. Workers are threads: the server's work overlaps, but what is left per row in
+    Python (the COPY read, the hand-over, the producer's batch and delivery report) shares one
+    interpreter, which bounds the rate (``bench/snapshot_bench.py``).
+    ``snapshot.select.statement.overrides`` (Debezium's keys) replaces a table by the user's
+    query as the source of its rows; key ranges and the publication's row filter still apply
+    to it (:func:`bridge.snapshot.plan.select_statement`), and it is tried once, returning no
+    rows, before anything is copied.
 
 Watching it
     A log line per table every ``snapshot.progress.interval.ms`` (rows, MB, chunks, rate, time

@@ -259,21 +259,47 @@ def boundaries(conn: Conn, plan: TablePlan, rows_per_chunk: int) -> list[tuple[s
     return [tuple(str(v) for v in r) for r in rows]
 
 
-def plan_table(conn: Conn, catalog: TableCatalog, *, keyed: bool, rows_per_chunk: int) -> TablePlan:
+def _check_source_query(conn: Conn, table: str, catalog: TableCatalog, query: str) -> None:
+    """The user's query must give the table's published columns: tried once (no rows) before
+    anything is copied, so a typo stops the snapshot with its key named rather than mid-way."""
+    columns = ", ".join(quote_ident(c.name) for c in catalog.relation.columns)
+    try:
+        conn.execute(f"SELECT {columns} FROM ({query}) AS checked LIMIT 0")
+    except psycopg.Error as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SnapshotTableError(
+            table,
+            f"snapshot.select.statement.overrides.{table} cannot give the table's columns "
+            f"({', '.join(c.name for c in catalog.relation.columns)}): {text}",
+            sqlstate=exc.sqlstate,
+        ) from exc
+
+
+def plan_table(
+    conn: Conn,
+    catalog: TableCatalog,
+    *,
+    keyed: bool,
+    rows_per_chunk: int,
+    source_query: str | None = None,
+) -> TablePlan:
     """How to copy the table: key ranges, block ranges, or whole (see
-    :mod:`bridge.snapshot.plan`). ``keyed``: its Kafka records have a key."""
+    :mod:`bridge.snapshot.plan`). ``keyed``: its Kafka records have a key. ``source_query``:
+    the user's query for its rows (key ranges still apply to it; block ranges cannot)."""
     table = catalog.published
     method: Method
     chunks: tuple[Chunk, ...] = (Chunk(0),)
     order_columns: tuple[str, ...] = ()
     order_types: tuple[str, ...] = ()
+    if source_query is not None:
+        _check_source_query(conn, table.table, catalog, source_query)
     if not keyed:
         method = "whole"
     elif catalog.chunk_key:
         method = "key"
         order_columns = tuple(c for c, _ in catalog.chunk_key)
         order_types = tuple(t for _, t in catalog.chunk_key)
-    elif catalog.relkind == "r" and conn.info.server_version >= 140000:
+    elif catalog.relkind == "r" and conn.info.server_version >= 140000 and source_query is None:
         # Before 14 a ctid range is a filter over a whole sequential scan (no TID range
         # scan): block ranges would read the table once per chunk.
         method = "ctid"
@@ -301,6 +327,7 @@ def plan_table(conn: Conn, catalog: TableCatalog, *, keyed: bool, rows_per_chunk
         estimated_rows=catalog.estimated_rows,
         keyed=keyed,
         relfilenode=catalog.relfilenode,
+        source_query=source_query,
     )
     if method == "key" and catalog.estimated_rows > rows_per_chunk:
         plan = replace(plan, chunks=key_chunks(boundaries(conn, plan, rows_per_chunk)))

@@ -73,7 +73,8 @@ class TablePlan:
     ``columns`` are the published columns in the Relation's order (quoted here, never by the
     caller); ``order_columns``/``order_types`` the chunking key and the SQL types its text
     bounds are cast to (``format_type``); ``row_filter`` the publication's row filter
-    (PostgreSQL 15+), which the copy applies like pgoutput does.
+    (PostgreSQL 15+), which the copy applies like pgoutput does; ``source_query`` the user's
+    query that replaces the table as the rows' source (``snapshot.select.statement.overrides``).
     """
 
     table: str  # "schema.table"
@@ -89,6 +90,7 @@ class TablePlan:
     estimated_rows: int = 0
     keyed: bool = True  # the Kafka records have a key (upserts downstream)
     relfilenode: int = 0
+    source_query: str | None = None
 
     @property
     def qualified(self) -> str:
@@ -175,5 +177,11 @@ def select_statement(plan: TablePlan, chunk: Chunk, kinds: bytes | None = None) 
     order = ""
     if plan.method == "key":
         order = " ORDER BY " + ", ".join(quote_ident(c) for c in plan.order_columns)
-    select = f"SELECT {columns} FROM {plan.qualified}{where}{order}"
+    source = plan.qualified
+    if plan.source_query is not None:
+        # The user's rows, by the table's column names: the chunk's key range and the
+        # publication's row filter apply to them as to the table (PostgreSQL pushes them down
+        # into a simple query), so a filtered table is still copied in key ranges.
+        source = f"({plan.source_query}) AS {quote_ident(plan.name)}"
+    select = f"SELECT {columns} FROM {source}{where}{order}"
     return f"COPY ({select}) TO STDOUT (FORMAT binary)"

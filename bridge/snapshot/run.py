@@ -267,6 +267,7 @@ def _plan(
     for a resumed one, the recorded plans are kept (columns as the table is now)."""
     conn = planner.conn
     chunk_rows = config.snapshot.chunk_size
+    overrides = dict(config.snapshot.select_overrides)
     schemas: dict[str, RelationSchemas] = {}
     published = {t.table: t for t in catalog.published_tables(conn, source.publication.name)}
     if resumed is None:
@@ -296,7 +297,13 @@ def _plan(
         keyed = table_schemas.key_schema is not None
         if resumed is None:
             try:
-                plan = catalog.plan_table(conn, info, keyed=keyed, rows_per_chunk=chunk_rows)
+                plan = catalog.plan_table(
+                    conn,
+                    info,
+                    keyed=keyed,
+                    rows_per_chunk=chunk_rows,
+                    source_query=overrides.get(table.table),
+                )
             except psycopg.Error as exc:
                 raise classify(table.table, exc) from exc
             kept.append(TableProgress(plan))

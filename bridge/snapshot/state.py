@@ -127,6 +127,7 @@ def _table_json(t: TableProgress) -> dict[str, Any]:
         "estimated_rows": p.estimated_rows,
         "keyed": p.keyed,
         "relfilenode": p.relfilenode,
+        "source_query": p.source_query,
         "chunks": [[_bound(c.lower), _bound(c.upper)] for c in p.chunks],
         "done": sorted(t.done),
         "rows_done": t.rows_done,
@@ -156,6 +157,7 @@ def _table_from_json(d: dict[str, Any]) -> TableProgress:
         estimated_rows=int(d["estimated_rows"]),
         keyed=bool(d["keyed"]),
         relfilenode=int(d["relfilenode"]),
+        source_query=d.get("source_query"),
     )
     done = {int(i) for i in d["done"]}
     if not done <= {c.index for c in plan.chunks}:

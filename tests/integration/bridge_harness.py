@@ -254,12 +254,13 @@ def normalize(value: Any) -> Any:
 
 
 def source_rows(
-    dsn: str, table: str, key: tuple[str, ...]
+    dsn: str, table: str, key: tuple[str, ...], where: str | None = None
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """The table's rows by key; ``key=()`` for a table without one (a multiset, as
-    :func:`rebuild_tables` keys it)."""
+    """The table's rows by key (those matching ``where``, if given); ``key=()`` for a table
+    without one (a multiset, as :func:`rebuild_tables` keys it)."""
+    condition = f" WHERE {where}" if where else ""
     with psycopg.connect(dsn) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
-        rows = cur.execute(f"SELECT * FROM {table}").fetchall()
+        rows = cur.execute(f"SELECT * FROM {table}{condition}").fetchall()
     if not key:
         multiset: dict[tuple[Any, ...], dict[str, Any]] = {}
         for r in rows:

@@ -448,3 +448,55 @@ def test_snapshot_sigterm_stops_cleanly_and_the_next_start_resumes(
         assert state is not None and state.status == "done"
         assert stopped_with < state.table("public.big").done  # type: ignore[union-attr]
         assert_tables_equal(local_stack, dsn, prefix)
+
+
+def test_snapshot_select_statement_override_copies_only_its_rows_in_key_ranges(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    """Debezium's snapshot.select.statement.overrides: the table's snapshot is the user's
+    query (still copied in key ranges), streaming afterwards is every change; a query that
+    cannot give the table's columns stops the bridge before anything is published, naming the
+    key."""
+    from bridge.config import load_config
+    from bridge.runner import run
+    from bridge.snapshot import SnapshotTableError
+
+    prefix = f"snapo{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute('CREATE TABLE "Orders" (id int PRIMARY KEY, region text, v text)')
+            conn.execute(
+                "INSERT INTO \"Orders\" SELECT i, CASE WHEN i % 3 = 0 THEN 'eu' ELSE 'us' END, "
+                "'v' || i FROM generate_series(1, 3000) i"
+            )
+            conn.execute("CREATE TABLE other (id int PRIMARY KEY)")
+            conn.execute("INSERT INTO other SELECT generate_series(1, 10)")
+            conn.execute("VACUUM ANALYZE")
+        settings = settings_for(local_stack, dsn, prefix, tmp_path) | {
+            "snapshot.mode": "initial_only",
+            "snapshot.chunk.size": "500",
+            "snapshot.select.statement.overrides": "public.Orders",
+            "snapshot.select.statement.overrides.public.Orders": (
+                "SELECT * FROM public.\"Orders\" WHERE region = 'eu'"
+            ),
+        }
+        wrong = settings | {
+            "slot.name": settings["slot.name"] + "_wrong",
+            "state.dir": str(tmp_path / "wrong"),
+            "snapshot.select.statement.overrides.public.Orders": 'SELECT id FROM "Orders"',
+        }
+        with pytest.raises(SnapshotTableError, match=r"overrides\.public\.Orders cannot give"):
+            run(load_config(None, {}, wrong), threading.Event())
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (wrong["slot.name"],))
+        run(load_config(None, {}, settings), threading.Event())
+        state = load_state(tmp_path / f"snapshot-{settings['slot.name']}.json")
+        assert state is not None and state.status == "done"
+        orders = state.table("public.Orders")
+        assert orders is not None and orders.plan.method == "key" and len(orders.plan.chunks) > 2
+        rebuilt = rebuild_tables(local_stack.bootstrap_servers, local_stack.registry_url, prefix)
+        assert normalized(rebuilt["public.Orders"]) == source_rows(
+            dsn, 'public."Orders"', ("id",), "region = 'eu'"
+        )
+        assert len(rebuilt["public.Orders"]) == 1000
+        assert normalized(rebuilt["public.other"]) == source_rows(dsn, "public.other", ("id",))

@@ -117,3 +117,16 @@ def test_snapshot_sessions_render_text_like_the_walsender() -> None:
 
     ours = {(k.lower(), v) for k, v in SESSION_SETTINGS}
     assert {(k.lower(), v) for k, v in WALSENDER_SETTINGS} <= ours
+
+
+def test_select_statement_source_query_keeps_key_ranges_and_row_filter() -> None:
+    """snapshot.select.statement.overrides: the user's query replaces the table as the rows'
+    source, named like the table, and the chunk's range and the publication's row filter
+    still apply (so a filtered table is copied in key ranges, with the same order)."""
+    plan = _plan(
+        name="My Table", source_query="SELECT * FROM t WHERE v <> 'x'", row_filter="(id > 5)"
+    )
+    assert select_statement(plan, Chunk(1, ("10",), None), b"bt") == (
+        'COPY (SELECT "id", "v"::text FROM (SELECT * FROM t WHERE v <> \'x\') AS "My Table" '
+        'WHERE "id" >= \'10\'::integer AND ((id > 5)) ORDER BY "id") TO STDOUT (FORMAT binary)'
+    )

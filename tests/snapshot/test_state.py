@@ -41,6 +41,7 @@ def _state() -> SnapshotState:
         columns=("msg",),
         chunks=(Chunk(0),),
         keyed=False,
+        source_query="SELECT * FROM public.log WHERE msg <> ''",
     )
     return SnapshotState(
         slot="pgbridge",
