@@ -1,4 +1,5 @@
-"""Restart streaming in-process when Kafka fails transiently, instead of exiting.
+"""Restart streaming in-process when Kafka (or the spill directory) fails transiently,
+instead of exiting.
 
 A record that librdkafka could not deliver within ``kafka.delivery.timeout.ms`` (a broker down
 longer than that, a partition without a leader, a cluster that stopped answering) used to stop
@@ -19,8 +20,11 @@ something before failing again starts counting attempts from one.
 
 Permanent Kafka errors (authorization, a record larger than the broker accepts, an invalid
 record) still stop the bridge at once with the typed error: waiting would not change them.
-PostgreSQL connection faults are handled inside the replication source (it reconnects from the
-flush position with its own backoff); the registry's inside the registrar.
+The same holds for a spill directory that fails a streamed transaction (disk full, directory
+gone, read-only): :class:`~bridge.source.errors.SpillError`, waited for as
+``dependency="spill directory"``. PostgreSQL connection faults are handled inside the
+replication source (it reconnects from the flush position with its own backoff); the
+registry's inside the registrar.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Protocol
 
 from bridge.retry import WAITED_SECONDS, WAITING_FOR, RetryPolicy
 from bridge.sink.publisher import PERMANENT_TOPIC_CODES, DeliveryError, TopicCreationError
+from bridge.source.errors import SpillError
 
 logger = logging.getLogger(__name__)
 
@@ -50,10 +55,25 @@ PERMANENT_KAFKA_CODES = PERMANENT_TOPIC_CODES | {
 
 
 def transient_kafka_fault(exc: BaseException) -> bool:
-    """Whether streaming again later can get past ``exc``."""
+    """Whether streaming again later can get past ``exc``, a Kafka fault."""
     if isinstance(exc, (DeliveryError, TopicCreationError)):
         return exc.code not in PERMANENT_KAFKA_CODES
     return False
+
+
+def transient_fault(exc: BaseException) -> str | None:
+    """The dependency whose transient fault ``exc`` is (``kafka``, ``spill directory``), or
+    ``None`` when streaming again would not get past it.
+
+    A spill directory that is full, gone or not writable is an operator's to fix, like a
+    broker that is down: the transaction that needed it was not published, nothing after the
+    last delivered transaction is confirmed, so the bridge waits and streams it again rather
+    than exit into a crash loop."""
+    if transient_kafka_fault(exc):
+        return "kafka"
+    if isinstance(exc, SpillError):
+        return "spill directory"
+    return None
 
 
 class Streaming(Protocol):
@@ -82,26 +102,30 @@ def stream_with_restarts(
     ``sleep`` defaults to waiting on ``stop``, so a SIGTERM during a wait ends it at once."""
     wait = sleep or stop.wait
     attempt = 0
+    waiting: str | None = None  # the dependency waited for, until an attempt starts
     while not stop.is_set():
         streaming = start()
-        WAITING_FOR.pop("kafka", None)
+        if waiting is not None:
+            WAITING_FOR.pop(waiting, None)
         try:
             streaming.run(stop)
             return
         except Exception as exc:
-            if not transient_kafka_fault(exc) or stop.is_set():
+            waiting = transient_fault(exc)
+            if waiting is None or stop.is_set():
                 raise
             failure: Exception = exc
         streaming.abandon()
         attempt = 1 if streaming.made_progress() else attempt + 1
         if policy.max_retries != -1 and attempt > policy.max_retries:
-            logger.error("kafka: %s; gave up after %d restarts", failure, attempt - 1)
+            logger.error("%s: %s; gave up after %d restarts", waiting, failure, attempt - 1)
             raise failure
         delay = policy.delay(attempt)
-        WAITING_FOR["kafka"] = "delivering records"
+        WAITING_FOR[waiting] = _WAITING_FOR_WHAT[waiting]
         logger.warning(
-            "kafka: %s (transient); streaming again from the slot's confirmed position "
+            "%s: %s (transient); streaming again from the slot's confirmed position "
             "(restart %d%s) in %.1f s",
+            waiting,
             failure,
             attempt,
             "" if policy.max_retries == -1 else f" of {policy.max_retries}",
@@ -109,5 +133,10 @@ def stream_with_restarts(
         )
         waited = time.monotonic()
         wait(delay)
-        WAITED_SECONDS["kafka"] = WAITED_SECONDS.get("kafka", 0.0) + time.monotonic() - waited
-    WAITING_FOR.pop("kafka", None)
+        WAITED_SECONDS[waiting] = WAITED_SECONDS.get(waiting, 0.0) + time.monotonic() - waited
+    if waiting is not None:
+        WAITING_FOR.pop(waiting, None)
+
+
+#: What ``pgbridge status`` says the bridge waits for, per dependency.
+_WAITING_FOR_WHAT = {"kafka": "delivering records", "spill directory": "spilling a transaction"}

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import threading
 
 import pytest
 
-from bridge.restarts import stream_with_restarts, transient_kafka_fault
+from bridge.restarts import stream_with_restarts, transient_fault, transient_kafka_fault
 from bridge.retry import WAITING_FOR, RetryPolicy
 from bridge.sink.publisher import DeliveryError, TopicCreationError
+from bridge.source.errors import SpillError
 
 TIMED_OUT = DeliveryError("shop.public.orders", 0, "_MSG_TIMED_OUT", "Message timed out")
 TOO_LARGE = DeliveryError("shop.public.blobs", None, "MSG_SIZE_TOO_LARGE", "too large")
@@ -80,3 +82,24 @@ def test_restarts_what_counts_as_transient() -> None:
     assert not transient_kafka_fault(TOO_LARGE)
     assert not transient_kafka_fault(TopicCreationError("t", "TOPIC_AUTHORIZATION_FAILED", "no"))
     assert not transient_kafka_fault(RuntimeError("x"))
+
+
+def test_restarts_a_spill_directory_fault_streams_again_and_says_so() -> None:
+    """Disk full (or the directory gone) under a streamed transaction: waited out like a
+    broker outage, visible as the dependency it waits for."""
+    full = SpillError("/var/spool/pgbridge", 812, OSError(errno.ENOSPC, "No space left"))
+    assert transient_fault(full) == "spill directory"
+    assert transient_fault(TIMED_OUT) == "kafka"
+    assert transient_fault(TOO_LARGE) is None and transient_fault(ValueError()) is None
+    seen: list[dict[str, str]] = []
+
+    def start() -> Attempt:
+        seen.append(dict(WAITING_FOR))
+        return attempts.pop(0)
+
+    attempts = [Attempt(full), Attempt(full), Attempt(None)]
+    waits: list[float] = []
+    stream_with_restarts(start, threading.Event(), RetryPolicy(), sleep=waits.append)
+    assert len(waits) == 2
+    assert seen[1] == {"spill directory": "spilling a transaction"}
+    assert "spill directory" not in WAITING_FOR

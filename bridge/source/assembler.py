@@ -35,6 +35,7 @@ import logging
 import struct
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -58,7 +59,7 @@ from bridge.pgoutput.messages import (
     StreamStop,
     Update,
 )
-from bridge.source.errors import StreamProtocolError, TwoPhaseNotSupportedError
+from bridge.source.errors import SpillError, StreamProtocolError, TwoPhaseNotSupportedError
 
 logger = logging.getLogger(__name__)
 
@@ -261,11 +262,25 @@ class StreamAssembler:
             self._spill(max(candidates, key=lambda t: t.memory))
         self.stats.peak_memory_bytes = max(self.stats.peak_memory_bytes, self.stats.memory_bytes)
 
+    @contextmanager
+    def _spilling(self, xid: int) -> Iterator[None]:
+        """Disk faults of the spill file as :class:`SpillError` naming directory and xid."""
+        try:
+            yield
+        except OSError as exc:
+            directory = str(self._spill_dir or tempfile.gettempdir())
+            raise SpillError(directory, xid, exc) from exc
+
     def _spill(self, txn: _OpenTransaction) -> None:
-        # Owned by the transaction until its replay or abort closes it, so no context manager.
-        spill = tempfile.TemporaryFile(prefix=f"pgbridge-xid{txn.xid}-", dir=self._spill_dir)  # noqa: SIM115
-        for xid, payload in txn.records:
-            self._write(spill, xid, payload)
+        with self._spilling(txn.xid):
+            # Owned by the transaction until its replay or abort closes it: no context manager.
+            spill = tempfile.TemporaryFile(prefix=f"pgbridge-xid{txn.xid}-", dir=self._spill_dir)  # noqa: SIM115
+            try:
+                for xid, payload in txn.records:
+                    self._write(spill, xid, payload)
+            except BaseException:
+                spill.close()
+                raise
         logger.debug("spilled streamed transaction %d (%d bytes) to disk", txn.xid, txn.memory)
         self.stats.memory_bytes -= txn.memory
         self.stats.transactions_spilled += 1
@@ -274,8 +289,9 @@ class StreamAssembler:
         txn.spill = spill
 
     def _write(self, spill: IO[bytes], xid: int, payload: bytes) -> None:
-        spill.write(_RECORD.pack(xid, len(payload)))
-        spill.write(payload)
+        with self._spilling(xid):
+            spill.write(_RECORD.pack(xid, len(payload)))
+            spill.write(payload)
         self.stats.bytes_spilled += len(payload) + RECORD_OVERHEAD
 
     def _discard(self, txn: _OpenTransaction) -> None:
@@ -293,9 +309,12 @@ class StreamAssembler:
             yield Begin(commit.commit_lsn, commit.commit_ts, commit.xid)
             aborted = txn.aborted_subxids
             if txn.spill is not None:
-                for xid, payload in _read_records(txn.spill, txn.xid):
-                    if xid not in aborted:
-                        yield self._redecode(payload)
+                # Only this generator's own reads raise in here (a consumer's exception does
+                # not travel into a suspended generator).
+                with self._spilling(txn.xid):
+                    for xid, payload in _read_records(txn.spill, txn.xid):
+                        if xid not in aborted:
+                            yield self._redecode(payload)
             for xid, payload in txn.records:
                 if xid not in aborted:
                     yield self._redecode(payload)

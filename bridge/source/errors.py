@@ -182,3 +182,20 @@ class FailoverSlotUnsupportedError(SourceError):
             f"to standbys from 17); the server is {server_version_num}: set slot.failover = false"
         )
         self.server_version_num = server_version_num
+
+
+class SpillError(SourceError):
+    """The spill directory could not take or give back a streamed transaction (disk full, quota,
+    directory gone, read-only, not permitted): ``directory``, ``xid``, ``errno`` say which.
+    Transient for the bridge: nothing of the transaction was published, so it streams again
+    from the slot's confirmed position once the directory works (:mod:`bridge.restarts`)."""
+
+    def __init__(self, directory: str, xid: int, exc: OSError) -> None:
+        reason = exc.strerror or str(exc)
+        super().__init__(
+            f"spill directory {directory}: {reason} (streamed transaction xid {xid}; set "
+            "streaming.spill.dir or streaming.spill.threshold.bytes)"
+        )
+        self.directory = directory
+        self.xid = xid
+        self.errno = exc.errno

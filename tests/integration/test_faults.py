@@ -239,3 +239,75 @@ def test_faults_database_fast_restart_under_a_writer_resumes_without_loss(
         assert normalized(rebuilt["public.steady"]) == expected
     finally:
         cluster.destroy()
+
+
+def test_faults_spill_directory_gone_during_a_streamed_transaction_waits_and_delivers(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    """The spill directory is missing (deleted, an unmounted volume) when a large transaction
+    is streamed in progress and must be spilled, while a writer goes on: ``pgbridge run`` does
+    not exit; it waits (log, metric), streams again from the slot's confirmed position, and
+    once the directory is back every row, the large transaction's and the writer's, arrives."""
+    prefix = f"spill{uuid.uuid4().hex[:8]}"
+    spill_dir = tmp_path / "spill"  # not there yet
+    writer_stop = threading.Event()
+    with scratch_database(local_stack) as dsn:
+        dbname = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # The server streams a transaction in progress past 64 kB of changes (14+).
+            conn.execute(f'ALTER DATABASE "{dbname}" SET logical_decoding_work_mem = \'64kB\'')
+            conn.execute("CREATE TABLE steady (id bigserial PRIMARY KEY, n int)")
+            conn.execute("CREATE TABLE bulk (id int PRIMARY KEY, pad text)")
+        settings = bridge_settings(
+            local_stack,
+            dsn,
+            prefix,
+            **{
+                "streaming.spill.threshold.bytes": "65536",
+                "streaming.spill.dir": str(spill_dir),
+                "errors.retry.delay.max.ms": "1000",
+            },
+        )
+        bridge = BridgeProcess(settings, str(tmp_path / "bridge.log"))
+
+        def write() -> None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                n = 0
+                while not writer_stop.is_set():
+                    n += 1
+                    conn.execute("INSERT INTO steady (n) VALUES (%s)", (n,))
+                    time.sleep(0.01)
+
+        writer = threading.Thread(target=write, daemon=True)
+        try:
+            writer.start()
+            wait_streaming(dsn, settings["slot.name"], bridge)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(
+                    "INSERT INTO bulk SELECT i, repeat('p', 200) FROM generate_series(1, 5000) i"
+                )
+            deadline = time.monotonic() + 60
+            while "spill directory" not in bridge.log():
+                assert bridge.proc.poll() is None, f"pgbridge run exited:\n{bridge.log()[-3000:]}"
+                assert time.monotonic() < deadline, "the spill fault was never met"
+                time.sleep(0.2)
+            time.sleep(5)  # a few restarts meet the same missing directory
+            assert bridge.proc.poll() is None, f"pgbridge run exited:\n{bridge.log()[-3000:]}"
+            spill_dir.mkdir()
+            time.sleep(2)
+            writer_stop.set()
+            writer.join(10)
+            wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), bridge, timeout=180)
+            assert bridge.terminate() == 0
+        finally:
+            writer_stop.set()
+            if bridge.proc.poll() is None:
+                bridge.kill()
+        log = bridge.log()
+        assert "(transient); streaming again from the slot's confirmed position" in log
+        assert "No such file or directory" in log
+        rebuilt = rebuild_tables(local_stack.bootstrap_servers, local_stack.registry_url, prefix)
+        for table in ("public.steady", "public.bulk"):
+            expected = source_rows(dsn, table, ("id",))
+            assert normalized(rebuilt[table]) == expected, table
+        assert len(rebuilt["public.bulk"]) == 5000

@@ -6,7 +6,10 @@ them again with a real decoder, as it does on a live stream.
 
 from __future__ import annotations
 
+import errno
+import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -33,7 +36,7 @@ from bridge.source.assembler import (
     StreamAssembler,
     in_stream_decoder,
 )
-from bridge.source.errors import StreamProtocolError, TwoPhaseNotSupportedError
+from bridge.source.errors import SpillError, StreamProtocolError, TwoPhaseNotSupportedError
 from tests.pgoutput.encoder import encode, make_tuple
 
 PROTO = 4
@@ -269,3 +272,34 @@ def test_assembler_property_replay_equals_surviving_changes_in_order(
             assert values(out) == expected[top]
     assert feed.assembler.open_transactions == 0
     assert feed.assembler.stats.memory_bytes == 0
+
+
+def test_assembler_spill_directory_gone_is_a_spill_error_naming_it(tmp_path: Path) -> None:
+    """A directory that cannot take the spill file (gone, full, read-only) is a typed
+    SpillError with the directory and the transaction, never a bare OSError."""
+    missing = tmp_path / "gone"
+    feed = Feeder(threshold=0, spill_dir=missing)
+    feed(StreamStart(42, True))
+    with pytest.raises(SpillError) as caught:
+        feed(insert(42, 1, size=20))
+    assert caught.value.directory == str(missing) and caught.value.xid == 42
+    assert caught.value.errno == errno.ENOENT
+    assert str(missing) in str(caught.value) and "xid 42" in str(caught.value)
+
+
+def test_assembler_spill_write_failure_is_a_spill_error(tmp_path: Path) -> None:
+    """Disk full while appending to an open spill file (the write raises ENOSPC)."""
+    feed = Feeder(threshold=0, spill_dir=tmp_path)
+    feed(StreamStart(7, True), insert(7, 1, size=20))
+    (txn,) = feed.assembler._open.values()
+    assert txn.spill is not None
+
+    class Full(io.BytesIO):
+        def write(self, data: Any) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    txn.spill.close()
+    txn.spill = Full()
+    with pytest.raises(SpillError, match="No space left on device") as caught:
+        feed(insert(7, 2, size=20))
+    assert caught.value.errno == errno.ENOSPC
