@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint unit integration matrix bench bench-decode bench-hotpath bench-pipeline bench-spark fuzz stack-up stack-down stack-status clean
+.PHONY: demo test lint unit integration matrix soak bench bench-decode bench-hotpath bench-pipeline bench-spark fuzz stack-up stack-down stack-status clean
 
 ## demo: start the local stack and stream a sample database's changes through pgbridge
 demo: $(VENV)/.installed
@@ -32,6 +32,12 @@ integration: $(VENV)/.installed
 ## matrix: the replication source's integration tests on every supported PostgreSQL major
 matrix: $(VENV)/.installed
 	PGBRIDGE_PG_VERSIONS=13,14,15,16,17,18 $(BIN)/pytest tests/integration/source $(PYTEST_ARGS)
+
+## soak: 30 minutes of random faults under a writer on a rig of its own (not in CI); prints the
+## table fault x recovered / time to recover / duplicates / lost. SOAK_ARGS="--minutes 5 --seed 1"
+SOAK_ARGS ?= --minutes 30
+soak: $(VENV)/.installed
+	$(BIN)/python -m tests.integration.soak $(SOAK_ARGS)
 
 ## fuzz: the decoder's million-input fuzz run
 fuzz: $(VENV)/.installed

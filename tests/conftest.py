@@ -66,3 +66,12 @@ def spark(local_stack: StackInfo) -> Iterator[Any]:
     )
     yield session
     session.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The fault cycle's table (tests/integration/test_fault_cycle.py), where it ran."""
+    from tests.integration.soak import FAULT_TABLES
+
+    for table in FAULT_TABLES:
+        terminalreporter.write_sep("-", "fault cycle: fault x recovered / time / duplicates / lost")
+        terminalreporter.write_line(table)

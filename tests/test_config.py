@@ -492,7 +492,7 @@ def test_select_overrides_pair_the_list_with_each_tables_statement(tmp_path: Pat
         '"snapshot.select.statement.overrides.public.orders" = '
         '"SELECT * FROM public.orders WHERE id > 10;"\n'
         '"snapshot.select.statement.overrides.Sales.Big Table" = '
-        "\"WITH x AS (SELECT * FROM \\\"Sales\\\".\\\"Big Table\\\") SELECT * FROM x\"\n",
+        '"WITH x AS (SELECT * FROM \\"Sales\\".\\"Big Table\\") SELECT * FROM x"\n',
     )
     config = _load(path=path)
     assert config.snapshot.select_overrides == (

@@ -255,7 +255,7 @@ def test_faults_spill_directory_gone_during_a_streamed_transaction_waits_and_del
         dbname = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
         with psycopg.connect(dsn, autocommit=True) as conn:
             # The server streams a transaction in progress past 64 kB of changes (14+).
-            conn.execute(f'ALTER DATABASE "{dbname}" SET logical_decoding_work_mem = \'64kB\'')
+            conn.execute(f"ALTER DATABASE \"{dbname}\" SET logical_decoding_work_mem = '64kB'")
             conn.execute("CREATE TABLE steady (id bigserial PRIMARY KEY, n int)")
             conn.execute("CREATE TABLE bulk (id int PRIMARY KEY, pad text)")
         settings = bridge_settings(
