@@ -52,7 +52,9 @@ from bridge.types.errors import ConversionError
 
 logger = logging.getLogger(__name__)
 
-SCHEMAS_DIR: Final = Path(__file__).resolve().parent.parent / "schemas"
+#: The static schemas: the repository's ``schemas/``, which ``bridge/avro_schemas`` links to in a
+#: checkout and which a built wheel carries as that package directory's files.
+SCHEMAS_DIR: Final = Path(__file__).parent / "avro_schemas"
 
 #: The envelope field listing the columns whose unchanged TOASTed value was not sent.
 UNCHANGED_TOAST_FIELD: Final = "unchanged_toast_columns"
