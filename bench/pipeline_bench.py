@@ -6,7 +6,10 @@
 On the local stack (real PostgreSQL 18, Kafka, Apicurio; started if needed), in one run:
 
 1. **throughput**: ``--rows`` inserts into a 6-column table (int, text, numeric, timestamptz,
-   bool, jsonb) in 1,000-row transactions, written *before* anything reads them. Two slots
+   bool, jsonb), then into a wide table of the type zoo's common types (interval, numeric
+   without typmod, int[] and text[], inet, uuid, jsonb, date, time, timestamp, timestamptz,
+   bytea; ``--tables six,wide``), in 1,000-row transactions, written *before* anything reads
+   them. Per table, two slots
    created at the same position then receive exactly the same changes:
    - **raw**: ``pg_recvlogical`` (C) streams them over a replication connection to /dev/null:
      the rate at which the server decodes and sends them, the ceiling for any client;
@@ -75,17 +78,55 @@ SELECT g, 'customer ' || g, (g %% 100000) / 100.0, now() - g * interval '1 secon
 FROM generate_series(%s::bigint, %s::bigint) g
 """
 
+#: The wide table: the type zoo's common types, many outside the C accelerator's (interval,
+#: numeric without typmod, arrays, inet), so it measures the path such tables take.
+WIDE_SETUP = """
+CREATE TABLE bench_wide (
+    id bigint PRIMARY KEY,
+    iv interval,
+    num numeric,
+    ints int[],
+    tags text[],
+    ip inet,
+    u uuid,
+    doc jsonb,
+    d date,
+    tm time,
+    ts timestamp,
+    tz timestamptz,
+    raw bytea
+);
+CREATE PUBLICATION bench_wide_pub FOR TABLE bench_wide;
+"""
+
+WIDE_INSERT = """
+INSERT INTO bench_wide
+SELECT g, make_interval(days => (g %% 400)::int, secs => g %% 86400), g * 1.000001 / 7,
+       ARRAY[g %% 10, g %% 100, g %% 1000]::int[], ARRAY['a' || g %% 7, 'b' || g %% 11],
+       ('10.' || g %% 256 || '.' || (g / 256) %% 256 || '.1')::inet, md5(g::text)::uuid,
+       jsonb_build_object('k', g %% 5000), DATE '2024-01-01' + (g %% 3650)::int,
+       TIME '00:00' + g %% 86400 * interval '1 second',
+       TIMESTAMP '2024-01-01' + g * interval '1 ms', now() - g * interval '1 second',
+       decode(md5(g::text), 'hex')
+FROM generate_series(%s::bigint, %s::bigint) g
+"""
+
+#: Throughput tables: --tables six,wide (insert statement, publication).
+TABLES = {"six": (INSERT, "bench_pub"), "wide": (WIDE_INSERT, "bench_wide_pub")}
+
 
 #: Extra ``key=value`` settings for every pgbridge run (``--set``), e.g. kafka.linger.ms=5.
 OVERRIDES: dict[str, str] = {}
 
 
-def settings(stack: StackInfo, dsn: str, slot: str) -> dict[str, str]:
+def settings(
+    stack: StackInfo, dsn: str, slot: str, publication: str = "bench_pub"
+) -> dict[str, str]:
     return {
         "database.dsn": dsn,
         "topic.prefix": f"bench{uuid.uuid4().hex[:6]}",
         "slot.name": slot,
-        "publication.name": "bench_pub",
+        "publication.name": publication,
         "publication.autocreate.mode": "disabled",
         "kafka.bootstrap.servers": stack.bootstrap_servers,
         "schema.registry.url": stack.registry_url,
@@ -98,17 +139,18 @@ def create_slot(dsn: str, slot: str) -> None:
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
 
 
-def load(dsn: str, first: int, rows: int, per_tx: int = 1000) -> None:
+def load(dsn: str, first: int, rows: int, per_tx: int = 1000, insert: str = INSERT) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for start in range(first, first + rows, per_tx):
-            conn.execute(INSERT, (start, min(start + per_tx, first + rows) - 1))
+            conn.execute(insert, (start, min(start + per_tx, first + rows) - 1))
 
 
 def settle(dsn: str) -> None:
     """Do now what the server would otherwise do during the first measurement: autovacuum's
-    pass over the freshly loaded table and the checkpoint the load asks for."""
+    pass over the freshly loaded tables and the checkpoint the load asks for."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE bench")
+        conn.execute("VACUUM ANALYZE bench_wide")
         conn.execute("CHECKPOINT")
 
 
@@ -120,7 +162,9 @@ def end_marker(dsn: str) -> Lsn:
     return Lsn.parse(row[0])
 
 
-def raw_receive(dsn: str, slot: str, endpos: Lsn) -> tuple[float, float]:
+def raw_receive(
+    dsn: str, slot: str, endpos: Lsn, publication: str = "bench_pub"
+) -> tuple[float, float]:
     """(seconds, CPU seconds of pg_recvlogical)."""
     recv = next((p for p in PG_RECVLOGICAL if p.exists()), None) or shutil.which("pg_recvlogical")
     if recv is None:
@@ -134,7 +178,7 @@ def raw_receive(dsn: str, slot: str, endpos: Lsn) -> tuple[float, float]:
         "-o",
         "proto_version=4",
         "-o",
-        "publication_names=bench_pub",
+        f"publication_names={publication}",
     ]
     cpu_before = _children_cpu()
     started = time.perf_counter()
@@ -147,10 +191,12 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def bridge_until(stack: StackInfo, dsn: str, slot: str, endpos: Lsn) -> tuple[float, float, float]:
+def bridge_until(
+    stack: StackInfo, dsn: str, slot: str, endpos: Lsn, publication: str = "bench_pub"
+) -> tuple[float, float, float]:
     """(seconds until Kafka acknowledged everything, CPU seconds of the pipeline thread and of
     this whole process (pipeline thread, librdkafka's threads, this waiting loop) meanwhile)."""
-    config = load_config(None, {}, settings(stack, dsn, slot))
+    config = load_config(None, {}, settings(stack, dsn, slot, publication))
     pipeline = build_pipeline(config)
     stop = threading.Event()
     thread = threading.Thread(target=pipeline.run, args=(stop,), daemon=True)
@@ -171,41 +217,45 @@ def bridge_until(stack: StackInfo, dsn: str, slot: str, endpos: Lsn) -> tuple[fl
     return elapsed, thread_cpu, process_cpu
 
 
-def throughput(stack: StackInfo, dsn: str, rows: int, repeat: int) -> None:
+def throughput(stack: StackInfo, dsn: str, rows: int, repeat: int, table: str = "six") -> None:
     """Raw receive and pgbridge, alternately, ``repeat`` times over the same changes (one slot
-    pair per round, all created before the load); with several rounds, the median ratio."""
+    pair per round, all created before the load) of ``table`` (see TABLES); with several
+    rounds, the median ratio."""
+    insert, publication = TABLES[table]
     for i in range(repeat):
-        create_slot(dsn, f"bench_raw_{i}")
-        create_slot(dsn, f"bench_bridge_{i}")
+        create_slot(dsn, f"bench_raw_{table}_{i}")
+        create_slot(dsn, f"bench_bridge_{table}_{i}")
     t = time.perf_counter()
-    load(dsn, 1, rows)
+    load(dsn, 1, rows, insert=insert)
     endpos = end_marker(dsn)
-    print(f"loaded {rows} rows in {time.perf_counter() - t:.1f} s; end at {endpos}")
+    print(f"table {table}: loaded {rows} rows in {time.perf_counter() - t:.1f} s; end at {endpos}")
     settle(dsn)
     ratios = []
     us = 1e6 / rows
     for i in range(repeat):
-        raw_s, raw_cpu = raw_receive(dsn, f"bench_raw_{i}", endpos)
-        bridge_s, thread_cpu, process_cpu = bridge_until(stack, dsn, f"bench_bridge_{i}", endpos)
+        raw_s, raw_cpu = raw_receive(dsn, f"bench_raw_{table}_{i}", endpos, publication)
+        bridge_s, thread_cpu, process_cpu = bridge_until(
+            stack, dsn, f"bench_bridge_{table}_{i}", endpos, publication
+        )
         raw_rate, bridge_rate = rows / raw_s, rows / bridge_s
         ratios.append(bridge_rate / raw_rate)
         print(
-            f"raw receive (pg_recvlogical): {raw_s:7.2f} s  {raw_rate:10,.0f} changes/s"
-            f"   CPU {raw_cpu * us:.1f} us/change"
+            f"[{table}] raw receive (pg_recvlogical): {raw_s:7.2f} s  {raw_rate:10,.0f} "
+            f"changes/s   CPU {raw_cpu * us:.1f} us/change"
         )
         print(
-            f"pgbridge run (to Kafka acks): {bridge_s:7.2f} s  {bridge_rate:10,.0f} changes/s"
-            f"   CPU {thread_cpu * us:.1f} us/change pipeline thread, "
+            f"[{table}] pgbridge run (to Kafka acks): {bridge_s:7.2f} s  {bridge_rate:10,.0f} "
+            f"changes/s   CPU {thread_cpu * us:.1f} us/change pipeline thread, "
             f"{process_cpu * us:.1f} process"
         )
         print(
-            f"pipeline thread busy {thread_cpu / bridge_s:.0%} of the run; on a free core "
-            f"about {rows / thread_cpu:,.0f} changes/s"
+            f"[{table}] pipeline thread busy {thread_cpu / bridge_s:.0%} of the run; on a free "
+            f"core about {rows / thread_cpu:,.0f} changes/s"
         )
-        print(f"ratio pgbridge / raw: {ratios[-1]:.2f}  (floor 0.5, target 0.8)")
+        print(f"[{table}] ratio pgbridge / raw: {ratios[-1]:.2f}  (floor 0.5, target 0.8)")
     if repeat > 1:
         print(
-            f"median ratio over {repeat} rounds: {statistics.median(ratios):.2f} "
+            f"[{table}] median ratio over {repeat} rounds: {statistics.median(ratios):.2f} "
             f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
         )
 
@@ -310,6 +360,9 @@ def main() -> None:
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a pgbridge setting"
     )
+    parser.add_argument(
+        "--tables", default="six,wide", help="throughput tables: six (6 columns), wide (type zoo)"
+    )
     args = parser.parse_args()
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -324,10 +377,12 @@ def main() -> None:
     dsn = stack.postgres_dsn(dbname)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SETUP)
+        conn.execute(WIDE_SETUP)
     print(f"PostgreSQL {stack.postgres_major}, database {dbname}, {os.cpu_count()} cores")
     try:
         if "throughput" not in args.skip:
-            throughput(stack, dsn, args.rows, args.repeat)
+            for table in args.tables.split(","):
+                throughput(stack, dsn, args.rows, args.repeat, table)
         if "latency" not in args.skip:
             lat = sorted(latency(stack, dsn, args.rate, args.seconds))
             if lat:
