@@ -74,6 +74,17 @@ def _status(args: argparse.Namespace) -> int:
     return 0 if not status.problems and status.slot.exists else 3
 
 
+def _check(args: argparse.Namespace) -> int:
+    from bridge.check import check, render
+
+    findings = check(_load_config(args))
+    if args.json:
+        print(json.dumps([f.as_dict() for f in findings], indent=2))
+    else:
+        print(render(findings))
+    return 0 if all(f.ok for f in findings) else 4
+
+
 def _apply(args: argparse.Namespace) -> int:
     from bridge.spark.job import config_from_args, run_apply
 
@@ -125,6 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=_status)
+
+    check = commands.add_parser(
+        "check",
+        help="connect with the configured settings: what works, and what would stop pgbridge",
+    )
+    _add_config_options(check)
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.set_defaults(handler=_check)
 
     dev = commands.add_parser("dev", help="the local stack of real services (no Docker needed)")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
