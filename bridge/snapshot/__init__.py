@@ -59,7 +59,8 @@ Parallel, chunked (:mod:`bridge.snapshot.plan`, :mod:`bridge.snapshot.reader`)
     rows, before anything is copied.
 
 Watching it
-    A log line per table every ``snapshot.progress.interval.ms`` (rows, MB, chunks, rate, time
+    On a terminal, bars redrawn in place (:mod:`bridge.snapshot.terminal`); elsewhere a log
+    line per table every ``snapshot.progress.interval.ms`` (rows, MB, chunks, rate, time
     left against ``pg_class.reltuples``; :mod:`bridge.snapshot.progress`), ``pgbridge status``
     (from the state file), and ``pgbridge_snapshot_*`` metrics (:mod:`bridge.snapshot.metrics`).
 

@@ -47,6 +47,7 @@ from bridge.snapshot.reader import (
     run_worker,
 )
 from bridge.snapshot.state import SnapshotState, TableProgress, save_state
+from bridge.snapshot.terminal import REDRAW_INTERVAL, terminal_for
 from bridge.types.errors import ConversionError
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,10 @@ class SnapshotCopier:
         self.state_path = state_path
         self.schemas = schemas
         self.progress = SnapshotProgress(progress_interval)
+        # On a terminal, bars redrawn in place (about once a second) instead of log lines.
+        self.terminal = terminal_for()
+        if self.terminal is not None:
+            self.progress.interval = min(progress_interval, REDRAW_INTERVAL)
         self.published = 0
         self._ids: dict[str, RegisteredSchemas] = {}
         self._lanes: dict[str, CopyLane] = {}
@@ -143,6 +148,9 @@ class SnapshotCopier:
                 return False
         finally:
             self.progress.running = False
+            if self.terminal is not None:
+                self.terminal.draw(self.progress, time.monotonic())
+                self.terminal.close()
         self.state.status = "done"
         save_state(self.state_path, self.state)
         return True
@@ -392,8 +400,11 @@ class SnapshotCopier:
         self.sink.publisher.poll(0)
         self._record_finished(now)
         if self.progress.due(now):
-            for line in self.progress.lines(now):
-                logger.info("%s", line)
+            if self.terminal is not None:
+                self.terminal.draw(self.progress, now)
+            else:
+                for line in self.progress.lines(now):
+                    logger.info("%s", line)
 
     def _record_finished(self, now: float) -> None:
         held = self._held[1] if self._held is not None else None
