@@ -47,6 +47,13 @@ append each batch to one changelog table (one commit for all tables), serve curr
 through views that fold the changelog by ``(commit_lsn, seq)``, and compact into the base
 tables in the background. It trades reader cost for writer cost, and is not built yet.
 
+What a reader may see between batches (keyed tables): each key in a state it had in the
+source, never older than before. Besides the per-row ``(commit_lsn, seq)`` guard, the records of
+a resend and the changes a truncate erased are dropped before the MERGE by the table's fences
+(:mod:`bridge.spark.fences`: per Kafka partition the highest position delivered, and the last
+truncate), which each MERGE commits in its own ``userMetadata``; a new job reads them back from
+the Delta log, a running one keeps them in memory.
+
 One odd table never halts the job: when a table's batch cannot be applied (a schema Delta
 refuses, columns differing only in case, an incompatible type change, …) it is tried once more
 (a transient storage error passes), then its records of the batch go to the dead-letter table
@@ -79,6 +86,7 @@ from bridge.spark import transforms as tf
 from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
 from bridge.spark.errors import ApplyError, RegistryUnavailableError, TableApplyError
+from bridge.spark.fences import Fences, read_fences
 from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
 from bridge.spark.merge import MergePlan, ensure_table, merge_changes, table_key_columns
 from bridge.spark.multiset import Position, apply_multiset, read_positions, write_positions
@@ -162,6 +170,8 @@ class BatchApplier:
         # Only this job writes these tables' schemas, so the cache cannot go stale.
         self._known: dict[str, frozenset[tuple[str, str]]] = {}
         self._paths: dict[str, str] = {}  # topic -> its table's path (once known)
+        # Keyed tables' fences (bridge.spark.fences) as of their last MERGE by this job.
+        self._fences: dict[str, Fences] = {}
 
     def _session(self, spark: Any) -> Any:
         """This thread's own session (same SparkContext and cache, own SQL conf).
@@ -198,6 +208,16 @@ class BatchApplier:
         )
         with self._lock:
             self._known[path] = (known or frozenset()) | columns
+
+    def _fences_of(self, spark: Any, path: str) -> Fences:
+        """The table's fences: as this job left them, else from its Delta log (at start)."""
+        with self._lock:
+            known = self._fences.get(path)
+        if known is None:
+            known = read_fences(spark, path)
+            with self._lock:
+                self._fences[path] = known
+        return known
 
     def _properties(self) -> dict[str, str]:
         """Delta properties of the tables the job creates."""
@@ -244,6 +264,7 @@ class BatchApplier:
                 error = exc
                 with self._lock:
                     self._known.pop(self._paths.get(table.topic, ""), None)
+                    self._fences.pop(self._paths.get(table.topic, ""), None)
                 if isinstance(exc, TableApplyError):
                     break  # a definite problem of the table's data: no use retrying
                 logger.warning("batch %d: %s failed (attempt %d): %s", batch_id, table.name,
@@ -342,7 +363,7 @@ class BatchApplier:
         for other in narrow[1:]:
             union = union.union(other)
         try:
-            rows = union.groupBy(_TABLE_INDEX).agg(*_summary_aggregates()).collect()
+            rows = union.groupBy(_TABLE_INDEX, _PARTITION).agg(*_summary_aggregates()).collect()
         except Exception as exc:  # per-table summaries will locate it
             logger.warning(
                 "batch %d: the summary of all tables failed (%s); summarising table by table",
@@ -350,7 +371,10 @@ class BatchApplier:
                 _first_line(exc),
             )
             return {}
-        return {tables[int(r[_TABLE_INDEX])].topic: r for r in rows}
+        per_table: dict[int, list[Any]] = {}
+        for row in rows:
+            per_table.setdefault(int(row[_TABLE_INDEX]), []).append(row)
+        return {tables[i].topic: _combined(parts) for i, parts in per_table.items()}
 
     def _apply_table(
         self, spark: Any, table: TableBatch, batch_id: int, batch: _BatchState | None = None
@@ -361,7 +385,8 @@ class BatchApplier:
         merge_seconds = 0.0
         summary = batch.summaries.get(table.topic)
         if summary is None:
-            summary = _summary_input(changes).agg(*_summary_aggregates()).first()
+            parts = _summary_input(changes).groupBy(_PARTITION).agg(*_summary_aggregates())
+            summary = _combined(parts.collect())
         count = int(summary["n"]) if summary else 0
         if summary is None or count == 0:
             return
@@ -407,6 +432,11 @@ class BatchApplier:
         else:
             changes = changes.drop(tf.COUNT_DELTA) if tf.COUNT_DELTA in changes.columns else changes
             self._ensure(spark, path, table, keys)
+            # Resends and changes a truncate already erased never reach the MERGE (fences).
+            fences = self._fences_of(spark, path)
+            if tf.PARTITION not in changes.columns:  # a batch of truncates only (row images)
+                changes = changes.withColumn(tf.PARTITION, F.lit(None).cast("int"))
+            changes = fences.filter(changes).drop(tf.PARTITION)
             if truncate_at is not None:
                 changes = tf.drop_before(changes, *truncate_at)
             fold = bool(summary["toast"])
@@ -417,7 +447,13 @@ class BatchApplier:
                 truncate_at=truncate_at,
                 fold_unchanged=fold,
             )
-            merge_changes(spark, path, latest, plan, self.config.txn_app_id, batch_id)
+            after = fences.advanced(summary["partitions"], truncate_at)
+            merge_changes(
+                spark, path, latest, plan, self.config.txn_app_id, batch_id,
+                commit_metadata=after.to_metadata(),
+            )  # fmt: skip
+            with self._lock:
+                self._fences[path] = after
         merge_seconds = time.monotonic() - merge_started
         if os.environ.get(PAUSE_AFTER_MERGE_ENV):
             time.sleep(float(os.environ[PAUSE_AFTER_MERGE_ENV]))
@@ -539,11 +575,13 @@ class _PhaseTimer:
 
 
 _TABLE_INDEX = "_pgbridge_table_index"
+_PARTITION = "_pgbridge_summary_partition"
 _TOAST = "_pgbridge_has_unchanged"
 
 
 def _summary_input(changes: DataFrame) -> DataFrame:
     """The columns a table's summary reads, the same for every table (so they can be unioned)."""
+    partition = F.col(tf.PARTITION) if tf.PARTITION in changes.columns else F.lit(-1)
     return changes.select(
         tf.OP,
         tf.COMMIT_LSN,
@@ -552,6 +590,7 @@ def _summary_input(changes: DataFrame) -> DataFrame:
         (F.size(tf.UNCHANGED) > 0).alias(_TOAST),
         tf.SOURCE_SCHEMA,
         tf.SOURCE_TABLE,
+        partition.cast("int").alias(_PARTITION),
     )
 
 
@@ -570,7 +609,44 @@ def _summary_aggregates() -> list[Any]:
         F.max(tf.SOURCE_TABLE).alias("table_max"),
         F.min(F.unix_millis(tf.COMMIT_TS)).alias("oldest_ms"),
         F.max(F.unix_millis(tf.COMMIT_TS)).alias("newest_ms"),
+        F.max(F.struct(tf.COMMIT_LSN, tf.SEQ)).alias("last"),
     ]
+
+
+def _combined(parts: Sequence[Any]) -> dict[str, Any] | None:
+    """One table's summary from its per-partition rows, with ``partitions``: each partition's
+    highest position (its fence after the batch)."""
+    if not parts:
+        return None
+
+    def some(values: Any) -> list[Any]:
+        return [v for v in values if v is not None]
+
+    def low(name: str) -> Any:
+        values = some(p[name] for p in parts)
+        return min(values) if values else None
+
+    def high(name: str) -> Any:
+        values = some(p[name] for p in parts)
+        return max(values) if values else None
+
+    return {
+        "n": sum(int(p["n"]) for p in parts),
+        "rows": sum(int(p["rows"]) for p in parts),
+        "trunc": high("trunc"),
+        "toast": any(bool(p["toast"]) for p in parts),
+        "schema": low("schema"),
+        "schema_max": high("schema_max"),
+        "table": low("table"),
+        "table_max": high("table_max"),
+        "oldest_ms": low("oldest_ms"),
+        "newest_ms": high("newest_ms"),
+        "partitions": {
+            int(p[_PARTITION]): (int(p["last"][0]), int(p["last"][1]))
+            for p in parts
+            if p[_PARTITION] is not None and p[_PARTITION] >= 0 and p["last"] is not None
+        },
+    }
 
 
 def _first_line(error: BaseException) -> str:

@@ -69,6 +69,7 @@ TOPIC_PROPERTY = "pgbridge.topic"
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 _META_FIELDS = (
     T.StructField(tf.COMMIT_LSN, T.LongType()),
@@ -88,16 +89,22 @@ class MergePlan:
 
 
 @contextmanager
-def idempotent_writes(spark: Any, app_id: str, version: int) -> Iterator[None]:
-    """Delta DML inside is skipped if (app_id, version) was already committed to its table."""
+def idempotent_writes(
+    spark: Any, app_id: str, version: int, commit_metadata: str | None = None
+) -> Iterator[None]:
+    """Delta DML inside is skipped if (app_id, version) was already committed to its table;
+    ``commit_metadata`` becomes the commit's ``userMetadata`` (see bridge.spark.fences)."""
     spark.conf.set(_TXN_APP_ID, app_id)
     spark.conf.set(_TXN_VERSION, str(version))
+    if commit_metadata is not None:
+        spark.conf.set(_USER_METADATA, commit_metadata)
     try:
         yield
     finally:
         # Unset even on failure: left set, it would make the next unrelated write a no-op.
         spark.conf.unset(_TXN_APP_ID)
         spark.conf.unset(_TXN_VERSION)
+        spark.conf.unset(_USER_METADATA)
 
 
 def _quote(name: str) -> str:
@@ -284,7 +291,14 @@ def before(alias: str, position: tuple[int, int]) -> Column:
 
 
 def merge_changes(
-    spark: Any, path: str, latest: DataFrame, plan: MergePlan, app_id: str, batch_id: int
+    spark: Any,
+    path: str,
+    latest: DataFrame,
+    plan: MergePlan,
+    app_id: str,
+    batch_id: int,
+    *,
+    commit_metadata: str | None = None,
 ) -> None:
     """MERGE the last change per key (see ``last_change_per_key``) into the table at ``path``.
 
@@ -334,5 +348,5 @@ def merge_changes(
     )
     if plan.truncate_at is not None:
         builder = builder.whenNotMatchedBySourceDelete(condition=before("t", plan.truncate_at))
-    with idempotent_writes(spark, app_id, batch_id):
+    with idempotent_writes(spark, app_id, batch_id, commit_metadata):
         builder.execute()

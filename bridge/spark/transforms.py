@@ -65,6 +65,8 @@ SOURCE_SCHEMA = "_pgbridge_source_schema"
 SOURCE_TABLE = "_pgbridge_source_table"
 #: Row images only: +1 (the image gained a copy), -1 (lost one), 0 (a truncate).
 COUNT_DELTA = "_pgbridge_count_delta"
+#: The Kafka partition a change came from (keyed tables; see bridge.spark.fences). Not persisted.
+PARTITION = "_pgbridge_partition"
 
 #: The envelope field listing the columns whose value is an unchanged TOAST datum (absent in
 #: envelopes that predate it; then nothing is unchanged).
@@ -237,7 +239,10 @@ def envelope_to_changes(decoded: DataFrame, shape: RowShape | None = None) -> Da
         for c in shape.columns
     ]
     return decoded.where(~F.col(UNDECODABLE) & F.col(ENVELOPE)["op"].isin(*APPLY_OPS)).select(
-        *values, *_meta(), _unchanged(decoded, shape).alias(UNCHANGED)
+        *values,
+        *_meta(),
+        _unchanged(decoded, shape).alias(UNCHANGED),
+        F.col("partition").cast("int").alias(PARTITION),
     )
 
 

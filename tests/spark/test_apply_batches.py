@@ -77,8 +77,8 @@ class Batches:
             dead_letter_location=str(tmp / "dead"),
             parallel_tables=1,
         )
-        self.records: list[tuple[bytes | None, bytes | None, str]] = []
-        self.offsets: dict[str, int] = {}
+        self.records: list[tuple[bytes | None, bytes | None, str, int]] = []
+        self.offsets: dict[tuple[str, int], int] = {}
 
     def add(
         self,
@@ -88,6 +88,7 @@ class Batches:
         before: dict[str, Any] | None = None,
         after: dict[str, Any] | None = None,
         topic: str | None = None,
+        partition: int = 0,
     ) -> None:
         envelope = version.envelope(op, *position, before=before, after=after)
         value = frame_avro(
@@ -102,7 +103,7 @@ class Batches:
                 {k: row[k] for k in version.key},
                 self.schemas.id_of(version.key_schema()),
             )
-        self.records.append((key, value, topic or version.topic))
+        self.records.append((key, value, topic or version.topic, partition))
 
     def frame(self) -> Any:
         from pyspark.sql import types as T
@@ -118,10 +119,10 @@ class Batches:
             ]
         )
         rows = []
-        for key, value, topic in self.records:
-            offset = self.offsets.get(topic, 0)
-            self.offsets[topic] = offset + 1
-            rows.append((key, value, topic, 0, offset, dt.datetime(2026, 1, 1)))
+        for key, value, topic, partition in self.records:
+            offset = self.offsets.get((topic, partition), 0)
+            self.offsets[(topic, partition)] = offset + 1
+            rows.append((key, value, topic, partition, offset, dt.datetime(2026, 1, 1)))
         self.records = []
         return self.spark.createDataFrame(rows, schema)
 
@@ -527,6 +528,7 @@ def test_batch_reports_phases_and_commit_to_visible_freshness(batches: Batches) 
             frame_avro(table.key_schema(), {"id": 1}, batches.schemas.id_of(table.key_schema())),
             frame_avro(table.value_schema(), envelope, batches.schemas.id_of(table.value_schema())),
             table.topic,
+            0,
         )
     )
     batches.apply(0)
@@ -572,3 +574,58 @@ def test_column_type_delta_cannot_change_dead_letters_the_table_only(batches: Ba
     dead = batches.dead()
     assert len(dead) == 1 and dead[0][0] == after.topic
     assert "column 'v' changed type from int to string" in dead[0][1]
+
+
+KEYED = TableVersion(PREFIX, "public", "keyed", [col("id", "int"), col("v", OPT_STR)], key=["id"])
+
+
+def _ids(batches: Batches) -> dict[int, Any]:
+    return {r["id"]: r["v"] for r in batches.rows("public", "keyed")}
+
+
+def test_resent_insert_after_its_delete_never_resurrects_the_row(batches: Batches) -> None:
+    """A producer resend split across micro-batches: the resent insert comes in one batch and
+    the resent delete in the next. No state in between shows the deleted row (each batch runs
+    in a new job, so the fences come back from the Delta log)."""
+    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
+    batches.add(KEYED, "c", (10, 1), after={"id": 2, "v": "b"})
+    batches.add(KEYED, "d", (11, 0), before={"id": 1})
+    batches.apply(0)
+    assert _ids(batches) == {2: "b"}
+    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})  # resent, batch ends here
+    batches.apply(1)
+    assert _ids(batches) == {2: "b"}
+    batches.add(KEYED, "c", (10, 1), after={"id": 2, "v": "b"})
+    batches.add(KEYED, "d", (11, 0), before={"id": 1})
+    batches.add(KEYED, "u", (12, 0), after={"id": 2, "v": "b2"})  # new again
+    batches.apply(2)
+    assert _ids(batches) == {2: "b2"}
+
+
+def test_truncate_is_not_overtaken_by_a_late_change_from_another_partition(
+    batches: Batches,
+) -> None:
+    """The truncate (partition 0) is applied first; a change committed before it arrives later
+    from partition 1. It must not bring a row back; changes after the truncate apply."""
+    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"}, partition=1)
+    batches.apply(0)
+    batches.add(KEYED, "t", (20, 0), partition=0)
+    batches.apply(1)
+    assert _ids(batches) == {}
+    batches.add(KEYED, "c", (15, 0), after={"id": 3, "v": "late"}, partition=1)
+    batches.add(KEYED, "u", (15, 1), after={"id": 1, "v": "late"}, partition=1)
+    batches.add(KEYED, "c", (21, 0), after={"id": 4, "v": "new"}, partition=1)
+    batches.apply(2)
+    assert _ids(batches) == {4: "new"}
+
+
+def test_changes_of_a_partition_behind_another_still_apply(batches: Batches) -> None:
+    """Fences are per partition: a partition that lags (lower positions than another's) is not
+    taken for resends, and snapshot rows copied again after a resume still apply."""
+    batches.add(KEYED, "r", (5, 1), after={"id": 10, "v": "copied"}, partition=0)
+    batches.add(KEYED, "c", (30, 0), after={"id": 1, "v": "a"}, partition=0)
+    batches.apply(0)
+    batches.add(KEYED, "c", (20, 0), after={"id": 2, "v": "b"}, partition=1)
+    batches.add(KEYED, "r", (5, 0), after={"id": 11, "v": "copied again"}, partition=0)
+    batches.apply(1)
+    assert _ids(batches) == {10: "copied", 1: "a", 2: "b", 11: "copied again"}

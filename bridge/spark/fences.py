@@ -1,0 +1,144 @@
+"""Fences of a keyed table: which arriving changes are already reflected, or erased, in Delta.
+
+The MERGE guard (a change applies only when newer than the row it meets) cannot see a row that
+is *not there*. Two kinds of late records would then write a row the source never had at that
+point of its commit order:
+
+* **Resends.** An at-least-once producer resends after a crash: an insert of key K, then its
+  delete, both applied already. When a micro-batch ends between the resent insert and the
+  resent delete, the insert meets no row (the delete removed it) and is applied: K is back,
+  visible until the next batch applies the delete again. Within one Kafka partition records
+  arrive in commit order, so a resend is exactly a record at or below the highest position
+  this partition already delivered: its **partition fence**.
+* **Truncates overtaken.** A table's truncate (null key: partition 0) and an earlier change
+  of key K in another partition are not ordered across partitions: the change can arrive in a
+  later micro-batch than the truncate, meet no row, and be inserted after the truncate erased
+  it. Every change before the table's last applied truncate is moot: its **truncate fence**.
+
+Snapshot rows (op ``r``) are exempt from partition fences: a resumed snapshot copies its
+interrupted chunks again at the same positions, with rows that were never delivered among
+them, and ``snapshot.mode = always`` copies at the slot's confirmed position, below rows
+streamed before. The MERGE guard handles them as before; the truncate fence applies to them
+too (a row copied before a truncate is erased by it).
+
+Where fences live. In the table's own Delta log: every MERGE commit carries the fences after it
+as its ``userMetadata`` (``{"pgbridge_fences": …}``), so they are committed atomically with the
+rows they describe, skipped with them when Delta's idempotent DML skips a replayed batch, and
+read back (:func:`read_fences`) from the newest commit that has them when the job starts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from bridge.spark import transforms as tf
+
+__all__ = ["Fences", "Position", "read_fences"]
+
+logger = logging.getLogger(__name__)
+
+Position = tuple[int, int]  # (commit_lsn, seq)
+
+METADATA_KEY = "pgbridge_fences"
+#: Commits looked back through for the newest fences (OPTIMIZE, VACUUM or schema changes made
+#: since carry none); past that the table is treated as having none (no filtering: safe).
+_HISTORY_DEPTH = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Fences:
+    """Per Kafka partition, the highest position delivered; the last truncate's position."""
+
+    partitions: Mapping[int, Position] = field(default_factory=dict)
+    truncate: Position | None = None
+
+    def admits(self) -> Column | None:
+        """The condition a change must meet to be applied (None: every change is)."""
+        conditions: list[Column] = []
+        if self.truncate is not None:
+            conditions.append(_after(*self.truncate))
+        if self.partitions:
+            partition = F.col(tf.PARTITION)
+            fresh: Any = None
+            for number, position in sorted(self.partitions.items()):
+                test = _after(*position)
+                fresh = (
+                    F.when(partition == number, test)
+                    if fresh is None
+                    else fresh.when(partition == number, test)
+                )
+            conditions.append((F.col(tf.OP) == "r") | fresh.otherwise(F.lit(True)))
+        if not conditions:
+            return None
+        admitted = conditions[0]
+        for other in conditions[1:]:
+            admitted = admitted & other
+        return admitted
+
+    def filter(self, changes: DataFrame) -> DataFrame:
+        """``changes`` without the resends and the changes a truncate erased."""
+        admitted = self.admits()
+        return changes if admitted is None else changes.where(admitted)
+
+    def advanced(self, partitions: Mapping[int, Position], truncate: Position | None) -> Fences:
+        """These fences moved up to a batch's highest positions (they never move back)."""
+        merged = dict(self.partitions)
+        for number, position in partitions.items():
+            merged[number] = max(merged.get(number, position), position)
+        last = self.truncate
+        if truncate is not None:
+            last = truncate if last is None else max(last, truncate)
+        return Fences(merged, last)
+
+    def to_metadata(self) -> str:
+        return json.dumps(
+            {
+                METADATA_KEY: {
+                    "partitions": {str(p): list(pos) for p, pos in sorted(self.partitions.items())},
+                    "truncate": list(self.truncate) if self.truncate is not None else None,
+                }
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_metadata(cls, text: str | None) -> Fences | None:
+        """The fences in a commit's ``userMetadata``; None if it holds none (or not ours)."""
+        if not text:
+            return None
+        try:
+            data = json.loads(text)[METADATA_KEY]
+            partitions = {int(p): (int(v[0]), int(v[1])) for p, v in data["partitions"].items()}
+            truncate = data["truncate"]
+            return cls(partitions, (int(truncate[0]), int(truncate[1])) if truncate else None)
+        except (ValueError, KeyError, TypeError, IndexError):
+            return None
+
+
+def _after(commit_lsn: int, seq: int) -> Column:
+    return (F.col(tf.COMMIT_LSN) > commit_lsn) | (
+        (F.col(tf.COMMIT_LSN) == commit_lsn) & (F.col(tf.SEQ) > seq)
+    )
+
+
+def read_fences(spark: Any, path: str) -> Fences:
+    """The fences of the newest commit of the table at ``path`` that has them (none: empty)."""
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, path).history(_HISTORY_DEPTH)
+    rows = (
+        history.where(F.col("userMetadata").contains(METADATA_KEY))
+        .orderBy(F.col("version").desc())
+        .select("userMetadata")
+        .limit(1)
+        .collect()
+    )
+    fences = Fences.from_metadata(rows[0]["userMetadata"]) if rows else None
+    return fences if fences is not None else Fences()

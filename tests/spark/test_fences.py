@@ -1,0 +1,28 @@
+"""Fences of a keyed table (bridge.spark.fences): what a MERGE commit stores, read back the same,
+and never moving back. Applying them to batches runs on Spark in test_apply_batches.py."""
+
+from __future__ import annotations
+
+import json
+
+from bridge.spark.fences import METADATA_KEY, Fences
+
+
+def test_fences_round_trip_through_commit_metadata() -> None:
+    fences = Fences({0: (100, 3), 7: (2**62, 0)}, truncate=(90, 1))
+    text = fences.to_metadata()
+    assert json.loads(text)[METADATA_KEY]["truncate"] == [90, 1]
+    assert Fences.from_metadata(text) == fences
+    assert Fences.from_metadata(Fences().to_metadata()) == Fences()
+
+
+def test_fences_ignore_metadata_that_is_not_theirs() -> None:
+    for text in (None, "", "not json", '{"other": 1}', json.dumps({METADATA_KEY: {"x": 1}})):
+        assert Fences.from_metadata(text) is None
+
+
+def test_fences_only_move_up() -> None:
+    fences = Fences({0: (100, 3), 1: (50, 0)}, truncate=(90, 1))
+    after = fences.advanced({0: (99, 9), 1: (60, 0), 2: (5, 5)}, truncate=(80, 0))
+    assert after == Fences({0: (100, 3), 1: (60, 0), 2: (5, 5)}, truncate=(90, 1))
+    assert Fences().advanced({}, (10, 0)).truncate == (10, 0)
