@@ -53,6 +53,7 @@ from bridge.spark.errors import TableApplyError
 __all__ = [
     "KEY_COLUMNS_PROPERTY",
     "MergePlan",
+    "clear_uncommitted_log",
     "ensure_table",
     "idempotent_writes",
     "merge_changes",
@@ -105,6 +106,30 @@ def idempotent_writes(
         spark.conf.unset(_TXN_APP_ID)
         spark.conf.unset(_TXN_VERSION)
         spark.conf.unset(_USER_METADATA)
+
+
+def clear_uncommitted_log(spark: Any, path: str) -> None:
+    """Remove a ``_delta_log`` that holds no commit yet, before creating the table there.
+
+    A job killed while creating a table can leave ``_delta_log/`` (with Delta's staged-commit
+    folder) but no commit; Delta then refuses ``createIfNotExists`` at that location for good
+    (DELTA_TABLE_NOT_FOUND), so the restarted job would fail at every batch. Without a commit
+    there is no table, so nothing is lost by removing it. Through Hadoop's file system, so any
+    storage Spark writes to works alike.
+    """
+    jvm = spark.sparkContext._jvm
+    log = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/_delta_log")
+    fs = log.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(log):
+        return
+    commits = [
+        status.getPath().getName()
+        for status in fs.listStatus(log)
+        if status.isFile() and status.getPath().getName()[:1].isdigit()
+    ]
+    if not commits:
+        logger.warning("%s: removing a _delta_log without commits (a creation interrupted)", path)
+        fs.delete(log, True)
 
 
 def _quote(name: str) -> str:
@@ -160,6 +185,7 @@ def ensure_table(
     _check_names(topic, columns)
     wanted = T.StructType([T.StructField(f.name, f.dataType, True) for f in columns.fields])
     if not DeltaTable.isDeltaTable(spark, path):
+        clear_uncommitted_log(spark, path)
         builder = (
             DeltaTable.createIfNotExists(spark)
             .location(path)

@@ -53,7 +53,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
-from bridge.spark.merge import before, idempotent_writes
+from bridge.spark.merge import before, clear_uncommitted_log, idempotent_writes
 
 __all__ = ["Position", "apply_multiset", "read_positions", "write_positions"]
 
@@ -238,7 +238,9 @@ def write_positions(
 
     if not positions:
         return
-    DeltaTable.createIfNotExists(spark).location(path).addColumns(_POSITIONS_SCHEMA).execute()
+    if not DeltaTable.isDeltaTable(spark, path):
+        clear_uncommitted_log(spark, path)
+        DeltaTable.createIfNotExists(spark).location(path).addColumns(_POSITIONS_SCHEMA).execute()
     rows: Sequence[tuple[str, int, int, int]] = [
         (table, lsn, seq, batch_id) for table, (lsn, seq) in sorted(positions.items())
     ]

@@ -629,3 +629,21 @@ def test_changes_of_a_partition_behind_another_still_apply(batches: Batches) -> 
     batches.add(KEYED, "r", (5, 0), after={"id": 11, "v": "copied again"}, partition=0)
     batches.apply(1)
     assert _ids(batches) == {10: "copied", 1: "a", 2: "b", 11: "copied again"}
+
+
+def test_table_creation_killed_half_way_is_created_at_the_restart(batches: Batches) -> None:
+    """A job killed while creating a table leaves ``_delta_log`` without a commit (seen when
+    the Delta e2e kill landed there); Delta then refuses to create a table at that location, so
+    the restarted job failed at every batch. It must create the tables and go on."""
+    for path in (
+        batches.config.table_path("public", "keyed"),
+        batches.config.table_path("public", "full_dups"),
+        batches.config.positions_path,
+    ):
+        (Path(path) / "_delta_log" / "_staged_commits").mkdir(parents=True)
+    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
+    batches.add(FULL_DUPS, "c", (10, 1), after={"a": 1, "b": "x"})
+    applier = batches.apply(0)
+    assert applier.stats.dead_letters == 0
+    assert _ids(batches) == {1: "a"}
+    assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 1})
