@@ -201,7 +201,7 @@ def test_no_lane_without_the_c_encoder_or_with_transaction_metadata(
 
 @native_only
 def test_no_lane_for_a_table_with_a_column_without_native_form() -> None:
-    table = Table.build([("id", 23, -1), ("span", 1186, -1)], keys=["id"])  # interval
+    table = Table.build([("id", 23, -1), ("price", 790, -1)], keys=["id"])  # money
     schemas = table.schemas
     assert serializer_for(schemas).insert_lane(schemas, IDS) is None
 

@@ -46,6 +46,7 @@ INT2, INT4, INT8, TEXT, VARCHAR, BPCHAR, NAME = 21, 23, 20, 25, 1043, 1042, 19
 JSON, JSONB, BOOL, FLOAT8, NUMERIC = 114, 3802, 16, 701, 1700
 TIMESTAMPTZ, TIMESTAMP, DATE, UUID, INTERVAL = 1184, 1114, 1082, 2950, 1186
 BYTEA, TIME, INET = 17, 1083, 869
+MONEY, POINT, FLOAT4, NUMERIC_ARRAY, POINT_ARRAY = 790, 600, 700, 1231, 1017
 
 PG_EPOCH = datetime(2000, 1, 1)
 PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since 1970
@@ -506,10 +507,12 @@ def test_null_in_non_null_key_falls_back() -> None:
 @pytest.mark.parametrize(
     ("oid", "typmod", "raw"),
     [
-        (INET, -1, b"192.168.0.1/24"),
-        (INTERVAL, -1, b"1 day 02:03:04.5"),
+        (MONEY, -1, b"$1.50"),
+        (POINT, -1, b"(1,2)"),
+        (FLOAT4, -1, b"1.5"),
         (NUMERIC, numeric_typmod(38, 10), b"1.5000000000"),  # precision beyond 18 digits
-        (NUMERIC, -1, b"3.14"),  # unconstrained: VariableScaleDecimal
+        (NUMERIC_ARRAY, numeric_typmod(38, 10), b"{1.5000000000}"),  # items beyond 18 digits
+        (POINT_ARRAY, -1, b'{"(1,2)"}'),  # items without a native form
     ],
 )
 def test_table_with_unsupported_type_has_no_plan(oid: int, typmod: int, raw: bytes) -> None:
@@ -548,6 +551,10 @@ def test_timestamp_past_avro_long_is_clamped_by_python(value: Value) -> None:
         (TypeOptions(time_precision="connect"), DATE, b"2024-01-01"),
         (TypeOptions(time_precision="connect"), TIME, b"12:00:00.5"),
         (TypeOptions(timestamptz_handling="string"), TIMESTAMPTZ, b"2024-01-01 00:00:00+00"),
+        (TypeOptions(interval_handling="string"), INTERVAL, b"1 day 02:03:04.5"),
+        (TypeOptions(unconstrained_numeric="string"), NUMERIC, b"3.14"),
+        (TypeOptions(unconstrained_numeric="double"), NUMERIC, b"3.14"),
+        (TypeOptions(decimal_handling="string"), NUMERIC, b"3.14"),
     ],
 )
 def test_handling_modes_without_native_form_take_the_python_path(
