@@ -23,13 +23,15 @@
  * Plan layout (bytes, PLAN_STRIDE per field, in the record's field order):
  *   [0..1] column index, big-endian   [2] op for text values   [3] op for binary values
  *   [4] 1 if the field is the union ["null", T]   [5] decimal scale   [6] decimal precision
+ *   [7] an array's item op for text values   [8] its item op for binary values   [9] unused
+ * (an array of decimals keeps its items' scale and precision in [5] and [6]).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
-#define PLAN_STRIDE 8
+#define PLAN_STRIDE 10
 
 enum {
     OP_NONE = 0,
@@ -45,6 +47,9 @@ enum {
     OP_UUID = 10,     /* uuid -> Avro string (text: ASCII as sent; binary: 16 bytes) */
     OP_BYTEA = 11,    /* bytea -> Avro bytes (text: hex format only; binary: as sent) */
     OP_TIME = 12,     /* time -> Avro long micros since midnight */
+    OP_INTERVAL = 13, /* interval -> Debezium's MicroDuration (Avro long micros) */
+    OP_VARIABLE_DECIMAL = 14, /* numeric without typmod, text -> VariableScaleDecimal record */
+    OP_ARRAY = 15,    /* one-dimensional array -> Avro array of ["null", item], item op in plan */
 };
 
 #define PG_EPOCH_DAYS 10957LL
@@ -110,6 +115,13 @@ static int out_byte(Out *o, char b) {
 
 static int out_bytes(Out *o, const char *p, Py_ssize_t n) {
     if (!out_long(o, n) || !out_reserve(o, n)) return 0;
+    memcpy(o->data + o->len, p, n);
+    o->len += n;
+    return 1;
+}
+
+static int out_raw(Out *o, const char *p, Py_ssize_t n) {
+    if (!out_reserve(o, n)) return 0;
     memcpy(o->data + o->len, p, n);
     o->len += n;
     return 1;
@@ -375,11 +387,355 @@ static int parse_double_text(const char *p, Py_ssize_t n, double *out) {
     return 1;
 }
 
+
+/* ---- interval ------------------------------------------------------------------------------ */
+
+/* Debezium's average month (365.25 / 12 days), as bridge.types.temporal.US_PER_AVG_MONTH. */
+#define US_PER_AVG_MONTH 2629800000000LL
+
+/* *acc += a * b without leaving int64 (b > 0); 0 when it would. */
+static int mul_add_checked(int64_t *acc, int64_t a, int64_t b) {
+    if (a > 0 ? a > INT64_MAX / b : a < INT64_MIN / b) return 0;
+    int64_t t = a * b;
+    if (t > 0 ? *acc > INT64_MAX - t : *acc < INT64_MIN - t) return 0;
+    *acc += t;
+    return 1;
+}
+
+/* bridge.types.temporal.micro_duration of (months, days, micros): 1 with *out set, 0 where the
+ * Python converter clamps (past a long, or onto the infinity sentinels, counted as lossy there)
+ * or where the sum would leave int64 on the way (the Python integers would not). */
+static int micro_duration(int64_t months, int64_t days, int64_t micros, int64_t *out) {
+    int64_t total = micros;
+    if (!mul_add_checked(&total, months, US_PER_AVG_MONTH)) return 0;
+    if (!mul_add_checked(&total, days, US_PER_DAY)) return 0;
+    if (total == INT64_MAX || total == INT64_MIN) return 0;
+    *out = total;
+    return 1;
+}
+
+/* A decimal count of at most 18 digits at p[*i] (after an optional sign when `sign`): 1 with
+ * *i past it, 0 when there is none or it is longer. */
+static int parse_count(const char *p, Py_ssize_t n, Py_ssize_t *i, int sign, int64_t *v) {
+    Py_ssize_t j = *i;
+    int neg = 0;
+    if (sign && j < n && (p[j] == '+' || p[j] == '-')) {
+        neg = p[j] == '-';
+        j++;
+    }
+    Py_ssize_t start = j;
+    int64_t acc = 0;
+    while (j < n && (unsigned)(p[j] - '0') <= 9) {
+        if (j - start == 18) return 0;
+        acc = acc * 10 + (p[j] - '0');
+        j++;
+    }
+    if (j == start) return 0;
+    *i = j;
+    *v = neg ? -acc : acc;
+    return 1;
+}
+
+/* IntervalStyle=postgres output, as interval_out prints it: "[N year[s]] [N mon[s]] [N day[s]]
+ * [[+-]H:MM:SS[.f{1,6}]]" (each part optional, in this order, one space apart; counts may be
+ * signed), or infinity / -infinity (PostgreSQL 17). The MicroDuration of it in *out; 0 for
+ * any other spelling, which bridge.types.temporal.interval_parts_from_text judges. */
+static int parse_interval_text(const char *p, Py_ssize_t n, int64_t *out) {
+    if (n == 8 && memcmp(p, "infinity", 8) == 0) {
+        *out = INT64_MAX;
+        return 1;
+    }
+    if (n == 9 && memcmp(p, "-infinity", 9) == 0) {
+        *out = INT64_MIN;
+        return 1;
+    }
+    static const struct {
+        const char *unit;
+        Py_ssize_t len;
+    } units[3] = {{"year", 4}, {"mon", 3}, {"day", 3}};
+    int64_t months = 0, days = 0, micros = 0;
+    int stage = 0; /* parts seen so far: 1 years, 2 months, 3 days, 4 the time */
+    Py_ssize_t i = 0;
+    if (n == 0) return 0;
+    while (i < n) {
+        if (i > 0) {
+            if (p[i] != ' ' || ++i == n) return 0;
+        }
+        if (stage == 4) return 0;
+        int64_t count;
+        Py_ssize_t j = i;
+        if (!parse_count(p, n, &j, 1, &count)) return 0;
+        if (j < n && p[j] == ' ') {
+            /* "N unit": the unit, plural or not, then a space or the end */
+            j++;
+            int u;
+            for (u = 0; u < 3; u++) {
+                Py_ssize_t len = units[u].len;
+                if (n - j >= len && memcmp(p + j, units[u].unit, len) == 0) break;
+            }
+            if (u == 3 || u < stage) return 0;
+            j += units[u].len;
+            if (j < n && p[j] == 's') j++;
+            if (j < n && p[j] != ' ') return 0;
+            if (u == 0) {
+                if (count > INT64_MAX / 12 || count < INT64_MIN / 12) return 0;
+                months = count * 12;
+            } else if (u == 1) {
+                /* months may hold years' months already: |both| < 12e18 + 1e18 */
+                if (count > 0 ? months > INT64_MAX - count : months < INT64_MIN - count) return 0;
+                months += count;
+            } else {
+                days = count;
+            }
+            stage = u + 1;
+            i = j;
+            continue;
+        }
+        /* "[+-]H:MM:SS[.f]": count is the signed hours */
+        if (j >= n || p[j] != ':') return 0;
+        int neg = p[i] == '-';
+        int64_t hours = neg ? -count : count, mi, s, frac;
+        if (n - j < 6 || p[j + 3] != ':' || !digits(p + j + 1, 2, &mi) ||
+            !digits(p + j + 4, 2, &s))
+            return 0;
+        j += 6;
+        if (!parse_fraction(p, n, &j, &frac)) return 0;
+        if (j != n) return 0;
+        int64_t t = (mi * 60 + s) * 1000000LL + frac; /* minutes, seconds up to 99 */
+        if (!mul_add_checked(&t, hours, 3600LL * 1000000LL)) return 0;
+        micros = neg ? -t : t;
+        stage = 4;
+        i = j;
+    }
+    return micro_duration(months, days, micros, out);
+}
+
+/* interval_send: int64 microseconds, int32 days, int32 months. */
+static int parse_interval_binary(const unsigned char *p, Py_ssize_t n, int64_t *out) {
+    if (n != 16) return 0;
+    int64_t micros = be_signed(p, 8), days = be_signed(p + 8, 4), months = be_signed(p + 12, 4);
+    if (months == INT32_MAX && days == INT32_MAX && micros == INT64_MAX) {
+        *out = INT64_MAX;
+        return 1;
+    }
+    if (months == INT32_MIN && days == INT32_MIN && micros == INT64_MIN) {
+        *out = INT64_MIN;
+        return 1;
+    }
+    return micro_duration(months, days, micros, out);
+}
+
+/* ---- numeric without typmod: Debezium's VariableScaleDecimal ------------------------------- */
+
+/* The longest numeric the C path takes (digits before and after the point); longer values
+ * (numeric holds up to 131,072 + 16,383 digits) are the Python path's. */
+#define VSD_MAX_DIGITS 120
+#define VSD_LIMBS 13 /* 13 x 32 bits > log2(10**120) = 398.6 */
+
+/* numeric_out of a finite numeric, "[-]digits[.digits]", as
+ * bridge.types.numeric.variable_scale makes it: the record {scale: int, value: bytes} with
+ * trailing fraction zeros stripped (never a negative scale), value the unscaled integer as
+ * minimal big-endian two's complement of (bit_length + 8) // 8 bytes. 0 for NaN, infinities,
+ * exponents, more than VSD_MAX_DIGITS digits, or anything else. */
+static int write_variable_decimal(Out *o, const char *p, Py_ssize_t n) {
+    int neg = n > 0 && p[0] == '-';
+    Py_ssize_t i = neg, int_start = i;
+    while (i < n && (unsigned)(p[i] - '0') <= 9) i++;
+    Py_ssize_t int_len = i - int_start, frac_start = i, frac_len = 0;
+    if (int_len == 0) return 0;
+    if (i < n) {
+        if (p[i] != '.') return 0;
+        frac_start = ++i;
+        while (i < n && (unsigned)(p[i] - '0') <= 9) i++;
+        frac_len = i - frac_start;
+        if (frac_len == 0 || i != n) return 0;
+    }
+    if (int_len + frac_len > VSD_MAX_DIGITS) return 0;
+    while (frac_len > 0 && p[frac_start + frac_len - 1] == '0') frac_len--;
+    /* The magnitude in 32-bit limbs, least significant first. */
+    uint32_t limbs[VSD_LIMBS] = {0};
+    int used = 0; /* limbs in use */
+    for (Py_ssize_t k = 0; k < int_len + frac_len; k++) {
+        char c = k < int_len ? p[int_start + k] : p[frac_start + k - int_len];
+        uint64_t carry = (uint64_t)(c - '0');
+        for (int l = 0; l < used; l++) {
+            uint64_t x = (uint64_t)limbs[l] * 10 + carry;
+            limbs[l] = (uint32_t)x;
+            carry = x >> 32;
+        }
+        if (carry) limbs[used++] = (uint32_t)carry; /* used < VSD_LIMBS: 10**120 < 2**416 */
+    }
+    int scale = used ? (int)frac_len : 0;
+    int bits = used ? 32 * (used - 1) : 0;
+    if (used) {
+        uint32_t top = limbs[used - 1];
+        while (top) {
+            bits++;
+            top >>= 1;
+        }
+    }
+    int size = (bits + 8) / 8;
+    unsigned char tmp[4 * VSD_LIMBS + 1];
+    for (int k = 0; k < size; k++) { /* big-endian: tmp[size - 1] is the least significant */
+        int l = k / 4;
+        tmp[size - 1 - k] = l < used ? (unsigned char)(limbs[l] >> (8 * (k % 4))) : 0;
+    }
+    if (neg && used) { /* two's complement: invert and add one */
+        int carry = 1;
+        for (int k = size - 1; k >= 0; k--) {
+            int x = (unsigned char)~tmp[k] + carry;
+            tmp[k] = (unsigned char)x;
+            carry = x >> 8;
+        }
+    }
+    if (!out_long(o, scale)) return -1;
+    return out_bytes(o, (const char *)tmp, size) ? 1 : -1;
+}
+
+
+/* ---- arrays -------------------------------------------------------------------------------- */
+
+static int write_value(Out *o, int op, int item_op, int binary, const char *p, Py_ssize_t n,
+                       int scale, int precision);
+
+/* array_out of a one-dimensional array, "{1,NULL,"a \"b\""}", read as bridge.types.array's text
+ * splitter reads it (psycopg's _load_text: an unquoted NULL is null, a quoted element loses its
+ * quotes and backslashes), each element through the item op, written as an Avro array of
+ * ["null", item]. 0 for anything but that plain form: the bounds prefix "[2:3]=", nested
+ * braces (more dimensions), whitespace or a backslash outside quotes, an empty element, a
+ * lower-case null, a backslash before a newline (the splitter's regular expression does not
+ * take that), or an element the item op declines. */
+static int write_array_text(Out *o, const char *p, Py_ssize_t n, int item_op, int scale,
+                            int precision) {
+    if (n < 2 || p[0] != '{' || p[n - 1] != '}' || item_op == OP_ARRAY) return 0;
+    Py_ssize_t end = n - 1, i = 1;
+    if (end == 1) return out_byte(o, 0) ? 1 : -1; /* {} */
+    Out items, scratch;
+    out_init(&items);
+    out_init(&scratch);
+    int64_t count = 0;
+    int r = 1;
+    while (r == 1) {
+        const char *elem;
+        Py_ssize_t len;
+        int is_null = 0;
+        if (p[i] == '"') {
+            scratch.len = 0;
+            i++;
+            while (i < end && p[i] != '"') {
+                char c = p[i];
+                if (c == '\\') {
+                    if (i + 1 >= end || p[i + 1] == '\n') {
+                        r = 0;
+                        break;
+                    }
+                    c = p[++i];
+                }
+                if (!out_byte(&scratch, c)) {
+                    r = -1;
+                    break;
+                }
+                i++;
+            }
+            if (r != 1) break;
+            if (i >= end) { /* no closing quote before the final brace */
+                r = 0;
+                break;
+            }
+            i++; /* the closing quote */
+            elem = scratch.data;
+            len = scratch.len;
+        } else {
+            Py_ssize_t start = i;
+            for (; i < end && p[i] != ','; i++) {
+                char c = p[i];
+                if (c == '"' || c == '{' || c == '}' || c == '\\' || c == ' ' || c == '\t' ||
+                    c == '\n' || c == '\r' || c == '\v' || c == '\f') {
+                    r = 0;
+                    break;
+                }
+            }
+            if (r != 1) break;
+            elem = p + start;
+            len = i - start;
+            if (len == 0) {
+                r = 0;
+                break;
+            }
+            if (len == 4) {
+                if (memcmp(elem, "NULL", 4) == 0) {
+                    is_null = 1;
+                } else if ((elem[0] | 0x20) == 'n' && (elem[1] | 0x20) == 'u' &&
+                           (elem[2] | 0x20) == 'l' && (elem[3] | 0x20) == 'l') {
+                    r = 0; /* PostgreSQL would quote it; the splitter keeps it as text */
+                    break;
+                }
+            }
+        }
+        if (is_null) {
+            if (!out_byte(&items, 0)) r = -1;
+        } else if (!out_byte(&items, 2)) {
+            r = -1;
+        } else {
+            r = write_value(&items, item_op, OP_NONE, 0, elem, len, scale, precision);
+        }
+        if (r != 1) break;
+        count++;
+        if (i == end) break;
+        if (p[i] != ',' || ++i == end) r = 0; /* after a quoted element, or "{a,}" */
+    }
+    if (r == 1 && !(out_long(o, count) && out_raw(o, items.data, items.len) && out_byte(o, 0)))
+        r = -1;
+    out_free(&items);
+    out_free(&scratch);
+    return r;
+}
+
+static int32_t be_int32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
+                     p[3]);
+}
+
+/* array_send of a one-dimensional array (ndim, flags, element type, then length and lower
+ * bound, then each element as int32 length (-1: NULL) and bytes), or of an empty one (ndim 0),
+ * read as bridge.types.array.split_binary does (flags, element type and lower bound unread).
+ * 0 for more dimensions, a short or long value, or an element the item op declines. */
+static int write_array_binary(Out *o, const unsigned char *p, Py_ssize_t n, int item_op,
+                              int scale, int precision) {
+    if (n < 12 || item_op == OP_ARRAY) return 0;
+    int32_t ndim = be_int32(p);
+    if (ndim == 0) {
+        if (n != 12) return 0;
+        return out_byte(o, 0) ? 1 : -1;
+    }
+    if (ndim != 1 || n < 20) return 0;
+    int32_t count = be_int32(p + 12);
+    if (count < 0 || count > (n - 20) / 4) return 0; /* each element has its length word */
+    Py_ssize_t pos = 20;
+    if (count && !out_long(o, count)) return -1;
+    for (int32_t k = 0; k < count; k++) {
+        if (n - pos < 4) return 0;
+        int32_t size = be_int32(p + pos);
+        pos += 4;
+        if (size == -1) {
+            if (!out_byte(o, 0)) return -1;
+            continue;
+        }
+        if (size < 0 || size > n - pos) return 0;
+        if (!out_byte(o, 2)) return -1;
+        int r = write_value(o, item_op, OP_NONE, 1, (const char *)p + pos, size, scale, precision);
+        if (r != 1) return r;
+        pos += size;
+    }
+    if (pos != n) return 0;
+    return out_byte(o, 0) ? 1 : -1;
+}
+
 /* ---- one value ----------------------------------------------------------------------------- */
 
 /* Writes the value (without union branch); 1 = written, 0 = fall back, -1 = Python error. */
-static int write_value(Out *o, int op, int binary, const char *p, Py_ssize_t n, int scale,
-                       int precision) {
+static int write_value(Out *o, int op, int item_op, int binary, const char *p, Py_ssize_t n,
+                       int scale, int precision) {
     int64_t v;
     switch (op) {
     case OP_INT:
@@ -464,6 +820,18 @@ static int write_value(Out *o, int op, int binary, const char *p, Py_ssize_t n, 
             return 0;
         }
         return out_long(o, v) ? 1 : -1;
+    case OP_INTERVAL:
+        if (binary ? !parse_interval_binary((const unsigned char *)p, n, &v)
+                   : !parse_interval_text(p, n, &v))
+            return 0;
+        return out_long(o, v) ? 1 : -1;
+    case OP_VARIABLE_DECIMAL:
+        if (binary) return 0;
+        return write_variable_decimal(o, p, n);
+    case OP_ARRAY:
+        if (binary) return write_array_binary(o, (const unsigned char *)p, n, item_op, scale,
+                                              precision);
+        return write_array_text(o, p, n, item_op, scale, precision);
     default:
         return 0;
     }
@@ -508,7 +876,8 @@ static int write_record(Out *o, const Tuple *t, const unsigned char *plan, Py_ss
         }
         if (start < 0 || end < start || end > t->buf_len) return 0;
         if (nullable && !out_byte(o, 2)) return -1;
-        int r = write_value(o, op, binary, t->buf + start, end - start, e[5], e[6]);
+        int r = write_value(o, op, binary ? e[8] : e[7], binary, t->buf + start, end - start,
+                            e[5], e[6]);
         if (r != 1) return r;
     }
     return 1;
@@ -597,13 +966,6 @@ PyDoc_STRVAR(encode_insert_doc,
 "key = key_header + Key record (None when key_plan is None); value = value_head (framing,\n"
 "before = null, the branch of after) + Value record + source_prefix + seq (Avro long) + tail\n"
 "(transaction, op, timestamps, unchanged TOAST). None when a value needs the Python path.");
-
-static int out_raw(Out *o, const char *p, Py_ssize_t n) {
-    if (!out_reserve(o, n)) return 0;
-    memcpy(o->data + o->len, p, n);
-    o->len += n;
-    return 1;
-}
 
 /* The framed key and value of an insert of the row t (encode_insert's contract); parts are
  * row_plan, key_plan, key_header, value_head, source_prefix, then seq and tail. */

@@ -19,3 +19,6 @@ INT32: Final = 9  # int2/int4 -> Avro int (declines values beyond int32, as the 
 UUID: Final = 10  # uuid -> Avro string (text: ASCII; binary: 16 bytes, formatted)
 BYTEA: Final = 11  # bytea -> Avro bytes (text: the hex format only)
 TIME: Final = 12  # time -> microseconds since midnight
+INTERVAL: Final = 13  # interval -> MicroDuration long (declines what Python clamps)
+VARIABLE_DECIMAL: Final = 14  # numeric without typmod, text only -> VariableScaleDecimal record
+ARRAY: Final = 15  # one-dimensional array -> Avro array of ["null", item]; item ops in the plan

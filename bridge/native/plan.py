@@ -18,8 +18,10 @@ from bridge.native import ops
 if TYPE_CHECKING:
     from bridge.types.base import ColumnType
 
-#: Must match PLAN_STRIDE and the layout described at the top of _speedups.c.
-_FIELD = struct.Struct(">HBBBBBx")
+#: Must match PLAN_STRIDE and the layout described at the top of _speedups.c: column index,
+#: text op, binary op, nullable, decimal scale, decimal precision, an array's item ops (text,
+#: binary), one unused byte.
+_FIELD = struct.Struct(">HBBBBBBBx")
 
 
 def _decimal_params(avro: Any) -> tuple[int, int] | None:
@@ -28,19 +30,43 @@ def _decimal_params(avro: Any) -> tuple[int, int] | None:
     return None
 
 
+def _decimal_fits(column: ColumnType) -> tuple[int, int] | None:
+    """(scale, precision) of a decimal column the C encoder can hold (unscaled values are int64
+    in C: at most 18 digits), else ``None``."""
+    params = _decimal_params(column.avro)
+    if params is None or not 0 <= params[0] <= params[1] <= 18:
+        return None
+    return params
+
+
 def field_plan(index: int, column: ColumnType, nullable: bool) -> bytes | None:
     """The plan entry of one field, or ``None`` if the column type has no native form."""
     text_op, binary_op = column.native
     if text_op == ops.NONE and binary_op == ops.NONE:
         return None
     scale = precision = 0
-    if ops.DECIMAL in (text_op, binary_op):
-        params = _decimal_params(column.avro)
-        # Unscaled values are int64 in C: at most 18 digits.
-        if params is None or not 0 <= params[0] <= params[1] <= 18:
+    item_text = item_binary = ops.NONE
+    if ops.ARRAY in (text_op, binary_op):
+        # An array's items are its element type's values; the element's ops parse them.
+        element = column.element
+        if element is None:
+            return None
+        item_text, item_binary = element.native
+        if ops.ARRAY in (item_text, item_binary):  # pragma: no cover - no arrays of arrays
+            return None
+        if ops.DECIMAL in (item_text, item_binary):
+            params = _decimal_fits(element)
+            if params is None:
+                return None
+            scale, precision = params
+    elif ops.DECIMAL in (text_op, binary_op):
+        params = _decimal_fits(column)
+        if params is None:
             return None
         scale, precision = params
-    return _FIELD.pack(index, text_op, binary_op, int(nullable), scale, precision)
+    return _FIELD.pack(
+        index, text_op, binary_op, int(nullable), scale, precision, item_text, item_binary
+    )
 
 
 def record_plan(

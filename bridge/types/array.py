@@ -34,6 +34,7 @@ from psycopg.adapt import AdaptersMap, Loader
 from psycopg.pq import Format
 from psycopg.types.array import ArrayLoader
 
+from bridge.native import ops
 from bridge.types.base import (
     ColumnType,
     Converter,
@@ -170,7 +171,17 @@ def array_column(element: ColumnType, delimiter: bytes = b",", dimensions: int =
         dims, flat = split_binary(raw)
         return shaped(dims, flat, from_binary_elem) if dims else []
 
-    return ColumnType(name, schema, from_text, from_binary)
+    # The C encoder reads one-dimensional arrays of an element type it reads (text: the
+    # comma-delimited form; box's ';' is not among its types), for a schema one level deep.
+    text_op = binary_op = ops.NONE
+    if dimensions == 1:
+        if delimiter == b"," and element.native[0] != ops.NONE:
+            text_op = ops.ARRAY
+        if element.native[1] != ops.NONE:
+            binary_op = ops.ARRAY
+    return ColumnType(
+        name, schema, from_text, from_binary, native=(text_op, binary_op), element=element
+    )
 
 
 def array_factory(element_factory: Factory, delimiter: bytes = b",") -> Factory:

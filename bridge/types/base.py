@@ -131,6 +131,8 @@ class ColumnType:
     ``unchanged_toast_columns``) for the others. ``pg_name`` names the type in errors and docs.
     ``native`` names, for the text and the binary wire format, the :mod:`bridge.native.ops`
     code whose C parser reproduces the converter exactly (0: the Python converter only).
+    ``element`` is an array's element type, whose ``native`` codes the C encoder applies to
+    the items (``None`` for other types).
     """
 
     pg_name: str
@@ -139,6 +141,7 @@ class ColumnType:
     from_binary: Converter
     toast_placeholder: Any = None
     native: tuple[int, int] = (0, 0)
+    element: ColumnType | None = None
 
 
 @dataclass(frozen=True, slots=True)

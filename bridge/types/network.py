@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from bridge.native import ops
 from bridge.types.base import TypeRegistry, simple, utf8
 from bridge.types.errors import ConversionError
 
@@ -49,7 +50,12 @@ def mac_from_binary(raw: bytes) -> str:
 
 
 def register_types(registry: TypeRegistry) -> None:
-    registry.add_builtin("inet", simple("inet", "string", utf8, inet_from_binary))
-    registry.add_builtin("cidr", simple("cidr", "string", utf8, inet_from_binary))
-    registry.add_builtin("macaddr", simple("macaddr", "string", utf8, mac_from_binary))
-    registry.add_builtin("macaddr8", simple("macaddr8", "string", utf8, mac_from_binary))
+    # The text forms are the strings as sent: the C encoder copies them (after a UTF-8 check);
+    # it does not format the binary forms.
+    text = (ops.STRING, ops.NONE)
+    registry.add_builtin("inet", simple("inet", "string", utf8, inet_from_binary, native=text))
+    registry.add_builtin("cidr", simple("cidr", "string", utf8, inet_from_binary, native=text))
+    registry.add_builtin("macaddr", simple("macaddr", "string", utf8, mac_from_binary, native=text))
+    registry.add_builtin(
+        "macaddr8", simple("macaddr8", "string", utf8, mac_from_binary, native=text)
+    )

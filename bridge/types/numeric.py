@@ -218,6 +218,7 @@ def _numeric(request: TypeRequest) -> ColumnType:
             VARIABLE_SCALE_DECIMAL,
             lambda raw: variable_scale(_numeric_text(raw)),
             lambda raw: variable_scale(_numeric_binary(raw)),
+            native=(ops.VARIABLE_DECIMAL, ops.NONE),
         )
     if mode == "string":
         # The text form is already PostgreSQL's canonical spelling (NaN, Infinity included).

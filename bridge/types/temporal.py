@@ -495,6 +495,7 @@ def _interval(request: TypeRequest) -> ColumnType:
         MICRO_DURATION_SCHEMA,
         lambda raw: micro_duration(interval_parts_from_text(raw)),
         lambda raw: micro_duration(interval_parts_from_binary(raw)),
+        native=(ops.INTERVAL, ops.INTERVAL),
     )
 
 

@@ -156,6 +156,15 @@ VALUES = (
     ("t", b"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
     ("t", b"\\xdeadbeef"),
     ("t", b"12:00:00.5"),
+    ("t", b"1 day 02:03:04.5"),
+    ("t", b"0.14285728571428571429"),
+    ("t", b"{1,NULL,-3}"),
+    ("t", b"{-9223372036854775808}"),
+    ("t", b"{}"),
+    ("t", b'{"a b","c\\"d",NULL}'),
+    ("t", b"{x}"),
+    ("t", b"{1.50,NULL}"),
+    ("t", b"10.1.2.3"),
 )
 
 
@@ -201,7 +210,7 @@ def test_no_lane_without_the_c_encoder_or_with_transaction_metadata(
 
 @native_only
 def test_no_lane_for_a_table_with_a_column_without_native_form() -> None:
-    table = Table.build([("id", 23, -1), ("span", 1186, -1)], keys=["id"])  # interval
+    table = Table.build([("id", 23, -1), ("price", 790, -1)], keys=["id"])  # money
     schemas = table.schemas
     assert serializer_for(schemas).insert_lane(schemas, IDS) is None
 
