@@ -159,6 +159,10 @@ def _finite_or_none(load: Converter) -> Converter:
     return convert
 
 
+_NUMERIC_MAX_INTEGER_DIGITS = 131_072
+_NUMERIC_MAX_SCALE = 16_383
+
+
 def variable_scale(d: Decimal) -> dict[str, Any] | None:
     """A Decimal as Debezium's VariableScaleDecimal struct (None for NaN/±Infinity, recorded
     as lossy)."""
@@ -167,6 +171,11 @@ def variable_scale(d: Decimal) -> dict[str, Any] | None:
         return None
     sign, digits, exp = d.as_tuple()
     assert isinstance(exp, int)
+    # PostgreSQL's numeric holds at most 131,072 digits before the point and 16,383 after it;
+    # a spelling beyond that (an exponent, which the server never prints) is refused before
+    # 10**exp is built, which would take seconds of CPU for 1e10000000.
+    if len(digits) + exp > _NUMERIC_MAX_INTEGER_DIGITS or -exp > _NUMERIC_MAX_SCALE + len(digits):
+        raise ConversionError("numeric", f"{d:.6e} is outside PostgreSQL's numeric range")
     # Through Decimal, not str: int() of a string refuses more than 4,300 digits, and
     # numeric holds up to 131,072 digits before the point.
     unscaled = int(Decimal((0, digits, 0)))

@@ -266,3 +266,16 @@ def test_numeric_beyond_python_int_string_limit_is_variable_scale() -> None:
     value = ct.from_text(text)
     assert value["scale"] == 0
     assert int.from_bytes(value["value"], "big", signed=True) == 10**131_071
+
+
+def test_variable_scale_refuses_spellings_beyond_numeric_range_quickly() -> None:
+    """The server never prints an exponent, but garbage may carry one: a typed error at once,
+    not seconds of building 10**10000000."""
+    from bridge.types.errors import ConversionError
+    from bridge.types.numeric import variable_scale
+
+    for text in ("1e10000000", "-1e131073", "1e-20000"):
+        with pytest.raises(ConversionError, match="outside PostgreSQL's numeric range"):
+            variable_scale(Decimal(text))
+    assert variable_scale(Decimal("1e131071")) is not None  # 131,072 digits: the largest
+    assert variable_scale(Decimal("1e-16383")) == {"scale": 16383, "value": b"\x01"}
