@@ -301,3 +301,65 @@ def test_publisher_ensure_topic_keeps_an_existing_topic_as_it_is(
     assert len(warnings) == 1 and "2 partitions, not the configured 6" in warnings[0].message
     description = admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=30)
     assert len(description.partitions) == 2
+
+
+def test_publisher_without_success_reports_delivers_records_in_bulk_and_still_raises_failures(
+    local_stack: StackInfo, kafka: KafkaConfig, opened: list[KafkaPublisher]
+) -> None:
+    # The snapshot's producers: no callback per delivered record, delivery known from the
+    # queue running empty; a broker refusal is still a DeliveryError.
+    topic = _topic("bulk")
+    publisher = KafkaPublisher(
+        kafka, TopicCreationConfig(partitions=3, replication_factor=1), report_successes=False
+    )
+    opened.append(publisher)
+    called: list[int] = []
+    total = 2000  # several produce_batch calls, a null key among them (partition 0)
+    records = [(f"k{i}".encode() if i % 500 else None, str(i).encode()) for i in range(total)]
+    publisher.publish_records(topic, records, lambda: called.append(1))
+    deadline = time.monotonic() + 30
+    while publisher.outstanding and time.monotonic() < deadline:
+        publisher.poll(0.1)
+    assert publisher.outstanding == 0
+    assert called == []  # successes call nothing
+    got = _consume(local_stack.bootstrap_servers, topic, total)
+    assert sorted(int(v) for _, _, v in got if v is not None) == list(range(total))
+    assert {p for p, k, _ in got if k is None} == {0}
+
+    # A topic that accepts batches of at most 1 KiB: an incompressible 8 KiB record fails.
+    small = _topic("bulk-small")
+    limited = KafkaPublisher(
+        kafka,
+        TopicCreationConfig(
+            partitions=1, replication_factor=1, extra=(("max.message.bytes", "1024"),)
+        ),
+        report_successes=False,
+    )
+    opened.append(limited)
+    limited.publish_records(small + "-1k", [(b"k", os.urandom(8192))], lambda: called.append(2))
+    with pytest.raises(DeliveryError) as raised:
+        limited.flush(30)
+    assert raised.value.code == KafkaError(KafkaError.MSG_SIZE_TOO_LARGE).name()
+    assert called == []
+
+
+def test_publisher_batches_null_key_records_into_partition_zero_in_order(
+    local_stack: StackInfo, kafka: KafkaConfig, opened: list[KafkaPublisher]
+) -> None:
+    # A keyless table's records keep their commit order in partition 0 of a multi-partition
+    # topic, batched or not, also when keyed records are interleaved (confluent-kafka's
+    # produce_batch ignores a per-record partition: the batch must carry it).
+    topic = _topic("null-keys")
+    publisher = KafkaPublisher(kafka, TopicCreationConfig(partitions=3, replication_factor=1))
+    opened.append(publisher)
+    delivered: list[int] = []
+    total = 900
+    for seq in range(total):
+        key = None if seq % 3 else f"k{seq}".encode()
+        publisher.publish(topic, key, str(seq).encode(), lambda: delivered.append(1))
+    assert publisher.flush(30) == 0
+    assert len(delivered) == total
+    got = _consume(local_stack.bootstrap_servers, topic, total)
+    null_keyed = [(p, int(v)) for p, k, v in got if k is None and v is not None]
+    assert {p for p, _ in null_keyed} == {0}
+    assert [v for _, v in null_keyed] == [s for s in range(total) if s % 3]
