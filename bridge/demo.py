@@ -33,9 +33,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from bridge.config import load_config
 from bridge.devstack.stack import LocalStack, StackInfo
 from bridge.pgoutput.lsn import Lsn
-from bridge.runner import build_parts, build_pipeline, source_config
+from bridge.runner import build_parts, build_pipeline, snapshot_sink, source_config
 from bridge.sink.registry import DESERIALIZER_CONF, registry_client
-from bridge.snapshot.copier import SnapshotSink
 from bridge.snapshot.run import run_snapshot
 
 logger = logging.getLogger(__name__)
@@ -256,7 +255,7 @@ def run_demo() -> int:
     stop = threading.Event()
     parts = build_parts(config)
     started = time.monotonic()
-    sink = SnapshotSink(parts.registrar, parts.serializer, parts.publisher, parts.builder.failures)
+    sink = snapshot_sink(config, parts)
     run_snapshot(config, source_config(config), parts.builder, sink, stop)
     say(
         "\ninitial snapshot: the rows already in the database, as op 'r' events, in "

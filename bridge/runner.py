@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import FrameType
 
 from bridge import native
@@ -158,6 +158,26 @@ def build_parts(config: BridgeConfig) -> PipelineParts:
     )
 
 
+def snapshot_sink(config: BridgeConfig, parts: PipelineParts) -> SnapshotSink:
+    """The snapshot's sink: the pipeline's parts, and a ring of producers of its own that
+    report failures only (:mod:`bridge.snapshot.epochs`), each with half of the queue bounds
+    so that the ring holds no more than one streaming producer would."""
+    kafka = replace(
+        config.kafka,
+        max_queue_size=max(1, config.kafka.max_queue_size // 2),
+        max_queue_size_in_bytes=max(1024, config.kafka.max_queue_size_in_bytes // 2),
+    )
+
+    def publisher() -> KafkaPublisher:
+        return KafkaPublisher(
+            kafka, config.topic_creation, retry=config.retry, report_successes=False
+        )
+
+    return SnapshotSink(
+        parts.registrar, parts.serializer, parts.publisher, parts.builder.failures, publisher
+    )
+
+
 def build_pipeline(
     config: BridgeConfig, metrics: BridgeMetrics | None = None, parts: PipelineParts | None = None
 ) -> Pipeline:
@@ -209,9 +229,7 @@ class _SnapshotAttempt:
 
     def run(self, stop: threading.Event) -> None:
         parts = self.parts
-        sink = SnapshotSink(
-            parts.registrar, parts.serializer, parts.publisher, parts.builder.failures
-        )
+        sink = snapshot_sink(self.config, parts)
         config = self.config
         self.stream_after = run_snapshot(config, source_config(config), parts.builder, sink, stop)
 

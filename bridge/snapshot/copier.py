@@ -2,12 +2,13 @@
 
 One thread (the caller's) owns the serializer and the publisher, as the streaming pipeline
 does: it takes the workers' batches from a bounded queue, serializes each ``r`` event with the
-same :class:`~bridge.sink.serializer.EnvelopeSerializer` and publishes it with the same
-publisher, on the same topics, under the same registered schemas as streaming. Delivery
-callbacks (run inside ``poll``/``flush`` on this thread) count each chunk's acknowledged
-records; a chunk whose rows were all read and all acknowledged is recorded in the state file
-(:mod:`bridge.snapshot.state`). A failure anywhere (a worker's typed error, a delivery error)
-stops the workers and propagates; nothing unacknowledged was recorded.
+same :class:`~bridge.sink.serializer.EnvelopeSerializer` and publishes it with the same kind
+of publisher, on the same topics, under the same registered schemas as streaming.
+Acknowledgements are counted in bulk, not per record (:mod:`bridge.snapshot.epochs`: a ring
+of producers that report failures only); a chunk whose rows were all read and whose last
+record's epoch was acknowledged is recorded in the state file (:mod:`bridge.snapshot.state`).
+A failure anywhere (a worker's typed error, a delivery error) stops the workers and
+propagates; nothing unacknowledged was recorded.
 
 ``source.snapshot`` is ``first`` on the first row of a snapshot's first attempt, ``last`` on the
 last row of the attempt that completes it, ``true`` otherwise (one row is held back so that the
@@ -33,6 +34,7 @@ from bridge.sink.avro_writer import AvroWriteError
 from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
 from bridge.sink.serializer import CopyLane, EnvelopeSerializer
 from bridge.snapshot import progress as progress_module
+from bridge.snapshot.epochs import AckEpochs
 from bridge.snapshot.plan import wire_kinds
 from bridge.snapshot.progress import SnapshotProgress
 from bridge.snapshot.reader import (
@@ -56,34 +58,40 @@ __all__ = ["SnapshotCopier", "SnapshotSink"]
 
 _QUEUE_BATCHES = 64  # batches of reader.BATCH_ROWS rows in flight between workers and here
 _POLL_INTERVAL_S = 0.005
+_RING = 2  # producers of the acknowledgement ring (bridge.snapshot.epochs)
+
+
+def _ignore() -> None:
+    """Every snapshot record's success callback: acknowledgements are counted by epochs."""
 
 
 @dataclass(frozen=True, slots=True)
 class SnapshotSink:
-    """The streaming pipeline's own registrar, serializer and publisher, and its policy."""
+    """The streaming pipeline's own registrar, serializer and publisher, and its policy.
+
+    ``publisher_factory`` makes the snapshot's own producers (``KafkaPublisher`` with
+    ``report_successes=False``), closed at its end; without it the snapshot publishes
+    through ``publisher`` and acknowledges by its queue running empty.
+    """
 
     registrar: SchemaRegistrar
     serializer: EnvelopeSerializer
     publisher: Any  # bridge.pipeline.Publisher
     failures: FailurePolicy
+    publisher_factory: Callable[[], Any] | None = None
 
 
 class _ChunkCount:
-    """One chunk's records sent and acknowledged; ``on_delivered`` is their callback."""
+    """One chunk's figures, and the epoch of its last record published (-1: none yet)."""
 
-    __slots__ = ("delivered", "nbytes", "on_delivered", "read_done", "rows", "sent", "table")
+    __slots__ = ("epoch", "nbytes", "read_done", "rows", "table")
 
     def __init__(self, table: TableProgress) -> None:
         self.table = table
-        self.sent = 0
-        self.delivered = 0
+        self.epoch = -1
         self.rows = 0
         self.nbytes = 0
         self.read_done = False
-        self.on_delivered: Callable[[], None] = self._delivered
-
-    def _delivered(self) -> None:
-        self.delivered += 1
 
 
 class SnapshotCopier:
@@ -118,6 +126,7 @@ class SnapshotCopier:
         self._first = not any(t.started for t in state.tables)
         self._tx: TxContext | None = None
         self._dirty = False
+        self._epochs = AckEpochs([sink.publisher])
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -128,6 +137,17 @@ class SnapshotCopier:
         recorded)."""
         progress_module.CURRENT = self.progress
         self.progress.running = True
+        factory = self.sink.publisher_factory
+        own = [factory() for _ in range(_RING)] if factory is not None else []
+        if own:
+            self._epochs = AckEpochs(own)
+        try:
+            return self._run(stop, connections)
+        finally:
+            for publisher in own:
+                publisher.close()
+
+    def _run(self, stop: threading.Event, connections: list[SnapshotConnection]) -> bool:
         try:
             xmin = connections[0].snapshot_xmin()
             now_pg_us = int((time.time() - 946_684_800) * 1_000_000)
@@ -270,12 +290,21 @@ class SnapshotCopier:
         if self._held is not None:
             held, self._held = self._held, None
             self._publish_held(*held)
-        # The hot loop: every item but the last (held back: it may be the snapshot's last),
-        # with what is the same for the whole batch (one chunk, one table) looked up once.
-        ids = self._ids[batch.table]
+        epochs = self._epochs
         topic = self.schemas[batch.table].topic
+        if batch.records_only and not self._first:
+            # The usual batch: every row encoded by the lane, handed over in one call.
+            records: list[Record] = events[:-1]  # type: ignore[assignment]
+            epochs.publisher.publish_records(topic, records, _ignore)
+            count.epoch = epochs.sent(len(events) - 1)
+            self.published += len(events) - 1
+            self._hold(batch, count)
+            return
+        # Otherwise every item but the last (held back: it may be the snapshot's last), with
+        # what is the same for the whole batch (one chunk, one table) looked up once.
+        ids = self._ids[batch.table]
         key_of, value_of = self.sink.serializer.key, self.sink.serializer.value
-        publish, callback = self.sink.publisher.publish, count.on_delivered
+        publish = epochs.publisher.publish
         published = 0
         for i in range(len(events) - 1):
             event = events[i]
@@ -285,8 +314,7 @@ class SnapshotCopier:
                     row = _HeldRecord(batch.table, event, batch.head[1], batch.first_seq + i)
                     self._publish_held(row, count)
                     continue
-                count.sent += 1
-                publish(topic, event[0], event[1], callback)
+                publish(topic, event[0], event[1], _ignore)
                 published += 1
                 continue
             if type(event) is not ChangeEvent or self._first:
@@ -299,10 +327,15 @@ class SnapshotCopier:
             except (AvroWriteError, ConversionError):
                 self._publish(event, count)  # the slow path decides: raise or dead-letter
                 continue
-            count.sent += 1
-            publish(topic, key, value, callback)
+            publish(topic, key, value, _ignore)
             published += 1
+        if published:
+            count.epoch = epochs.sent(published)
         self.published += published
+        self._hold(batch, count)
+
+    def _hold(self, batch: RowBatch, count: _ChunkCount) -> None:
+        events = batch.events
         tail = events[-1]
         if type(tail) is Failed:
             self._dead_letter(batch.table, tail, count)
@@ -332,10 +365,7 @@ class SnapshotCopier:
             again = lane.encode(held.data, kinds, held.seq, marker)
             assert again is not None
             record = again
-        count.sent += 1
-        self.sink.publisher.publish(
-            self.schemas[held.table].topic, record[0], record[1], count.on_delivered
-        )
+        self._send(self.schemas[held.table].topic, record[0], record[1], count)
         self.published += 1
 
     def _one(
@@ -367,8 +397,7 @@ class SnapshotCopier:
                 raise
             self._dead_letter(event.table.table, Failed(event.seq, _tuple_of(event), exc), count)
             return
-        count.sent += 1
-        self.sink.publisher.publish(event.table.topic, key, value, count.on_delivered)
+        self._send(event.table.topic, key, value, count)
         self.published += 1
 
     def _dead_letter(self, table: str, failed: Failed, count: _ChunkCount) -> None:
@@ -390,14 +419,18 @@ class SnapshotCopier:
             after=failed.data,
             error=failed.error,
         )
-        count.sent += 1
-        self.sink.publisher.publish(failures.dead_letter_topic, key, value, count.on_delivered)
+        self._send(failures.dead_letter_topic, key, value, count)
+
+    def _send(self, topic: str, key: bytes | None, value: bytes | None, count: _ChunkCount) -> None:
+        epochs = self._epochs
+        epochs.publisher.publish(topic, key, value, _ignore)
+        count.epoch = epochs.sent(1)
 
     # -- acknowledgements and the state file ----------------------------------------------------
 
     def _service(self, now: float) -> None:
-        """Serve delivery callbacks, record finished chunks, log progress when due."""
-        self.sink.publisher.poll(0)
+        """Learn what was acknowledged, record finished chunks, log progress when due."""
+        self._epochs.service(now)
         self._record_finished(now)
         if self.progress.due(now):
             if self.terminal is not None:
@@ -408,10 +441,11 @@ class SnapshotCopier:
 
     def _record_finished(self, now: float) -> None:
         held = self._held[1] if self._held is not None else None
+        acknowledged_below = self._epochs.acknowledged_below
         finished = [
             key
             for key, c in self._counts.items()
-            if c.read_done and c.delivered == c.sent and c is not held
+            if c.read_done and c.epoch < acknowledged_below and c is not held
         ]
         for key in finished:
             count = self._counts.pop(key)
@@ -431,15 +465,15 @@ class SnapshotCopier:
             save_state(self.state_path, self.state)
 
     def _drain(self, *, final: bool) -> None:
-        """Publish the held row (``last`` when ``final``), wait for every acknowledgement and
+        """Publish the held row (``last`` when ``final``, after every other record was
+        acknowledged: it is last in every partition too), wait for every acknowledgement and
         record the chunks that are complete."""
+        self._epochs.drain()
         if self._held is not None:
             held, count = self._held
             self._held = None
             self._publish_held(held, count, "last" if final else None)
-        publisher = self.sink.publisher
-        while publisher.flush(1.0):
-            pass
+            self._epochs.drain()
         self._record_finished(time.monotonic())
 
 

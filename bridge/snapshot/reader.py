@@ -119,6 +119,7 @@ class RowBatch:
     first_seq: int = 0
     head: tuple[int, bytes] | None = None
     last: bytes | None = None
+    records_only: bool = False  # every item a record the lane encoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +244,7 @@ class SnapshotConnection:
         if lane is not None:
             row_plan, key_plan, key_header = lane.row_plan, lane.key_plan, lane.key_header
             value_head, prefix, tail = lane.value_head, lane.prefixes["true"], lane.tail()
-        nbytes = 0
+        nbytes = encoded = 0
         seq = batch_seq = first_seq
         head: tuple[int, bytes] | None = None
         last = b""
@@ -263,6 +264,7 @@ class SnapshotConnection:
                         append(record)
                         last = data
                         seq += 1
+                        encoded += 1
                     else:
                         row = one_row(data)  # the usual case: one message, one row
                         if row is not None:
@@ -273,8 +275,8 @@ class SnapshotConnection:
                             items += rows
                             seq += len(rows)
                     if len(items) >= BATCH_ROWS or nbytes >= BATCH_BYTES:
-                        yield _batch(items, nbytes, batch_seq, head, last)
-                        items, nbytes, batch_seq, head = [], 0, seq, None
+                        yield _batch(items, nbytes, batch_seq, head, last, encoded)
+                        items, nbytes, batch_seq, head, encoded = [], 0, seq, None, 0
                         append = items.append
                         if lane is not None:
                             tail = lane.tail()
@@ -282,7 +284,7 @@ class SnapshotConnection:
         except psycopg.Error as exc:
             raise classify(plan.table, exc, chunk.index) from exc
         if items or nbytes:
-            yield _batch(items, nbytes, batch_seq, head, last)
+            yield _batch(items, nbytes, batch_seq, head, last, encoded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +296,7 @@ class CopiedBatch:
     first_seq: int
     head: tuple[int, bytes] | None  # index and COPY row of the first record the lane encoded
     last: bytes | None  # the COPY row of items[-1], when the lane encoded it
+    records_only: bool = False  # every item a record the lane encoded
 
 
 def _batch(
@@ -302,9 +305,10 @@ def _batch(
     first_seq: int,
     head: tuple[int, bytes] | None,
     last: bytes,
+    encoded: int,
 ) -> CopiedBatch:
     tail = last if items and type(items[-1]) is tuple else None
-    return CopiedBatch(items, nbytes, first_seq, head, tail)
+    return CopiedBatch(items, nbytes, first_seq, head, tail, bool(items) and encoded == len(items))
 
 
 def open_connections(
@@ -396,6 +400,15 @@ def _copy_chunk(
     for batch in connection.copy(plan, chunk, task.kinds, task.lane, base):
         if row + len(batch.items) > MAX_ROWS_PER_CHUNK:  # seq would run into the next chunk's
             raise SnapshotTableError(plan.table, "over 2**32 rows in one chunk", chunk=chunk.index)
+        if batch.records_only:  # the usual batch: nothing to build
+            row += len(batch.items)
+            item = RowBatch(
+                plan.table, chunk.index, batch.items, batch.nbytes,  # type: ignore[arg-type]
+                batch.first_seq, batch.head, batch.last, True,
+            )  # fmt: skip
+            if not put(item):
+                return False
+            continue
         events: list[Record | ChangeEvent | Failed] = []
         append = events.append
         for data in batch.items:

@@ -46,6 +46,15 @@ class FakePublisher:
         self.records.append((topic, key, value))
         self.pending.append(on_delivered)
 
+    def publish_records(self, topic: str, records: list[tuple[bytes | None, bytes | None]],
+                        on_delivered: Callable[[], None]) -> None:  # fmt: skip
+        for key, value in records:
+            self.publish(topic, key, value, on_delivered)
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.pending)
+
     def poll(self, timeout: float = 0.0) -> int:
         if not self.hold:
             self.flush(0)
