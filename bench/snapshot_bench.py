@@ -15,7 +15,9 @@ On the local stack (real PostgreSQL, Kafka, Apicurio; started if needed), in one
 
 Printed for each: rows/s, MB/s (COPY bytes), the ratio to raw, this process's CPU time per row
 (user + system, all threads: librdkafka's included) beside each rate, so that a slow machine is
-told apart from slow code, and the process's peak RSS. Numbers are measured, never asserted.
+told apart from slow code, the whole machine's busy CPU per row and cores busy (PostgreSQL,
+Kafka and the registry run on the same host: when the cores are all busy, no client can go
+faster), and the process's peak RSS. Numbers are measured, never asserted.
 """
 
 from __future__ import annotations
@@ -67,6 +69,18 @@ OVERRIDES: dict[str, str] = {}
 def cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def machine_busy() -> float:
+    """Busy CPU seconds of the whole machine so far (every core, every process: /proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = [int(f) for f in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def machine(busy_s: float, seconds: float, rows: int) -> str:
+    return f"machine {busy_s / rows * 1e6:5.2f} us/row ({busy_s / seconds:3.1f} cores busy)"
 
 
 def raw_copy(dsn: str) -> tuple[float, float, int, int]:
@@ -153,19 +167,24 @@ def main() -> None:
             f"PostgreSQL {stack.postgres_major}, {args.rows:,} rows"
             f"{' (wide)' if args.wide else ''}, {os.cpu_count()} cores"
         )
+        busy0 = machine_busy()
         raw_s, raw_cpu, rows, nbytes = raw_copy(dsn)
+        raw_busy = machine_busy() - busy0
         raw_rate = rows / raw_s
         print(
             f"raw COPY binary:          {raw_s:7.2f} s {raw_rate:12,.0f} rows/s "
-            f"{nbytes / 1e6 / raw_s:8.1f} MB/s   client CPU {raw_cpu / rows * 1e6:6.2f} us/row"
+            f"{nbytes / 1e6 / raw_s:8.1f} MB/s   client CPU {raw_cpu / rows * 1e6:6.2f} us/row   "
+            f"{machine(raw_busy, raw_s, rows)}"
         )
         for threads in (int(t) for t in args.threads.split(",")):
+            busy0 = machine_busy()
             seconds, cpu_s = snapshot(stack, dsn, threads, args.chunk)
+            busy = machine_busy() - busy0
             rate = rows / seconds
             print(
                 f"pgbridge snapshot, {threads} worker(s): {seconds:7.2f} s {rate:12,.0f} rows/s "
                 f"{nbytes / 1e6 / seconds:8.1f} MB/s   {rate / raw_rate:5.2f}x raw   "
-                f"CPU {cpu_s / rows * 1e6:6.2f} us/row"
+                f"CPU {cpu_s / rows * 1e6:6.2f} us/row   {machine(busy, seconds, rows)}"
             )
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"peak RSS of this process: {peak:.0f} MB")
