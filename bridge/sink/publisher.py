@@ -349,7 +349,8 @@ class KafkaPublisher:
         on_delivered: Callable[[], None],
     ) -> None:
         """:meth:`publish` of many ``(key, value)`` records of one topic, in order, with no
-        Python call per record (for the snapshot's encoded rows)."""
+        Python call per record (for the snapshot's encoded rows). They are one table's: all
+        keyed, or all keyless (``None`` keys: partition 0), as the first one is."""
         failures = self._failures
         if failures.first is not None or failures.callback_error is not None or self._closed:
             self._raise_if_failed()
@@ -358,15 +359,13 @@ class KafkaPublisher:
         if not (topic is route[0] and on_delivered is route[1] and route[2] is None):
             self._switch_route(topic, on_delivered, None)
         self.send_pending()
-        if any(key is None for key, _ in records):  # a keyless table's rows: partition 0
-            for key, value in records:
-                self.publish(topic, key, value, on_delivered)
+        if not records:
             return
         # Oversized records are refused by produce_batch itself (a DeliveryError, as the
         # single path would raise).
         batch: list[dict[str, bytes | int | None]] = [{"key": k, "value": v} for k, v in records]
         self._in_flight += len(batch)
-        self._pending_null_keys = False
+        self._pending_null_keys = records[0][0] is None
         step = self._batch_limit
         for start in range(0, len(batch), step):
             self._pending = batch[start : start + step]

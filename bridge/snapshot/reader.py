@@ -12,10 +12,11 @@ than risk a deadlock the server cannot see, and the snapshot runs with fewer wor
 connection then checks that no table was rewritten between the snapshot and its lock.
 
 Workers take chunks from the shared task queue until it is empty. Each chunk is one
-``COPY (SELECT …) TO STDOUT (FORMAT binary)``, parsed by :mod:`bridge.snapshot.copy_binary`
-and encoded by the table's :class:`~bridge.schema.RowEncoder` on the worker's thread; the
-events go to the coordinator in batches over a bounded queue (memory stays bounded whatever
-the table size: at most ``queue size * batch`` rows are in flight in this process).
+``COPY (SELECT …) TO STDOUT (FORMAT binary)`` (read by :mod:`bridge.snapshot.copy_out`),
+parsed by :mod:`bridge.snapshot.copy_binary` and encoded by the table's
+:class:`~bridge.schema.RowEncoder` (or the C lane) on the worker's thread; the events go
+to the coordinator in batches over a bounded queue (memory stays bounded whatever the table
+size: at most ``queue size * batch`` rows are in flight in this process).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from bridge.pgoutput.messages import TupleData
 from bridge.schema import RelationSchemas
 from bridge.sink.serializer import CopyLane
 from bridge.snapshot.copy_binary import CopyBinaryParser
+from bridge.snapshot.copy_out import copy_out
 from bridge.snapshot.errors import (
     SnapshotImportError,
     SnapshotPermissionError,
@@ -249,37 +251,36 @@ class SnapshotConnection:
         head: tuple[int, bytes] | None = None
         last = b""
         try:
-            with self.conn.cursor() as cur, cur.copy(statement) as copy:
-                for view in copy:
-                    data = bytes(view)
-                    nbytes += len(data)
-                    record = None
-                    if encode is not None and parser.at_row:
-                        record = encode(data, row_kinds, row_plan, key_plan, key_header,
-                                        value_head, prefix, seq, tail)  # fmt: skip
-                    if record is not None:
-                        took_row(len(data))
-                        if head is None:
-                            head = (len(items), data)
-                        append(record)
-                        last = data
+            for view in copy_out(self.conn, statement):
+                data = bytes(view)
+                nbytes += len(data)
+                record = None
+                if encode is not None and parser.at_row:
+                    record = encode(data, row_kinds, row_plan, key_plan, key_header,
+                                    value_head, prefix, seq, tail)  # fmt: skip
+                if record is not None:
+                    took_row(len(data))
+                    if head is None:
+                        head = (len(items), data)
+                    append(record)
+                    last = data
+                    seq += 1
+                    encoded += 1
+                else:
+                    row = one_row(data)  # the usual case: one message, one row
+                    if row is not None:
+                        append(row)
                         seq += 1
-                        encoded += 1
                     else:
-                        row = one_row(data)  # the usual case: one message, one row
-                        if row is not None:
-                            append(row)
-                            seq += 1
-                        else:
-                            rows = feed(data)
-                            items += rows
-                            seq += len(rows)
-                    if len(items) >= BATCH_ROWS or nbytes >= BATCH_BYTES:
-                        yield _batch(items, nbytes, batch_seq, head, last, encoded)
-                        items, nbytes, batch_seq, head, encoded = [], 0, seq, None, 0
-                        append = items.append
-                        if lane is not None:
-                            tail = lane.tail()
+                        rows = feed(data)
+                        items += rows
+                        seq += len(rows)
+                if len(items) >= BATCH_ROWS or nbytes >= BATCH_BYTES:
+                    yield _batch(items, nbytes, batch_seq, head, last, encoded)
+                    items, nbytes, batch_seq, head, encoded = [], 0, seq, None, 0
+                    append = items.append
+                    if lane is not None:
+                        tail = lane.tail()
             parser.finish()
         except psycopg.Error as exc:
             raise classify(plan.table, exc, chunk.index) from exc

@@ -314,17 +314,20 @@ def test_publisher_without_success_reports_delivers_records_in_bulk_and_still_ra
     )
     opened.append(publisher)
     called: list[int] = []
-    total = 2000  # several produce_batch calls, a null key among them (partition 0)
-    records = [(f"k{i}".encode() if i % 500 else None, str(i).encode()) for i in range(total)]
+    total = 2000  # several produce_batch calls
+    records = [(f"k{i}".encode(), str(i).encode()) for i in range(total)]
     publisher.publish_records(topic, records, lambda: called.append(1))
+    keyless: list[tuple[bytes | None, bytes | None]] = [(None, b"-1"), (None, b"-2")]
+    publisher.publish_records(topic, keyless, lambda: called.append(1))  # partition 0
     deadline = time.monotonic() + 30
     while publisher.outstanding and time.monotonic() < deadline:
         publisher.poll(0.1)
     assert publisher.outstanding == 0
     assert called == []  # successes call nothing
-    got = _consume(local_stack.bootstrap_servers, topic, total)
-    assert sorted(int(v) for _, _, v in got if v is not None) == list(range(total))
-    assert {p for p, k, _ in got if k is None} == {0}
+    got = _consume(local_stack.bootstrap_servers, topic, total + 2)
+    assert sorted(int(v) for _, _, v in got if v is not None) == [-2, -1, *range(total)]
+    assert [(p, v) for p, k, v in got if k is None] == [(0, b"-1"), (0, b"-2")]
+    assert len({p for p, k, _ in got if k is not None}) == 3  # keyed: spread by key
 
     # A topic that accepts batches of at most 1 KiB: an incompressible 8 KiB record fails.
     small = _topic("bulk-small")
