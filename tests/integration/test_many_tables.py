@@ -10,11 +10,14 @@ source, and nothing set aside.
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 from bridge.devstack.stack import StackInfo
+from bridge.spark.job import run_apply
 from tests.integration.bridge_harness import (
     RunningBridge,
     bridge_config,
@@ -25,6 +28,7 @@ from tests.integration.bridge_harness import (
     source_rows,
     topics_with_prefix,
 )
+from tests.integration.test_delta_e2e import apply_config, assert_delta_equals_source
 
 pytestmark = pytest.mark.integration
 
@@ -46,8 +50,8 @@ def _name(i: int) -> str:
     return f"t{i:02d}_{SHAPES[i % len(SHAPES)][0]}"
 
 
-def _create(conn: psycopg.Connection) -> None:
-    for i in range(TABLES):
+def _create(conn: psycopg.Connection, tables: int = TABLES) -> None:
+    for i in range(tables):
         kind, ddl, _ = SHAPES[i % len(SHAPES)]
         name = _name(i)
         conn.execute(f"CREATE TABLE {name} {ddl}")
@@ -76,15 +80,15 @@ def _insert(conn: psycopg.Connection, i: int, ids: range) -> None:
             conn.execute(f"INSERT INTO {name} VALUES (%s, %s)", (j % 5, "dup"))
 
 
-def _workload(conn: psycopg.Connection) -> None:
+def _workload(conn: psycopg.Connection, tables: int = TABLES) -> None:
     # One transaction across every table, then one per table.
     with conn.transaction():
-        for i in range(TABLES):
+        for i in range(tables):
             _insert(conn, i, range(0, 5))
-    for i in range(TABLES):
+    for i in range(tables):
         with conn.transaction():
             _insert(conn, i, range(5, 20))
-    for i in range(TABLES):
+    for i in range(tables):
         kind, name = SHAPES[i % len(SHAPES)][0], _name(i)
         if kind in ("keyless", "nothing"):
             continue  # updates and deletes need an identity: PostgreSQL refuses them
@@ -92,7 +96,7 @@ def _workload(conn: psycopg.Connection) -> None:
         conn.execute(f"DELETE FROM {name} WHERE id = 4")
         if kind in ("pk", "index"):
             conn.execute(f"UPDATE {name} SET id = id + 1000 WHERE id = 6")  # key change
-    for i in range(0, TABLES, 7):
+    for i in range(0, tables, 7):
         conn.execute(f"TRUNCATE {_name(i)}")
         _insert(conn, i, range(100, 103))
     conn.execute(f"ALTER TABLE {_name(0)} ADD COLUMN extra text DEFAULT 'd'")
@@ -130,3 +134,30 @@ def test_many_tables_every_table_rebuilt_from_its_topic_equals_source(
                 assert sorted(map(repr, got.values())) == sorted(map(repr, expected.values())), (
                     table
                 )
+
+
+DELTA_TABLES = 100
+
+
+def test_many_tables_delta_tables_equal_source(
+    local_stack: StackInfo, spark: Any, tmp_path: Path
+) -> None:
+    # The apply job on a database of 100 tables (every identity kind, truncates, a key
+    # change, a schema change): every Delta table equals its source table.
+    prefix = f"manyd{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            _create(conn, DELTA_TABLES)
+        bridge = RunningBridge(bridge_config(local_stack, dsn, prefix))
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                _workload(conn, DELTA_TABLES)
+            bridge.wait_confirmed(mark(dsn), timeout=300)
+        finally:
+            bridge.stop()
+        config = apply_config(local_stack, prefix, tmp_path)
+        run_apply(config, spark=spark)
+        dead = Path(config.dead_letter_location)
+        assert not dead.exists() or spark.read.format("delta").load(str(dead)).count() == 0
+        keys = {f"public.{_name(i)}": SHAPES[i % len(SHAPES)][2] for i in range(DELTA_TABLES)}
+        assert_delta_equals_source(spark, config, dsn, keys)
