@@ -43,10 +43,12 @@ logger = logging.getLogger(__name__)
 PLUGINS: dict[str, str] = {
     "jdbc-sink": "poms/connect-jdbc-sink.xml",
     "apicurio-converter": "poms/connect-apicurio-converter.xml",
+    "postgres-source": "poms/connect-postgres-source.xml",
 }
 
 APICURIO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
 JDBC_SINK_CONNECTOR = "io.debezium.connector.jdbc.JdbcSinkConnector"
+POSTGRES_SOURCE_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 
 
 def _resolve(part: str, pom_name: str, target: Path) -> Path:
@@ -90,11 +92,12 @@ def registry_v2_url(ccompat_url: str) -> str:
     return f"{base}/apis/registry/v2"
 
 
-def apicurio_converter(registry_url: str, prefix: str) -> dict[str, str]:
-    """Connector properties for Apicurio's Avro converter reading Confluent-framed records.
+def apicurio_converter(registry_url: str, prefix: str, *, register: bool = False) -> dict[str, str]:
+    """Connector properties for Apicurio's Avro converter with Confluent framing.
 
     ``prefix`` is ``key.converter`` or ``value.converter``; ``registry_url`` is the stack's
-    Confluent-compatible URL.
+    Confluent-compatible URL. Sinks read (``register`` False); a source connector writes and
+    registers its schemas (``register`` True), under ids the Confluent-compatible API serves.
     """
     return {
         prefix: APICURIO_CONVERTER,
@@ -102,7 +105,7 @@ def apicurio_converter(registry_url: str, prefix: str) -> dict[str, str]:
         f"{prefix}.apicurio.registry.as-confluent": "true",
         f"{prefix}.apicurio.registry.use-id": "contentId",
         f"{prefix}.apicurio.registry.headers.enabled": "false",
-        f"{prefix}.apicurio.registry.auto-register": "false",
+        f"{prefix}.apicurio.registry.auto-register": "true" if register else "false",
         f"{prefix}.apicurio.registry.find-latest": "false",
     }
 

@@ -1,0 +1,242 @@
+"""The same row changes captured by Debezium's PostgreSQL connector (3.3, Kafka Connect
+standalone, Avro through the stack's registry with Apicurio's converter in Confluent framing)
+and by pgbridge in its Debezium dialect (``schema.logical.types=connect``,
+``timestamptz.handling.mode=string``), both decoded from Kafka with the registry's schemas,
+compared field by field: envelope and ``source`` fields, record names, each column's Avro
+type, ``connect.name``/``connect.parameters`` and logical type, and the decoded values.
+
+Where the two differ, the difference is listed in :data:`EXTENSIONS` (fields pgbridge adds)
+or asserted as it is at the end (``source.lsn`` and ``source.sequence``, which pgbridge fills
+from the commit, not per change), each documented in the README's "Debezium consumers";
+anything else fails the test.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import fastavro
+import psycopg
+import pytest
+from confluent_kafka import Consumer
+
+from bridge.devstack.connect import (
+    POSTGRES_SOURCE_CONNECTOR,
+    ConnectWorker,
+    apicurio_converter,
+)
+from bridge.devstack.stack import StackInfo
+from tests.integration.bridge_harness import RunningBridge, bridge_config, mark, scratch_database
+from tests.integration.test_connect_sink import CONNECT_SETTINGS
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = """
+CREATE TABLE cmp (
+    id bigint PRIMARY KEY, name text, born date, price numeric(12,2), seen_at timestamptz,
+    local_at timestamp, flag bool, doc jsonb, small smallint, ratio double precision,
+    u uuid, raw bytea, at_time time
+)
+"""
+
+CHANGES = (
+    "INSERT INTO cmp VALUES (1, 'ada', '1815-12-10', 12.50, '2024-05-06 07:08:09.123456+02', "
+    "'2024-05-06 07:08:09.5', true, '{\"a\": [1, 2]}', -3, 0.25, "
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '\\x00ff', '13:14:15.000001')",
+    "UPDATE cmp SET name = 'ada l.', price = 99.99 WHERE id = 1",
+    "DELETE FROM cmp WHERE id = 1",
+)
+
+#: Fields pgbridge adds (documented extensions).
+EXTENSIONS = {"source.commit_lsn", "source.seq", "unchanged_toast_columns"}
+
+
+@pytest.fixture(scope="module")
+def connect_worker(
+    local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ConnectWorker]:
+    worker = ConnectWorker(tmp_path_factory.mktemp("connect-src"), local_stack.bootstrap_servers)
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+def _schema(registry_url: str, schema_id: int) -> Any:
+    url = f"{registry_url.rstrip('/')}/schemas/ids/{schema_id}"
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return json.loads(json.loads(resp.read())["schema"])
+
+
+def _records(stack: StackInfo, topic: str, count: int) -> list[tuple[Any, Any, Any, Any]]:
+    """``count`` records of ``topic``: (key schema, key, value schema, value), decoded."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": stack.bootstrap_servers,
+            "group.id": f"cmp-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    out: list[tuple[Any, Any, Any, Any]] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(out) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            value = msg.value()
+            if value is None:
+                continue  # tombstones: compared by count below
+            decoded: list[Any] = []
+            for data in (msg.key(), value):
+                assert data is not None and data[0] == 0, f"{topic}: not Confluent-framed"
+                schema = _schema(stack.registry_url, int.from_bytes(data[1:5], "big"))
+                parsed = fastavro.parse_schema(schema)
+                decoded += [schema, fastavro.schemaless_reader(io.BytesIO(data[5:]), parsed)]
+            out.append((decoded[0], decoded[1], decoded[2], decoded[3]))
+    finally:
+        consumer.close()
+    assert len(out) == count, f"{topic}: {len(out)} of {count} change records"
+    return out
+
+
+def _fields(schema: Any) -> dict[str, Any]:
+    return {f["name"]: f for f in schema["fields"]}
+
+
+def _branch(field_type: Any) -> Any:
+    """A field's type without its null branch."""
+    if isinstance(field_type, list):
+        rest = [t for t in field_type if t != "null"]
+        return rest[0] if len(rest) == 1 else rest
+    return field_type
+
+
+_FORM = ("type", "logicalType", "precision", "scale", "connect.name", "connect.parameters")
+
+
+def _column_form(field: dict[str, Any]) -> dict[str, Any]:
+    """What a consumer reads about a column: its type, logical type and Connect names."""
+    t = _branch(field["type"])
+    if isinstance(t, dict):
+        return {k: t.get(k) for k in _FORM if k in t}
+    return {"type": t}
+
+
+def _record_name(schema: Any, prefix: str) -> str:
+    return str(schema.get("name", "")).replace(prefix, "<prefix>", 1)
+
+
+def test_debezium_and_pgbridge_publish_the_same_change_events(
+    local_stack: StackInfo, connect_worker: ConnectWorker
+) -> None:
+    ours, theirs = f"pgb{uuid.uuid4().hex[:6]}", f"dbz{uuid.uuid4().hex[:6]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(SCHEMA)
+        dbname = str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+        name = f"dbz-{theirs}"
+        connect_worker.put_connector(
+            name,
+            {
+                "connector.class": POSTGRES_SOURCE_CONNECTOR,
+                "tasks.max": "1",
+                "plugin.name": "pgoutput",
+                "database.hostname": local_stack.postgres_host,
+                "database.port": str(local_stack.postgres_port),
+                "database.user": "postgres",
+                "database.password": local_stack.postgres_password or "unused-trust-auth",
+                "database.dbname": dbname,
+                "topic.prefix": theirs,
+                "slot.name": f"{theirs}_slot",
+                "publication.name": f"{theirs}_pub",
+                "publication.autocreate.mode": "filtered",
+                "table.include.list": "public.cmp",
+                "snapshot.mode": "no_data",
+                # The stack's broker creates no topics on its own: Connect does.
+                "topic.creation.default.replication.factor": "1",
+                "topic.creation.default.partitions": "1",
+                **apicurio_converter(local_stack.registry_url, "key.converter", register=True),
+                **apicurio_converter(local_stack.registry_url, "value.converter", register=True),
+            },
+        )
+        try:
+            connect_worker.wait_running(name)
+            _wait_slot_active(dsn, f"{theirs}_slot")
+            bridge = RunningBridge(bridge_config(local_stack, dsn, ours, **CONNECT_SETTINGS))
+            try:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    for statement in CHANGES:
+                        conn.execute(statement)
+                bridge.wait_confirmed(mark(dsn))
+            finally:
+                bridge.stop()
+            debezium = _records(local_stack, f"{theirs}.public.cmp", len(CHANGES))
+        finally:
+            connect_worker.delete_connector(name)
+        pgbridge = _records(local_stack, f"{ours}.public.cmp", len(CHANGES))
+
+    for (dk_schema, dkey, dv_schema, dvalue), (pk_schema, pkey, pv_schema, pvalue) in zip(
+        debezium, pgbridge, strict=True
+    ):
+        # Keys: the same record, the same fields and values.
+        assert _record_name(pk_schema, ours) == _record_name(dk_schema, theirs)
+        assert pkey == dkey
+        assert {n: _column_form(f) for n, f in _fields(pk_schema).items()} == {
+            n: _column_form(f) for n, f in _fields(dk_schema).items()
+        }
+        # Envelope: Debezium's fields, pgbridge's extensions beside them.
+        assert _record_name(pv_schema, ours) == _record_name(dv_schema, theirs)
+        d_env, p_env = _fields(dv_schema), _fields(pv_schema)
+        assert set(d_env) <= set(p_env), f"missing envelope fields {set(d_env) - set(p_env)}"
+        assert set(p_env) - set(d_env) <= EXTENSIONS
+        # Columns: type, logical type, Connect name and parameters, one by one.
+        # "before" defines the row record, "after" names it (Avro's named types).
+        d_row = _branch(d_env["before"]["type"])
+        p_row = _branch(p_env["before"]["type"])
+        assert _record_name(p_row, ours) == _record_name(d_row, theirs)
+        d_cols, p_cols = _fields(d_row), _fields(p_row)
+        assert list(p_cols) == list(d_cols)
+        for column in d_cols:
+            assert _column_form(p_cols[column]) == _column_form(d_cols[column]), column
+        # source: Debezium's fields, in Debezium's forms.
+        d_src, p_src = (
+            _fields(_branch(d_env["source"]["type"])),
+            _fields(_branch(p_env["source"]["type"])),
+        )
+        assert set(d_src) <= set(p_src), f"missing source fields {set(d_src) - set(p_src)}"
+        assert {f"source.{n}" for n in set(p_src) - set(d_src)} <= EXTENSIONS
+        for field in d_src:
+            assert _column_form(p_src[field]) == _column_form(d_src[field]), f"source.{field}"
+        # Values.
+        assert pvalue["op"] == dvalue["op"]
+        assert pvalue["before"] == dvalue["before"]
+        assert pvalue["after"] == dvalue["after"]
+        ds, ps = dvalue["source"], pvalue["source"]
+        for field in ("connector", "db", "schema", "table", "txId", "snapshot", "ts_ms"):
+            assert ps[field] == ds[field], f"source.{field}: {ps[field]!r} != {ds[field]!r}"
+        # The difference: Debezium's per-change LSN is not carried (README, "Debezium consumers").
+        assert ds["lsn"] is not None and ps["lsn"] is None
+        assert ps["sequence"] == json.dumps([str(ps["commit_lsn"]), None])
+        assert ps["xmin"] is None and ds["xmin"] is None
+
+
+def _wait_slot_active(dsn: str, slot: str) -> None:
+    deadline = time.monotonic() + 120
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+            ).fetchone()
+            if row is not None and row[0]:
+                return
+            time.sleep(0.5)
+    raise AssertionError(f"Debezium's slot {slot} never became active")
