@@ -35,7 +35,7 @@ traceback's locals dump or :meth:`BridgeConfig.describe`. Each may also be read 
 """
 
 from bridge.config.keys import KEYS, KeySpec, is_secret_key
-from bridge.config.loader import load_config
+from bridge.config.loader import load_client_security, load_config
 from bridge.config.settings import (
     ENV_PREFIX,
     RESERVED_ENV,
@@ -75,5 +75,6 @@ __all__ = [
     "TopicCreationConfig",
     "env_name",
     "is_secret_key",
+    "load_client_security",
     "load_config",
 ]

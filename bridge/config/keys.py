@@ -315,6 +315,49 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "a record undelivered this long: streaming restarts from the slot (errors.*)",
     ),
     KeySpec("kafka.client.id", _text, "pgbridge", "client id shown in broker logs and quotas"),
+    KeySpec(
+        "kafka.security.protocol",
+        _choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", upper=True),
+        "PLAINTEXT",
+        "how the producer and admin client reach Kafka",
+    ),
+    KeySpec(
+        "kafka.sasl.mechanism",
+        _optional_choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", upper=True),
+        None,
+        "SASL mechanism (required with SASL_SSL / SASL_PLAINTEXT)",
+    ),
+    KeySpec("kafka.sasl.username", _optional_text, None, "SASL user (PLAIN, SCRAM)"),
+    KeySpec("kafka.sasl.password", _secret, None, "SASL password (or kafka.sasl.password.file)"),
+    KeySpec(
+        "kafka.sasl.oauthbearer.token.endpoint.url",
+        _optional_text,
+        None,
+        "OAUTHBEARER: the OIDC token endpoint (client credentials grant)",
+    ),
+    KeySpec("kafka.sasl.oauthbearer.client.id", _optional_text, None, "OAUTHBEARER client id"),
+    KeySpec("kafka.sasl.oauthbearer.client.secret", _secret, None, "OAUTHBEARER client secret"),
+    KeySpec("kafka.sasl.oauthbearer.scope", _optional_text, None, "OAUTHBEARER scope"),
+    KeySpec(
+        "kafka.ssl.ca.location",
+        _optional_text,
+        None,
+        "CA bundle (PEM) for the brokers' certificates",
+    ),
+    KeySpec(
+        "kafka.ssl.certificate.location",
+        _optional_text,
+        None,
+        "client certificate (PEM), mutual TLS",
+    ),
+    KeySpec("kafka.ssl.key.location", _optional_text, None, "client certificate's key (PEM)"),
+    KeySpec("kafka.ssl.key.password", _secret, None, "the client key's passphrase"),
+    KeySpec(
+        "kafka.ssl.endpoint.identification.algorithm",
+        _choice("https", "none"),
+        "https",
+        "check the broker's host name against its certificate (none: do not)",
+    ),
     KeySpec("max.queue.size", _integer, 100_000, "records in flight to Kafka at most"),
     KeySpec(
         "max.queue.size.in.bytes",
@@ -359,7 +402,14 @@ KEYS: Final[tuple[KeySpec, ...]] = (
 
 _SPECS: Final = {spec.key: spec for spec in KEYS}
 _SECRET_KEYS: Final = frozenset(
-    {"database.password", "database.dsn", "schema.registry.basic.auth.user.info"}
+    {
+        "database.password",
+        "database.dsn",
+        "schema.registry.basic.auth.user.info",
+        "kafka.sasl.password",
+        "kafka.sasl.oauthbearer.client.secret",
+        "kafka.ssl.key.password",
+    }
 )
 _ENV_TO_KEY: Final = {env_name(k): k for k in _SPECS} | {
     env_name(k + SECRET_FILE_SUFFIX): k + SECRET_FILE_SUFFIX for k in _SECRET_KEYS

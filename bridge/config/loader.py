@@ -9,6 +9,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from bridge.config.kafka_security import (
+    KAFKA_SECURITY_KEYS,
+    java_properties,
+    librdkafka_properties,
+)
 from bridge.config.keys import (
     _ENV_TO_KEY,
     _PRODUCER_FORBIDDEN,
@@ -365,6 +370,7 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         max_queue_size_in_bytes=at_least("max.queue.size.in.bytes", 1024),
         client_id=str(values["kafka.client.id"]),
         producer_overrides=tuple(producer),
+        security=_kafka_security(values, producer),
     )
 
     topic_creation = TopicCreationConfig(
@@ -443,3 +449,52 @@ def _check_topic_name(key: str, name: str) -> None:
         raise ConfigError(
             key, f"{name!r} is not a valid Kafka topic name (letters, digits, '.', '_', '-')"
         )
+
+
+def _kafka_security(
+    values: dict[str, object], producer: list[tuple[str, str | Secret]]
+) -> tuple[tuple[str, str | Secret], ...]:
+    """The first-class TLS/SASL keys as client properties. A property set two ways (a
+    first-class key and ``kafka.producer.<property>``) is refused rather than guessed; a
+    protocol given only the older way (``kafka.producer.security.protocol``) stands."""
+    security = librdkafka_properties(values)
+    overridden = {prop for prop, _ in producer}
+    explicit_protocol = values.get("kafka.security.protocol") != "PLAINTEXT"
+    for prop, _ in security:
+        if prop in overridden and (prop != "security.protocol" or explicit_protocol):
+            raise ConfigError(
+                f"{PRODUCER_PREFIX}{prop}", "is also set by a kafka.* key: keep one of the two"
+            )
+    return tuple((p, v) for p, v in security if p not in overridden)
+
+
+#: What the apply job takes from a pgbridge configuration: how to reach Kafka and the registry.
+_CLIENT_SECURITY_KEYS = frozenset(KAFKA_SECURITY_KEYS) | {"schema.registry.basic.auth.user.info"}
+
+
+def load_client_security(
+    path: Path | None, env: Mapping[str, str]
+) -> tuple[tuple[tuple[str, str | Secret], ...], tuple[tuple[str, str | Secret], ...]]:
+    """The Kafka (Java client form, for Spark's Kafka source) and registry client settings of
+    a pgbridge configuration file and ``PGBRIDGE_*`` variables, checked as ``pgbridge run``
+    checks them; every other key of the file is ignored (it configures the bridge)."""
+    raw: dict[str, tuple[object, str]] = {}
+    if path is not None:
+        for key, value in _read_toml(path).items():
+            if key.removesuffix(SECRET_FILE_SUFFIX) in _CLIENT_SECURITY_KEYS:
+                raw[key] = (value, f"file {path}")
+    for name, value in env.items():
+        if name.startswith(ENV_PREFIX) and name not in RESERVED_ENV:
+            key = _env_key(name)
+            if key.removesuffix(SECRET_FILE_SUFFIX) in _CLIENT_SECURITY_KEYS:
+                raw[key] = (value, f"env {name}")
+    _resolve_secret_files(raw)
+    values = {
+        key: _SPECS[key].parse(key, raw[key][0]) if key in raw else _SPECS[key].default
+        for key in _CLIENT_SECURITY_KEYS
+    }
+    registry: tuple[tuple[str, str | Secret], ...] = ()
+    user_info = values["schema.registry.basic.auth.user.info"]
+    if isinstance(user_info, Secret):
+        registry = (("basic.auth.user.info", user_info),)
+    return java_properties(values), registry

@@ -224,6 +224,8 @@ class KafkaConfig:
     max_queue_size_in_bytes: int = 64 * 1024 * 1024
     client_id: str = "pgbridge"
     producer_overrides: tuple[tuple[str, str | Secret], ...] = ()
+    #: TLS and SASL (bridge.config.kafka_security), shared by the producer and admin client.
+    security: tuple[tuple[str, str | Secret], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -188,7 +188,8 @@ def admin_config(kafka: KafkaConfig) -> dict[str, Any]:
         # take the bridge's format (JSON lines included) instead of raw lines on stderr.
         "logger": _librdkafka_logger,
     }
-    # Overrides are mostly security settings (sasl.*, ssl.*), which the admin client needs too.
+    # TLS/SASL, then the overrides (often security settings too): the admin client needs them.
+    conf.update({name: _reveal(value) for name, value in kafka.security})
     conf.update({name: _reveal(value) for name, value in kafka.producer_overrides})
     return conf
 

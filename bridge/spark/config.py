@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bridge.errors import ConfigError
 
@@ -93,8 +93,9 @@ class ApplyConfig:
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
     app_id: str = ""
-    kafka_options: tuple[tuple[str, str], ...] = ()
-    registry_options: tuple[tuple[str, str], ...] = ()
+    # Often credentials (sasl.jaas.config, basic.auth.user.info): never in repr or logs.
+    kafka_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    registry_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     query_name: str = "pgbridge-apply"
     parallel_tables: int = 2
     history: bool = False
@@ -134,7 +135,9 @@ class ApplyConfig:
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
             raise ConfigError("max_offsets_per_trigger", "must be positive")
         for key, value in self.kafka_options:
-            if not key or key.startswith("kafka.") or not value:
+            # An empty ssl.endpoint.identification.algorithm is how Java turns the check off.
+            empty = not value and key != "ssl.endpoint.identification.algorithm"
+            if not key or key.startswith("kafka.") or empty:
                 raise ConfigError(
                     "kafka_options", f"{key!r}: give consumer properties without 'kafka.'"
                 )

@@ -754,6 +754,13 @@ def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
         "null and dead-lettered); default 38,18",
     )
     parser.add_argument("--app-id", default="", help="Delta txnAppId (default: from --checkpoint)")
+    parser.add_argument(
+        "--security-config",
+        metavar="FILE",
+        help="a pgbridge configuration file whose kafka.security.protocol, kafka.sasl.*, "
+        "kafka.ssl.* and schema.registry.basic.auth.user.info keys (or PGBRIDGE_* variables, "
+        "*.file secrets) reach Kafka and the registry as they do for pgbridge run",
+    )
     parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--registry-option", action="append", default=[], metavar="KEY=VALUE")
 
@@ -780,6 +787,21 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         )
     if not args.registry_url:
         raise ConfigError("registry_url", "give --registry-url or PGBRIDGE_REGISTRY_URL")
+    kafka_security: tuple[tuple[str, str], ...] = ()
+    registry_security: tuple[tuple[str, str], ...] = ()
+    security_path = getattr(args, "security_config", None)
+    if security_path or any(k.startswith("PGBRIDGE_KAFKA_S") for k in os.environ):
+        from pathlib import Path
+
+        from bridge.config import load_client_security
+
+        kafka, registry = load_client_security(
+            Path(security_path) if security_path else None, os.environ
+        )
+        # Spark's options are strings; Spark redacts sasl.jaas.config in its logs and UI.
+        kafka_security = tuple((k, _revealed(v)) for k, v in kafka if k != "security.protocol"
+                               or v != "PLAINTEXT")  # fmt: skip
+        registry_security = tuple((k, _revealed(v)) for k, v in registry)
     precision, _, scale = str(args.variable_decimal).partition(",")
     if not (precision.strip().isdigit() and scale.strip().isdigit()):
         raise ConfigError("variable_decimal", f"{args.variable_decimal!r} is not P,S")
@@ -801,9 +823,14 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         history=args.history,
         history_base=args.history_base,
         deletion_vectors=args.deletion_vectors,
-        kafka_options=_pairs(args.kafka_option, "kafka_options"),
-        registry_options=_pairs(args.registry_option, "registry_options"),
+        kafka_options=(*kafka_security, *_pairs(args.kafka_option, "kafka_options")),
+        registry_options=(*registry_security, *_pairs(args.registry_option, "registry_options")),
     )
+
+
+def _revealed(value: object) -> str:
+    reveal = getattr(value, "reveal", None)
+    return str(reveal()) if callable(reveal) else str(value)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
