@@ -366,6 +366,9 @@ def main() -> None:
     parser.add_argument("--parallel-tables", type=int, default=2)
     parser.add_argument("--no-deletion-vectors", dest="deletion_vectors", action="store_false")
     parser.add_argument("--verbose", action="store_true", help="the job's per-batch log")
+    parser.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a session setting"
+    )
     parser.add_argument("--workdir", help="default: a temporary directory, removed afterwards")
     args = parser.parse_args()
     if args.verbose:
@@ -383,6 +386,7 @@ def main() -> None:
             "spark.default.parallelism": "2",
             "spark.driver.memory": "3g",
             "spark.ui.showConsoleProgress": "false",
+            **dict(item.split("=", 1) for item in args.spark_conf),
         },
     )
     spark.sparkContext.setLogLevel("ERROR")
