@@ -525,3 +525,10 @@ def test_select_overrides_refuses_what_is_not_a_query() -> None:
         }
     )
     assert "expected a SELECT statement" in str(error)
+
+
+def test_load_config_ignores_the_tools_own_environment_variables() -> None:
+    # PGBRIDGE_NATIVE=0 (the pure-Python path) and the stack's variables are not settings.
+    env = {"PGBRIDGE_NATIVE": "0", "PGBRIDGE_STACK": "containers", "PGBRIDGE_SPARK_MASTER": "x"}
+    config = _load(env=env)
+    assert config.topic_prefix == "shop"

@@ -219,3 +219,14 @@ def test_apply_job_takes_kafka_and_registry_security_from_a_pgbridge_file(
     assert options["kafka.ssl.truststore.location"] == pem["ca"]
     assert dict(config.registry_options)["basic.auth.user.info"] == "reader:r3g-s3cret"
     assert "s3cret" not in repr(config)
+
+
+def test_apply_job_security_ignores_unrelated_environment_variables() -> None:
+    from bridge.config import load_client_security
+
+    kafka, registry = load_client_security(
+        None,
+        {"PGBRIDGE_NATIVE": "0", "PGBRIDGE_TOPIC_PREFIX": "shop", "PGBRIDGE_UNRELATED": "1",
+         "PGBRIDGE_KAFKA_SECURITY_PROTOCOL": "ssl"},
+    )  # fmt: skip
+    assert dict(kafka)["security.protocol"] == "SSL" and registry == ()

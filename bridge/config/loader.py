@@ -485,7 +485,10 @@ def load_client_security(
                 raw[key] = (value, f"file {path}")
     for name, value in env.items():
         if name.startswith(ENV_PREFIX) and name not in RESERVED_ENV:
-            key = _env_key(name)
+            try:
+                key = _env_key(name)
+            except ConfigError:
+                continue  # not one of these keys: the apply job's environment has others
             if key.removesuffix(SECRET_FILE_SUFFIX) in _CLIENT_SECURITY_KEYS:
                 raw[key] = (value, f"env {name}")
     _resolve_secret_files(raw)

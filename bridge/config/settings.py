@@ -38,6 +38,11 @@ RESERVED_ENV: Final = frozenset(
         "PGBRIDGE_JAVA_HOME",
         "PGBRIDGE_PG_VERSIONS",
         "PGBRIDGE_CONFIG",
+        "PGBRIDGE_NATIVE",  # 0: the pure-Python path (bridge.native)
+        "PGBRIDGE_STACK",  # the test fixtures' stack kind
+        "PGBRIDGE_SPARK_MASTER",
+        "PGBRIDGE_APPLY_PAUSE_AFTER_MERGE",  # a crash tests' failpoint
+        "PGBRIDGE_DB_PASSWORD",  # docker-compose.yml's variable
     }
 )
 
