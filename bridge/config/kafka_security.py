@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from bridge.config.settings import Secret
+from bridge.config.settings import Secret, reveal
 from bridge.errors import ConfigError
 
 __all__ = ["KAFKA_SECURITY_KEYS", "java_properties", "librdkafka_properties"]
@@ -106,21 +106,21 @@ def java_properties(values: Mapping[str, object]) -> Properties:
     out: list[tuple[str, str | Secret]] = [("security.protocol", protocol)]
     mechanism = librdkafka.get("sasl.mechanisms")
     if mechanism in _LOGIN_MODULES:
-        user = _reveal(librdkafka["sasl.username"])
-        password = _reveal(librdkafka["sasl.password"])
+        user = reveal(librdkafka["sasl.username"])
+        password = reveal(librdkafka["sasl.password"])
         jaas = (
             f'{_LOGIN_MODULES[str(mechanism)]} required username="{_escape(user)}" '
             f'password="{_escape(password)}";'
         )
         out += [("sasl.mechanism", str(mechanism)), ("sasl.jaas.config", Secret(jaas))]
     elif mechanism == "OAUTHBEARER":
-        secret = _reveal(librdkafka["sasl.oauthbearer.client.secret"])
-        client = _reveal(librdkafka["sasl.oauthbearer.client.id"])
+        secret = reveal(librdkafka["sasl.oauthbearer.client.secret"])
+        client = reveal(librdkafka["sasl.oauthbearer.client.id"])
         scope = librdkafka.get("sasl.oauthbearer.scope")
         jaas = (
             "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
             f'clientId="{_escape(client)}" clientSecret="{_escape(secret)}"'
-            + (f' scope="{_escape(_reveal(scope))}"' if scope else "")
+            + (f' scope="{_escape(reveal(scope))}"' if scope else "")
             + ";"
         )
         out += [
@@ -159,10 +159,6 @@ _ALGORITHM = "kafka.ssl.endpoint.identification.algorithm"
 def _require(given: Mapping[str, object], key: str, mechanism: str) -> None:
     if given.get(key) is None:
         raise ConfigError(key, f"is required with kafka.sasl.mechanism = {mechanism}")
-
-
-def _reveal(value: object) -> str:
-    return value.reveal() if isinstance(value, Secret) else str(value)
 
 
 def _escape(text: str) -> str:

@@ -100,6 +100,11 @@ def env_name(key: str) -> str:
 # -- the settings, as frozen dataclasses ----------------------------------------------------------
 
 
+def reveal(value: object) -> str:
+    """A setting's text for a client that needs it: a :class:`Secret` revealed, else as is."""
+    return value.reveal() if isinstance(value, Secret) else str(value)
+
+
 @dataclass(frozen=True, slots=True)
 class DatabaseConfig:
     """Where the source database is; either ``dsn`` or the parts (parts override the DSN's).

@@ -71,7 +71,8 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer, Topic
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from bridge.config import KafkaConfig, Secret, TopicCreationConfig
+from bridge.config import KafkaConfig, TopicCreationConfig
+from bridge.config.settings import reveal
 from bridge.errors import PgBridgeError
 from bridge.retry import RetryPolicy
 
@@ -175,10 +176,6 @@ def _transient_topic_error(exc: Exception) -> bool:
     return isinstance(exc, TopicCreationError) and exc.code not in PERMANENT_TOPIC_CODES
 
 
-def _reveal(value: str | Secret) -> str:
-    return value.reveal() if isinstance(value, Secret) else value
-
-
 def admin_config(kafka: KafkaConfig) -> dict[str, Any]:
     """librdkafka settings shared by every client: brokers, identity, security overrides."""
     conf: dict[str, Any] = {
@@ -189,8 +186,8 @@ def admin_config(kafka: KafkaConfig) -> dict[str, Any]:
         "logger": _librdkafka_logger,
     }
     # TLS/SASL, then the overrides (often security settings too): the admin client needs them.
-    conf.update({name: _reveal(value) for name, value in kafka.security})
-    conf.update({name: _reveal(value) for name, value in kafka.producer_overrides})
+    conf.update({name: reveal(value) for name, value in kafka.security})
+    conf.update({name: reveal(value) for name, value in kafka.producer_overrides})
     return conf
 
 

@@ -787,21 +787,22 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         )
     if not args.registry_url:
         raise ConfigError("registry_url", "give --registry-url or PGBRIDGE_REGISTRY_URL")
-    kafka_security: tuple[tuple[str, str], ...] = ()
-    registry_security: tuple[tuple[str, str], ...] = ()
+    # How to reach a secured Kafka and registry: the keys pgbridge run takes, from its file
+    # (--security-config) or PGBRIDGE_* variables; nothing set: plaintext, no credentials.
+    from pathlib import Path
+
+    from bridge.config import load_client_security
+    from bridge.config.settings import reveal
+
     security_path = getattr(args, "security_config", None)
-    if security_path or any(k.startswith("PGBRIDGE_KAFKA_S") for k in os.environ):
-        from pathlib import Path
-
-        from bridge.config import load_client_security
-
-        kafka, registry = load_client_security(
-            Path(security_path) if security_path else None, os.environ
-        )
-        # Spark's options are strings; Spark redacts sasl.jaas.config in its logs and UI.
-        kafka_security = tuple((k, _revealed(v)) for k, v in kafka if k != "security.protocol"
-                               or v != "PLAINTEXT")  # fmt: skip
-        registry_security = tuple((k, _revealed(v)) for k, v in registry)
+    kafka, registry = load_client_security(
+        Path(security_path) if security_path else None, os.environ
+    )
+    # Spark's options are strings; Spark redacts sasl.jaas.config in its logs and UI.
+    kafka_security = tuple(
+        (k, reveal(v)) for k, v in kafka if (k, v) != ("security.protocol", "PLAINTEXT")
+    )
+    registry_security = tuple((k, reveal(v)) for k, v in registry)
     precision, _, scale = str(args.variable_decimal).partition(",")
     if not (precision.strip().isdigit() and scale.strip().isdigit()):
         raise ConfigError("variable_decimal", f"{args.variable_decimal!r} is not P,S")
@@ -826,11 +827,6 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         kafka_options=(*kafka_security, *_pairs(args.kafka_option, "kafka_options")),
         registry_options=(*registry_security, *_pairs(args.registry_option, "registry_options")),
     )
-
-
-def _revealed(value: object) -> str:
-    reveal = getattr(value, "reveal", None)
-    return str(reveal()) if callable(reveal) else str(value)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
