@@ -85,6 +85,17 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if all(f.ok for f in findings) else 4
 
 
+def _snapshot(args: argparse.Namespace) -> int:
+    from bridge.signals import cli_signal, send_signal_to
+
+    config = _load_config(args)
+    signal_type, data = cli_signal(args.tables, args.where, args.stop, args.pause, args.resume)
+    table = config.signal.data_collection
+    signal_id = send_signal_to(config.database.conninfo(), table, signal_type, data)
+    print(f"sent {signal_type} signal {signal_id} to {table}: {json.dumps(data)}")
+    return 0
+
+
 def _apply(args: argparse.Namespace) -> int:
     from bridge.spark.job import config_from_args, run_apply
 
@@ -144,6 +155,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(check)
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.set_defaults(handler=_check)
+
+    snapshot = commands.add_parser(
+        "snapshot",
+        help="copy tables again while pgbridge runs (an incremental snapshot, by signal)",
+    )
+    _add_config_options(snapshot)
+    snapshot.add_argument("tables", nargs="*", metavar="TABLE", help="schema.table or a regex")
+    snapshot.add_argument("--where", help="copy only the rows matching this SQL condition")
+    action = snapshot.add_mutually_exclusive_group()
+    action.add_argument("--stop", action="store_true", help="stop (these tables, or all)")
+    action.add_argument("--pause", action="store_true", help="pause the running snapshot")
+    action.add_argument("--resume", action="store_true", help="resume a paused snapshot")
+    snapshot.set_defaults(handler=_snapshot)
 
     dev = commands.add_parser("dev", help="the local stack of real services (no Docker needed)")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)

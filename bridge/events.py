@@ -263,17 +263,7 @@ class EventBuilder:
         known = self.relations.get(relation.relation_oid)
         if known is not None and replace(known.relation, xid=None) == replace(relation, xid=None):
             return []  # the server repeats Relation messages (reconnects, streams): no change
-        hints = self.hints.get(table)
-        key_columns = self.key_columns(schema, relation.relation_name) if self.key_columns else None
-        if key_columns is not None:
-            hints = replace(hints or TableHints(), key_columns=key_columns)
-        schemas = relation_schemas(
-            relation,
-            self.mapper,
-            topic_prefix=self.topic_prefix,
-            hints=hints,
-            keyless=self.keyless,
-        )
+        schemas = self._schemas(relation)
         owner = self._topic_owners.setdefault(schemas.topic, table)
         if owner != table:
             # Two tables whose names differ only in characters Kafka refuses ("a b" and a_b):
@@ -286,6 +276,29 @@ class EventBuilder:
             )
         self.relations[relation.relation_oid] = schemas
         return []
+
+    def schemas_for(self, relation: Relation) -> RelationSchemas:
+        """The schemas of ``relation`` as this builder makes them, without caching them: for a
+        reader of a table's current rows while the stream may still be at an older version of
+        it (bridge.snapshot.incremental). The cached object when the stream's is the same."""
+        known = self.relations.get(relation.relation_oid)
+        if known is not None and replace(known.relation, xid=None) == replace(relation, xid=None):
+            return known
+        return self._schemas(relation)
+
+    def _schemas(self, relation: Relation) -> RelationSchemas:
+        schema = relation.namespace or "pg_catalog"
+        hints = self.hints.get(f"{schema}.{relation.relation_name}")
+        key_columns = self.key_columns(schema, relation.relation_name) if self.key_columns else None
+        if key_columns is not None:
+            hints = replace(hints or TableHints(), key_columns=key_columns)
+        return relation_schemas(
+            relation,
+            self.mapper,
+            topic_prefix=self.topic_prefix,
+            hints=hints,
+            keyless=self.keyless,
+        )
 
     def _update(self, message: Update) -> list[Output]:
         table = self._table(message.relation_oid, "Update")

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,15 +38,17 @@ from bridge.events import (
     LogicalMessageEvent,
     Output,
     TransactionEnd,
+    TxContext,
 )
 from bridge.failures import dead_letter_record
 from bridge.pgoutput.lsn import Lsn, pg_timestamp_to_unix_micros
-from bridge.pgoutput.messages import Begin, Insert, LogicalMessage, Update
+from bridge.pgoutput.messages import Begin, Insert, LogicalMessage, Relation, Update
 from bridge.schema import EncodedRow, RelationSchemas, static_schema
 from bridge.sink.avro_writer import AvroWriteError
 from bridge.sink.metadata import MetadataRecords, heartbeat_topic, transaction_topic
 from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
 from bridge.sink.serializer import EnvelopeSerializer, InsertLane, message_value_schema
+from bridge.snapshot.incremental import IncrementalSnapshotter
 from bridge.source.api import ChangeSource
 from bridge.types.errors import ConversionError
 
@@ -134,6 +136,10 @@ def _ignore() -> None:
     pass
 
 
+#: The transaction of a row whose key alone is wanted (Pipeline.snapshot_key).
+_NO_TX = TxContext(0, Lsn(0), 0)
+
+
 class _NoObserver:
     def on_event(self, table: str, op: str, nbytes: int) -> None:
         pass
@@ -170,6 +176,7 @@ class Pipeline:
         publisher: Publisher,
         options: PipelineOptions,
         observer: PipelineObserver | None = None,
+        incremental: IncrementalSnapshotter | None = None,
     ) -> None:
         self.source = source
         self.builder = builder
@@ -203,6 +210,14 @@ class Pipeline:
         # the replication connection kept alive; nothing new is read.
         registrar.on_wait = self._while_waiting
         publisher.on_wait = self._while_waiting
+        # Incremental snapshots (bridge.snapshot.incremental): signals are inserts into the
+        # signal table, whose relation OID is learnt from its Relation message; while a
+        # chunk's window is open, the watched topic's published keys are reported to it.
+        self.incremental = incremental
+        self._signal_oid: int | None = None
+        self._watched: str | None = None
+        if incremental is not None:
+            incremental.attach(self)
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -230,6 +245,9 @@ class Pipeline:
                 next_poll = monotonic() + _POLL_INTERVAL_S
                 self._report()
                 self._acknowledge()
+                if self.incremental is not None:
+                    self.incremental.tick()
+                    self._watched = self.incremental.watched_topic
                 if self.options.heartbeat_interval and monotonic() >= self._next_heartbeat:
                     self._publish_heartbeat()
                 if stop.is_set():
@@ -240,6 +258,11 @@ class Pipeline:
 
     def _on_message(self, message: LogicalMessage) -> None:
         if type(message) is Insert:
+            if message.relation_oid == self._signal_oid:
+                assert self.incremental is not None
+                self.incremental.on_signal_row(message.new_tuple)
+                self._watched = self.incremental.watched_topic
+                return
             if self._lane(message, "c"):
                 return
         elif type(message) is Update:
@@ -253,6 +276,8 @@ class Pipeline:
                 self._publish_change(output)
             else:
                 self._on_output(output)
+        if type(message) is Relation and self.incremental is not None:
+            self._learn_signal_table(message)
 
     def _lane(self, message: Insert | Update, op: str) -> bool:
         """Publish an insert (or an update without old row) through the table's
@@ -276,6 +301,8 @@ class Pipeline:
             return False
         builder.took_change(table)
         key, value = record
+        if self._watched is not None and table.topic == self._watched:
+            self._incremental_saw(key)
         counts = self._counts or self._require_counts()
         counts.sent += 1
         self.publisher.publish(table.topic, key, value, counts.on_delivered)
@@ -302,6 +329,8 @@ class Pipeline:
                 self._publish_transaction_end(output)
             self._complete(counts, output.end_lsn)
             self._counts = None
+            if self.incremental is not None:
+                self.incremental.transaction_end(output.end_lsn)
             # The publisher batches records; the transaction's last ones go out now, not at
             # the next poll tick (commit-to-acknowledgement latency).
             self.publisher.send_pending()
@@ -346,12 +375,17 @@ class Pipeline:
         flush = self.tracker.flush_lsn
         self.source.acknowledge(flush)
         self.observer.on_acknowledged(flush, self.tracker.in_flight)
+        if self.incremental is not None:
+            self.incremental.acknowledged(flush)
 
     # -- records --------------------------------------------------------------------------------
 
     def _publish_change(self, event: ChangeEvent) -> None:
         table = event.table
         op = event.op
+        if op == "t" and self._watched is not None and table.topic == self._watched:
+            assert self.incremental is not None
+            self.incremental.saw_truncate()
         if op == "t" and not self.options.truncate_events:
             return
         route = self._routes.get(id(table))
@@ -370,6 +404,8 @@ class Pipeline:
                 raise
             self._publish_dead_letter(event, event.before, event.after, exc)
             return
+        if self._watched is not None and table.topic == self._watched:
+            self._incremental_saw(key)
         tombstone = op == "d" and key is not None and self.options.tombstones_on_delete
         # _send, inlined for the hot path; a delete counts its tombstone along with it.
         counts = self._counts or self._require_counts()
@@ -380,6 +416,39 @@ class Pipeline:
         if tombstone:
             # Lets a compacted topic forget the key; already counted as sent above.
             self._send(table.topic, key, None, count=0)
+
+    # -- incremental snapshots (bridge.snapshot.incremental) -----------------------------------
+
+    def _learn_signal_table(self, relation: Relation) -> None:
+        assert self.incremental is not None
+        table = self.builder.relations.get(relation.relation_oid)
+        if table is not None and self.incremental.is_signal_table(table):
+            self._signal_oid = relation.relation_oid
+
+    def _incremental_saw(self, key: bytes | None) -> None:
+        assert self.incremental is not None
+        self.incremental.saw(key)
+
+    def snapshot_key(self, table: RelationSchemas, row: Mapping[str, Any]) -> bytes | None:
+        """The Kafka key the stream would give ``row`` of ``table`` (registering the version)."""
+        ids = self._registered(table)
+        event = ChangeEvent("r", table, _NO_TX, 0, None, row)
+        return self.serializer.key(event, ids)
+
+    def publish_snapshot_rows(self, table: RelationSchemas, rows: list[Mapping[str, Any]]) -> None:
+        """Incremental snapshot rows as ``r`` events of the current transaction, at the next
+        positions of its ``seq``."""
+        builder = self.builder
+        position = builder.next_position()
+        if position is None:
+            raise RuntimeError("snapshot rows outside a transaction")
+        tx = position[0]
+        snapshot_tx = TxContext(tx.xid, tx.commit_lsn, tx.commit_ts, tx.origin, "incremental")
+        for row in rows:
+            position = builder.next_position()
+            assert position is not None
+            builder.took_change(table)
+            self._publish_change(ChangeEvent("r", table, snapshot_tx, position[1], None, row))
 
     def _route(self, table: RelationSchemas) -> RegisteredSchemas | None:
         """The table version's schema ids, or ``None`` if the table filter leaves it out;

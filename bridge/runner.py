@@ -15,20 +15,25 @@ import threading
 from dataclasses import dataclass, replace
 from types import FrameType
 
+import psycopg
+
 from bridge import native
 from bridge.config import BridgeConfig
-from bridge.errors import PgBridgeError
+from bridge.errors import ConfigError, PgBridgeError
 from bridge.events import EventBuilder
 from bridge.failures import FailurePolicy
 from bridge.metrics import BridgeMetrics
 from bridge.observe import MetricsObserver
 from bridge.pipeline import Pipeline, PipelineObserver, PipelineOptions
 from bridge.restarts import stream_with_restarts
+from bridge.signals import ensure_signal_table, signal_table_name
 from bridge.sink.metadata import MetadataRecords
 from bridge.sink.publisher import KafkaPublisher
 from bridge.sink.registry import SchemaRegistrar, registry_client
 from bridge.sink.serializer import EnvelopeSerializer, SourceSettings
 from bridge.snapshot.copier import SnapshotSink
+from bridge.snapshot.incremental import IncrementalSettings, IncrementalSnapshotter
+from bridge.snapshot.incremental import state_file as incremental_state_file
 from bridge.snapshot.run import run_snapshot
 from bridge.source.config import (
     PublicationConfig,
@@ -68,7 +73,7 @@ def source_config(config: BridgeConfig) -> SourceConfig:
         mode=mode,
         # In filtered mode the include lists name schemas and tables literally.
         include_schemas=config.filters.schema_include if filtered else (),
-        include_tables=config.filters.table_include if filtered else (),
+        include_tables=_with_signal_table(config) if filtered else (),
         exclude_tables=config.filters.table_exclude if filtered else (),
         create=mode is not PublicationMode.USER,
     )
@@ -98,6 +103,16 @@ def source_config(config: BridgeConfig) -> SourceConfig:
             max_attempts=None if config.retry.max_retries == -1 else config.retry.max_retries,
         ),
     )
+
+
+def _with_signal_table(config: BridgeConfig) -> tuple[str, ...]:
+    """A filtered publication's tables: the include list, and the signal table when the list
+    is not empty (an empty list already means every table)."""
+    tables = config.filters.table_include
+    signal = config.signal.data_collection
+    if signal is not None and (tables or config.filters.schema_include) and signal not in tables:
+        tables = (*tables, signal)
+    return tables
 
 
 def type_options(config: BridgeConfig) -> TypeOptions:
@@ -185,6 +200,7 @@ def build_pipeline(
     source = LogicalReplicationSource(source_config(config))
     source.open()
     parts = parts or build_parts(config)
+    incremental = incremental_snapshotter(config, parts.builder)
     registrar, serializer, publisher = parts.registrar, parts.serializer, parts.publisher
     observer: PipelineObserver | None = None
     if metrics is not None:
@@ -215,7 +231,61 @@ def build_pipeline(
             heartbeat_interval=config.replication.heartbeat_interval_ms / 1000,
         ),
         observer=observer,
+        incremental=incremental,
     )
+
+
+def incremental_snapshotter(
+    config: BridgeConfig, builder: EventBuilder
+) -> IncrementalSnapshotter | None:
+    """The incremental snapshots' driver when a signal table is configured (checked to be in
+    the publication: otherwise no signal would ever arrive)."""
+    table = config.signal.data_collection
+    if table is None:
+        return None
+    dsn = config.database.conninfo()
+    publication = config.replication.publication_name
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        schema, name = signal_table_name(table)
+        published = conn.execute(
+            "SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s "
+            "AND tablename = %s",
+            (publication, schema, name),
+        ).fetchone()
+    if published is None:
+        raise ConfigError(
+            "signal.data.collection",
+            f"table {table} is not in publication {publication}, so no signal written to it "
+            f"would reach pgbridge: ALTER PUBLICATION {publication} ADD TABLE {table}",
+        )
+    state_dir = config.snapshot.state_dir
+    return IncrementalSnapshotter(
+        IncrementalSettings(
+            dsn=dsn,
+            publication=publication,
+            signal_table=table,
+            chunk_size=config.signal.incremental_chunk_size,
+            state_path=incremental_state_file(state_dir, config.replication.slot_name),
+            slot=config.replication.slot_name,
+            captured=config.filters.includes,
+        ),
+        builder,
+    )
+
+
+def prepare_signal_table(config: BridgeConfig) -> None:
+    """Create the signal table before the publication is ensured (FOR ALL TABLES then
+    includes it; a filtered one lists it), when configured and allowed."""
+    table = config.signal.data_collection
+    if table is None or not config.signal.table_autocreate:
+        return
+    try:
+        with psycopg.connect(config.database.conninfo(), autocommit=True) as conn:
+            if ensure_signal_table(conn, table):
+                logger.info("created signal table %s", table)
+    except psycopg.Error as exc:
+        # Checked again once the publication is ensured: a missing table is an error there.
+        logger.warning("could not create signal table %s: %s", table, str(exc).strip())
 
 
 class _SnapshotAttempt:
@@ -293,6 +363,7 @@ def run(config: BridgeConfig, stop: threading.Event | None = None) -> int:
             "available to build it"
         )
     try:
+        prepare_signal_table(config)
         # After a transient Kafka failure a publisher is spent: each restart takes fresh parts;
         # streaming goes on with the snapshot's (its relation and schema caches are warm).
         spare = [build_parts(config)]

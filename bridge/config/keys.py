@@ -219,6 +219,34 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         None,
         "snapshot progress file (default <state.dir>/snapshot-<slot.name>.json)",
     ),
+    KeySpec(
+        "signal.data.collection",
+        _optional_text,
+        None,
+        "schema.table of the signal table (Debezium's columns id, type, data): enables signals "
+        "and incremental snapshots; it must be in the publication",
+    ),
+    KeySpec(
+        "signal.enabled.channels",
+        _string_list,
+        ("source",),
+        "where signals are read: source (the signal table), kafka (signal.kafka.topic)",
+    ),
+    KeySpec(
+        "signal.kafka.topic",
+        _optional_text,
+        None,
+        "topic of Kafka signals, keyed by topic.prefix (default <topic.prefix>-signal)",
+    ),
+    KeySpec(
+        "signal.table.autocreate", _boolean, True, "create the signal table when it is missing"
+    ),
+    KeySpec(
+        "incremental.snapshot.chunk.size",
+        _integer,
+        1024,
+        "rows per incremental snapshot chunk (read between two watermarks)",
+    ),
     KeySpec("state.dir", _path, None, "pgbridge's state files (default ~/.local/state/pgbridge)"),
     KeySpec("table.include.list", _patterns, (), "regexes of schema.table to capture"),
     KeySpec("table.exclude.list", _patterns, (), "regexes of schema.table to skip"),

@@ -45,6 +45,7 @@ from bridge.config.settings import (
     ReplicationConfig,
     Secret,
     Setting,
+    SignalConfig,
     SnapshotConfig,
     TableFilter,
     TopicCreationConfig,
@@ -334,11 +335,24 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
     ):
         if values[include] and values[exclude]:
             raise ConfigError(exclude, f"cannot be combined with {include}")
+    signal_table = _signal_table(values["signal.data.collection"])
+    channels = typed("signal.enabled.channels", tuple) or ()
+    for channel in channels:
+        if channel not in ("source", "kafka"):
+            raise ConfigError("signal.enabled.channels", f"unknown channel {channel!r}")
+    signal = SignalConfig(
+        data_collection=signal_table,
+        enabled_channels=channels,
+        kafka_topic=str(values["signal.kafka.topic"] or f"{prefix}-signal"),
+        table_autocreate=bool(values["signal.table.autocreate"]),
+        incremental_chunk_size=between("incremental.snapshot.chunk.size", 1, 1_000_000),
+    )
     filters = TableFilter(
         table_include=typed("table.include.list", tuple) or (),
         table_exclude=typed("table.exclude.list", tuple) or (),
         schema_include=typed("schema.include.list", tuple) or (),
         schema_exclude=typed("schema.exclude.list", tuple) or (),
+        never=(signal_table,) if signal_table else (),
     )
 
     events = EventsConfig(
@@ -440,8 +454,19 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         logging=logging_config,
         retry=retry,
         snapshot=snapshot,
+        signal=signal,
         settings=tuple(sorted(settings, key=lambda s: s.key)),
     )
+
+
+def _signal_table(raw: object) -> str | None:
+    """``signal.data.collection`` as ``schema.table`` (``public`` when no schema is given)."""
+    if raw is None:
+        return None
+    text = str(raw)
+    if text.count(".") > 1 or text.startswith(".") or text.endswith("."):
+        raise ConfigError("signal.data.collection", f"expected schema.table, got {text!r}")
+    return text if "." in text else f"public.{text}"
 
 
 def _check_topic_name(key: str, name: str) -> None:

@@ -167,10 +167,14 @@ class TableFilter:
     table_exclude: tuple[str, ...] = ()
     schema_include: tuple[str, ...] = ()
     schema_exclude: tuple[str, ...] = ()
+    #: Never captured, whatever the lists say: the signal table (bridge.signals).
+    never: tuple[str, ...] = ()
 
     def includes(self, schema: str, table: str) -> bool:
         """Whether changes of ``schema.table`` are captured."""
         qualified = f"{schema}.{table}"
+        if qualified in self.never:
+            return False
         if self.schema_include and not _any_match(self.schema_include, schema):
             return False
         if self.schema_exclude and _any_match(self.schema_exclude, schema):
@@ -314,6 +318,22 @@ class SnapshotConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SignalConfig:
+    """Signals (bridge.signals) and the incremental snapshots they start
+    (bridge.snapshot.incremental). Without a signal table, neither."""
+
+    data_collection: str | None = None  # schema.table
+    enabled_channels: tuple[str, ...] = ("source",)  # source, kafka
+    kafka_topic: str = ""
+    table_autocreate: bool = True
+    incremental_chunk_size: int = 1024
+
+    @property
+    def enabled(self) -> bool:
+        return self.data_collection is not None
+
+
+@dataclass(frozen=True, slots=True)
 class BridgeConfig:
     """The whole, validated configuration of one ``pgbridge run``."""
 
@@ -329,6 +349,7 @@ class BridgeConfig:
     logging: LoggingConfig
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+    signal: SignalConfig = field(default_factory=SignalConfig)
     settings: tuple[Setting, ...] = field(default=(), repr=False, compare=False)
 
     def describe(self) -> str:

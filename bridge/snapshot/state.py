@@ -28,7 +28,14 @@ from bridge.snapshot.plan import Chunk, TablePlan
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SnapshotState", "StateFileError", "TableProgress", "load_state", "save_state"]
+__all__ = [
+    "SnapshotState",
+    "StateFileError",
+    "TableProgress",
+    "load_state",
+    "save_state",
+    "write_json_atomically",
+]
 
 FORMAT_VERSION: Final = 1
 Status = Literal["copying", "done"]
@@ -182,14 +189,20 @@ def load_state(path: Path) -> SnapshotState | None:
 
 
 def save_state(path: Path, state: SnapshotState) -> None:
-    """Replace the file atomically (temporary file, fsync, rename, fsync of the directory)."""
+    """Replace the file atomically (see :func:`write_json_atomically`)."""
+    write_json_atomically(path, state.as_json())
+
+
+def write_json_atomically(path: Path, payload: Any) -> None:
+    """Replace ``path`` with ``payload`` as JSON: temporary file, fsync, rename, fsync of the
+    directory, so a reader after any crash finds the old or the new content, never a torn one."""
     directory = path.parent
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=directory)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(state.as_json(), fh, indent=1)
+                json.dump(payload, fh, indent=1)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)

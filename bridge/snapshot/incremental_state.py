@@ -1,0 +1,104 @@
+"""The incremental snapshot's durable progress: which tables, how far each one is, paused or
+not, and the signals already acted on; one JSON file per slot, replaced atomically.
+
+A version of it is written only once the stream has been acknowledged past the transaction
+that produced it (the chunk's closing watermark, or the signal): whatever the file says is in
+Kafka. After a crash the next start resumes after the last recorded chunk; signals replayed
+from the slot that the file lists as handled are not acted on twice.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from bridge.snapshot.state import StateFileError, write_json_atomically
+
+__all__ = ["IncrementalState", "TableTask", "load_incremental", "save_incremental"]
+
+FORMAT_VERSION: Final = 1
+#: Signal ids remembered as handled (a replay after a crash is at most this far behind).
+HANDLED_MEMORY: Final = 1000
+
+
+@dataclass(slots=True)
+class TableTask:
+    """One table of the snapshot: how far it is copied (``last_key``: the chunk key of the last
+    row delivered, as text, ``None`` before the first chunk) and why it ended, if it did."""
+
+    table: str  # schema.table
+    condition: str | None = None  # additional-conditions' filter
+    last_key: list[str] | None = None
+    rows: int = 0
+    chunks: int = 0
+    status: str = "pending"  # pending | copying | done | skipped | stopped
+    reason: str | None = None  # why skipped
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("done", "skipped", "stopped")
+
+
+@dataclass(slots=True)
+class IncrementalState:
+    slot: str
+    tables: list[TableTask] = field(default_factory=list)
+    paused: bool = False
+    handled: list[str] = field(default_factory=list)
+
+    @property
+    def current(self) -> TableTask | None:
+        """The table being copied: the first not finished."""
+        return next((t for t in self.tables if not t.finished), None)
+
+    @property
+    def running(self) -> bool:
+        return self.current is not None
+
+    def remember(self, signal_id: str) -> None:
+        self.handled.append(signal_id)
+        del self.handled[:-HANDLED_MEMORY]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "version": FORMAT_VERSION,
+            "slot": self.slot,
+            "paused": self.paused,
+            "tables": [asdict(t) for t in self.tables],
+            "handled": list(self.handled),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> IncrementalState:
+        if data.get("version") != FORMAT_VERSION:
+            raise ValueError(f"format version {data.get('version')!r}, expected {FORMAT_VERSION}")
+        return cls(
+            slot=str(data["slot"]),
+            tables=[TableTask(**t) for t in data["tables"]],
+            paused=bool(data["paused"]),
+            handled=[str(h) for h in data["handled"]],
+        )
+
+    def copy(self) -> IncrementalState:
+        return IncrementalState.from_json(json.loads(json.dumps(self.as_json())))
+
+
+def load_incremental(path: Path) -> IncrementalState | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateFileError(path, str(exc)) from exc
+    try:
+        return IncrementalState.from_json(json.loads(text))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StateFileError(
+            path, f"unreadable ({exc}); move it away to forget the snapshot"
+        ) from exc
+
+
+def save_incremental(path: Path, state: IncrementalState) -> None:
+    write_json_atomically(path, state.as_json())
