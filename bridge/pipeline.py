@@ -621,6 +621,8 @@ class Pipeline:
                 logger.exception("reporting deliveries at shutdown failed")
             self.source.acknowledge(flush)
             self.source.close()
+            if self.incremental is not None:
+                self.incremental.close()
             logger.info(
                 "stopped: confirmed %s, %d record(s) published, %.1f s to drain",
                 flush,

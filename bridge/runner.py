@@ -34,6 +34,7 @@ from bridge.sink.serializer import EnvelopeSerializer, SourceSettings
 from bridge.snapshot.copier import SnapshotSink
 from bridge.snapshot.incremental import IncrementalSettings, IncrementalSnapshotter
 from bridge.snapshot.incremental import state_file as incremental_state_file
+from bridge.snapshot.kafka_signals import KafkaSignals
 from bridge.snapshot.run import run_snapshot
 from bridge.source.config import (
     PublicationConfig,
@@ -259,7 +260,7 @@ def incremental_snapshotter(
             f"would reach pgbridge: ALTER PUBLICATION {publication} ADD TABLE {table}",
         )
     state_dir = config.snapshot.state_dir
-    return IncrementalSnapshotter(
+    snapshotter = IncrementalSnapshotter(
         IncrementalSettings(
             dsn=dsn,
             publication=publication,
@@ -268,9 +269,13 @@ def incremental_snapshotter(
             state_path=incremental_state_file(state_dir, config.replication.slot_name),
             slot=config.replication.slot_name,
             captured=config.filters.includes,
+            table_signals="source" in config.signal.enabled_channels,
         ),
         builder,
     )
+    if "kafka" in config.signal.enabled_channels:
+        snapshotter.kafka = KafkaSignals(config, snapshotter.forward)
+    return snapshotter
 
 
 def prepare_signal_table(config: BridgeConfig) -> None:

@@ -196,13 +196,17 @@ def send_signal(
     signal_type: str,
     data: dict[str, Any] | None = None,
     signal_id: str | None = None,
+    *,
+    if_absent: bool = False,
 ) -> str:
-    """Insert one signal row (committed by the caller's autocommit connection); its id."""
+    """Insert one signal row (committed by the caller's autocommit connection); its id.
+    ``if_absent``: a row with that id already there is left as it is."""
     schema, name = signal_table_name(table)
     signal_id = signal_id or uuid.uuid4().hex
+    conflict = sql.SQL(" ON CONFLICT (id) DO NOTHING" if if_absent else "")
     conn.execute(
-        sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(
-            sql.Identifier(schema, name)
+        sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s){}").format(
+            sql.Identifier(schema, name), conflict
         ),
         (signal_id, signal_type, json.dumps(data or {})),
     )

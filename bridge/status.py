@@ -60,6 +60,8 @@ class BridgeStatus:
     problems: list[str] = field(default_factory=list)
     #: The snapshot's state file, if any (bridge.snapshot): status and one entry per table.
     snapshot: dict[str, Any] | None = None
+    #: Incremental snapshots (bridge.snapshot.incremental), as last recorded.
+    incremental: dict[str, Any] | None = None
     #: What the running bridge waits for (dependency names), read from its metrics endpoint;
     #: None when that cannot be known (metrics.port unset, or the bridge is not running).
     waiting_for: list[str] | None = None
@@ -92,6 +94,16 @@ class BridgeStatus:
                 f"  {t['table']}: {t['state']}, {t['rows_done']}/{t['estimated_rows']} rows, "
                 f"chunks {t['chunks_done']}/{t['chunks']} (by {t['method']})"
                 for t in snap["tables"]
+            ]
+        if self.incremental is not None:
+            incr = self.incremental
+            state = "paused" if incr["paused"] else "running" if incr["running"] else "idle"
+            lines.append(f"incremental snapshots: {state} ({incr['path']})")
+            lines += [
+                f"  {t['table']}: {t['status']}, {t['rows']} rows in {t['chunks']} chunks"
+                + (f" where {t['condition']}" if t["condition"] else "")
+                + (f" ({t['reason']})" if t["reason"] else "")
+                for t in incr["tables"]
             ]
         if self.waiting_for:
             lines.append(f"waiting for: {', '.join(self.waiting_for)} (a transient fault)")
@@ -145,6 +157,7 @@ def collect(config: BridgeConfig) -> BridgeStatus:
     except Exception as exc:
         status.problems.append(f"registry: {exc}")
     _snapshot_status(config, status)
+    _incremental_status(config, status)
     status.waiting_for = waiting_for(config)
     return status
 
@@ -197,6 +210,37 @@ def _snapshot_status(config: BridgeConfig, status: BridgeStatus) -> None:
                 "rows_done": t.rows_done,
                 "estimated_rows": t.plan.estimated_rows,
                 "bytes_done": t.bytes_done,
+            }
+            for t in state.tables
+        ],
+    }
+
+
+def _incremental_status(config: BridgeConfig, status: BridgeStatus) -> None:
+    from bridge.snapshot.incremental import state_file
+    from bridge.snapshot.incremental_state import load_incremental
+    from bridge.snapshot.state import StateFileError
+
+    path = state_file(config.snapshot.state_dir, config.replication.slot_name)
+    try:
+        state = load_incremental(path)
+    except StateFileError as exc:
+        status.problems.append(str(exc))
+        return
+    if state is None:
+        return
+    status.incremental = {
+        "path": str(path),
+        "paused": state.paused,
+        "running": state.running,
+        "tables": [
+            {
+                "table": t.table,
+                "status": t.status,
+                "rows": t.rows,
+                "chunks": t.chunks,
+                "condition": t.condition,
+                "reason": t.reason,
             }
             for t in state.tables
         ],

@@ -53,7 +53,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 
@@ -87,6 +87,9 @@ from bridge.snapshot.window import ChunkWindow
 from bridge.source.protocol import quote_ident, quote_literal
 from bridge.types.errors import ConversionError
 
+if TYPE_CHECKING:
+    from bridge.snapshot.kafka_signals import KafkaSignals
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["IncrementalSettings", "IncrementalSnapshotter", "SnapshotOutput", "state_file"]
@@ -111,6 +114,9 @@ class IncrementalSettings:
     slot: str
     #: (schema, table) -> captured (the bridge's table filter)
     captured: Callable[[str, str], bool]
+    #: Act on signals inserted into the signal table (``source`` channel); its watermarks are
+    #: read whatever this says.
+    table_signals: bool = True
 
 
 class SnapshotOutput(Protocol):
@@ -154,6 +160,8 @@ class IncrementalSnapshotter:
         self._stall_reported = False
         #: The topic whose changes the open window reconciles (``None``: no window open).
         self.watched_topic: str | None = None
+        #: The Kafka signal channel, when enabled (bridge.snapshot.kafka_signals).
+        self.kafka: KafkaSignals | None = None
         if self.state.running:
             logger.info(
                 "incremental snapshot under way: %s%s",
@@ -193,6 +201,9 @@ class IncrementalSnapshotter:
         if signal.type in (OPEN_WINDOW, CLOSE_WINDOW):
             self._watermark(signal)
             return
+        if from_stream and not self.settings.table_signals and not signal.id.startswith("kafka-"):
+            logger.info("signal %s in the signal table ignored: channel 'source' is off", signal.id)
+            return
         if signal.id in self.state.handled:
             return  # replayed after a restart: already acted on
         try:
@@ -215,6 +226,20 @@ class IncrementalSnapshotter:
             self._dirty = True
         else:
             self._changed_between_transactions()
+
+    def forward(self, signal: Signal) -> None:
+        """A signal from another channel (Kafka): written into the signal table, whence it
+        comes back through the stream and is acted on at its place there, its effect recorded
+        as durably as the table's own signals. The row's id is the record's, so a record
+        read again after a crash is not inserted twice."""
+        send_signal(
+            self._connection(),
+            self.settings.signal_table,
+            signal.type,
+            signal.data,
+            signal.id,
+            if_absent=True,
+        )
 
     def saw(self, key: bytes | None) -> None:
         """The stream published a change of the watched table with this key."""
@@ -246,7 +271,9 @@ class IncrementalSnapshotter:
     # -- chunks ---------------------------------------------------------------------------------
 
     def tick(self) -> None:
-        """Between messages: start the next chunk if one is due."""
+        """Between messages: read Kafka signals, start the next chunk if one is due."""
+        if self.kafka is not None:
+            self.kafka.poll()
         chunk = self._chunk
         if chunk is not None:
             if not self._stall_reported and time.monotonic() - chunk.started > _STALL_WARNING_S:
@@ -513,6 +540,9 @@ class IncrementalSnapshotter:
 
     def close(self) -> None:
         self._drop_connection()
+        if self.kafka is not None:
+            self.kafka.close()
+            self.kafka = None
 
 
 def _tuple(values: list[bytes | None]) -> TupleData:

@@ -9,6 +9,7 @@ resumes it.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from confluent_kafka import Producer
 
 from bridge.devstack.stack import StackInfo
 from bridge.signals import send_signal
@@ -148,7 +150,7 @@ def test_incremental_snapshot_under_concurrent_writes_rebuild_and_delta_equal_so
         stop = threading.Event()
         write = threading.Thread(target=writer, args=(dsn, stop))
         try:
-            wait_for(lambda: "streaming slot" in process.log(), process, "streaming")
+            wait_for(lambda: "to topics" in process.log(), process, "streaming")
             write.start()
             time.sleep(0.5)
             # Through the signal table, as Debezium's tooling writes it.
@@ -238,7 +240,7 @@ def test_incremental_snapshot_resumes_after_sigkill_and_stays_exact(
         stop = threading.Event()
         write = threading.Thread(target=writer, args=(dsn, stop))
         try:
-            wait_for(lambda: "streaming slot" in process.log(), process, "streaming")
+            wait_for(lambda: "to topics" in process.log(), process, "streaming")
             write.start()
             cli(settings, "public.items")
 
@@ -271,4 +273,72 @@ def test_incremental_snapshot_resumes_after_sigkill_and_stays_exact(
         final = state(tmp_path, settings)
         assert final is not None
         assert final.tables[0].chunks > killed_at.tables[0].chunks
+        assert_rebuild_equals_source(local_stack, dsn, prefix, {"public.items": ("id",)})
+
+
+def status_json(settings: dict[str, str]) -> dict[str, Any]:
+    command = [sys.executable, "-m", "bridge.cli", "status", "--json"]
+    for key, value in settings.items():
+        command += ["--set", f"{key}={value}"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    parsed: dict[str, Any] = json.loads(result.stdout)
+    return parsed
+
+
+def test_kafka_signals_pause_and_resume_and_status_shows_progress(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    prefix = f"incrs{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(SCHEMA)
+        settings = settings_for(local_stack, dsn, prefix, tmp_path)
+        settings["signal.enabled.channels"] = "source,kafka"
+        settings["incremental.snapshot.chunk.size"] = "100"
+        producer = Producer({"bootstrap.servers": local_stack.bootstrap_servers})
+
+        def kafka_signal(key: str, signal_type: str, data: dict[str, Any]) -> None:
+            value = json.dumps({"type": signal_type, "data": data})
+            producer.produce(f"{prefix}-signal", key=key, value=value)
+            producer.flush(30)
+
+        process = BridgeProcess(settings, str(tmp_path / "bridge.log"))
+        try:
+            wait_for(lambda: "to topics" in process.log(), process, "streaming")
+            assert "created Kafka signal topic" in process.log()
+            # Another connector's signal on the shared topic: not for this bridge.
+            kafka_signal(
+                "someone-else", "execute-snapshot", {"data-collections": ["public.subset"]}
+            )
+            kafka_signal(prefix, "execute-snapshot", {"data-collections": ["public.items"]})
+
+            def copying() -> bool:
+                current = state(tmp_path, settings)
+                return current is not None and current.tables[0].chunks >= 3
+
+            wait_for(copying, process, "the Kafka-signalled snapshot", timeout=120)
+            cli(settings, "--pause")
+            wait_for(lambda: bool((s := state(tmp_path, settings)) and s.paused), process, "pause")
+            paused_at = state(tmp_path, settings)
+            assert paused_at is not None
+            time.sleep(2)
+            still = state(tmp_path, settings)
+            assert still is not None and still.tables[0].chunks <= paused_at.tables[0].chunks + 1
+            shown = status_json(settings)["incremental"]
+            assert shown["paused"] and shown["tables"][0]["table"] == "public.items"
+            assert shown["tables"][0]["status"] == "copying" and shown["tables"][0]["rows"] > 0
+            kafka_signal(prefix, "resume-snapshot", {})
+            wait_for(
+                lambda: tables_done(tmp_path, settings, "public.items"),
+                process,
+                "the resumed snapshot",
+                timeout=300,
+            )
+            wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), process)
+            assert process.terminate() == 0, process.log()[-3000:]
+        finally:
+            if process.proc.poll() is None:
+                process.kill()
+        final = state(tmp_path, settings)
+        assert final is not None and [t.table for t in final.tables] == ["public.items"]
         assert_rebuild_equals_source(local_stack, dsn, prefix, {"public.items": ("id",)})

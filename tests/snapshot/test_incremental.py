@@ -1,0 +1,167 @@
+"""Incremental snapshots without a server: signals as Debezium writes them, the chunk window's
+reconciliation, and the rule that progress is recorded only once Kafka has it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bridge.events import EventBuilder
+from bridge.pgoutput.lsn import Lsn
+from bridge.signals import SignalError, cli_signal, parse_signal
+from bridge.snapshot.incremental import IncrementalSettings, IncrementalSnapshotter
+from bridge.snapshot.incremental_state import (
+    HANDLED_MEMORY,
+    IncrementalState,
+    TableTask,
+    load_incremental,
+    save_incremental,
+)
+from bridge.snapshot.window import ChunkWindow
+from tests.rows import tuple_data
+
+
+def test_execute_snapshot_in_debeziums_format_with_additional_conditions() -> None:
+    signal = parse_signal(
+        "ad-hoc-1",
+        "execute-snapshot",
+        '{"data-collections": ["public.a", "s.b"], "type": "INCREMENTAL", '
+        '"additional-conditions": [{"data-collection": "s.b", "filter": "color = \'blue\'"}]}',
+    )
+    request = signal.snapshot_request()
+    assert request.collections == ("public.a", "s.b")
+    assert request.condition_for("s.b") == "color = 'blue'"
+    assert request.condition_for("public.a") is None
+
+
+def test_the_older_single_additional_condition_applies_to_every_collection() -> None:
+    signal = parse_signal(
+        "x", "execute-snapshot", '{"data-collections": ["t"], "additional-condition": "id > 5"}'
+    )
+    assert signal.snapshot_request().condition_for("t") == "id > 5"
+
+
+@pytest.mark.parametrize(
+    ("signal_type", "data", "message"),
+    [
+        ("execute-snapshot", "{not json", "not JSON"),
+        ("execute-snapshot", "[1]", "JSON object"),
+        ("explode", "{}", "unknown signal type"),
+    ],
+)
+def test_malformed_signals_are_typed_errors_naming_the_signal(
+    signal_type: str, data: str, message: str
+) -> None:
+    with pytest.raises(SignalError, match=message) as info:
+        parse_signal("sig-7", signal_type, data)
+    assert "sig-7" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ('{"data-collections": ["t"], "type": "blocking"}', "only 'incremental'"),
+        ('{"type": "incremental"}', "needs data-collections"),
+        ('{"data-collections": [1]}', "list of table names"),
+        ('{"data-collections": ["t"], "additional-conditions": [{"filter": "x"}]}', "needs"),
+    ],
+)
+def test_execute_snapshot_requests_that_cannot_run_say_why(data: str, message: str) -> None:
+    with pytest.raises(SignalError, match=message):
+        parse_signal("s", "execute-snapshot", data).snapshot_request()
+
+
+def test_stop_snapshot_without_collections_means_all() -> None:
+    assert parse_signal("s", "stop-snapshot", None).snapshot_request().collections == ()
+
+
+def test_cli_arguments_become_debezium_signals() -> None:
+    assert cli_signal(["public.t"], "id < 10", False, False, False) == (
+        "execute-snapshot",
+        {
+            "data-collections": ["public.t"],
+            "type": "incremental",
+            "additional-conditions": [{"data-collection": "public.t", "filter": "id < 10"}],
+        },
+    )
+    assert cli_signal([], None, True, False, False) == ("stop-snapshot", {})
+    assert cli_signal([], None, False, True, False) == ("pause-snapshot", {})
+    assert cli_signal([], None, False, False, True) == ("resume-snapshot", {})
+    with pytest.raises(SignalError, match="at least one table"):
+        cli_signal([], None, False, False, False)
+
+
+def test_window_drops_rows_the_stream_changed_only_while_open() -> None:
+    window: ChunkWindow[str] = ChunkWindow("c1", "topic", {b"1": "r1", b"2": "r2", b"3": "r3"})
+    window.saw(b"1")  # before the low watermark: older than the read, the row stays
+    window.open()
+    window.saw(b"2")  # inside: the stream's change is as new as the read, the row goes
+    window.saw(b"9")  # a key the chunk does not hold
+    assert window.close() == ["r1", "r3"]
+    assert window.dropped == 1
+
+
+def test_window_truncate_inside_drops_the_whole_chunk() -> None:
+    window: ChunkWindow[str] = ChunkWindow("c1", "topic", {b"1": "r1"})
+    window.open()
+    window.truncated()
+    assert window.close() == []
+
+
+def test_state_round_trips_and_remembers_a_bounded_number_of_signals(tmp_path: Path) -> None:
+    state = IncrementalState("slot", [TableTask("public.t", "id > 1", ["5"], 10, 2, "copying")])
+    for i in range(HANDLED_MEMORY + 5):
+        state.remember(f"s{i}")
+    path = tmp_path / "incremental-slot.json"
+    save_incremental(path, state)
+    loaded = load_incremental(path)
+    assert loaded is not None and loaded.tables == state.tables
+    assert len(loaded.handled) == HANDLED_MEMORY and loaded.handled[-1] == f"s{HANDLED_MEMORY + 4}"
+    assert loaded.current is not None and loaded.current.table == "public.t"
+
+
+def snapshotter(tmp_path: Path) -> IncrementalSnapshotter:
+    settings = IncrementalSettings(
+        dsn="host=/nonexistent",
+        publication="pub",
+        signal_table="public.signals",
+        chunk_size=10,
+        state_path=tmp_path / "incremental-slot.json",
+        slot="slot",
+        captured=lambda schema, table: True,
+    )
+    return IncrementalSnapshotter(settings, EventBuilder("p"))
+
+
+def test_a_signal_is_recorded_only_once_kafka_has_its_transaction(tmp_path: Path) -> None:
+    first = snapshotter(tmp_path)
+    first.on_signal_row(tuple_data("sig-1", "pause-snapshot", "{}"))
+    first.transaction_end(Lsn(200))
+    first.acknowledged(Lsn(199))
+    assert load_incremental(tmp_path / "incremental-slot.json") is None
+    first.acknowledged(Lsn(200))
+    recorded = load_incremental(tmp_path / "incremental-slot.json")
+    assert recorded is not None and recorded.paused and recorded.handled == ["sig-1"]
+    # A restart replays the slot from before the signal: it is not acted on twice.
+    second = snapshotter(tmp_path)
+    assert second.state.paused
+    second.on_signal_row(tuple_data("sig-2", "resume-snapshot", "{}"))
+    second.on_signal_row(tuple_data("sig-1", "pause-snapshot", "{}"))  # replayed
+    assert not second.state.paused
+
+
+def test_watermarks_of_an_earlier_attempt_are_ignored(tmp_path: Path) -> None:
+    snap = snapshotter(tmp_path)
+    snap.on_signal_row(tuple_data("0123-open", "snapshot-window-open", "{}"))
+    assert snap.watched_topic is None
+
+
+def test_a_malformed_signal_row_is_logged_and_the_stream_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    snap = snapshotter(tmp_path)
+    snap.on_signal_row(tuple_data("bad", "execute-snapshot", "{oops"))
+    snap.on_signal_row(tuple_data(None, "log", "{}"))
+    assert "signal 'bad': data is not JSON" in caplog.text
+    assert "without id or type" in caplog.text
