@@ -177,6 +177,7 @@ class Pipeline:
         options: PipelineOptions,
         observer: PipelineObserver | None = None,
         incremental: IncrementalSnapshotter | None = None,
+        housekeeping: Callable[[], None] | None = None,
     ) -> None:
         self.source = source
         self.builder = builder
@@ -214,6 +215,8 @@ class Pipeline:
         # signal table, whose relation OID is learnt from its Relation message; while a
         # chunk's window is open, the watched topic's published keys are reported to it.
         self.incremental = incremental
+        #: Called between messages at every poll tick (bridge.source.table_watch).
+        self.housekeeping = housekeeping
         self._signal_oid: int | None = None
         self._watched: str | None = None
         if incremental is not None:
@@ -245,6 +248,8 @@ class Pipeline:
                 next_poll = monotonic() + _POLL_INTERVAL_S
                 self._report()
                 self._acknowledge()
+                if self.housekeeping is not None:
+                    self.housekeeping()
                 if self.incremental is not None:
                     self.incremental.tick()
                     self._watched = self.incremental.watched_topic

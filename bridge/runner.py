@@ -43,6 +43,7 @@ from bridge.source.config import (
     SourceConfig,
 )
 from bridge.source.replication import LogicalReplicationSource
+from bridge.source.table_watch import TableWatch
 from bridge.types import TypeMapper, TypeOptions
 
 logger = logging.getLogger(__name__)
@@ -202,6 +203,14 @@ def build_pipeline(
     source.open()
     parts = parts or build_parts(config)
     incremental = incremental_snapshotter(config, parts.builder)
+    watch = TableWatch(
+        config.database.conninfo(),
+        source_config(config).publication,
+        config.replication.publication_refresh_interval_ms / 1000,
+        incremental.snapshot_new_tables
+        if incremental is not None and config.snapshot.new_tables == "parallel"
+        else None,
+    )
     registrar, serializer, publisher = parts.registrar, parts.serializer, parts.publisher
     observer: PipelineObserver | None = None
     if metrics is not None:
@@ -233,6 +242,7 @@ def build_pipeline(
         ),
         observer=observer,
         incremental=incremental,
+        housekeeping=watch.tick,
     )
 
 

@@ -175,6 +175,12 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "all_tables",
         "create the publication for all tables, for the filtered tables, or not at all",
     ),
+    KeySpec(
+        "publication.refresh.interval.ms",
+        _integer,
+        10_000,
+        "how often new tables are looked for (and a filtered publication reconciled) while running",
+    ),
     KeySpec("plugin.name", _choice("pgoutput"), "pgoutput", "logical decoding plugin"),
     KeySpec("pgoutput.binary", _boolean, False, "ask pgoutput for binary column values"),
     KeySpec("status.update.interval.ms", _integer, 10_000, "standby status update interval"),
@@ -218,6 +224,13 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         _path,
         None,
         "snapshot progress file (default <state.dir>/snapshot-<slot.name>.json)",
+    ),
+    KeySpec(
+        "snapshot.new.tables",
+        _choice("off", "parallel"),
+        "off",
+        "tables published while running: copy their rows by an incremental snapshot "
+        "(parallel, needs signal.data.collection) or not (off)",
     ),
     KeySpec(
         "signal.data.collection",

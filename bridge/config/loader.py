@@ -320,6 +320,7 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         slot_failover=bool(values["slot.failover"]),
         publication_name=str(values["publication.name"]),
         publication_autocreate_mode=str(values["publication.autocreate.mode"]),
+        publication_refresh_interval_ms=at_least("publication.refresh.interval.ms", 100),
         plugin_name=str(values["plugin.name"]),
         pgoutput_binary=bool(values["pgoutput.binary"]),
         status_update_interval_ms=at_least("status.update.interval.ms", 1),
@@ -439,7 +440,13 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         progress_interval_ms=at_least("snapshot.progress.interval.ms", 100),
         state_file=typed("snapshot.state.file", Path),
         state_dir=typed("state.dir", Path) or DEFAULT_STATE_DIR,
+        new_tables=str(values["snapshot.new.tables"]),
     )
+    if snapshot.new_tables == "parallel" and signal_table is None:
+        raise ConfigError(
+            "snapshot.new.tables",
+            "parallel copies new tables by incremental snapshots: set signal.data.collection",
+        )
 
     return BridgeConfig(
         topic_prefix=prefix,

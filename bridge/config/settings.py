@@ -146,6 +146,8 @@ class ReplicationConfig:
     slot_failover: bool = False  # PostgreSQL 17+ failover slot
     publication_name: str = "pgbridge_publication"
     publication_autocreate_mode: str = "all_tables"  # all_tables | filtered | disabled
+    #: How often a filtered publication is reconciled and new tables looked for while running.
+    publication_refresh_interval_ms: int = 10_000
     plugin_name: str = "pgoutput"
     pgoutput_binary: bool = False
     status_update_interval_ms: int = 10_000
@@ -315,6 +317,8 @@ class SnapshotConfig:
     progress_interval_ms: int = 5_000
     state_file: Path | None = None
     state_dir: Path = DEFAULT_STATE_DIR
+    #: Tables published while running: "parallel" snapshots each incrementally, "off" not.
+    new_tables: str = "off"
 
 
 @dataclass(frozen=True, slots=True)

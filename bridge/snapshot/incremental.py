@@ -241,6 +241,22 @@ class IncrementalSnapshotter:
             if_absent=True,
         )
 
+    def snapshot_new_tables(self, tables: list[tuple[str, int]]) -> None:
+        """Tables published since the bridge started (bridge.source.table_watch): an
+        ``execute-snapshot`` signal for each captured one, through the signal table (so it is
+        durable), with an id per table OID (so it is sent once)."""
+        for table, oid in tables:
+            if table == self._self() or not self.settings.captured(*table.split(".", 1)):
+                continue
+            send_signal(
+                self._connection(),
+                self.settings.signal_table,
+                EXECUTE,
+                {"data-collections": [table], "type": "incremental"},
+                f"new-table-{oid}",
+                if_absent=True,
+            )
+
     def saw(self, key: bytes | None) -> None:
         """The stream published a change of the watched table with this key."""
         chunk = self._chunk

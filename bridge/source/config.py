@@ -30,8 +30,9 @@ class PublicationConfig:
     In ``FILTERED`` mode the table list is every ordinary or partitioned table in
     ``include_schemas`` plus ``include_tables`` (``schema.table``), minus ``exclude_tables``;
     with neither include list given, every table outside the system schemas. The list is
-    reconciled at every start (``ALTER PUBLICATION … SET TABLE``), so tables created later are
-    picked up at the next start, not while streaming.
+    reconciled at every start, and every ``publication.refresh.interval.ms`` while streaming
+    (:mod:`bridge.source.table_watch`), so tables created later are published without a
+    restart.
     """
 
     name: str

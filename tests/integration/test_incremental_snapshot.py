@@ -342,3 +342,67 @@ def test_kafka_signals_pause_and_resume_and_status_shows_progress(
         final = state(tmp_path, settings)
         assert final is not None and [t.table for t in final.tables] == ["public.items"]
         assert_rebuild_equals_source(local_stack, dsn, prefix, {"public.items": ("id",)})
+
+
+def test_a_table_created_while_running_arrives_complete_without_a_restart(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    """Filtered publication over schema app: a table created there while the bridge runs, with
+    rows committed before it was published, is published by the bridge and snapshotted
+    incrementally (snapshot.new.tables = parallel) while a writer changes it."""
+    prefix = f"incrn{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE SCHEMA app; CREATE TABLE app.first (id int PRIMARY KEY)")
+        settings = settings_for(local_stack, dsn, prefix, tmp_path)
+        settings.update(
+            {
+                "publication.autocreate.mode": "filtered",
+                "schema.include.list": "app",
+                "signal.data.collection": "app.signals",
+                "snapshot.new.tables": "parallel",
+                "publication.refresh.interval.ms": "300",
+            }
+        )
+        process = BridgeProcess(settings, str(tmp_path / "bridge.log"))
+        stop = threading.Event()
+
+        def write_later() -> None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                r = 0
+                while not stop.is_set():
+                    r += 1
+                    conn.execute(
+                        "UPDATE app.later SET v = %s WHERE id %% 50 = %s", (f"w{r}", r % 50)
+                    )
+                    conn.execute("DELETE FROM app.later WHERE id = %s", (r * 7 % 6000,))
+                    conn.execute("INSERT INTO app.later VALUES (%s, 'new')", (10_000 + r,))
+                    time.sleep(0.01)
+
+        write = threading.Thread(target=write_later)
+        try:
+            wait_for(lambda: "to topics" in process.log(), process, "streaming")
+            time.sleep(1)  # the watch's first look: the baseline
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(
+                    "CREATE TABLE app.later (id int PRIMARY KEY, v text);"
+                    "INSERT INTO app.later SELECT i, 'old' FROM generate_series(1, 6000) i"
+                )
+            write.start()
+            wait_for(
+                lambda: tables_done(tmp_path, settings, "app.later"),
+                process,
+                "the new table's snapshot",
+                timeout=300,
+            )
+            stop.set()
+            write.join(60)
+            wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), process)
+            assert process.terminate() == 0, process.log()[-3000:]
+        finally:
+            stop.set()
+            if process.proc.poll() is None:
+                process.kill()
+        log = process.log()
+        assert "publication" in log and "added [('app', 'later')]" in log
+        assert_rebuild_equals_source(local_stack, dsn, prefix, {"app.later": ("id",)})
