@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/snapshot_bench.py [--rows 1000000] [--threads 1,2,4]
         [--chunk 100000] [--wide] [--set KEY=VALUE (repeatable)]
+        [--incremental [--rate 2000] [--incremental-chunk 1024]]
 
 On the local stack (real PostgreSQL, Kafka, Apicurio; started if needed), in one run:
 
@@ -12,6 +13,12 @@ On the local stack (real PostgreSQL, Kafka, Apicurio; started if needed), in one
   thrown away: the rate at which the server produces the rows, the ceiling for any client;
 - **pgbridge**: the snapshot with 1, 2, 4 (``--threads``) workers, until Kafka acknowledged
   every row (acks=all), in this process.
+
+With ``--incremental``, then: an incremental snapshot of the same table (signal
+``execute-snapshot`` while ``pgbridge run`` streams, in this process) against the initial
+snapshot's rate with one worker, and the streaming commit-to-acknowledgement latency (p50, p99)
+of a concurrent ``--rate`` changes/s workload on another table, first without the incremental
+snapshot, then while it runs.
 
 Printed for each: rows/s, MB/s (COPY bytes), the ratio to raw, this process's CPU time per row
 (user + system, all threads: librdkafka's included) beside each rate, so that a slow machine is
@@ -30,6 +37,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -61,6 +69,11 @@ WIDE = (
     "ALTER TABLE bench ADD COLUMN body text; "
     "UPDATE bench SET body = (SELECT string_agg(md5(id::text || j), '') "
     "FROM generate_series(1, 128) j)"
+)
+
+STREAM_SETUP = "CREATE TABLE bench_stream (id bigint PRIMARY KEY, v text NOT NULL)"
+STREAM_INSERT = (
+    "INSERT INTO bench_stream SELECT g, 'v' || g FROM generate_series(%s::bigint, %s::bigint) g"
 )
 
 OVERRIDES: dict[str, str] = {}
@@ -134,6 +147,116 @@ def snapshot(stack: StackInfo, dsn: str, threads: int, chunk: int) -> tuple[floa
     return seconds, cpu_s
 
 
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p))] if ordered else float("nan")
+
+
+def incremental(
+    stack: StackInfo, dsn: str, rows: int, rate: int, chunk: int, baseline_s: float
+) -> None:
+    """The incremental snapshot of ``bench`` under a ``rate`` changes/s stream on another
+    table; prints its rate, CPU per row and the stream's latency without and with it."""
+    from bench.pipeline_bench import LatencyProbe
+    from bridge.runner import build_pipeline
+    from bridge.signals import send_signal
+    from bridge.snapshot.incremental_state import load_incremental
+
+    slot = f"incrbench_{uuid.uuid4().hex[:8]}"
+    with tempfile.TemporaryDirectory() as state_dir:
+        config = load_config(
+            None,
+            {},
+            {
+                "database.dsn": dsn,
+                "topic.prefix": f"incrbench{uuid.uuid4().hex[:6]}",
+                "slot.name": slot,
+                "publication.name": "snapbench_pub",
+                "publication.autocreate.mode": "disabled",
+                "kafka.bootstrap.servers": stack.bootstrap_servers,
+                "schema.registry.url": stack.registry_url,
+                "snapshot.mode": "no_data",
+                "signal.data.collection": "public.bench_signal",
+                "incremental.snapshot.chunk.size": str(chunk),
+                "state.dir": state_dir,
+            }
+            | OVERRIDES,
+        )
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        pipeline = build_pipeline(config)
+        probe = LatencyProbe()
+        pipeline.observer = probe
+        stop = threading.Event()
+        thread = threading.Thread(target=pipeline.run, args=(stop,), daemon=True)
+        thread.start()
+        state_path = Path(state_dir) / f"incremental-{slot}.json"
+
+        def done() -> bool:
+            state = load_incremental(state_path)
+            return bool(state and state.tables and state.tables[0].status == "done")
+
+        try:
+            per_tx = 20
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                first = 1
+                conn.execute(STREAM_INSERT, (first, first + per_tx - 1))  # warm-up
+                first += per_tx
+                warm_until = time.monotonic() + 60
+                while not probe.latencies and time.monotonic() < warm_until:
+                    time.sleep(0.05)
+
+                def stream(until: Callable[[], bool]) -> list[float]:
+                    nonlocal first
+                    probe.latencies.clear()
+                    next_at = time.monotonic()
+                    while not until():
+                        conn.execute(STREAM_INSERT, (first, first + per_tx - 1))
+                        first += per_tx
+                        next_at += per_tx / rate
+                        time.sleep(max(0.0, next_at - time.monotonic()))
+                    time.sleep(1)
+                    return list(probe.latencies)
+
+                quiet_until = time.monotonic() + baseline_s
+                without = stream(lambda: time.monotonic() > quiet_until)
+                busy0, cpu0, t0 = machine_busy(), cpu(), time.perf_counter()
+                send_signal(
+                    conn,
+                    "public.bench_signal",
+                    "execute-snapshot",
+                    {"data-collections": ["public.bench"], "type": "incremental"},
+                )
+                limit = time.monotonic() + 3600
+                during = stream(lambda: done() or time.monotonic() > limit)
+                seconds = time.perf_counter() - t0 - 1  # stream() waits 1 s at the end
+                cpu_s, busy = cpu() - cpu0, machine_busy() - busy0
+        finally:
+            stop.set()
+            thread.join(120)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    rate_rows = rows / seconds
+    stream_rows = len(during) * per_tx
+    print(
+        f"incremental snapshot, chunks of {chunk}: {seconds:7.2f} s {rate_rows:12,.0f} rows/s "
+        f"{rate_rows / (rows / baseline_snapshot_s[0]):5.2f}x the initial snapshot (1 worker)   "
+        f"CPU {cpu_s / (rows + stream_rows) * 1e6:6.2f} us/change (rows + streamed)   "
+        f"{machine(busy, seconds, rows + stream_rows)}"
+    )
+    print(
+        f"stream at {rate:,} changes/s, commit-to-acknowledgement: without the incremental "
+        f"snapshot p50 {percentile(without, 0.5) * 1000:6.1f} ms p99 "
+        f"{percentile(without, 0.99) * 1000:6.1f} ms ({len(without)} tx); during it p50 "
+        f"{percentile(during, 0.5) * 1000:6.1f} ms p99 {percentile(during, 0.99) * 1000:6.1f} ms "
+        f"({len(during)} tx, watermark transactions included)"
+    )
+
+
+#: The initial snapshot's time with one worker in this run (the incremental's reference).
+baseline_snapshot_s: list[float] = []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -141,7 +264,13 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=100_000, help="snapshot.chunk.size")
     parser.add_argument("--wide", action="store_true", help="add a ~4 kB TOASTed text column")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--incremental", action="store_true", help="also the incremental one")
+    parser.add_argument("--rate", type=int, default=2000, help="stream changes/s (incremental)")
+    parser.add_argument("--incremental-chunk", type=int, default=1024)
+    parser.add_argument("--baseline-seconds", type=float, default=20.0)
     args = parser.parse_args()
+    if args.incremental and "1" not in args.threads.split(","):
+        parser.error("--incremental compares with the 1-worker snapshot: keep 1 in --threads")
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
@@ -160,7 +289,14 @@ def main() -> None:
                 conn.execute(INSERT, (start, min(start + 100_000, args.rows + 1) - 1))
             if args.wide:
                 conn.execute(WIDE)
-            conn.execute("CREATE PUBLICATION snapbench_pub FOR TABLE bench")
+            conn.execute(STREAM_SETUP)
+            conn.execute(
+                "CREATE TABLE bench_signal (id varchar(64) PRIMARY KEY, type varchar(32) "
+                "NOT NULL, data varchar(8192))"
+            )
+            conn.execute(
+                "CREATE PUBLICATION snapbench_pub FOR TABLE bench, bench_stream, bench_signal"
+            )
             conn.execute("VACUUM ANALYZE bench")
             conn.execute("CHECKPOINT")
         print(
@@ -181,11 +317,15 @@ def main() -> None:
             seconds, cpu_s = snapshot(stack, dsn, threads, args.chunk)
             busy = machine_busy() - busy0
             rate = rows / seconds
+            if threads == 1:
+                baseline_snapshot_s.append(seconds)
             print(
                 f"pgbridge snapshot, {threads} worker(s): {seconds:7.2f} s {rate:12,.0f} rows/s "
                 f"{nbytes / 1e6 / seconds:8.1f} MB/s   {rate / raw_rate:5.2f}x raw   "
                 f"CPU {cpu_s / rows * 1e6:6.2f} us/row   {machine(busy, seconds, rows)}"
             )
+        if args.incremental:
+            incremental(stack, dsn, rows, args.rate, args.incremental_chunk, args.baseline_seconds)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"peak RSS of this process: {peak:.0f} MB")
     finally:
