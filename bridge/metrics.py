@@ -46,7 +46,7 @@ from prometheus_client.registry import Collector
 
 from bridge import __version__
 from bridge.retry import WAITED_SECONDS, WAITING_FOR
-from bridge.snapshot.metrics import SnapshotCollector
+from bridge.snapshot.metrics import IncrementalCollector, SnapshotCollector
 from bridge.types.lossy import LOSSY_VALUES
 
 logger = logging.getLogger(__name__)
@@ -124,6 +124,7 @@ class BridgeMetrics:
         Info("build", "pgbridge version", namespace=ns, registry=reg).info({"version": __version__})
         reg.register(_LossyValues(f"{ns}_lossy_values"))
         reg.register(SnapshotCollector(ns))  # pgbridge_snapshot_*: see bridge.snapshot.metrics
+        reg.register(IncrementalCollector(ns))  # pgbridge_incremental_snapshot_*: the same
 
     # -- what the pipeline reports ------------------------------------------------------------
 

@@ -100,6 +100,10 @@ _RETRY_AFTER_S = 5.0
 _STALL_WARNING_S = 60.0
 
 
+#: The snapshotter of the running pipeline (read by bridge.snapshot.metrics on each scrape).
+CURRENT: IncrementalSnapshotter | None = None
+
+
 def state_file(state_dir: Path, slot: str) -> Path:
     return state_dir.expanduser() / f"incremental-{slot}.json"
 
@@ -168,6 +172,9 @@ class IncrementalSnapshotter:
                 ", ".join(t.table for t in self.state.tables if not t.finished),
                 " (paused)" if self.state.paused else "",
             )
+
+        global CURRENT
+        CURRENT = self  # for the metrics (bridge.snapshot.metrics)
 
     def attach(self, output: SnapshotOutput) -> None:
         self._output = output

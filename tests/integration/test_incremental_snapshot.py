@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -295,6 +297,10 @@ def test_kafka_signals_pause_and_resume_and_status_shows_progress(
         settings = settings_for(local_stack, dsn, prefix, tmp_path)
         settings["signal.enabled.channels"] = "source,kafka"
         settings["incremental.snapshot.chunk.size"] = "100"
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        settings.update({"metrics.port": str(port), "metrics.host": "127.0.0.1"})
         producer = Producer({"bootstrap.servers": local_stack.bootstrap_servers})
 
         def kafka_signal(key: str, signal_type: str, data: dict[str, Any]) -> None:
@@ -327,6 +333,13 @@ def test_kafka_signals_pause_and_resume_and_status_shows_progress(
             shown = status_json(settings)["incremental"]
             assert shown["paused"] and shown["tables"][0]["table"] == "public.items"
             assert shown["tables"][0]["status"] == "copying" and shown["tables"][0]["rows"] > 0
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                metrics = r.read().decode()
+            assert "pgbridge_incremental_snapshot_paused 1.0" in metrics
+            rows = re.search(
+                r'pgbridge_incremental_snapshot_rows\{table="public.items"\} (\S+)', metrics
+            )
+            assert rows is not None and float(rows.group(1)) > 0
             kafka_signal(prefix, "resume-snapshot", {})
             wait_for(
                 lambda: tables_done(tmp_path, settings, "public.items"),
