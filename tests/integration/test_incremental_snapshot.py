@@ -419,3 +419,72 @@ def test_a_table_created_while_running_arrives_complete_without_a_restart(
         log = process.log()
         assert "publication" in log and "added [('app', 'later')]" in log
         assert_rebuild_equals_source(local_stack, dsn, prefix, {"app.later": ("id",)})
+
+
+def test_resnapshot_restores_rows_deleted_from_delta_and_survives_truncates(
+    local_stack: StackInfo, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A Delta table that lost rows by hand is repaired by snapshotting its source again; a
+    table truncated and refilled over and over while it is copied still rebuilds exactly."""
+    prefix = f"incrd{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(SCHEMA)
+        settings = settings_for(local_stack, dsn, prefix, tmp_path)
+        settings["incremental.snapshot.chunk.size"] = "100"
+        process = BridgeProcess(settings, str(tmp_path / "bridge.log"))
+        stop = threading.Event()
+
+        def truncate_and_refill() -> None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                r = 0
+                while not stop.is_set():
+                    r += 1
+                    with conn.transaction():
+                        conn.execute('TRUNCATE "Odd Pair"')
+                        conn.execute(
+                            'INSERT INTO "Odd Pair" SELECT i %% 50, %s || (i / 50), %s '
+                            "FROM generate_series(0, 2999 - %s) i",
+                            (f"r{r}-", f"fill {r}", r % 300),
+                        )
+                    time.sleep(0.05)
+
+        churn = threading.Thread(target=truncate_and_refill)
+        spark = request.getfixturevalue("spark")
+        config = apply_config(local_stack, prefix, tmp_path / "apply")
+        try:
+            wait_for(lambda: "to topics" in process.log(), process, "streaming")
+            cli(settings, "public.items")
+            wait_for(lambda: tables_done(tmp_path, settings, "public.items"), process, "items")
+            wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), process)
+            run_apply(config, spark=spark)
+            assert_delta_equals_source(spark, config, dsn, {"public.items": ("id",)})
+            from delta.tables import DeltaTable
+
+            DeltaTable.forPath(spark, f"{config.delta_base}/public/items").delete("id % 3 = 0")
+            churn.start()
+            cli(settings, "public.items", "public.Odd Pair")
+
+            def copied_twice() -> bool:
+                current = state(tmp_path, settings)
+                return (
+                    current is not None
+                    and [t.table for t in current.tables if t.status == "done"].count(
+                        "public.items"
+                    )
+                    == 2
+                    and tables_done(tmp_path, settings, "public.Odd Pair")
+                )
+
+            wait_for(copied_twice, process, "the second snapshot", timeout=300)
+            stop.set()
+            churn.join(60)
+            wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), process)
+            assert process.terminate() == 0, process.log()[-3000:]
+        finally:
+            stop.set()
+            if process.proc.poll() is None:
+                process.kill()
+        assert_rebuild_equals_source(local_stack, dsn, prefix)
+        run_apply(config, spark=spark)
+        assert_delta_equals_source(spark, config, dsn, {"public.items": ("id",)})
