@@ -19,6 +19,7 @@ import psycopg
 from bridge.config import BridgeConfig
 from bridge.errors import PgBridgeError
 from bridge.source.config import PublicationMode
+from bridge.source.errors import access_refusal
 from bridge.source.slots import desired_tables
 
 logger = logging.getLogger(__name__)
@@ -72,7 +73,9 @@ def _postgres(config: BridgeConfig) -> list[Finding]:
     try:
         conn: Conn = psycopg.connect(dsn, autocommit=True, connect_timeout=TIMEOUT_S)
     except psycopg.Error as exc:
-        say(False, f"cannot connect: {_first_line(exc)}")
+        refusal = access_refusal(str(exc), exc.sqlstate)
+        hint = f" ({refusal.hint})" if refusal is not None else ""
+        say(False, f"cannot connect: {_first_line(exc)}{hint}")
         return found
     with conn:
         row = conn.execute(

@@ -191,6 +191,12 @@ def _quiet_dependency_warnings() -> None:
     warnings.filterwarnings("ignore", category=AuthlibDeprecationWarning)
 
 
+def _database_errors() -> type[Exception]:
+    import psycopg
+
+    return psycopg.OperationalError
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _quiet_dependency_warnings()
     args = build_parser().parse_args(argv)
@@ -201,6 +207,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.handler(args)
     except PgBridgeError as exc:
         print(f"pgbridge: error: {exc}", file=sys.stderr)
+        return 2
+    except _database_errors() as exc:
+        # A connection failure that no module typed: what libpq said, without a trace.
+        from bridge.source.errors import access_refusal
+
+        refusal = access_refusal(str(exc))
+        text = str(refusal) if refusal else f"PostgreSQL: {str(exc).strip().splitlines()[0]}"
+        print(f"pgbridge: error: {text}", file=sys.stderr)
         return 2
     return code
 

@@ -159,6 +159,10 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         None,
         "libpq sslmode",
     ),
+    KeySpec("database.sslrootcert", _path, None, "CA certificates that verify the server"),
+    KeySpec("database.sslcert", _path, None, "client certificate (certificate authentication)"),
+    KeySpec("database.sslkey", _path, None, "the client certificate's private key"),
+    KeySpec("database.sslpassword", _secret, None, "password of an encrypted database.sslkey"),
     KeySpec("topic.prefix", _text, None, "topics are <prefix>.<schema>.<table> (required)"),
     KeySpec("slot.name", _text, "pgbridge", "logical replication slot"),
     KeySpec(

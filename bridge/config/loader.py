@@ -301,6 +301,10 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         dbname=typed("database.dbname", str),
         dsn=typed("database.dsn", Secret),
         sslmode=typed("database.sslmode", str),
+        sslrootcert=typed("database.sslrootcert", Path),
+        sslcert=typed("database.sslcert", Path),
+        sslkey=typed("database.sslkey", Path),
+        sslpassword=typed("database.sslpassword", Secret),
     )
     if database.dsn is None and database.dbname is None:
         raise ConfigError("database.dbname", "is required unless database.dsn is given")

@@ -119,6 +119,10 @@ class DatabaseConfig:
     dbname: str | None = None
     dsn: Secret | None = None
     sslmode: str | None = None
+    sslrootcert: Path | None = None  # CA bundle that verifies the server (verify-ca/-full)
+    sslcert: Path | None = None  # client certificate (certificate authentication)
+    sslkey: Path | None = None
+    sslpassword: Secret | None = None  # of an encrypted sslkey
 
     def conninfo(self) -> str:
         """A libpq connection string for psycopg. It contains the password: never log it."""
@@ -131,6 +135,10 @@ class DatabaseConfig:
             "password": self.password.reveal() if self.password else None,
             "dbname": self.dbname,
             "sslmode": self.sslmode,
+            "sslrootcert": str(self.sslrootcert) if self.sslrootcert else None,
+            "sslcert": str(self.sslcert) if self.sslcert else None,
+            "sslkey": str(self.sslkey) if self.sslkey else None,
+            "sslpassword": self.sslpassword.reveal() if self.sslpassword else None,
         }
         return make_conninfo(
             self.dsn.reveal() if self.dsn else "",

@@ -30,6 +30,7 @@ from bridge.devstack.process import (
     service_user,
     wait_until,
 )
+from bridge.devstack.tls import TlsFiles
 from bridge.errors import StackError
 
 logger = logging.getLogger(__name__)
@@ -115,7 +116,12 @@ class PostgresCluster:
         base_dir: Path,
         port: int | None = None,
         settings: dict[str, str] | None = None,
+        *,
+        password: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
+        """``password``: the ``postgres`` role's, and SCRAM required of every connection;
+        ``tls``: TLS on, and every TCP connection must use it (``hostssl`` only)."""
         self.bindir = bindir
         self.base_dir = base_dir.resolve()
         self.data_dir = self.base_dir / "data"
@@ -123,6 +129,19 @@ class PostgresCluster:
         self._port = port
         self.settings = {**BASE_SETTINGS, **(settings or {})}
         self.user = service_user()
+        self.password = password
+        self.tls = tls
+        if tls is not None:
+            self.settings.update(
+                {
+                    "ssl": "on",
+                    "ssl_cert_file": "'server.crt'",
+                    "ssl_key_file": "'server.key'",
+                    "ssl_min_protocol_version": "'TLSv1.2'",
+                }
+            )
+        if password is not None:
+            self.settings["password_encryption"] = "'scram-sha-256'"
 
     # -- facts --------------------------------------------------------------------------------
 
@@ -140,7 +159,13 @@ class PostgresCluster:
         return int(re.match(r"\d+", out.split()[-1]).group(0))  # type: ignore[union-attr]
 
     def dsn(self, dbname: str = "postgres", **extra: str) -> str:
+        """A DSN as the cluster wants it: with the password and full verification of the
+        server's certificate when those are required (``extra`` overrides any part)."""
         parts = {"host": "127.0.0.1", "port": str(self.port), "user": "postgres", "dbname": dbname}
+        if self.password is not None:
+            parts["password"] = self.password
+        if self.tls is not None:
+            parts.update(sslmode="verify-full", sslrootcert=str(self.tls.ca_cert))
         parts.update(extra)
         return " ".join(f"{k}={v}" for k, v in parts.items())
 
@@ -207,24 +232,45 @@ class PostgresCluster:
 
     def _initdb(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        auth = ["--auth=trust"]
+        if self.password is not None:
+            pwfile = self.base_dir / "pwfile"
+            pwfile.write_text(self.password + "\n")
+            pwfile.chmod(0o600)
+            auth = ["--auth=scram-sha-256", f"--pwfile={pwfile}"]
         chown_tree(self.base_dir, self.user)
-        self._run(
-            [
-                str(self.bindir / "initdb"),
-                "-D",
-                str(self.data_dir),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--locale=C",
-                "--no-sync",
-            ],
-            timeout=120,
-        )
+        try:
+            self._run(
+                [
+                    str(self.bindir / "initdb"),
+                    "-D",
+                    str(self.data_dir),
+                    "-U",
+                    "postgres",
+                    *auth,
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                ],
+                timeout=120,
+            )
+        finally:
+            (self.base_dir / "pwfile").unlink(missing_ok=True)
         with open(self.data_dir / "postgresql.conf", "a") as conf:
             conf.write("\ninclude_if_exists = 'pgbridge.conf'\n")
+        if self.tls is not None:
+            shutil.copy(self.tls.server_cert, self.data_dir / "server.crt")
+            shutil.copy(self.tls.server_key, self.data_dir / "server.key")
+            (self.data_dir / "server.key").chmod(0o600)
+            method = "scram-sha-256" if self.password is not None else "trust"
+            # TLS or nothing: a plaintext connection finds no entry and is refused.
+            (self.data_dir / "pg_hba.conf").write_text(
+                f"hostssl all all 127.0.0.1/32 {method}\n"
+                f"hostssl replication all 127.0.0.1/32 {method}\n"
+                "hostnossl all all 0.0.0.0/0 reject\n"
+                "hostnossl replication all 0.0.0.0/0 reject\n"
+            )
 
     def _write_settings(self) -> None:
         lines = [f"port = {self.port}"] + [f"{k} = {v}" for k, v in self.settings.items()]

@@ -22,7 +22,7 @@ from bridge.snapshot.reader import SnapshotConnection, classify, open_connection
 from bridge.snapshot.state import SnapshotState, TableProgress, load_state, save_state
 from bridge.source import slots
 from bridge.source.config import SourceConfig
-from bridge.source.errors import ServerInRecoveryError
+from bridge.source.errors import ServerInRecoveryError, access_refusal
 from bridge.source.failover import check_not_in_recovery
 from bridge.source.snapshot_slot import SlotWithSnapshot
 
@@ -87,7 +87,13 @@ def _primary_connection(config: BridgeConfig, dsn: str) -> psycopg.Connection[tu
     rather than stop; nothing is ever created on a standby."""
 
     def connect() -> psycopg.Connection[tuple[object, ...]]:
-        conn = psycopg.connect(dsn, autocommit=True)
+        try:
+            conn = psycopg.connect(dsn, autocommit=True)
+        except psycopg.OperationalError as exc:
+            refusal = access_refusal(str(exc), exc.sqlstate)
+            if refusal is not None:
+                raise refusal from exc
+            raise
         try:
             check_not_in_recovery(conn.pgconn)
         except BaseException:

@@ -199,3 +199,44 @@ class SpillError(SourceError):
         self.directory = directory
         self.xid = xid
         self.errno = exc.errno
+
+
+class DatabaseAccessError(SourceError):
+    """PostgreSQL refused the connection for a reason another attempt will not change:
+    authentication, ``pg_hba.conf``, or TLS (the server's certificate, a required
+    encryption); the message is libpq's and the hint names the setting to look at."""
+
+    def __init__(self, message: str, hint: str, sqlstate: str | None = None) -> None:
+        super().__init__(
+            f"PostgreSQL refused the connection: {message} ({hint})", sqlstate=sqlstate
+        )
+        self.hint = hint
+
+
+#: Refusals by what libpq or the server says, most specific first, with what to check.
+_REFUSALS: tuple[tuple[str, str], ...] = (
+    ("password authentication failed", "check database.password or database.password.file"),
+    ("no password supplied", "set database.password or database.password.file"),
+    ("certificate verify failed", "the server's certificate is not signed by a CA in "
+     "database.sslrootcert"),
+    ("does not match host name", "the server's certificate is not for database.hostname"),
+    ("root certificate file", "database.sslmode verify-ca/verify-full needs "
+     "database.sslrootcert"),
+    ("server does not support ssl", "the server has no TLS: lower database.sslmode"),
+    ("no encryption", "the server accepts only TLS connections: set database.sslmode to "
+     "require, verify-ca or verify-full"),
+    ("pg_hba.conf", "the server's pg_hba.conf has no entry for this user, database and host"),
+    ("authentication failed", "check the user's credentials"),
+    ("ssl error", "the TLS handshake failed: check database.sslmode, database.sslrootcert "
+     "and the client certificate"),
+)  # fmt: skip
+
+
+def access_refusal(message: str, sqlstate: str | None = None) -> DatabaseAccessError | None:
+    """The typed error when ``message`` says the server refused us for good, else ``None``."""
+    lowered = message.lower()
+    first = message.strip().splitlines()[0] if message.strip() else message
+    for needle, hint in _REFUSALS:
+        if needle in lowered:
+            return DatabaseAccessError(first, hint, sqlstate)
+    return None

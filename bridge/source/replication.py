@@ -68,6 +68,7 @@ from bridge.source.errors import (
     SlotMissingError,
     SourceError,
     WalLevelError,
+    access_refusal,
 )
 from bridge.source.failover import check_not_in_recovery, enable_failover
 from bridge.source.progress import Progress
@@ -118,6 +119,9 @@ def classify_server_error(
         return WalLevelError("(not logical)")
     if sqlstate == "55000" and ("invalidated" in lowered or "can no longer get changes" in lowered):
         return SlotInvalidatedError(slot, text, sqlstate)
+    refusal = access_refusal(text, sqlstate)
+    if refusal is not None:
+        return refusal  # not worth another attempt: a setting must change
     if sqlstate is None or sqlstate.startswith(("08", "57")):
         # Connection exceptions (08xxx) and operator intervention (57xxx: admin shutdown,
         # pg_terminate_backend, crash recovery, cannot connect now) are worth another attempt.
