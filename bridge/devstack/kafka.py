@@ -18,6 +18,7 @@ from bridge.devstack import maven
 from bridge.devstack.paths import cache_dir
 from bridge.devstack.process import port_open
 from bridge.devstack.service import Service, find_java
+from bridge.devstack.tls import TlsFiles
 from bridge.errors import StackError
 
 logger = logging.getLogger(__name__)
@@ -52,9 +53,23 @@ class KafkaBroker(Service):
     part = "kafka"
     start_timeout = 90.0
 
-    def __init__(self, base_dir: Path, heap: str = "768m") -> None:
+    def __init__(
+        self,
+        base_dir: Path,
+        heap: str = "768m",
+        *,
+        tls: TlsFiles | None = None,
+        sasl_users: dict[str, str] | None = None,
+    ) -> None:
+        """With ``tls`` and ``sasl_users`` (user -> password), the broker's one client
+        listener is SASL_SSL with the PLAIN mechanism: TLS with the given certificate, and a
+        login required (the first user is the broker's own, between its roles)."""
         super().__init__(base_dir)
         self.heap = heap
+        self.tls = tls
+        self.sasl_users = sasl_users
+        if (tls is None) != (sasl_users is None) or (sasl_users is not None and not sasl_users):
+            raise ValueError("a secured broker needs both tls and at least one SASL user")
         self._lib: Path | None = None
         self._java: str | None = None
 
@@ -69,6 +84,54 @@ class KafkaBroker(Service):
     def _config_path(self) -> Path:
         return self.base_dir / "server.properties"
 
+    def client_config(self) -> dict[str, str | int | float | bool]:
+        """librdkafka settings that reach this broker (as its first SASL user when secured)."""
+        conf: dict[str, str | int | float | bool] = {"bootstrap.servers": self.bootstrap_servers}
+        if self.tls is not None and self.sasl_users:
+            user, password = next(iter(self.sasl_users.items()))
+            conf.update(
+                {
+                    "security.protocol": "SASL_SSL",
+                    "sasl.mechanism": "PLAIN",
+                    "sasl.username": user,
+                    "sasl.password": password,
+                    "ssl.ca.location": str(self.tls.ca_cert),
+                }
+            )
+        return conf
+
+    def _listener_settings(self, port: int, controller: int) -> list[str]:
+        if self.tls is None or not self.sasl_users:
+            return [
+                f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "inter.broker.listener.name=PLAINTEXT",
+            ]
+        # Kafka reads PEM key stores: the key and its certificate in one file.
+        keystore = self.base_dir / "broker-keystore.pem"
+        keystore.write_bytes(self.tls.server_key.read_bytes() + self.tls.server_cert.read_bytes())
+        keystore.chmod(0o600)
+        broker, broker_password = next(iter(self.sasl_users.items()))
+        users = " ".join(f'user_{u}="{p}"' for u, p in self.sasl_users.items())
+        jaas = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{broker}" password="{broker_password}" {users};'
+        )
+        return [
+            f"listeners=SASL_SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+            f"advertised.listeners=SASL_SSL://127.0.0.1:{port}",
+            "listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name=SASL_SSL",
+            "sasl.enabled.mechanisms=PLAIN",
+            "sasl.mechanism.inter.broker.protocol=PLAIN",
+            f"listener.name.sasl_ssl.plain.sasl.jaas.config={jaas}",
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={keystore}",
+            "ssl.truststore.type=PEM",
+            f"ssl.truststore.location={self.tls.ca_cert}",
+        ]
+
     def prepare(self) -> None:
         port, controller = self.port("port"), self.port("controller_port")
         data = self.base_dir / "data"
@@ -78,11 +141,8 @@ class KafkaBroker(Service):
                     "process.roles=broker,controller",
                     "node.id=1",
                     f"controller.quorum.voters=1@127.0.0.1:{controller}",
-                    f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
-                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+                    *self._listener_settings(port, controller),
                     "controller.listener.names=CONTROLLER",
-                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-                    "inter.broker.listener.name=PLAINTEXT",
                     f"log.dirs={data}",
                     "num.partitions=1",
                     "offsets.topic.replication.factor=1",
@@ -137,7 +197,7 @@ class KafkaBroker(Service):
         from confluent_kafka.admin import AdminClient  # heavy import, only when checking
 
         try:
-            md = AdminClient({"bootstrap.servers": self.bootstrap_servers}).list_topics(timeout=2)
+            md = AdminClient(self.client_config()).list_topics(timeout=2)
         except Exception:  # the broker is still starting: any client error means "not yet"
             return False
         return bool(md.brokers)

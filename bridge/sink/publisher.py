@@ -62,6 +62,7 @@ Acknowledgement by drain
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
@@ -161,6 +162,7 @@ PERMANENT_TOPIC_CODES = frozenset(
         "CLUSTER_AUTHORIZATION_FAILED",
         "SASL_AUTHENTICATION_FAILED",
         "_AUTHENTICATION",
+        "_SSL",
         "POLICY_VIOLATION",
         "INVALID_CONFIG",
         "INVALID_REPLICATION_FACTOR",
@@ -170,6 +172,14 @@ PERMANENT_TOPIC_CODES = frozenset(
         "_INVALID_ARG",
     }
 )
+
+
+def _is_refusal(err: KafkaError) -> bool:
+    """A broker's answer that no wait changes: authentication failed, or the TLS handshake
+    failed on the certificate (librdkafka retries these forever by itself)."""
+    if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+        return True
+    return err.code() == KafkaError._SSL and "certificate verify failed" in err.str()
 
 
 def _transient_topic_error(exc: Exception) -> bool:
@@ -243,6 +253,9 @@ class KafkaPublisher:
         retry: RetryPolicy | None = None,
         report_successes: bool = True,
     ) -> None:
+        #: The last refusal a client of this publisher heard from the brokers (a failed login,
+        #: an untrusted certificate): the answer to a request that would otherwise time out.
+        self._refused: KafkaError | None = None
         conf = producer_config(kafka)
         conf["error_cb"] = self._on_client_error
         if not report_successes:
@@ -462,6 +475,8 @@ class KafkaPublisher:
     def _on_client_error(self, err: KafkaError) -> None:
         # Client-level errors (all brokers down, authentication) are retried by librdkafka; the
         # records they affect fail through their own delivery reports when they time out.
+        if _is_refusal(err):
+            self._refused = err
         if err.fatal():
             logger.error("Kafka producer fatal error: %s: %s", err.name(), err.str())
         else:
@@ -521,8 +536,16 @@ class KafkaPublisher:
         failures = self._failures
         if failures.callback_error is not None:
             raise failures.callback_error
-        if failures.first is not None:
-            raise failures.first
+        first = failures.first
+        if first is not None:
+            refused = self._refused
+            if refused is not None and first.code == "_MSG_TIMED_OUT":
+                # Timed out because the brokers refuse this client: say so, as a permanent
+                # error (bridge.restarts stops on it instead of restarting into it again).
+                raise DeliveryError(
+                    first.topic, first.partition, refused.name(), refused.str()
+                ) from first
+            raise first
 
     def abandon(self, timeout: float) -> int:
         """Give up on this producer after a failure: records not yet sent are dropped (the
@@ -577,15 +600,31 @@ class KafkaPublisher:
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient(admin_config(self._kafka))
+            conf = admin_config(self._kafka)
+            conf["error_cb"] = self._on_client_error
+            self._admin = AdminClient(conf)
         return self._admin
+
+    def _admin_result(self, admin: AdminClient, future: Any, topic: str) -> Any:
+        """``future.result()``, serving the admin client's error callbacks meanwhile: a refused
+        login or certificate ends the wait at once, as a permanent TopicCreationError, instead
+        of a timeout that would be retried."""
+        deadline = time.monotonic() + _ADMIN_TIMEOUT_S * 2
+        while not future.done():
+            admin.poll(0.1)
+            refused = self._refused
+            if refused is not None:
+                raise TopicCreationError(topic, refused.name(), refused.str())
+            if time.monotonic() > deadline:
+                raise FutureTimeoutError()
+        return future.result(timeout=0)
 
     def _topic_exists(self, admin: AdminClient, topic: str) -> bool:
         future = admin.describe_topics(TopicCollection([topic]), request_timeout=_ADMIN_TIMEOUT_S)[
             topic
         ]
         try:
-            description = future.result(timeout=_ADMIN_TIMEOUT_S * 2)
+            description = self._admin_result(admin, future, topic)
         except FutureTimeoutError:
             raise TopicCreationError(topic, "_TIMED_OUT", "no answer from the brokers") from None
         except KafkaException as exc:
@@ -616,7 +655,7 @@ class KafkaPublisher:
             [new_topic], operation_timeout=_ADMIN_TIMEOUT_S, request_timeout=_ADMIN_TIMEOUT_S
         )[topic]
         try:
-            future.result(timeout=_ADMIN_TIMEOUT_S * 2)
+            self._admin_result(admin, future, topic)
         except FutureTimeoutError:
             raise TopicCreationError(topic, "_TIMED_OUT", "no answer from the brokers") from None
         except KafkaException as exc:

@@ -1,0 +1,148 @@
+"""pgbridge against a Kafka broker that accepts only SASL_SSL (TLS with a certificate from a
+private CA, SASL PLAIN logins): a second single-node KRaft broker of the stack's Kafka version,
+started for this module, with the stack's PostgreSQL and registry.
+
+What a user relies on: with ``kafka.security.protocol = SASL_SSL``, the CA and a password from
+a file, ``pgbridge run`` publishes every change there and a consumer with its own login reads
+them; a wrong password and an untrusted broker certificate each stop it promptly with a typed
+error naming the cause, the password never shown.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer
+
+from bridge.devstack.kafka import KafkaBroker
+from bridge.devstack.stack import StackInfo
+from bridge.devstack.tls import make_tls_files
+from tests.integration.bridge_harness import (
+    BridgeProcess,
+    bridge_settings,
+    mark,
+    scratch_database,
+    wait_slot_confirmed,
+)
+from tests.integration.test_snapshot_e2e import wait_for
+
+pytestmark = pytest.mark.integration
+
+BRIDGE_PASSWORD = "kafka-" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="module")
+def secure_broker() -> Iterator[KafkaBroker]:
+    base = Path(tempfile.mkdtemp(prefix="pgbridge-secure-kafka-"))
+    broker = KafkaBroker(
+        base / "broker",
+        tls=make_tls_files(base / "tls"),
+        sasl_users={"broker": uuid.uuid4().hex, "bridge": BRIDGE_PASSWORD},
+    )
+    broker.start()  # raises StackError naming its log: the tests error, never skip
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def secured(
+    stack: StackInfo, broker: KafkaBroker, dsn: str, prefix: str, tmp_path: Path, password: str
+) -> dict[str, str]:
+    assert broker.tls is not None
+    secret = tmp_path / "kafka-password"
+    secret.write_text(password + "\n")
+    values = bridge_settings(stack, dsn, prefix)
+    values.update(
+        {
+            "kafka.bootstrap.servers": broker.bootstrap_servers,
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.username": "bridge",
+            "kafka.sasl.password.file": str(secret),
+            "kafka.ssl.ca.location": str(broker.tls.ca_cert),
+            "state.dir": str(tmp_path / "state"),
+            "errors.max.retries": "2",
+            "errors.retry.delay.initial.ms": "200",
+            "errors.retry.delay.max.ms": "500",
+            "kafka.delivery.timeout.ms": "15000",
+        }
+    )
+    return values
+
+
+def test_changes_reach_a_sasl_ssl_broker(
+    local_stack: StackInfo, secure_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    prefix = f"seck{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+            conn.execute("INSERT INTO t SELECT i, 'before' FROM generate_series(1, 200) i")
+        values = secured(local_stack, secure_broker, dsn, prefix, tmp_path, BRIDGE_PASSWORD)
+        process = BridgeProcess(values, str(tmp_path / "bridge.log"))
+        try:
+            wait_for(lambda: "to topics" in process.log(), process, "streaming")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("INSERT INTO t SELECT i, 'after' FROM generate_series(201, 300) i")
+            wait_slot_confirmed(dsn, values["slot.name"], mark(dsn), process)
+            assert process.terminate() == 0, process.log()[-3000:]
+        finally:
+            if process.proc.poll() is None:
+                process.kill()
+    assert BRIDGE_PASSWORD not in process.log()
+    consumer = Consumer(
+        {
+            **secure_broker.client_config(),
+            "group.id": f"check-{prefix}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([f"{prefix}.public.t"])
+    seen = 0
+    deadline = time.monotonic() + 60
+    try:
+        while seen < 300 and time.monotonic() < deadline:
+            for message in consumer.consume(500, timeout=1):
+                if message.error() is None and message.value() is not None:
+                    seen += 1
+    finally:
+        consumer.close()
+    assert seen == 300  # 200 snapshot rows and 100 streamed inserts
+
+
+@pytest.mark.parametrize("case", ["wrong password", "untrusted certificate"])
+def test_a_refused_kafka_login_stops_promptly_with_the_cause(
+    local_stack: StackInfo, secure_broker: KafkaBroker, tmp_path: Path, case: str
+) -> None:
+    prefix = f"seckx{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+            conn.execute("INSERT INTO t VALUES (1)")
+        password = "wrong" if case == "wrong password" else BRIDGE_PASSWORD
+        values = secured(local_stack, secure_broker, dsn, prefix, tmp_path, password)
+        if case == "untrusted certificate":
+            other = make_tls_files(tmp_path / "other", ca_name="someone else's CA")
+            values["kafka.ssl.ca.location"] = str(other.ca_cert)
+        command = [sys.executable, "-m", "bridge.cli", "run"]
+        for key, value in values.items():
+            command += ["--set", f"{key}={value}"]
+        started = time.monotonic()
+        result = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+        seconds = time.monotonic() - started
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    expected = "Authentication failed" if case == "wrong password" else "certificate verify failed"
+    assert expected in output, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert BRIDGE_PASSWORD not in output
+    assert seconds < 120, f"{case}: {seconds:.0f} s to give up"
