@@ -21,6 +21,9 @@ logger = logging.getLogger(__name__)
 def _dev(args: argparse.Namespace) -> int:
     from bridge.devstack.stack import LocalStack
 
+    if getattr(args, "secure", False):
+        return _dev_secure(args)
+
     stack = LocalStack(postgres_major=getattr(args, "pg_version", None))
     if args.dev_command == "up":
         info = stack.up()
@@ -36,6 +39,22 @@ def _dev(args: argparse.Namespace) -> int:
         status = stack.status()
         print(json.dumps(status, indent=2))
         return 0 if all(part["running"] for part in status.values()) else 3
+    return 0
+
+
+def _dev_secure(args: argparse.Namespace) -> int:
+    from bridge.devstack.secure import SecureStack
+
+    stack = SecureStack(postgres_major=getattr(args, "pg_version", None))
+    if args.dev_command == "up":
+        info = stack.up()
+        print(f"PostgreSQL (TLS, SCRAM): {info.postgres_dsn}")
+        print(f"Kafka (SASL_SSL):        {info.bootstrap_servers}")
+        print(f"Registry (HTTPS, basic): {info.registry_url}")
+        print(f"CA: {info.ca_file}")
+        print(f"Try: pgbridge run -c {info.config_file} --set topic.prefix=secure")
+    elif args.dev_command == "down":
+        stack.destroy() if args.destroy else stack.down()
     return 0
 
 
@@ -173,8 +192,14 @@ def build_parser() -> argparse.ArgumentParser:
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
     up = dev_commands.add_parser("up", help="download what is missing and start everything")
     up.add_argument("--pg-version", help="PostgreSQL major version (13-18; default: newest)")
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="a second stack with TLS and authentication on every hop, and its pgbridge config",
+    )
     down = dev_commands.add_parser("down", help="stop everything (data is kept)")
     down.add_argument("--destroy", action="store_true", help="also delete data and logs")
+    down.add_argument("--secure", action="store_true", help="the secured stack")
     dev_commands.add_parser("status", help="what is running, where, and its log")
     dev.set_defaults(handler=_dev)
     return parser

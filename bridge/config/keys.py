@@ -424,6 +424,16 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "schema.registry.basic.auth.user.info", _secret, None, "user:password for the registry"
     ),
     KeySpec(
+        "schema.registry.ssl.ca.location", _path, None, "CA certificates that verify the registry"
+    ),
+    KeySpec(
+        "schema.registry.ssl.certificate.location",
+        _path,
+        None,
+        "client certificate for the registry (mutual TLS)",
+    ),
+    KeySpec("schema.registry.ssl.key.location", _path, None, "its private key"),
+    KeySpec(
         "schema.compatibility.level",
         _optional_choice(
             *COMPATIBILITY_LEVELS,

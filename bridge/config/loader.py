@@ -403,6 +403,9 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
     registry = RegistryConfig(
         url=required("schema.registry.url"),
         basic_auth_user_info=typed("schema.registry.basic.auth.user.info", Secret),
+        ssl_ca_location=typed("schema.registry.ssl.ca.location", Path),
+        ssl_certificate_location=typed("schema.registry.ssl.certificate.location", Path),
+        ssl_key_location=typed("schema.registry.ssl.key.location", Path),
         compatibility_level=typed("schema.compatibility.level", str),
     )
 
@@ -505,7 +508,16 @@ def _kafka_security(
 
 
 #: What the apply job takes from a pgbridge configuration: how to reach Kafka and the registry.
-_CLIENT_SECURITY_KEYS = frozenset(KAFKA_SECURITY_KEYS) | {"schema.registry.basic.auth.user.info"}
+_REGISTRY_TLS_KEYS = (
+    "schema.registry.ssl.ca.location",
+    "schema.registry.ssl.certificate.location",
+    "schema.registry.ssl.key.location",
+)
+_CLIENT_SECURITY_KEYS = (
+    frozenset(KAFKA_SECURITY_KEYS)
+    | {"schema.registry.basic.auth.user.info"}
+    | frozenset(_REGISTRY_TLS_KEYS)
+)
 
 
 def load_client_security(
@@ -532,8 +544,11 @@ def load_client_security(
         key: _SPECS[key].parse(key, raw[key][0]) if key in raw else _SPECS[key].default
         for key in _CLIENT_SECURITY_KEYS
     }
-    registry: tuple[tuple[str, str | Secret], ...] = ()
+    registry: list[tuple[str, str | Secret]] = []
     user_info = values["schema.registry.basic.auth.user.info"]
     if isinstance(user_info, Secret):
-        registry = (("basic.auth.user.info", user_info),)
-    return java_properties(values), registry
+        registry.append(("basic.auth.user.info", user_info))
+    for key in _REGISTRY_TLS_KEYS:
+        if values[key] is not None:
+            registry.append((key.removeprefix("schema.registry."), str(values[key])))
+    return java_properties(values), tuple(registry)

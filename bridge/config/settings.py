@@ -274,12 +274,22 @@ class RegistryConfig:
     url: str
     basic_auth_user_info: Secret | None = None
     compatibility_level: str | None = "BACKWARD"  # None: leave the registry's setting alone
+    ssl_ca_location: Path | None = None  # HTTPS: CA certificates that verify the registry
+    ssl_certificate_location: Path | None = None  # mutual TLS: client certificate and key
+    ssl_key_location: Path | None = None
 
     def client_config(self) -> dict[str, str]:
         """Configuration for ``confluent_kafka.schema_registry.SchemaRegistryClient``."""
         conf = {"url": self.url}
         if self.basic_auth_user_info is not None:
             conf["basic.auth.user.info"] = self.basic_auth_user_info.reveal()
+        for key, path in (
+            ("ssl.ca.location", self.ssl_ca_location),
+            ("ssl.certificate.location", self.ssl_certificate_location),
+            ("ssl.key.location", self.ssl_key_location),
+        ):
+            if path is not None:
+                conf[key] = str(path)
         return conf
 
 

@@ -7,8 +7,10 @@ schemas survive a restart just as the Kafka topics that reference them do.
 
 from __future__ import annotations
 
+import base64
 import logging
 import shutil
+import ssl
 import tarfile
 import urllib.error
 import urllib.request
@@ -17,6 +19,7 @@ from pathlib import Path
 from bridge.devstack import maven
 from bridge.devstack.paths import cache_dir
 from bridge.devstack.service import Service, find_java
+from bridge.devstack.tls import TlsFiles
 
 logger = logging.getLogger(__name__)
 
@@ -45,17 +48,69 @@ class ApicurioRegistry(Service):
     part = "registry"
     start_timeout = 120.0
 
-    def __init__(self, base_dir: Path, jdbc_url: str, heap: str = "512m") -> None:
+    def __init__(
+        self,
+        base_dir: Path,
+        jdbc_url: str,
+        heap: str = "512m",
+        *,
+        tls: TlsFiles | None = None,
+        users: dict[str, str] | None = None,
+        jdbc_password: str | None = None,
+    ) -> None:
+        """With ``tls``: HTTPS only (plain HTTP refused); with ``users`` (user -> password):
+        HTTP basic authentication required on every API path (Quarkus' embedded users)."""
         super().__init__(base_dir)
         self.jdbc_url = jdbc_url
         self.heap = heap
+        self.tls = tls
+        self.users = users
+        self.jdbc_password = jdbc_password
         self._home: Path | None = None
         self._java: str | None = None
 
     @property
     def url(self) -> str:
         """What ``SchemaRegistryClient`` and Spark take as the registry URL."""
-        return f"http://127.0.0.1:{self.port('port')}/apis/ccompat/v7"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port('port')}/apis/ccompat/v7"
+
+    def _security_options(self) -> list[str]:
+        options: list[str] = []
+        if self.tls is not None:
+            options += [
+                f"-Dquarkus.http.ssl-port={self.port('port')}",
+                f"-Dquarkus.http.port={self.port('plain_port')}",
+                f"-Dquarkus.http.ssl.certificate.files={self.tls.server_cert}",
+                f"-Dquarkus.http.ssl.certificate.key-files={self.tls.server_key}",
+                "-Dquarkus.http.insecure-requests=disabled",
+            ]
+        else:
+            options.append(f"-Dquarkus.http.port={self.port('port')}")
+        if self.users:
+            options += [
+                "-Dquarkus.http.auth.basic=true",
+                "-Dquarkus.security.users.embedded.enabled=true",
+                "-Dquarkus.security.users.embedded.plain-text=true",
+                "-Dquarkus.http.auth.permission.api.paths=/apis/*",
+                "-Dquarkus.http.auth.permission.api.policy=authenticated",
+            ]
+            for user, password in self.users.items():
+                options += [
+                    f"-Dquarkus.security.users.embedded.users.{user}={password}",
+                    f"-Dquarkus.security.users.embedded.roles.{user}=sr-admin",
+                ]
+        return options
+
+    def client_config(self) -> dict[str, str]:
+        """``SchemaRegistryClient`` settings that reach this registry (as its first user)."""
+        conf = {"url": self.url}
+        if self.tls is not None:
+            conf["ssl.ca.location"] = str(self.tls.ca_cert)
+        if self.users:
+            user, password = next(iter(self.users.items()))
+            conf["basic.auth.user.info"] = f"{user}:{password}"
+        return conf
 
     def install(self) -> None:
         self._home = ensure_apicurio()
@@ -66,7 +121,7 @@ class ApicurioRegistry(Service):
         return [
             self._java,
             f"-Xmx{self.heap}",
-            f"-Dquarkus.http.port={self.port('port')}",
+            *self._security_options(),
             "-Dquarkus.http.host=127.0.0.1",
             # Its management interface (health, metrics) defaults to *:9000: keep it per stack.
             f"-Dquarkus.management.port={self.port('management_port')}",
@@ -77,14 +132,22 @@ class ApicurioRegistry(Service):
             "-Dapicurio.storage.sql.kind=postgresql",
             f"-Dapicurio.datasource.url={self.jdbc_url}",
             "-Dapicurio.datasource.username=postgres",
-            "-Dapicurio.datasource.password=unused-trust-auth",
+            f"-Dapicurio.datasource.password={self.jdbc_password or 'unused-trust-auth'}",
             "-jar",
             str(self._home / "quarkus-run.jar"),
         ]
 
     def ready(self) -> bool:
+        request = urllib.request.Request(f"{self.url}/subjects")
+        context = None
+        if self.tls is not None:
+            context = ssl.create_default_context(cafile=str(self.tls.ca_cert))
+        if self.users:
+            user, password = next(iter(self.users.items()))
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
         try:
-            with urllib.request.urlopen(f"{self.url}/subjects", timeout=2) as resp:
+            with urllib.request.urlopen(request, timeout=2, context=context) as resp:
                 return bool(resp.status == 200)
         except (urllib.error.URLError, OSError):
             return False

@@ -57,9 +57,20 @@ class RegistryError(PgBridgeError):
     """The registry refused or failed a request; ``subject`` and ``status`` say which and how."""
 
     def __init__(self, subject: str, message: str, status: int | None = None) -> None:
-        super().__init__(f"schema registry, subject {subject}: {message}")
+        hint = _STATUS_HINTS.get(status or 0)
+        where = f"schema registry, subject {subject}"
+        super().__init__(
+            f"{where}: HTTP {status} {hint}: {message}" if hint else f"{where}: {message}"
+        )
         self.subject = subject
         self.status = status
+
+
+#: Statuses whose cause is a setting rather than the schema: said in the error's text.
+_STATUS_HINTS = {
+    401: "Unauthorized (check schema.registry.basic.auth.user.info)",
+    403: "Forbidden (the registry user lacks the right to write this subject)",
+}
 
 
 class IncompatibleSchemaError(RegistryError):
