@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 import psycopg
 
@@ -43,7 +42,6 @@ class TableWatch:
         self.on_new = on_new
         self._known: set[str] | None = None
         self._next = 0.0
-        self._conn: psycopg.Connection[Any] | None = None
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -53,18 +51,17 @@ class TableWatch:
         try:
             self._look()
         except psycopg.Error as exc:
-            self.close()
             logger.warning("looking for new tables failed (trying again later): %s", exc)
 
     def _look(self) -> None:
-        if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
-                self.dsn, autocommit=True, application_name="pgbridge-table-watch"
-            )
-        conn = self._conn
-        if self.publication.mode is PublicationMode.FILTERED:
-            slots.ensure_publication(conn, self.publication)
-        published = {t.table: t.oid for t in published_tables(conn, self.publication.name)}
+        # A connection per look (every few seconds): nothing held open between looks, nothing
+        # left behind when the pipeline stops.
+        with psycopg.connect(
+            self.dsn, autocommit=True, application_name="pgbridge-table-watch"
+        ) as conn:
+            if self.publication.mode is PublicationMode.FILTERED:
+                slots.ensure_publication(conn, self.publication)
+            published = {t.table: t.oid for t in published_tables(conn, self.publication.name)}
         known, self._known = self._known, set(published)
         if known is None:
             return
@@ -73,8 +70,3 @@ class TableWatch:
             logger.info("new table(s) in publication %s: %s", self.publication.name, new)
             if self.on_new is not None:
                 self.on_new([(t, published[t]) for t in new])
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
