@@ -307,7 +307,7 @@ class Pipeline:
         builder.took_change(table)
         key, value = record
         if self._watched is not None and table.topic == self._watched:
-            self._incremental_saw(key)
+            self._incremental_saw(key, tx.xid)
         counts = self._counts or self._require_counts()
         counts.sent += 1
         self.publisher.publish(table.topic, key, value, counts.on_delivered)
@@ -390,7 +390,7 @@ class Pipeline:
         op = event.op
         if op == "t" and self._watched is not None and table.topic == self._watched:
             assert self.incremental is not None
-            self.incremental.saw_truncate()
+            self.incremental.saw_truncate(event.tx.xid)
         if op == "t" and not self.options.truncate_events:
             return
         route = self._routes.get(id(table))
@@ -410,7 +410,7 @@ class Pipeline:
             self._publish_dead_letter(event, event.before, event.after, exc)
             return
         if self._watched is not None and table.topic == self._watched:
-            self._incremental_saw(key)
+            self._incremental_saw(key, event.tx.xid)
         tombstone = op == "d" and key is not None and self.options.tombstones_on_delete
         # _send, inlined for the hot path; a delete counts its tombstone along with it.
         counts = self._counts or self._require_counts()
@@ -430,9 +430,9 @@ class Pipeline:
         if table is not None and self.incremental.is_signal_table(table):
             self._signal_oid = relation.relation_oid
 
-    def _incremental_saw(self, key: bytes | None) -> None:
+    def _incremental_saw(self, key: bytes | None, xid: int) -> None:
         assert self.incremental is not None
-        self.incremental.saw(key)
+        self.incremental.saw(key, xid)
 
     def snapshot_key(self, table: RelationSchemas, row: Mapping[str, Any]) -> bytes | None:
         """The Kafka key the stream would give ``row`` of ``table`` (registering the version)."""

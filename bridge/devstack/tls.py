@@ -30,8 +30,11 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def make_tls_files(directory: Path, ca_name: str = "pgbridge dev CA") -> TlsFiles:
-    """A CA and a loopback server certificate in ``directory`` (PEM; the key mode 0600)."""
+def make_tls_files(
+    directory: Path, ca_name: str = "pgbridge dev CA", *, server_expired: bool = False
+) -> TlsFiles:
+    """A CA and a loopback server certificate in ``directory`` (PEM; the key mode 0600);
+    ``server_expired``: a server certificate that expired yesterday (for tests)."""
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -67,8 +70,8 @@ def make_tls_files(directory: Path, ca_name: str = "pgbridge dev CA") -> TlsFile
         .issuer_name(ca.subject)
         .public_key(server_key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=30))
+        .not_valid_before(now - dt.timedelta(days=2 if server_expired else 0, minutes=5))
+        .not_valid_after(now + dt.timedelta(days=-1 if server_expired else 30))
         .add_extension(
             x509.SubjectAlternativeName(
                 [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]

@@ -23,10 +23,12 @@ One chunk (:meth:`IncrementalSnapshotter.tick`, on the pipeline's thread, betwee
     ``(commit_lsn, seq)`` order, every older one before it: replaying a topic by that order
     gives the source table, under any concurrent writes. The next chunk starts right away.
 
-    One caveat, shared with Debezium: a transaction whose commit record precedes the low
-    watermark but which becomes visible only after the chunk's read began (microseconds of
-    commit processing) could have its row read in its older version. The read runs as a single
-    statement right after the low watermark's commit, which keeps that window tiny.
+    PostgreSQL makes a commit visible just after writing its record, so under load a
+    transaction can precede the low watermark in the stream yet be invisible to the read: the
+    read takes its snapshot in a REPEATABLE READ transaction together with
+    ``pg_current_snapshot()``, and changes of the transactions that snapshot saw in progress
+    count as inside the window wherever they arrive (:class:`~bridge.snapshot.window.ChunkWindow`),
+    which closes a gap DBLog's algorithm (and Debezium's) leaves open.
 
 Durable, resumable (:mod:`bridge.snapshot.incremental_state`)
     The progress (tables, last key per table, paused or not, signals acted on) is written to
@@ -264,15 +266,15 @@ class IncrementalSnapshotter:
                 if_absent=True,
             )
 
-    def saw(self, key: bytes | None) -> None:
-        """The stream published a change of the watched table with this key."""
+    def saw(self, key: bytes | None, xid: int) -> None:
+        """The stream published a change of the watched table with this key, in ``xid``."""
         chunk = self._chunk
         if chunk is not None and key is not None:
-            chunk.window.saw(key[5:])
+            chunk.window.saw(key[5:], xid)
 
-    def saw_truncate(self) -> None:
+    def saw_truncate(self, xid: int) -> None:
         if self._chunk is not None:
-            self._chunk.window.truncated()
+            self._chunk.window.truncated(xid)
 
     def transaction_end(self, end_lsn: Lsn) -> None:
         """The stream's transaction ended: what it changed in the state waits for Kafka."""
@@ -352,11 +354,13 @@ class IncrementalSnapshotter:
             return
         assert self._output is not None
         chunk_id = uuid.uuid4().hex[:20]
-        window: ChunkWindow[Mapping[str, Any]] = ChunkWindow(chunk_id, schemas.topic)
         signals = self.settings.signal_table
         send_signal(conn, signals, OPEN_WINDOW, {"table": task.table}, f"{chunk_id}-open")
-        rows, last_key = self._read(conn, info, table.row_filter, task)
+        rows, last_key, invisible = self._read(conn, info, table.row_filter, task)
         send_signal(conn, signals, CLOSE_WINDOW, {"table": task.table}, f"{chunk_id}-close")
+        window: ChunkWindow[Mapping[str, Any]] = ChunkWindow(
+            chunk_id, schemas.topic, invisible=invisible
+        )
         for after in rows:
             key = self._output.snapshot_key(schemas, after)
             assert key is not None  # keyed table
@@ -371,6 +375,8 @@ class IncrementalSnapshotter:
             time.monotonic(),
         )
         self._stall_reported = False
+        # Watched from now on, not only from the low watermark: see ChunkWindow.invisible.
+        self.watched_topic = schemas.topic
         if task.status == "pending":
             task.status = "copying"
             logger.info("incremental snapshot of %s started", task.table)
@@ -381,8 +387,9 @@ class IncrementalSnapshotter:
         info: catalog.TableCatalog,
         row_filter: str | None,
         task: TableTask,
-    ) -> tuple[list[Mapping[str, Any]], list[str] | None]:
-        """The chunk's rows, encoded, and the chunk key of its last row (as text)."""
+    ) -> tuple[list[Mapping[str, Any]], list[str] | None, frozenset[int]]:
+        """The chunk's rows, encoded, the chunk key of its last row (as text), and the
+        transactions in progress for the read's snapshot (see ChunkWindow.invisible)."""
         columns = [c.name for c in info.relation.columns]
         keys = [c for c, _ in info.chunk_key]
         types = [t for _, t in info.chunk_key]
@@ -409,9 +416,16 @@ class IncrementalSnapshotter:
         rows: list[Mapping[str, Any]] = []
         last: list[str] | None = task.last_key
         with conn.cursor() as cur:
+            # One snapshot for both: the rows, and what was in progress when it was taken.
+            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            snapshot = cur.execute("SELECT pg_current_snapshot()::text").fetchone()
             cur.execute(query.encode(), prepare=False)  # text results: the output functions'
             result = cur.pgresult
-            assert result is not None
+            assert result is not None and snapshot is not None
+            in_progress = str(snapshot[0]).split(":")[2]
+            invisible = frozenset(
+                int(x) & 0xFFFFFFFF for x in in_progress.split(",") if x
+            )  # xid8 -> the 32-bit xid pgoutput sends
             for i in range(result.ntuples):
                 raw = [result.get_value(i, j) for j in range(ncols + len(keys))]
                 try:
@@ -424,7 +438,8 @@ class IncrementalSnapshotter:
                 finally:
                     last = [bytes(v or b"").decode() for v in raw[ncols:]]
                 rows.append(after)
-        return rows, last
+            cur.execute("COMMIT")
+        return rows, last, invisible
 
     def _watermark(self, signal: Signal) -> None:
         chunk = self._chunk

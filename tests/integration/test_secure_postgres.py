@@ -167,3 +167,41 @@ def test_refused_connections_stop_promptly_with_the_cause(
     assert "Traceback" not in output, output[-3000:]
     assert seconds < 45, f"{case}: took {seconds:.0f} s to give up"
     assert PASSWORD not in output
+
+
+def test_a_certificate_for_another_host_or_expired_is_refused(
+    local_stack: StackInfo, secure: PostgresCluster, tmp_path: Path
+) -> None:
+    """verify-full checks the name: the right CA, the server reached by an address the
+    certificate does not name. Then a server whose certificate expired."""
+    assert secure.tls is not None
+    values = settings(local_stack, secure, tmp_path, f"secn{uuid.uuid4().hex[:8]}")
+    for key in ("database.hostname", "database.port", "database.user", "database.dbname"):
+        del values[key]
+    values["database.dsn"] = (
+        f"host=db.example.invalid hostaddr=127.0.0.1 port={secure.port} user=postgres "
+        "dbname=postgres"
+    )
+    code, output, seconds = run_until_exit(values)
+    assert code != 0 and "does not match host name" in output, output[-2000:]
+    assert "database.hostname" in output and "Traceback" not in output
+    assert seconds < 45
+
+    base = Path(tempfile.mkdtemp(prefix="pgbridge-expired-pg-", dir="/tmp"))
+    base.chmod(0o755)
+    expired = make_tls_files(base / "tls", server_expired=True)
+    cluster = PostgresCluster(
+        ensure_postgres_binaries(local_stack.postgres_major),
+        base_dir=base / "cluster",
+        password=PASSWORD,
+        tls=expired,
+    )
+    try:
+        cluster.start()
+        values = settings(local_stack, cluster, tmp_path, f"secx{uuid.uuid4().hex[:8]}")
+        code, output, seconds = run_until_exit(values)
+    finally:
+        cluster.destroy()
+    assert code != 0 and "certificate verify failed" in output, output[-2000:]
+    assert "PostgreSQL refused the connection" in output and "Traceback" not in output
+    assert seconds < 45

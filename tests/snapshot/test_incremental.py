@@ -94,18 +94,32 @@ def test_cli_arguments_become_debezium_signals() -> None:
 
 def test_window_drops_rows_the_stream_changed_only_while_open() -> None:
     window: ChunkWindow[str] = ChunkWindow("c1", "topic", {b"1": "r1", b"2": "r2", b"3": "r3"})
-    window.saw(b"1")  # before the low watermark: older than the read, the row stays
+    window.saw(b"1", 700)  # before the low watermark: older than the read, the row stays
     window.open()
-    window.saw(b"2")  # inside: the stream's change is as new as the read, the row goes
-    window.saw(b"9")  # a key the chunk does not hold
+    window.saw(b"2", 701)  # inside: the stream's change is as new as the read, the row goes
+    window.saw(b"9", 702)  # a key the chunk does not hold
     assert window.close() == ["r1", "r3"]
     assert window.dropped == 1
+
+
+def test_a_transaction_the_read_did_not_see_counts_even_before_the_low_watermark() -> None:
+    """Committed (in WAL order) before the low watermark, but still in progress for the read's
+    snapshot: the row read is older than that transaction's change, which must win."""
+    window: ChunkWindow[str] = ChunkWindow(
+        "c1", "topic", {b"1": "r1", b"2": "r2"}, invisible=frozenset({800})
+    )
+    window.saw(b"1", 800)
+    window.saw(b"2", 799)  # visible to the read: older, the row stays
+    assert window.close() == ["r2"]
+    truncating: ChunkWindow[str] = ChunkWindow("c2", "t", {b"1": "r1"}, frozenset({5}))
+    truncating.truncated(5)
+    assert truncating.close() == []
 
 
 def test_window_truncate_inside_drops_the_whole_chunk() -> None:
     window: ChunkWindow[str] = ChunkWindow("c1", "topic", {b"1": "r1"})
     window.open()
-    window.truncated()
+    window.truncated(1)
     assert window.close() == []
 
 
