@@ -179,10 +179,7 @@ def _is_refusal(err: KafkaError) -> bool:
     failed on the certificate (librdkafka retries these forever by itself)."""
     if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
         return True
-    if err.code() == KafkaError._SSL and "certificate verify failed" in err.str():
-        return True
-    # A plaintext client at a TLS listener: librdkafka names the likely cause itself.
-    return "incorrect security.protocol" in err.str()
+    return err.code() == KafkaError._SSL and "certificate verify failed" in err.str()
 
 
 def _transient_topic_error(exc: Exception) -> bool:
