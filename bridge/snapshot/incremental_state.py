@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from bridge.snapshot.state import StateFileError, write_json_atomically
+from bridge.snapshot.state import read_json_state, write_json_atomically
 
 __all__ = ["IncrementalState", "TableTask", "load_incremental", "save_incremental"]
 
@@ -86,18 +86,7 @@ class IncrementalState:
 
 
 def load_incremental(path: Path) -> IncrementalState | None:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise StateFileError(path, str(exc)) from exc
-    try:
-        return IncrementalState.from_json(json.loads(text))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise StateFileError(
-            path, f"unreadable ({exc}); move it away to forget the snapshot"
-        ) from exc
+    return read_json_state(path, IncrementalState.from_json, "move it away to forget the snapshot")
 
 
 def save_incremental(path: Path, state: IncrementalState) -> None:

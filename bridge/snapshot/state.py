@@ -19,9 +19,10 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from bridge.errors import PgBridgeError
 from bridge.snapshot.plan import Chunk, TablePlan
@@ -33,11 +34,13 @@ __all__ = [
     "StateFileError",
     "TableProgress",
     "load_state",
+    "read_json_state",
     "save_state",
     "write_json_atomically",
 ]
 
 FORMAT_VERSION: Final = 1
+_State = TypeVar("_State")
 Status = Literal["copying", "done"]
 
 
@@ -176,6 +179,12 @@ def _table_from_json(d: dict[str, Any]) -> TableProgress:
 
 def load_state(path: Path) -> SnapshotState | None:
     """The recorded state, or ``None`` when there is no file."""
+    return read_json_state(path, SnapshotState.from_json, "move it away to snapshot again")
+
+
+def read_json_state(path: Path, parse: Callable[[Any], _State], remedy: str) -> _State | None:
+    """``parse`` of the JSON in ``path``, ``None`` when there is no file; an unreadable or
+    malformed file is a StateFileError saying ``remedy``."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -183,9 +192,9 @@ def load_state(path: Path) -> SnapshotState | None:
     except OSError as exc:
         raise StateFileError(path, str(exc)) from exc
     try:
-        return SnapshotState.from_json(json.loads(text))
+        return parse(json.loads(text))
     except (ValueError, KeyError, TypeError) as exc:
-        raise StateFileError(path, f"unreadable ({exc}); move it away to snapshot again") from exc
+        raise StateFileError(path, f"unreadable ({exc}); {remedy}") from exc
 
 
 def save_state(path: Path, state: SnapshotState) -> None:
