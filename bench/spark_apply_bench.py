@@ -20,6 +20,13 @@ Uses the real local stack (``pgbridge dev up``; started if needed) and a local[2
    Delta commits are done, for the oldest and newest change of the batch. Percentiles over
    batches, plus the time from the last produced change until it is visible.
 
+With ``--mode changelog`` (merge-on-read, :mod:`bridge.spark.changelog`), step 3 is split in
+two, timed apart: **ingest** (Kafka -> one changelog commit per batch; the changes are visible
+through the current-state views from then on, which are checked against the expected rows)
+and **compaction** (the changelog -> the tables; the tables are checked). Freshness is then
+from a change's commit to its ingest commit, with compaction running every
+``--compaction-interval`` in the same session.
+
 Numbers are printed, never asserted; the ratio apply / raw read is what carries over between
 machines.
 """
@@ -48,6 +55,7 @@ import fastavro
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bridge.devstack.stack import LocalStack
+from bridge.spark import changelog
 from bridge.spark.config import ApplyConfig
 from bridge.spark.job import BatchApplier, start_apply
 from bridge.spark.session import build_spark_session
@@ -257,6 +265,33 @@ class TimedApplier(BatchApplier):
             self.batches.append((int(span[0]), span[1].timestamp(), span[2].timestamp(), done))
 
 
+class TimedWriter(changelog.ChangelogWriter):
+    """The changelog mode's ingest, recording what TimedApplier records."""
+
+    def __init__(self, config: ApplyConfig) -> None:
+        super().__init__(config)
+        self.batches: list[tuple[int, float, float, float]] = []
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        self.last = None
+        super().__call__(batch, batch_id)
+        if self.last is not None:
+            self.batches.append(self.last)
+
+
+def check_views(spark: Any, config: ApplyConfig, workload: Workload, sample: int = 6) -> None:
+    """The current-state views (changelog mode, before compaction) equal the expected rows:
+    every table up to ``sample`` tables, else the first ``sample``."""
+    checked = 0
+    for version, live in list(zip(workload.versions, workload.live, strict=True))[:sample]:
+        df = changelog.current_state(spark, config, f"{version.schema}.{version.table}")
+        got = dict((r["id"], r["name"]) for r in df.select("id", "name").collect())
+        if got != live:
+            raise SystemExit(f"{version.topic}: the current-state view differs from the source")
+        checked += len(live)
+    print(f"  views checked before compaction: {checked} live rows equal the expected ones")
+
+
 def check_tables(spark: Any, config: ApplyConfig, workload: Workload) -> None:
     for version, live in zip(workload.versions, workload.live, strict=True):
         df = spark.read.format("delta").load(config.table_path(version.schema, version.table))
@@ -281,10 +316,23 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
     for version in workload.versions:
         producer.register(version)
     config = _config(
-        stack, prefix, work / "fresh", available_now=False, trigger_interval="1 second"
+        stack,
+        prefix,
+        work / "fresh",
+        available_now=False,
+        trigger_interval="1 second",
+        mode=args.mode,
+        compaction_interval=args.compaction_interval,
     )
-    applier = TimedApplier(config)
-    query = start_apply(spark, config, applier)
+    if args.mode == "changelog":
+        applier: Any = TimedWriter(config)
+        queries = [
+            changelog.start_ingest(spark, config, applier),
+            changelog.start_compactor(spark, config),
+        ]
+    else:
+        applier = TimedApplier(config)
+        queries = [start_apply(spark, config, applier)]
     stop = threading.Event()
 
     def run_producer() -> None:
@@ -309,11 +357,14 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
     while time.time() < deadline and sum(b[0] for b in applier.batches) < producer.records:
         time.sleep(0.2)
     visible = time.time()
-    query.stop()
+    for query in queries:
+        query.stop()
     applied = sum(b[0] for b in applier.batches)
     oldest = sorted(b[3] - b[1] for b in applier.batches)
     newest = sorted(b[3] - b[2] for b in applier.batches)
-    print(f"freshness ({args.fresh_rate}/s for {args.fresh_seconds} s, ", end="")
+    visible_where = "ingest commit (view)" if args.mode == "changelog" else "Delta commits"
+    print(f"freshness to the {visible_where} ", end="")
+    print(f"({args.fresh_rate}/s for {args.fresh_seconds} s, ", end="")
     print(f"{len(applier.batches)} batches, {applied} of {producer.records} records):")
     print(
         f"  commit -> visible, oldest change of a batch: p50 {_pct(oldest, 50):.2f} s  "
@@ -324,7 +375,10 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
         f"p95 {_pct(newest, 95):.2f} s"
     )
     print(f"  last change produced -> job caught up: {visible - last_sent:.2f} s")
-    check_tables(spark, config, workload)
+    if args.mode == "changelog":
+        check_views(spark, config, workload)
+    else:
+        check_tables(spark, config, workload)
 
 
 def _pct(values: list[float], pct: int) -> float:
@@ -364,6 +418,8 @@ def main() -> None:
     parser.add_argument("--fresh-rate", type=int, default=2000)
     parser.add_argument("--skip-freshness", action="store_true")
     parser.add_argument("--parallel-tables", type=int, default=2)
+    parser.add_argument("--mode", choices=("merge", "changelog"), default="merge")
+    parser.add_argument("--compaction-interval", default="30 seconds")
     parser.add_argument("--no-deletion-vectors", dest="deletion_vectors", action="store_false")
     parser.add_argument("--verbose", action="store_true", help="the job's per-batch log")
     parser.add_argument(
@@ -386,6 +442,8 @@ def main() -> None:
             "spark.default.parallelism": "2",
             "spark.driver.memory": "3g",
             "spark.ui.showConsoleProgress": "false",
+            # As pgbridge apply sets it in the changelog mode: ingest beside compaction.
+            **({"spark.scheduler.mode": "FAIR"} if args.mode == "changelog" else {}),
             **dict(item.split("=", 1) for item in args.spark_conf),
         },
     )
@@ -406,6 +464,7 @@ def main() -> None:
             max_offsets_per_trigger=args.max_offsets_per_trigger,
             parallel_tables=args.parallel_tables,
             deletion_vectors=args.deletion_vectors,
+            mode=args.mode,
         )
         records = _records(spark, config)
         pid = jvm_pid(spark)
@@ -414,29 +473,34 @@ def main() -> None:
         raw_cpu = cpu_seconds(pid) - cpu0
         print(f"raw Kafka read (noop sink): {records} records in {raw_s:.1f} s", end="")
         print(f" = {records / raw_s:,.0f} records/s, CPU {raw_cpu / records * 1e6:.1f} us/record")
-        applier = TimedApplier(config)
-        cpu0 = cpu_seconds(pid)
-        start = time.perf_counter()
-        query = start_apply(spark, config, applier)
-        query.awaitTermination()
-        apply_s = time.perf_counter() - start
-        apply_cpu = cpu_seconds(pid) - cpu0
-        if query.exception() is not None:
-            raise SystemExit(f"apply failed: {query.exception()}")
+        if args.mode == "changelog":
+            apply_s, apply_cpu, batches = ingest_then_compact(spark, config, workload, pid, args)
+        else:
+            applier = TimedApplier(config)
+            cpu0 = cpu_seconds(pid)
+            start = time.perf_counter()
+            query = start_apply(spark, config, applier)
+            query.awaitTermination()
+            apply_s = time.perf_counter() - start
+            apply_cpu = cpu_seconds(pid) - cpu0
+            if query.exception() is not None:
+                raise SystemExit(f"apply failed: {query.exception()}")
+            batches = applier.batches
+        what = "ingest (visible in the views)" if args.mode == "changelog" else "apply"
         print(
-            f"apply: {args.changes} changes ({records} records, {len(applier.batches)} batches) in "
+            f"{what}: {args.changes} changes ({records} records, {len(batches)} batches) in "
             f"{apply_s:.1f} s = {args.changes / apply_s:,.0f} changes/s, "
             f"CPU {apply_cpu / args.changes * 1e6:.1f} us/change "
             f"(JVM + driver; {os.cpu_count()} cores, local[2])"
         )
         print(
-            f"ratio apply / raw read: {(records / apply_s) / (records / raw_s):.3f} "
+            f"ratio {what} / raw read: {(records / apply_s) / (records / raw_s):.3f} "
             f"(raw read is {apply_s / raw_s:.1f}x faster)"
         )
-        first_commit = min(b[1] for b in applier.batches)
+        first_commit = min(b[1] for b in batches)
         print(
             f"bulk freshness: first commit -> all {args.changes} visible: "
-            f"{max(b[3] for b in applier.batches) - first_commit:.1f} s "
+            f"{max(b[3] for b in batches) - first_commit:.1f} s "
             f"(includes the {produce_s:.1f} s of producing and the raw-read run)"
         )
         check_tables(spark, config, workload)
@@ -446,6 +510,32 @@ def main() -> None:
         spark.stop()
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def ingest_then_compact(
+    spark: Any, config: ApplyConfig, workload: Workload, pid: int, args: argparse.Namespace
+) -> tuple[float, float, list[tuple[int, float, float, float]]]:
+    """Changelog mode: ingest everything (timed, views checked), then compact (timed apart)."""
+    writer = TimedWriter(config)
+    cpu0 = cpu_seconds(pid)
+    start = time.perf_counter()
+    query = changelog.start_ingest(spark, config, writer)
+    query.awaitTermination()
+    ingest_s = time.perf_counter() - start
+    ingest_cpu = cpu_seconds(pid) - cpu0
+    check_views(spark, config, workload)
+    cpu0 = cpu_seconds(pid)
+    start = time.perf_counter()
+    compaction = changelog.start_compactor(spark, config)
+    compaction.awaitTermination()
+    compact_s = time.perf_counter() - start
+    compact_cpu = cpu_seconds(pid) - cpu0
+    print(
+        f"compaction into the tables: {args.changes} changes in {compact_s:.1f} s = "
+        f"{args.changes / compact_s:,.0f} changes/s, CPU {compact_cpu / args.changes * 1e6:.1f} "
+        "us/change"
+    )
+    return ingest_s, ingest_cpu, writer.batches
 
 
 def _records(spark: Any, config: ApplyConfig) -> int:

@@ -25,6 +25,9 @@ _TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
 _TABLE_TOPIC_TAIL = r"\..+\..+"
 # Characters kept as they are in a Delta path segment (the rest is percent-encoded).
 _PATH_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+#: How batches reach Delta: a MERGE per table and batch (bridge.spark.job), or one changelog
+#: commit per batch with views and compaction behind (bridge.spark.changelog).
+APPLY_MODES = ("merge", "changelog")
 #: Precision and scale of the Delta decimal an unconstrained numeric becomes.
 DEFAULT_VARIABLE_DECIMAL = (38, 18)
 _INTERVAL = re.compile(
@@ -79,6 +82,11 @@ class ApplyConfig:
     ``deletion_vectors`` creates tables with Delta deletion vectors, so a MERGE that updates a
     few rows of a file marks them instead of rewriting the file (readers need Delta reader
     version 3; turn it off for older readers).
+
+    ``mode``: ``merge`` (the default) MERGEs each table's changes at every micro-batch;
+    ``changelog`` appends each micro-batch to one changelog table, serves current state through
+    :func:`bridge.spark.changelog.current_state`, and compacts into the tables every
+    ``compaction_interval`` (see :mod:`bridge.spark.changelog`).
     """
 
     topic_prefix: str
@@ -102,6 +110,8 @@ class ApplyConfig:
     deletion_vectors: bool = True
     history_base: str = ""
     variable_decimal: tuple[int, int] = DEFAULT_VARIABLE_DECIMAL
+    mode: str = "merge"
+    compaction_interval: str = "60 seconds"
 
     def __post_init__(self) -> None:
         if not self.topic_prefix or not _TOPIC_CHARS.match(self.topic_prefix):
@@ -129,6 +139,12 @@ class ApplyConfig:
         if offsets not in ("earliest", "latest") and not offsets.startswith("{"):
             raise ConfigError(
                 "starting_offsets", "must be 'earliest', 'latest' or Spark's per-partition JSON"
+            )
+        if self.mode not in APPLY_MODES:
+            raise ConfigError("mode", f"{self.mode!r} is not one of {', '.join(APPLY_MODES)}")
+        if not _INTERVAL.match(self.compaction_interval.strip()):
+            raise ConfigError(
+                "compaction_interval", f"{self.compaction_interval!r} is not an interval"
             )
         if self.parallel_tables < 1:
             raise ConfigError("parallel_tables", "must be at least 1")

@@ -25,6 +25,11 @@ Where fences live. In the table's own Delta log: every MERGE commit carries the 
 as its ``userMetadata`` (``{"pgbridge_fences": …}``), so they are committed atomically with the
 rows they describe, skipped with them when Delta's idempotent DML skips a replayed batch, and
 read back (:func:`read_fences`) from the newest commit that has them when the job starts.
+
+Beside them each commit records, per Kafka partition, the highest offset of the table's
+records it covered (``offsets``): the exact line between what the table holds and what it does
+not yet, which the current-state views of the changelog mode (:mod:`bridge.spark.changelog`)
+fold on top of it. Positions cannot draw that line, because snapshot rows are exempt from them.
 """
 
 from __future__ import annotations
@@ -54,10 +59,12 @@ _HISTORY_DEPTH = 100
 
 @dataclass(frozen=True, slots=True)
 class Fences:
-    """Per Kafka partition, the highest position delivered; the last truncate's position."""
+    """Per Kafka partition, the highest position delivered (and the highest offset covered);
+    the last truncate's position."""
 
     partitions: Mapping[int, Position] = field(default_factory=dict)
     truncate: Position | None = None
+    offsets: Mapping[int, int] = field(default_factory=dict)
 
     def admits(self) -> Column | None:
         """The condition a change must meet to be applied (None: every change is)."""
@@ -87,7 +94,27 @@ class Fences:
         admitted = self.admits()
         return changes if admitted is None else changes.where(admitted)
 
-    def advanced(self, partitions: Mapping[int, Position], truncate: Position | None) -> Fences:
+    def not_covered(self, partition: Column, offset: Column) -> Column | None:
+        """Records (by Kafka partition and offset) this table's commits have not covered yet
+        (None: every record, the table has covered none)."""
+        if not self.offsets:
+            return None
+        covered: Any = None
+        for number, last in sorted(self.offsets.items()):
+            covered = (
+                F.when(partition == number, offset > last)
+                if covered is None
+                else covered.when(partition == number, offset > last)
+            )
+        result: Column = covered.otherwise(F.lit(True))
+        return result
+
+    def advanced(
+        self,
+        partitions: Mapping[int, Position],
+        truncate: Position | None,
+        offsets: Mapping[int, int] | None = None,
+    ) -> Fences:
         """These fences moved up to a batch's highest positions (they never move back)."""
         merged = dict(self.partitions)
         for number, position in partitions.items():
@@ -95,7 +122,10 @@ class Fences:
         last = self.truncate
         if truncate is not None:
             last = truncate if last is None else max(last, truncate)
-        return Fences(merged, last)
+        covered = dict(self.offsets)
+        for number, offset in (offsets or {}).items():
+            covered[number] = max(covered.get(number, offset), offset)
+        return Fences(merged, last, covered)
 
     def to_metadata(self) -> str:
         return json.dumps(
@@ -103,6 +133,7 @@ class Fences:
                 METADATA_KEY: {
                     "partitions": {str(p): list(pos) for p, pos in sorted(self.partitions.items())},
                     "truncate": list(self.truncate) if self.truncate is not None else None,
+                    "offsets": {str(p): o for p, o in sorted(self.offsets.items())},
                 }
             },
             separators=(",", ":"),
@@ -117,7 +148,11 @@ class Fences:
             data = json.loads(text)[METADATA_KEY]
             partitions = {int(p): (int(v[0]), int(v[1])) for p, v in data["partitions"].items()}
             truncate = data["truncate"]
-            return cls(partitions, (int(truncate[0]), int(truncate[1])) if truncate else None)
+            # Absent in commits written before offsets were recorded: nothing known covered.
+            offsets = {int(p): int(o) for p, o in data.get("offsets", {}).items()}
+            return cls(
+                partitions, (int(truncate[0]), int(truncate[1])) if truncate else None, offsets
+            )
         except (ValueError, KeyError, TypeError, IndexError):
             return None
 
@@ -128,11 +163,14 @@ def _after(commit_lsn: int, seq: int) -> Column:
     )
 
 
-def read_fences(spark: Any, path: str) -> Fences:
-    """The fences of the newest commit of the table at ``path`` that has them (none: empty)."""
+def read_fences(spark: Any, path: str, version: int | None = None) -> Fences:
+    """The fences of the newest commit of the table at ``path`` (up to ``version``) that has
+    them (none: empty)."""
     from delta.tables import DeltaTable
 
     history = DeltaTable.forPath(spark, path).history(_HISTORY_DEPTH)
+    if version is not None:
+        history = history.where(F.col("version") <= version)
     rows = (
         history.where(F.col("userMetadata").contains(METADATA_KEY))
         .orderBy(F.col("version").desc())

@@ -436,7 +436,7 @@ class BatchApplier:
             fences = self._fences_of(spark, path)
             if tf.PARTITION not in changes.columns:  # a batch of truncates only (row images)
                 changes = changes.withColumn(tf.PARTITION, F.lit(None).cast("int"))
-            changes = fences.filter(changes).drop(tf.PARTITION)
+            changes = fences.filter(changes).drop(tf.PARTITION, tf.OFFSET)
             if truncate_at is not None:
                 changes = tf.drop_before(changes, *truncate_at)
             fold = bool(summary["toast"])
@@ -447,7 +447,7 @@ class BatchApplier:
                 truncate_at=truncate_at,
                 fold_unchanged=fold,
             )
-            after = fences.advanced(summary["partitions"], truncate_at)
+            after = fences.advanced(summary["partitions"], truncate_at, summary["offsets"])
             merge_changes(
                 spark, path, latest, plan, self.config.txn_app_id, batch_id,
                 commit_metadata=after.to_metadata(),
@@ -577,11 +577,13 @@ class _PhaseTimer:
 _TABLE_INDEX = "_pgbridge_table_index"
 _PARTITION = "_pgbridge_summary_partition"
 _TOAST = "_pgbridge_has_unchanged"
+_OFFSET = "_pgbridge_summary_offset"
 
 
 def _summary_input(changes: DataFrame) -> DataFrame:
     """The columns a table's summary reads, the same for every table (so they can be unioned)."""
     partition = F.col(tf.PARTITION) if tf.PARTITION in changes.columns else F.lit(-1)
+    offset = F.col(tf.OFFSET) if tf.OFFSET in changes.columns else F.lit(None)
     return changes.select(
         tf.OP,
         tf.COMMIT_LSN,
@@ -591,6 +593,7 @@ def _summary_input(changes: DataFrame) -> DataFrame:
         tf.SOURCE_SCHEMA,
         tf.SOURCE_TABLE,
         partition.cast("int").alias(_PARTITION),
+        offset.cast("long").alias(_OFFSET),
     )
 
 
@@ -610,6 +613,7 @@ def _summary_aggregates() -> list[Any]:
         F.min(F.unix_millis(tf.COMMIT_TS)).alias("oldest_ms"),
         F.max(F.unix_millis(tf.COMMIT_TS)).alias("newest_ms"),
         F.max(F.struct(tf.COMMIT_LSN, tf.SEQ)).alias("last"),
+        F.max(_OFFSET).alias("max_offset"),
     ]
 
 
@@ -646,6 +650,11 @@ def _combined(parts: Sequence[Any]) -> dict[str, Any] | None:
             for p in parts
             if p[_PARTITION] is not None and p[_PARTITION] >= 0 and p["last"] is not None
         },
+        "offsets": {
+            int(p[_PARTITION]): int(p["max_offset"])
+            for p in parts
+            if p[_PARTITION] is not None and p[_PARTITION] >= 0 and p["max_offset"] is not None
+        },
     }
 
 
@@ -662,9 +671,15 @@ def _is_delta_table(spark: Any, path: str) -> bool:
 
 
 def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = None) -> Any:
-    """Start the streaming query (returns the ``StreamingQuery``; the caller awaits or stops it)."""
+    """Start the streaming query (returns the ``StreamingQuery``; the caller awaits or stops it).
+
+    In the changelog mode, the ingest and compaction queries (:mod:`bridge.spark.changelog`),
+    awaited and stopped together; ``applier`` is then the compactor.
+    """
     for key, value in JOB_CONF.items():
         spark.conf.set(key, value)
+    if config.mode == "changelog":
+        return ChangelogQueries(spark, config, applier)
     source = spark.readStream.format("kafka").options(**config.kafka_source_options()).load()
     writer = (
         source.writeStream.foreachBatch(applier or BatchApplier(config))
@@ -676,6 +691,49 @@ def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = 
     else:
         writer = writer.trigger(processingTime=config.trigger_interval)
     return writer.start()
+
+
+class ChangelogQueries:
+    """The changelog mode's two queries as one: ingest (Kafka -> changelog) and compaction.
+
+    With ``available_now`` they run one after the other (everything ingested, then compacted,
+    so a catch-up run leaves the base tables complete); otherwise side by side, and the first
+    to fail stops the other and raises its error.
+    """
+
+    def __init__(self, spark: Any, config: ApplyConfig, compactor: Any = None) -> None:
+        from bridge.spark import changelog
+
+        self._changelog = changelog
+        self._spark, self._config, self._compactor = spark, config, compactor
+        self.queries = [changelog.start_ingest(spark, config)]
+        if not config.available_now:
+            self.queries.append(self._start_compactor())
+
+    def _start_compactor(self) -> Any:
+        return self._changelog.start_compactor(self._spark, self._config, self._compactor)
+
+    @property
+    def recentProgress(self) -> list[Any]:
+        return [p for q in self.queries for p in q.recentProgress]
+
+    def awaitTermination(self) -> None:
+        if self._config.available_now:
+            self.queries[0].awaitTermination()
+            self.queries.append(self._start_compactor())
+            self.queries[1].awaitTermination()
+            return
+        while any(q.isActive for q in self.queries):
+            for query in self.queries:
+                if not query.isActive and query.exception() is not None:
+                    self.stop()
+                    query.awaitTermination()  # raises its error
+            self.queries[0].awaitTermination(1)
+
+    def stop(self) -> None:
+        for query in self.queries:
+            if query.isActive:
+                query.stop()
 
 
 def run_apply(
@@ -693,8 +751,12 @@ def run_apply(
         else:
             from bridge.spark.session import build_spark_session
 
+            conf = dict(JOB_CONF)
+            if config.mode == "changelog":
+                # Ingest jobs share the cores fairly with a running compaction.
+                conf["spark.scheduler.mode"] = "FAIR"
             spark = build_spark_session(
-                config.query_name, master=os.environ.get("PGBRIDGE_SPARK_MASTER"), conf=JOB_CONF
+                config.query_name, master=os.environ.get("PGBRIDGE_SPARK_MASTER"), conf=conf
             )
     queries: list[Any] = []
 
@@ -738,6 +800,18 @@ def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--starting-offsets", default="earliest")
     parser.add_argument("--max-offsets-per-trigger", type=int)
     parser.add_argument("--parallel-tables", type=int, default=2, help="tables merged at once")
+    parser.add_argument(
+        "--mode",
+        choices=("merge", "changelog"),
+        default="merge",
+        help="merge: a MERGE per changed table and batch; changelog: one changelog commit per "
+        "batch, current state through views, compaction into the tables behind",
+    )
+    parser.add_argument(
+        "--compaction-interval",
+        default="60 seconds",
+        help="changelog mode: how often the changelog is compacted into the tables",
+    )
     parser.add_argument("--history", action="store_true", help="also keep SCD type 2 history")
     parser.add_argument("--history-base", default="", help="default: <delta-base>/_history")
     parser.add_argument(
@@ -821,6 +895,8 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         app_id=args.app_id,
         parallel_tables=args.parallel_tables,
+        mode=getattr(args, "mode", "merge"),
+        compaction_interval=getattr(args, "compaction_interval", "60 seconds"),
         history=args.history,
         history_base=args.history_base,
         deletion_vectors=args.deletion_vectors,

@@ -67,6 +67,8 @@ SOURCE_TABLE = "_pgbridge_source_table"
 COUNT_DELTA = "_pgbridge_count_delta"
 #: The Kafka partition a change came from (keyed tables; see bridge.spark.fences). Not persisted.
 PARTITION = "_pgbridge_partition"
+#: Its Kafka offset (keyed tables: the compaction mark of bridge.spark.changelog). Not persisted.
+OFFSET = "_pgbridge_offset"
 
 #: The envelope field listing the columns whose value is an unchanged TOAST datum (absent in
 #: envelopes that predate it; then nothing is unchanged).
@@ -243,6 +245,7 @@ def envelope_to_changes(decoded: DataFrame, shape: RowShape | None = None) -> Da
         *_meta(),
         _unchanged(decoded, shape).alias(UNCHANGED),
         F.col("partition").cast("int").alias(PARTITION),
+        F.col("offset").cast("long").alias(OFFSET),
     )
 
 

@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
@@ -21,6 +22,7 @@ import psycopg
 import pytest
 
 from bridge.devstack.stack import StackInfo
+from bridge.spark import changelog
 from bridge.spark.config import ApplyConfig
 from bridge.spark.job import run_apply
 from tests.integration.bridge_harness import RunningBridge, bridge_config, mark, scratch_database
@@ -72,11 +74,20 @@ def comparable(value: Any) -> Any:
 
 
 def assert_delta_equals_source(
-    spark: Any, config: ApplyConfig, dsn: str, keys: dict[str, tuple[str, ...]] = KEYS
+    spark: Any,
+    config: ApplyConfig,
+    dsn: str,
+    keys: dict[str, tuple[str, ...]] = KEYS,
+    load: Callable[[str], Any] | None = None,
 ) -> None:
+    """Each table's Delta table (or what ``load("schema.table")`` gives) equals the source."""
     for table, key in keys.items():
         schema, name = table.split(".")
-        delta = spark.read.format("delta").load(f"{config.delta_base}/{schema}/{name}")
+        delta = (
+            load(table)
+            if load is not None
+            else spark.read.format("delta").load(f"{config.delta_base}/{schema}/{name}")
+        )
         with psycopg.connect(dsn) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
             source = cur.execute(f"SELECT * FROM {table}").fetchall()
         columns = list(source[0].keys()) if source else []
@@ -124,6 +135,38 @@ def test_delta_tables_equal_source_after_workload_and_schema_change(
         again = spark.sql(f"DESCRIBE HISTORY delta.`{config.delta_base}/public/orders`").first()
         assert again["version"] == version["version"]
         assert_delta_equals_source(spark, config, dsn)
+
+
+def test_changelog_mode_views_equal_source_before_compaction_and_tables_after(
+    local_stack: StackInfo, spark: Any, tmp_path: Path
+) -> None:
+    """Merge-on-read: the whole workload ingested into the changelog (one commit per batch);
+    every keyed table's current-state view equals the source before any compaction; then the
+    job's compaction brings the Delta tables (keyless ones too) to the source."""
+    prefix = f"delta{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        prepare_database(dsn)
+        bridge = RunningBridge(bridge_config(local_stack, dsn, prefix))
+        try:
+            workload(dsn, big_rows=5_000)
+            schema_change_workload(dsn)
+            bridge.wait_confirmed(mark(dsn))
+        finally:
+            bridge.stop()
+        config = apply_config(
+            local_stack, prefix, tmp_path, mode="changelog", max_offsets_per_trigger=3_000
+        )
+        changelog.start_ingest(spark, config).awaitTermination()
+        keyed = {t: k for t, k in KEYS.items() if k}
+        assert_delta_equals_source(
+            spark, config, dsn, keyed, load=lambda t: changelog.current_state(spark, config, t)
+        )
+        assert not Path(config.delta_base, "public", "orders").exists()  # nothing compacted
+        run_apply(config, spark=spark)  # nothing new to ingest: compacts everything
+        assert_delta_equals_source(spark, config, dsn)
+        assert_delta_equals_source(
+            spark, config, dsn, keyed, load=lambda t: changelog.current_state(spark, config, t)
+        )
 
 
 def test_delta_apply_killed_mid_batch_and_restarted_equals_source(

@@ -89,8 +89,9 @@ class Batches:
         after: dict[str, Any] | None = None,
         topic: str | None = None,
         partition: int = 0,
+        unchanged: list[str] | None = None,
     ) -> None:
-        envelope = version.envelope(op, *position, before=before, after=after)
+        envelope = version.envelope(op, *position, before=before, after=after, unchanged=unchanged)
         value = frame_avro(
             version.value_schema(), envelope, self.schemas.id_of(version.value_schema())
         )
