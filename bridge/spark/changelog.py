@@ -79,9 +79,14 @@ INGEST_FRESHNESS = Gauge(
     "Changelog mode: seconds from the Kafka timestamp of the newest record of the last ingest "
     "batch until its changelog commit (visible through the current-state views)",
 )
-COMPACTION_LAG = Gauge(
-    "pgbridge_apply_compaction_lag_batches",
-    "Changelog mode: ingest batches written but not yet compacted into the base tables",
+INGESTED_BATCH = Gauge(
+    "pgbridge_apply_changelog_ingested_batch",
+    "Changelog mode: the newest ingest batch committed to the changelog",
+)
+COMPACTED_BATCH = Gauge(
+    "pgbridge_apply_changelog_compacted_batch",
+    "Changelog mode: the newest ingest batch compacted into the tables (the difference to "
+    "pgbridge_apply_changelog_ingested_batch is how far compaction is behind)",
 )
 
 
@@ -141,6 +146,7 @@ class ChangelogWriter:
             rows.unpersist()
         seconds = time.monotonic() - started
         INGEST_SECONDS.observe(seconds)
+        INGESTED_BATCH.set(batch_id)
         self.batches_written += 1
         if not count:
             return
@@ -178,6 +184,7 @@ class Compactor(BatchApplier):
         # are complete. Removed a round later, so a view reading the base as it was before
         # this compaction still finds them.
         removable, self._removable = self._removable, int(newest[0])
+        COMPACTED_BATCH.set(int(newest[0]))
         if removable is not None:
             self._remove_applied(batch.sparkSession, removable)
 
@@ -190,8 +197,35 @@ class Compactor(BatchApplier):
             logger.warning("changelog: removing applied records failed (%s)", exc)
 
 
+def ensure_changelog(spark: Any, config: ApplyConfig) -> None:
+    """Create the (empty) changelog table unless it exists: the compactor's streaming source
+    needs it before the first ingest commit."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import types as T
+
+    (
+        DeltaTable.createIfNotExists(spark)
+        .location(changelog_path(config))
+        .addColumns(
+            T.StructType(
+                [
+                    T.StructField("topic", T.StringType()),
+                    T.StructField("partition", T.IntegerType()),
+                    T.StructField("offset", T.LongType()),
+                    T.StructField("timestamp", T.TimestampType()),
+                    T.StructField("key", T.BinaryType()),
+                    T.StructField("value", T.BinaryType()),
+                    T.StructField(INGEST_BATCH, T.LongType()),
+                ]
+            )
+        )
+        .execute()
+    )
+
+
 def start_ingest(spark: Any, config: ApplyConfig, writer: ChangelogWriter | None = None) -> Any:
     """Start the ingest query: Kafka -> the changelog."""
+    ensure_changelog(spark, config)
     source = spark.readStream.format("kafka").options(**config.kafka_source_options()).load()
     query = (
         source.writeStream.foreachBatch(writer or ChangelogWriter(config))
@@ -209,6 +243,7 @@ def start_compactor(spark: Any, config: ApplyConfig, compactor: Compactor | None
     """Start the compaction query: the changelog -> the base tables, every
     ``compaction_interval`` (or once, with ``available_now``)."""
     compact = compaction_config(config)
+    ensure_changelog(spark, config)
     source = (
         spark.readStream.format("delta")
         # The compactor's own deletes of applied records are not new data.

@@ -41,11 +41,13 @@ exported as ``pgbridge_apply_batch_phase_seconds{phase}``, with commit-to-visibl
 - **dead_letters**: one aggregation over a single frame per (topic, schema id) carrying every
   reason; rows are written only when there are any (usually there are none).
 
-The alternative for hundreds of busy tables is merge-on-read, as Hudi's merge-on-read tables
-and Iceberg's equality deletes do, and as Databricks' ``APPLY CHANGES`` hides behind a view:
-append each batch to one changelog table (one commit for all tables), serve current state
-through views that fold the changelog by ``(commit_lsn, seq)``, and compact into the base
-tables in the background. It trades reader cost for writer cost, and is not built yet.
+For hundreds of busy tables or seconds of freshness there is the changelog mode
+(``--mode changelog``, :mod:`bridge.spark.changelog`): merge-on-read, as Hudi's merge-on-read
+tables and Iceberg's equality deletes do, and as Databricks' ``APPLY CHANGES`` hides behind a
+view. Each micro-batch is one append to one changelog table (one commit for all tables),
+current state is served by views that fold the changelog onto the tables, and this module's
+:class:`BatchApplier` compacts the changelog into the tables behind, in batches as large as
+what accumulated. It trades reader cost for writer cost.
 
 What a reader may see between batches (keyed tables): each key in a state it had in the
 source, never older than before. Besides the per-row ``(commit_lsn, seq)`` guard, the records of

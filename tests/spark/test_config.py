@@ -39,6 +39,8 @@ def _config(**overrides: object) -> ApplyConfig:
         ({"starting_offsets": "beginning"}, "starting_offsets"),
         ({"max_offsets_per_trigger": 0}, "max_offsets_per_trigger"),
         ({"parallel_tables": 0}, "parallel_tables"),
+        ({"mode": "merge-on-read"}, "mode"),
+        ({"compaction_interval": "often"}, "compaction_interval"),
         ({"kafka_options": (("kafka.security.protocol", "SSL"),)}, "kafka_options"),
     ],
 )
@@ -63,6 +65,18 @@ def test_apply_config_subscribes_to_explicit_tables() -> None:
     assert options["subscribe"] == "pg-1.public.a,pg-1.s.b"
     assert options["maxOffsetsPerTrigger"] == "10"
     assert options["kafka.x.y"] == "1"
+
+
+def test_changelog_mode_queries_keep_apart_from_each_other() -> None:
+    """Ingest and compaction: own checkpoints and Delta app ids, under the job's checkpoint."""
+    from bridge.spark.changelog import changelog_path, compaction_config, ingest_checkpoint
+
+    config = _config(mode="changelog", checkpoint_location="/c/apply/")
+    compact = compaction_config(config)
+    assert compact.checkpoint_location == "/c/apply/compact"
+    assert ingest_checkpoint(config) == "/c/apply/ingest"
+    assert compact.txn_app_id != config.txn_app_id
+    assert changelog_path(config) == config.delta_base.rstrip("/") + "/_pgbridge_changelog"
 
 
 def test_apply_config_txn_app_id_follows_checkpoint() -> None:
@@ -136,9 +150,14 @@ def test_config_from_args_reads_options_and_environment(monkeypatch: pytest.Monk
             "security.protocol=SSL",
             "--variable-decimal",
             "30,6",
+            "--mode",
+            "changelog",
+            "--compaction-interval",
+            "2 minutes",
         ]
     )
     config = config_from_args(args)
+    assert (config.mode, config.compaction_interval) == ("changelog", "2 minutes")
     assert config.variable_decimal == (30, 6)
     assert (config.bootstrap_servers, config.registry_url) == ("k:9092", "http://r:8081")
     assert config.tables == ("public.a", "s.b") and config.available_now
