@@ -403,6 +403,65 @@ def _config(stack: Any, prefix: str, where: Path, **overrides: Any) -> ApplyConf
     return ApplyConfig(**settings)
 
 
+def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
+    """Steps 1-3: produce, the raw read, and the job over the same records (timed, checked)."""
+    prefix = f"bench{uuid.uuid4().hex[:6]}"
+    print(f"producing {args.changes} changes: {args.tables} tables x {args.partitions} partitions")
+    workload, produce_s = produce(
+        stack, prefix, args.tables, args.partitions, args.changes, args.large_share
+    )
+    print(f"  produced in {produce_s:.1f} s ({args.changes / produce_s:,.0f} changes/s)")
+    config = _config(
+        stack,
+        prefix,
+        work / "bulk",
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        parallel_tables=args.parallel_tables,
+        deletion_vectors=args.deletion_vectors,
+        mode=args.mode,
+    )
+    if args.warmup:
+        warm_up(spark, stack, work, args)
+    records = _records(spark, config)
+    pid = jvm_pid(spark)
+    cpu0 = cpu_seconds(pid)
+    raw_s = raw_read(spark, config, records)
+    raw_cpu = cpu_seconds(pid) - cpu0
+    print(f"raw Kafka read (noop sink): {records} records in {raw_s:.1f} s", end="")
+    print(f" = {records / raw_s:,.0f} records/s, CPU {raw_cpu / records * 1e6:.1f} us/record")
+    if args.mode == "changelog":
+        apply_s, apply_cpu, batches = ingest_then_compact(spark, config, workload, pid, args)
+    else:
+        applier = TimedApplier(config)
+        cpu0 = cpu_seconds(pid)
+        start = time.perf_counter()
+        query = start_apply(spark, config, applier)
+        query.awaitTermination()
+        apply_s = time.perf_counter() - start
+        apply_cpu = cpu_seconds(pid) - cpu0
+        if query.exception() is not None:
+            raise SystemExit(f"apply failed: {query.exception()}")
+        batches = applier.batches
+    what = "ingest (visible in the views)" if args.mode == "changelog" else "apply"
+    print(
+        f"{what}: {args.changes} changes ({records} records, {len(batches)} batches) in "
+        f"{apply_s:.1f} s = {args.changes / apply_s:,.0f} changes/s, "
+        f"CPU {apply_cpu / args.changes * 1e6:.1f} us/change "
+        f"(JVM + driver; {os.cpu_count()} cores, local[2])"
+    )
+    print(
+        f"ratio {what} / raw read: {(records / apply_s) / (records / raw_s):.3f} "
+        f"(raw read is {apply_s / raw_s:.1f}x faster)"
+    )
+    first_commit = min(b[1] for b in batches)
+    print(
+        f"bulk freshness: first commit -> all {args.changes} visible: "
+        f"{max(b[3] for b in batches) - first_commit:.1f} s "
+        f"(includes the {produce_s:.1f} s of producing and the raw-read run)"
+    )
+    check_tables(spark, config, workload)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--changes", type=int, default=1_000_000)
@@ -419,6 +478,7 @@ def main() -> None:
     parser.add_argument("--fresh-seconds", type=int, default=30)
     parser.add_argument("--fresh-rate", type=int, default=2000)
     parser.add_argument("--skip-freshness", action="store_true")
+    parser.add_argument("--skip-bulk", action="store_true", help="only the freshness run")
     parser.add_argument("--parallel-tables", type=int, default=2)
     parser.add_argument("--mode", choices=("merge", "changelog"), default="merge")
     parser.add_argument("--compaction-interval", default="30 seconds")
@@ -457,64 +517,11 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        prefix = f"bench{uuid.uuid4().hex[:6]}"
-        print(
-            f"producing {args.changes} changes: {args.tables} tables x {args.partitions} partitions"
-        )
-        workload, produce_s = produce(
-            stack, prefix, args.tables, args.partitions, args.changes, args.large_share
-        )
-        print(f"  produced in {produce_s:.1f} s ({args.changes / produce_s:,.0f} changes/s)")
-        config = _config(
-            stack,
-            prefix,
-            work / "bulk",
-            max_offsets_per_trigger=args.max_offsets_per_trigger,
-            parallel_tables=args.parallel_tables,
-            deletion_vectors=args.deletion_vectors,
-            mode=args.mode,
-        )
-        if args.warmup:
-            warm_up(spark, stack, work, args)
-        records = _records(spark, config)
-        pid = jvm_pid(spark)
-        cpu0 = cpu_seconds(pid)
-        raw_s = raw_read(spark, config, records)
-        raw_cpu = cpu_seconds(pid) - cpu0
-        print(f"raw Kafka read (noop sink): {records} records in {raw_s:.1f} s", end="")
-        print(f" = {records / raw_s:,.0f} records/s, CPU {raw_cpu / records * 1e6:.1f} us/record")
-        if args.mode == "changelog":
-            apply_s, apply_cpu, batches = ingest_then_compact(spark, config, workload, pid, args)
-        else:
-            applier = TimedApplier(config)
-            cpu0 = cpu_seconds(pid)
-            start = time.perf_counter()
-            query = start_apply(spark, config, applier)
-            query.awaitTermination()
-            apply_s = time.perf_counter() - start
-            apply_cpu = cpu_seconds(pid) - cpu0
-            if query.exception() is not None:
-                raise SystemExit(f"apply failed: {query.exception()}")
-            batches = applier.batches
-        what = "ingest (visible in the views)" if args.mode == "changelog" else "apply"
-        print(
-            f"{what}: {args.changes} changes ({records} records, {len(batches)} batches) in "
-            f"{apply_s:.1f} s = {args.changes / apply_s:,.0f} changes/s, "
-            f"CPU {apply_cpu / args.changes * 1e6:.1f} us/change "
-            f"(JVM + driver; {os.cpu_count()} cores, local[2])"
-        )
-        print(
-            f"ratio {what} / raw read: {(records / apply_s) / (records / raw_s):.3f} "
-            f"(raw read is {apply_s / raw_s:.1f}x faster)"
-        )
-        first_commit = min(b[1] for b in batches)
-        print(
-            f"bulk freshness: first commit -> all {args.changes} visible: "
-            f"{max(b[3] for b in batches) - first_commit:.1f} s "
-            f"(includes the {produce_s:.1f} s of producing and the raw-read run)"
-        )
-        check_tables(spark, config, workload)
+        if not args.skip_bulk:
+            bulk(spark, stack, work, args)
         if not args.skip_freshness:
+            if args.warmup and args.skip_bulk:
+                warm_up(spark, stack, work, args)
             freshness(spark, stack, work, args)
     finally:
         spark.stop()

@@ -720,17 +720,20 @@ class ChangelogQueries:
         return [p for q in self.queries for p in q.recentProgress]
 
     def awaitTermination(self) -> None:
-        if self._config.available_now:
-            self.queries[0].awaitTermination()
-            self.queries.append(self._start_compactor())
-            self.queries[1].awaitTermination()
-            return
-        while any(q.isActive for q in self.queries):
-            for query in self.queries:
-                if not query.isActive and query.exception() is not None:
-                    self.stop()
-                    query.awaitTermination()  # raises its error
-            self.queries[0].awaitTermination(1)
+        try:
+            if self._config.available_now:
+                self.queries[0].awaitTermination()
+                self.queries.append(self._start_compactor())
+                self.queries[1].awaitTermination()
+                return
+            while any(q.isActive for q in self.queries):
+                for query in self.queries:
+                    if not query.isActive:
+                        query.awaitTermination()  # raises the error of a failed query
+                time.sleep(0.5)
+        except BaseException:
+            self.stop()  # one failed (or the wait was interrupted): both go
+            raise
 
     def stop(self) -> None:
         for query in self.queries:
