@@ -110,6 +110,18 @@ CHANGES_APPLIED = Counter(
     "pgbridge_apply_changes", "Change records applied to Delta (before per-key folding)", ["table"]
 )
 DEAD_LETTERS = Counter("pgbridge_apply_dead_letters", "Records written to the dead-letter table")
+TABLE_LAG = Gauge(
+    "pgbridge_apply_table_lag_seconds",
+    "Per table: seconds from the PostgreSQL commit of the newest change its last MERGE applied "
+    "until that MERGE was done",
+    ["table"],
+)
+TOPIC_LAG_RECORDS = Gauge(
+    "pgbridge_apply_topic_lag_records",
+    "Per topic: Kafka records not yet read by the apply query (latest offsets minus the last "
+    "batch's end offsets, summed over its partitions)",
+    ["topic"],
+)
 TABLE_FAILURES = Counter(
     "pgbridge_apply_table_failures", "Table batches dead-lettered because they failed", ["table"]
 )
@@ -470,6 +482,8 @@ class BatchApplier:
                 int(summary[k]) for k in ("oldest_ms", "newest_ms") if summary[k] is not None
             )
         CHANGES_APPLIED.labels(label).inc(count)
+        if summary["newest_ms"] is not None:
+            TABLE_LAG.labels(label).set(max(0.0, time.time() - int(summary["newest_ms"]) / 1000))
         logger.info(
             "batch %d: %s: %d changes%s in %.1f s (MERGE %.1f s)",
             batch_id,
@@ -680,6 +694,7 @@ def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = 
     """
     for key, value in JOB_CONF.items():
         spark.conf.set(key, value)
+    watch_topic_lag(spark)
     if config.mode == "changelog":
         return ChangelogQueries(spark, config, applier)
     source = spark.readStream.format("kafka").options(**config.kafka_source_options()).load()
@@ -693,6 +708,60 @@ def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = 
     else:
         writer = writer.trigger(processingTime=config.trigger_interval)
     return writer.start()
+
+
+def topic_lag(progress_sources: Sequence[Any]) -> dict[str, int]:
+    """Per topic, records behind: each Kafka source's latest offsets minus its batch's end."""
+    import json
+
+    lag: dict[str, int] = {}
+    for source in progress_sources:
+        try:
+            latest: Any = json.loads(source.latestOffset or "null")
+            end: Any = json.loads(source.endOffset or "null")
+        except (TypeError, ValueError):
+            continue
+        if not isinstance(latest, dict) or not isinstance(end, dict):
+            continue
+        for topic, partitions in latest.items():  # Kafka: {topic: {partition: offset}}
+            done: Any = end.get(topic)
+            if not isinstance(partitions, dict) or not isinstance(done, dict):
+                continue  # a Delta source's offset (the changelog's): no topics
+            behind = 0
+            for partition, offset in partitions.items():
+                read_to: Any = done.get(partition, offset)
+                behind += max(0, int(offset) - int(read_to))
+            lag[topic] = behind
+    return lag
+
+
+_WATCHED: set[int] = set()
+
+
+def watch_topic_lag(spark: Any) -> None:
+    """Keep ``pgbridge_apply_topic_lag_records`` from every query's progress (once per
+    session)."""
+    from pyspark.sql.streaming.listener import StreamingQueryListener
+
+    if id(spark) in _WATCHED:
+        return
+    _WATCHED.add(id(spark))
+
+    class _LagListener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            for topic, behind in topic_lag(event.progress.sources).items():
+                TOPIC_LAG_RECORDS.labels(topic).set(behind)
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    spark.streams.addListener(_LagListener())
 
 
 class ChangelogQueries:

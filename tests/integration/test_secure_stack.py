@@ -188,3 +188,83 @@ def test_wrong_registry_credentials_stop_promptly_with_the_cause(
     for secret in secure_stack.passwords.values():
         assert secret not in output
     assert time.monotonic() - started < 120
+
+
+def test_least_privilege_role_snapshots_and_streams_over_the_secured_stack(
+    secure_stack: SecureStack, tmp_path: Path
+) -> None:
+    """The README's least-privilege role, exactly: REPLICATION, CONNECT, SELECT on the table,
+    the publication and signal table made by an administrator. Over TLS with SCRAM it passes
+    ``pgbridge check``, snapshots, streams and runs an incremental snapshot through the signal
+    table, and a consumer rebuilds the source from the topic."""
+    prefix = f"lp{uuid.uuid4().hex[:8]}"
+    table, signal, role = f"{prefix}_t", f"{prefix}_signal", f"{prefix}_role"
+    password = uuid.uuid4().hex
+    admin = secure_stack.postgres.dsn()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN REPLICATION PASSWORD '{password}'")
+        conn.execute(f"GRANT CONNECT ON DATABASE postgres TO {role}")
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+        conn.execute(f"INSERT INTO {table} SELECT i, 'old' FROM generate_series(1, 300) i")
+        conn.execute(f"GRANT SELECT ON {table} TO {role}")
+        conn.execute(
+            f"CREATE TABLE {signal} (id varchar(64) PRIMARY KEY, type varchar(32) NOT NULL, "
+            "data varchar(8192))"
+        )
+        conn.execute(f"GRANT SELECT, INSERT, DELETE ON {signal} TO {role}")
+        conn.execute(
+            f"CREATE PUBLICATION {prefix}_pub FOR TABLE {table}, {signal} "
+            "WITH (publish_via_partition_root = true)"
+        )
+    secret = tmp_path / "role-password"
+    secret.write_text(password + "\n")
+    secret.chmod(0o600)
+    config_path = configured(
+        secure_stack,
+        tmp_path / "conf",
+        prefix,
+        **{
+            "database.user": role,
+            "database.password.file": str(secret),
+            "publication.autocreate.mode": "disabled",
+            "signal.data.collection": f"public.{signal}",
+            "table.include.list": f"public\\\\.{table}",
+        },
+    )
+    checked = subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "check", "-c", str(config_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    log = tmp_path / "bridge.log"
+    args = [sys.executable, "-m", "bridge.cli", "run", "-c", str(config_path)]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    process = BridgeProcess.__new__(BridgeProcess)
+    process.proc, process.log_path = proc, str(log)
+    try:
+        wait_for(lambda: "to topics" in process.log(), process, "streaming")
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"UPDATE {table} SET v = 'new' WHERE id <= 50")
+            conn.execute(f"DELETE FROM {table} WHERE id > 280")
+        snapshot = subprocess.run(
+            [sys.executable, "-m", "bridge.cli", "snapshot", "-c", str(config_path),
+             f"public.{table}"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert snapshot.returncode == 0, snapshot.stdout + snapshot.stderr
+        wait_for(lambda: "complete: 280 rows" in process.log(), process, "incremental snapshot")
+        wait_slot_confirmed(admin, prefix, mark(admin), process)
+        assert process.terminate() == 0, process.log()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert password not in process.log()
+    # 300 snapshot rows, 50 updates, 20 deletes, 280 rows of the incremental snapshot.
+    rows = read_secured(secure_stack, f"{prefix}.public.{table}", 300 + 50 + 20 + 280)
+    with psycopg.connect(admin) as conn:
+        expected = {r[0]: r[1] for r in conn.execute(f"SELECT id, v FROM {table}").fetchall()}
+        assert conn.execute(f"SELECT count(*) FROM {signal}").fetchone() == (1,)  # the request
+    assert {k: r["v"] for k, r in rows.items()} == expected

@@ -72,3 +72,20 @@ def test_running_job_stops_both_queries_when_one_fails(monkeypatch: pytest.Monke
     with pytest.raises(RuntimeError, match="broker gone"):
         queries.awaitTermination()
     assert "stop compactor" in log
+
+
+def test_topic_lag_from_a_progress_report() -> None:
+    """Records behind per topic: latest offsets minus the batch's end, summed over partitions;
+    a source that is not Kafka's (the changelog's Delta source) is passed over."""
+    from types import SimpleNamespace
+
+    from bridge.spark.job import topic_lag
+
+    kafka = SimpleNamespace(
+        latestOffset='{"pg.public.a": {"0": 120, "1": 80}, "pg.public.b": {"0": 5}}',
+        endOffset='{"pg.public.a": {"0": 100, "1": 80}, "pg.public.b": {"0": 5}}',
+    )
+    delta = SimpleNamespace(
+        latestOffset='{"sourceVersion": 1, "reservoirVersion": 7}', endOffset=None
+    )
+    assert topic_lag([kafka, delta]) == {"pg.public.a": 20, "pg.public.b": 0}
