@@ -159,8 +159,32 @@ def send_signal_to(dsn: str, table: str | None, signal_type: str, data: dict[str
         raise SignalError(
             "pgbridge snapshot", "no signal table: set signal.data.collection (and restart run)"
         )
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return send_signal(conn, table, signal_type, data)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            return send_signal(conn, table, signal_type, data)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise SignalError(
+            "pgbridge snapshot",
+            f"the role cannot write the signal table {table} ({_first_line(exc)}); it needs "
+            f"GRANT SELECT, INSERT, DELETE ON {table} TO <the role>",
+        ) from exc
+    except psycopg.errors.UndefinedTable as exc:
+        raise SignalError(
+            "pgbridge snapshot",
+            f"the signal table {table} does not exist: pgbridge run creates it when "
+            "signal.table.autocreate is on, or an administrator creates it (see the README)",
+        ) from exc
+    except psycopg.Error as exc:
+        from bridge.source.errors import access_refusal
+
+        refusal = access_refusal(str(exc), getattr(exc, "sqlstate", None))
+        if refusal is not None:
+            raise refusal from exc
+        raise SignalError("pgbridge snapshot", _first_line(exc)) from exc
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def signal_table_name(value: str) -> tuple[str, str]:

@@ -165,8 +165,9 @@ class KafkaBroker(Service):
                     *self._java_cmd(),
                     "kafka.tools.StorageTool",
                     "format",
-                    "-t",
-                    cluster_id,
+                    # One argument: a random id may start with "-", which the tool's parser
+                    # would take for an option (it failed the stack about once in 64 starts).
+                    f"--cluster-id={cluster_id}",
                     "-c",
                     str(self._config_path()),
                 ],

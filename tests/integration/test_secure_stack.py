@@ -66,8 +66,12 @@ def configured(stack: SecureStack, work: Path, prefix: str, **extra: str) -> Pat
     }
     work.mkdir(parents=True, exist_ok=True)
     path = work / "pgbridge.toml"
-    base = (stack.dir / "pgbridge-secure.toml").read_text()
-    path.write_text(base + "".join(f'"{k}" = "{v}"\n' for k, v in values.items()))
+    base = [
+        line
+        for line in (stack.dir / "pgbridge-secure.toml").read_text().splitlines(keepends=True)
+        if not any(line.startswith(f'"{k}" =') for k in values)  # this test's value instead
+    ]
+    path.write_text("".join(base) + "".join(f'"{k}" = "{v}"\n' for k, v in values.items()))
     return path
 
 
@@ -268,3 +272,16 @@ def test_least_privilege_role_snapshots_and_streams_over_the_secured_stack(
         expected = {r[0]: r[1] for r in conn.execute(f"SELECT id, v FROM {table}").fetchall()}
         assert conn.execute(f"SELECT count(*) FROM {signal}").fetchone() == (1,)  # the request
     assert {k: r["v"] for k, r in rows.items()} == expected
+    # Without INSERT on the signal table, asking for a snapshot is a typed error naming the
+    # grant, not a traceback.
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"REVOKE INSERT ON {signal} FROM {role}")
+    refused = subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "snapshot", "-c", str(config_path), f"public.{table}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode != 0
+    assert f"GRANT SELECT, INSERT, DELETE ON public.{signal}" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
