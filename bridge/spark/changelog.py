@@ -45,7 +45,7 @@ from pyspark.sql import functions as F
 
 from bridge.spark import transforms as tf
 from bridge.spark.config import ApplyConfig
-from bridge.spark.decode import SchemaCache, decode_batch
+from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
 from bridge.spark.errors import ApplyError
 from bridge.spark.fences import Fences, read_fences
 from bridge.spark.job import BatchApplier
@@ -313,6 +313,8 @@ def _changelog_records(spark: Any, config: ApplyConfig, topic: str) -> DataFrame
 
 def _base_of_topic(spark: Any, config: ApplyConfig, topic: str) -> str | None:
     """The base table written for ``topic`` (found by its ``pgbridge.topic`` property)."""
+    from delta.tables import DeltaTable
+
     from bridge.spark.merge import TOPIC_PROPERTY
 
     jvm = spark.sparkContext._jvm
@@ -328,13 +330,13 @@ def _base_of_topic(spark: Any, config: ApplyConfig, topic: str) -> str | None:
             path = table_dir.getPath().toString()
             if not fs.exists(jvm.org.apache.hadoop.fs.Path(path + "/_delta_log")):
                 continue
-            detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").select("properties").first()
+            detail = DeltaTable.forPath(spark, path).detail().select("properties").first()
             if detail and (detail["properties"] or {}).get(TOPIC_PROPERTY) == topic:
                 return str(path)
     return None
 
 
-def _fold(spark: Any, path: str, table: Any) -> DataFrame:
+def _fold(spark: Any, path: str, table: TableBatch) -> DataFrame:
     """``table``'s changes not covered by the base at ``path``, folded onto it."""
     from delta.tables import DeltaTable
 

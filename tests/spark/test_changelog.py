@@ -174,14 +174,17 @@ def test_one_changelog_commit_per_ingest_batch_whatever_the_tables(
 def test_compaction_removes_applied_records_one_round_late(changelog: Changelog) -> None:
     add = changelog.batches.add
     add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
+    add(WIDE, "c", (10, 1), after={"id": 9, "small": "s", "big": "b"})
     changelog.ingest(0)
     add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
     changelog.ingest(1)
     changelog.compact()  # covers ingest batches 0 and 1; nothing removed yet
-    assert changelog.changelog_rows() == 2
+    assert changelog.changelog_rows() == 3
     add(KEYED, "c", (12, 0), after={"id": 3, "v": "c"})
     changelog.ingest(2)
     changelog.compact()  # removes what the previous round applied (ingest batches < 1)
     assert changelog.changelog_rows() == 2
     assert changelog.view() == {1: "a", 2: "b", 3: "c"}
     assert changelog.base() == {1: "a", 2: "b", 3: "c"}
+    # Nothing of the table left in the changelog: its view is its table (found by topic).
+    assert changelog.view("public.wide") == {9: ("s", "b")}
