@@ -48,7 +48,7 @@ from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
 from bridge.spark.errors import ApplyError
 from bridge.spark.fences import Fences, read_fences
-from bridge.spark.job import BatchApplier
+from bridge.spark.job import BatchApplier, kafka_source, start_query
 from bridge.spark.merge import before, table_key_columns
 
 __all__ = [
@@ -232,17 +232,14 @@ def ensure_changelog(spark: Any, config: ApplyConfig) -> None:
 def start_ingest(spark: Any, config: ApplyConfig, writer: ChangelogWriter | None = None) -> Any:
     """Start the ingest query: Kafka -> the changelog."""
     ensure_changelog(spark, config)
-    source = spark.readStream.format("kafka").options(**config.kafka_source_options()).load()
-    query = (
-        source.writeStream.foreachBatch(writer or ChangelogWriter(config))
-        .option("checkpointLocation", ingest_checkpoint(config))
-        .queryName(f"{config.query_name}-ingest")
+    return start_query(
+        kafka_source(spark, config),
+        writer or ChangelogWriter(config),
+        ingest_checkpoint(config),
+        f"{config.query_name}-ingest",
+        config,
+        config.trigger_interval,
     )
-    if config.available_now:
-        query = query.trigger(availableNow=True)
-    else:
-        query = query.trigger(processingTime=config.trigger_interval)
-    return query.start()
 
 
 def start_compactor(spark: Any, config: ApplyConfig, compactor: Compactor | None = None) -> Any:
@@ -256,16 +253,14 @@ def start_compactor(spark: Any, config: ApplyConfig, compactor: Compactor | None
         .option("skipChangeCommits", "true")
         .load(changelog_path(config))
     )
-    query = (
-        source.writeStream.foreachBatch(compactor or Compactor(config))
-        .option("checkpointLocation", compact.checkpoint_location)
-        .queryName(compact.query_name)
+    return start_query(
+        source,
+        compactor or Compactor(config),
+        compact.checkpoint_location,
+        compact.query_name,
+        config,
+        config.compaction_interval,
     )
-    if config.available_now:
-        query = query.trigger(availableNow=True)
-    else:
-        query = query.trigger(processingTime=config.compaction_interval)
-    return query.start()
 
 
 def current_state(

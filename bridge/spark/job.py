@@ -697,16 +697,43 @@ def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = 
     watch_topic_lag(spark)
     if config.mode == "changelog":
         return ChangelogQueries(spark, config, applier)
-    source = spark.readStream.format("kafka").options(**config.kafka_source_options()).load()
+    return start_query(
+        kafka_source(spark, config),
+        applier or BatchApplier(config),
+        config.checkpoint_location,
+        config.query_name,
+        config,
+        config.trigger_interval,
+    )
+
+
+def kafka_source(spark: Any, config: ApplyConfig) -> DataFrame:
+    """Spark's Kafka source over the configured change topics."""
+    source: DataFrame = (
+        spark.readStream.format("kafka").options(**config.kafka_source_options()).load()
+    )
+    return source
+
+
+def start_query(
+    source: DataFrame,
+    batch_function: Callable[[DataFrame, int], None],
+    checkpoint: str,
+    name: str,
+    config: ApplyConfig,
+    interval: str,
+) -> Any:
+    """A ``foreachBatch`` query: once over what is there (``available_now``), else every
+    ``interval``."""
     writer = (
-        source.writeStream.foreachBatch(applier or BatchApplier(config))
-        .option("checkpointLocation", config.checkpoint_location)
-        .queryName(config.query_name)
+        source.writeStream.foreachBatch(batch_function)
+        .option("checkpointLocation", checkpoint)
+        .queryName(name)
     )
     if config.available_now:
         writer = writer.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=config.trigger_interval)
+        writer = writer.trigger(processingTime=interval)
     return writer.start()
 
 

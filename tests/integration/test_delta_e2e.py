@@ -43,6 +43,18 @@ def schema_change_workload(dsn: str) -> None:
         )
 
 
+def capture_workload(stack: StackInfo, dsn: str, prefix: str) -> None:
+    """The workload and a schema change, captured by ``pgbridge run`` into Kafka."""
+    prepare_database(dsn)
+    bridge = RunningBridge(bridge_config(stack, dsn, prefix))
+    try:
+        workload(dsn, big_rows=5_000)
+        schema_change_workload(dsn)
+        bridge.wait_confirmed(mark(dsn))
+    finally:
+        bridge.stop()
+
+
 def apply_config(stack: StackInfo, prefix: str, work: Path, **extra: Any) -> ApplyConfig:
     return ApplyConfig(
         topic_prefix=prefix,
@@ -118,14 +130,7 @@ def test_delta_tables_equal_source_after_workload_and_schema_change(
 ) -> None:
     prefix = f"delta{uuid.uuid4().hex[:8]}"
     with scratch_database(local_stack) as dsn:
-        prepare_database(dsn)
-        bridge = RunningBridge(bridge_config(local_stack, dsn, prefix))
-        try:
-            workload(dsn, big_rows=5_000)
-            schema_change_workload(dsn)
-            bridge.wait_confirmed(mark(dsn))
-        finally:
-            bridge.stop()
+        capture_workload(local_stack, dsn, prefix)
         config = apply_config(local_stack, prefix, tmp_path)
         run_apply(config, spark=spark)
         assert_delta_equals_source(spark, config, dsn)
@@ -145,14 +150,7 @@ def test_changelog_mode_views_equal_source_before_compaction_and_tables_after(
     job's compaction brings the Delta tables (keyless ones too) to the source."""
     prefix = f"delta{uuid.uuid4().hex[:8]}"
     with scratch_database(local_stack) as dsn:
-        prepare_database(dsn)
-        bridge = RunningBridge(bridge_config(local_stack, dsn, prefix))
-        try:
-            workload(dsn, big_rows=5_000)
-            schema_change_workload(dsn)
-            bridge.wait_confirmed(mark(dsn))
-        finally:
-            bridge.stop()
+        capture_workload(local_stack, dsn, prefix)
         config = apply_config(
             local_stack, prefix, tmp_path, mode="changelog", max_offsets_per_trigger=3_000
         )

@@ -75,6 +75,16 @@ def configured(stack: SecureStack, work: Path, prefix: str, **extra: str) -> Pat
     return path
 
 
+def start_run(config_path: Path, log: Path) -> tuple[subprocess.Popen[bytes], BridgeProcess]:
+    """``pgbridge run -c config_path`` as a process, its output in ``log``."""
+    args = [sys.executable, "-m", "bridge.cli", "run", "-c", str(config_path)]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    process = BridgeProcess.__new__(BridgeProcess)
+    process.proc, process.log_path = proc, str(log)
+    return proc, process
+
+
 def read_secured(stack: SecureStack, topic: str, count: int) -> dict[int, dict[str, Any]]:
     """The table as a consumer with its own credentials rebuilds it: id -> row."""
     client = SchemaRegistryClient(stack.registry.client_config())
@@ -119,12 +129,7 @@ def test_every_hop_secured_end_to_end_to_delta(
         conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v text, n numeric(8,2))")
         conn.execute(f"INSERT INTO {table} SELECT i, 'old', i / 3.0 FROM generate_series(1, 300) i")
     config_path = configured(secure_stack, tmp_path / "conf", prefix)
-    log = tmp_path / "bridge.log"
-    args = [sys.executable, "-m", "bridge.cli", "run", "-c", str(config_path)]
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
-    process = BridgeProcess.__new__(BridgeProcess)
-    process.proc, process.log_path = proc, str(log)
+    proc, process = start_run(config_path, tmp_path / "bridge.log")
     try:
         wait_for(lambda: "to topics" in process.log(), process, "streaming")
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -242,12 +247,7 @@ def test_least_privilege_role_snapshots_and_streams_over_the_secured_stack(
         timeout=120,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    log = tmp_path / "bridge.log"
-    args = [sys.executable, "-m", "bridge.cli", "run", "-c", str(config_path)]
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
-    process = BridgeProcess.__new__(BridgeProcess)
-    process.proc, process.log_path = proc, str(log)
+    proc, process = start_run(config_path, tmp_path / "bridge.log")
     try:
         wait_for(lambda: "to topics" in process.log(), process, "streaming")
         with psycopg.connect(admin, autocommit=True) as conn:
