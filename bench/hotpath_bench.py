@@ -173,14 +173,17 @@ class _Source:
         self._payloads = payloads
         self._decode = Decoder(1).decode
         self._start = Lsn(0)
+        self.message_lsn = 0
 
     @property
     def start_lsn(self) -> Any:
         return self._start
 
     def messages(self) -> Iterator[Any]:
+        # As the replication source: each message's WAL position set as it is yielded.
         decode = self._decode
-        for payload in self._payloads:
+        for n, payload in enumerate(self._payloads):
+            self.message_lsn = 0x1_0000_0000 + 40 * n
             yield decode(payload)
 
     def acknowledge(self, flush_lsn: Any) -> None:

@@ -79,6 +79,10 @@ class TxContext:
     #: "last" for snapshot rows (op ``r``, bridge.snapshot), whose commit_lsn is the snapshot's
     #: consistent point.
     snapshot: str = "false"
+    #: The end LSN of the transaction committed before this one on the stream (where a
+    #: consumer that had applied it would resume): the first element of Debezium's
+    #: ``source.sequence``; None when not known.
+    last_commit_lsn: Lsn | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,10 @@ class ChangeEvent:
     before: Mapping[str, Any] | None  # a dict, or an EncodedRow (bridge.schema)
     after: Mapping[str, Any] | None
     unchanged_toast: tuple[str, ...] = ()
+    #: The LSN of the change's own WAL record (Debezium's ``source.lsn``); for snapshot rows
+    #: the position they are published at. Orders nothing across transactions: (tx.commit_lsn,
+    #: seq) does.
+    lsn: int = 0
 
     @property
     def key(self) -> dict[str, Any] | None:
@@ -102,9 +110,9 @@ class ChangeEvent:
 # descriptors builds the identical frozen object (there is no __post_init__) in about half the
 # time of the generated __init__, which goes through object.__setattr__ per field.
 _new_object = object.__new__
-_CHANGE_SETTERS = tuple(
+CHANGE_SETTERS = tuple(
     vars(ChangeEvent)[name].__set__
-    for name in ("op", "table", "tx", "seq", "before", "after", "unchanged_toast")
+    for name in ("op", "table", "tx", "seq", "before", "after", "unchanged_toast", "lsn")
 )
 
 
@@ -114,10 +122,11 @@ def new_insert_event(
     seq: int,
     after: Mapping[str, Any],
     toast: tuple[str, ...],
+    lsn: int,
 ) -> ChangeEvent:
-    """``ChangeEvent("c", table, tx, seq, None, after, toast)``, faster."""
+    """``ChangeEvent("c", table, tx, seq, None, after, toast, lsn)``, faster."""
     event: ChangeEvent = _new_object(ChangeEvent)
-    s_op, s_table, s_tx, s_seq, s_before, s_after, s_toast = _CHANGE_SETTERS
+    s_op, s_table, s_tx, s_seq, s_before, s_after, s_toast, s_lsn = CHANGE_SETTERS
     s_op(event, "c")
     s_table(event, table)
     s_tx(event, tx)
@@ -125,6 +134,7 @@ def new_insert_event(
     s_before(event, None)
     s_after(event, after)
     s_toast(event, toast)
+    s_lsn(event, lsn)
     return event
 
 
@@ -188,6 +198,12 @@ class EventBuilder:
         self._origin: str | None = None
         self._seq = 0
         self._counts: Counter[str] = Counter()
+        #: The WAL position of the message being fed (its XLogData's start), set by the caller
+        #: before :meth:`feed`: the ``lsn`` of the changes it makes.
+        self.message_lsn = 0
+        #: The end LSN of the last transaction committed on the stream: None until the first
+        #: Commit, as in Debezium's ``source.sequence`` after a fresh start.
+        self.last_commit_lsn: Lsn | None = None
         self._handlers: dict[type, Callable[[Any], list[Output]]] = {
             Insert: self._insert,
             Update: self._update,
@@ -224,7 +240,9 @@ class EventBuilder:
         seq = self._seq
         self._seq = seq + 1
         self._counts[table.table] += 1
-        return [new_insert_event(table, tx, seq, after, tuple(toast) if toast else ())]
+        return [
+            new_insert_event(table, tx, seq, after, tuple(toast) if toast else (), self.message_lsn)
+        ]
 
     def _delete(self, message: Delete) -> list[Output]:
         table = self._table(message.relation_oid, "Delete")
@@ -242,7 +260,13 @@ class EventBuilder:
 
     def _begin_tx(self, message: Begin) -> list[Output]:
         self._begin, self._seq, self._counts = message, 0, Counter()
-        self._tx = TxContext(message.xid, message.final_lsn, message.commit_ts, self._origin)
+        self._tx = TxContext(
+            message.xid,
+            message.final_lsn,
+            message.commit_ts,
+            self._origin,
+            last_commit_lsn=self.last_commit_lsn,
+        )
         return []
 
     def _type(self, message: Type) -> list[Output]:
@@ -254,7 +278,7 @@ class EventBuilder:
         self._origin = message.name
         if self._tx is not None:
             tx = self._tx
-            self._tx = TxContext(tx.xid, tx.commit_lsn, tx.commit_ts, message.name)
+            self._tx = replace(tx, origin=message.name)
         return []
 
     def _relation(self, relation: Relation) -> list[Output]:
@@ -351,6 +375,7 @@ class EventBuilder:
             )
         end = TransactionEnd(tx, commit.end_lsn, self._seq, dict(self._counts))
         self._tx, self._begin, self._origin = None, None, None
+        self.last_commit_lsn = commit.end_lsn
         return [end]
 
     # -- the native insert lane (bridge.sink.serializer.InsertLane) ---------------------------
@@ -378,7 +403,7 @@ class EventBuilder:
         toast: list[str] | tuple[str, ...],
     ) -> ChangeEvent:
         tx = self._require_tx(table.table)
-        event = ChangeEvent(op, table, tx, self._seq, before, after, tuple(toast))
+        event = ChangeEvent(op, table, tx, self._seq, before, after, tuple(toast), self.message_lsn)
         self._seq += 1
         self._counts[table.table] += 1
         return event

@@ -26,7 +26,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from bridge.ack import AckTracker, TransactionToken
@@ -262,6 +262,7 @@ class Pipeline:
             self._shutdown()
 
     def _on_message(self, message: LogicalMessage) -> None:
+        self.builder.message_lsn = self.source.message_lsn
         if type(message) is Insert:
             if message.relation_oid == self._signal_oid:
                 assert self.incremental is not None
@@ -301,7 +302,7 @@ class Pipeline:
         if position is None:
             return False
         tx, seq = position
-        record = lane.encode(message.new_tuple, op, tx, seq)
+        record = lane.encode(message.new_tuple, op, tx, seq, builder.message_lsn)
         if record is None:
             return False
         builder.took_change(table)
@@ -448,12 +449,15 @@ class Pipeline:
         if position is None:
             raise RuntimeError("snapshot rows outside a transaction")
         tx = position[0]
-        snapshot_tx = TxContext(tx.xid, tx.commit_lsn, tx.commit_ts, tx.origin, "incremental")
+        snapshot_tx = replace(tx, snapshot="incremental")
+        lsn = builder.message_lsn  # the high watermark's
         for row in rows:
             position = builder.next_position()
             assert position is not None
             builder.took_change(table)
-            self._publish_change(ChangeEvent("r", table, snapshot_tx, position[1], None, row))
+            self._publish_change(
+                ChangeEvent("r", table, snapshot_tx, position[1], None, row, (), lsn)
+            )
 
     def _route(self, table: RelationSchemas) -> RegisteredSchemas | None:
         """The table version's schema ids, or ``None`` if the table filter leaves it out;

@@ -4,7 +4,9 @@
 - :func:`encode_row`: pgoutput TupleData straight to Avro bytes, for
   :class:`bridge.schema.RowEncoder` (its plans: :mod:`bridge.native.plan`);
 - :func:`encode_insert`: pgoutput TupleData straight to the framed key and envelope value of an
-  insert, for :class:`bridge.sink.lane.InsertLane`;
+  insert, for :class:`bridge.sink.serializer.InsertLane`;
+- :func:`encode_source`: the envelope's source block of one change from its cached parts, for
+  :class:`bridge.sink.serializer.SourceParts`;
 - :func:`scan_copy_row`: one binary COPY row's layout, for
   :class:`bridge.snapshot.copy_binary.CopyBinaryParser`;
 - :func:`encode_copy_row`: one binary COPY row straight to the framed key and envelope value of
@@ -26,9 +28,22 @@ EncodeRow = Callable[
 ]
 ScanTuple = Callable[[bytes, int, int], tuple[bytes, tuple[int, ...], int] | None]
 EncodeInsert = Callable[
-    [bytes, bytes, tuple[int, ...], bytes, bytes | None, bytes | None, bytes, bytes, int, bytes],
+    [
+        bytes,
+        bytes,
+        tuple[int, ...],
+        bytes,
+        bytes | None,
+        bytes | None,
+        bytes,
+        tuple[bytes, bytes, bytes, bytes],  # bridge.sink.serializer.SourceParts
+        int,
+        int,
+        bytes,
+    ],
     tuple[bytes | None, bytes] | None,
 ]
+EncodeSource = Callable[[tuple[bytes, bytes, bytes, bytes], int], bytes]
 ScanCopyRow = Callable[[bytes, int, bytes], tuple[bytes, tuple[int, ...]] | None]
 EncodeCopyRow = Callable[
     [bytes, bytes, bytes, bytes | None, bytes | None, bytes, bytes, int, bytes],
@@ -38,6 +53,7 @@ EncodeCopyRow = Callable[
 encode_row: EncodeRow | None
 scan_tuple: ScanTuple | None
 encode_insert: EncodeInsert | None
+encode_source: EncodeSource | None
 scan_copy_row: ScanCopyRow | None
 encode_copy_row: EncodeCopyRow | None
 try:
@@ -45,14 +61,17 @@ try:
         encode_copy_row,
         encode_insert,
         encode_row,
+        encode_source,
         scan_copy_row,
         scan_tuple,
     )
 except ImportError:  # not built (no compiler at install time)
     encode_row = scan_tuple = encode_insert = scan_copy_row = encode_copy_row = None
+    encode_source = None
 
 if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
     encode_row = scan_tuple = encode_insert = scan_copy_row = encode_copy_row = None
+    encode_source = None
 
 #: True when the C accelerators are in use.
 ENABLED = encode_row is not None
@@ -62,11 +81,13 @@ __all__ = [
     "EncodeCopyRow",
     "EncodeInsert",
     "EncodeRow",
+    "EncodeSource",
     "ScanCopyRow",
     "ScanTuple",
     "encode_copy_row",
     "encode_insert",
     "encode_row",
+    "encode_source",
     "scan_copy_row",
     "scan_tuple",
 ]

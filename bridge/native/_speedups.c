@@ -8,8 +8,8 @@
  * the column types whose wire forms are simple (see bridge/native/ops.py).
  *
  * encode_insert: as encode_row, but straight to the Kafka record of an insert: the framed key
- * and the framed envelope value, its constant parts (source block, tail) given by the caller
- * (bridge.sink.lane).
+ * and the framed envelope value, its constant parts (source block around the change's
+ * sequence and lsn, tail) given by the caller (bridge.sink.serializer.InsertLane).
  *
  * scan_copy_row: one binary COPY row (bridge.snapshot.copy_binary) -> its kinds and spans.
  *
@@ -155,17 +155,50 @@ static PyObject *encode_row(PyObject *self, PyObject *const *args, Py_ssize_t na
 /* The Confluent-framed key and envelope value of an insert (or an update without old row):
  * one pass over the TupleData, the constant parts copied around the row. */
 PyDoc_STRVAR(encode_insert_doc,
-"encode_insert(buffer, kinds, spans, row_plan, key_plan, key_header, value_head, source_prefix,\n"
+"encode_insert(buffer, kinds, spans, row_plan, key_plan, key_header, value_head, source, lsn,\n"
 "              seq, tail) -> (key, value) | None\n\n"
 "key = key_header + Key record (None when key_plan is None); value = value_head (framing,\n"
-"before = null, the branch of after) + Value record + source_prefix + seq (Avro long) + tail\n"
-"(transaction, op, timestamps, unchanged TOAST). None when a value needs the Python path.");
+"before = null, the branch of after) + Value record + the source block up to seq + seq (Avro\n"
+"long) + tail (transaction, op, timestamps, unchanged TOAST). source is SourceParts' tuple\n"
+"(head, sequence_head, mid, end): head + the string sequence_head + decimal(lsn) + '\"]' +\n"
+"mid + lsn (Avro long) + end. None when a value needs the Python path.");
+
+static inline int out_str(Out *o, PyObject *b) {
+    return out_raw(o, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
+}
+
+/* A SourceParts tuple: 0 = fine, -1 = TypeError. */
+static int check_source(const char *name, PyObject *source) {
+    if (!PyTuple_Check(source) || PyTuple_GET_SIZE(source) != 4 ||
+        !PyBytes_Check(PyTuple_GET_ITEM(source, 0)) ||
+        !PyBytes_Check(PyTuple_GET_ITEM(source, 1)) ||
+        !PyBytes_Check(PyTuple_GET_ITEM(source, 2)) ||
+        !PyBytes_Check(PyTuple_GET_ITEM(source, 3))) {
+        PyErr_Format(PyExc_TypeError, "%s: source must be a tuple of 4 bytes", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* SourceParts.through_lsn: the source block up to seq for the change at lsn. */
+static int write_source(Out *o, PyObject *source, int64_t lsn) {
+    PyObject *head = PyTuple_GET_ITEM(source, 0), *sequence_head = PyTuple_GET_ITEM(source, 1);
+    char digits[24];
+    int ndigits = snprintf(digits, sizeof digits, "%lld", (long long)lsn);
+    Py_ssize_t n = PyBytes_GET_SIZE(sequence_head) + ndigits + 2;
+    return out_str(o, head) && out_long(o, n) && out_str(o, sequence_head) &&
+           out_raw(o, digits, ndigits) && out_raw(o, "\"]", 2) &&
+           out_str(o, PyTuple_GET_ITEM(source, 2)) && out_long(o, lsn) &&
+           out_str(o, PyTuple_GET_ITEM(source, 3));
+}
 
 /* The framed key and value of an insert of the row t (encode_insert's contract); parts are
- * row_plan, key_plan, key_header, value_head, source_prefix, then seq and tail. */
+ * row_plan, key_plan, key_header, value_head, then the source block up to seq: source_prefix
+ * whole (bytes), or source (a SourceParts tuple) at lsn; then seq and tail. */
 static PyObject *insert_record(const Tuple *t, PyObject *row_plan, PyObject *key_plan,
                                PyObject *key_header, PyObject *value_head,
-                               PyObject *source_prefix, int64_t seq, PyObject *tail) {
+                               PyObject *source_prefix, PyObject *source, int64_t lsn,
+                               int64_t seq, PyObject *tail) {
     Out value;
     out_init(&value);
     int r = out_raw(&value, PyBytes_AS_STRING(value_head), PyBytes_GET_SIZE(value_head)) ? 1 : -1;
@@ -173,9 +206,8 @@ static PyObject *insert_record(const Tuple *t, PyObject *row_plan, PyObject *key
         r = write_record(&value, t, (const unsigned char *)PyBytes_AS_STRING(row_plan),
                          PyBytes_GET_SIZE(row_plan));
     if (r == 1 &&
-        !(out_raw(&value, PyBytes_AS_STRING(source_prefix), PyBytes_GET_SIZE(source_prefix)) &&
-          out_long(&value, seq) &&
-          out_raw(&value, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail))))
+        !((source_prefix ? out_str(&value, source_prefix) : write_source(&value, source, lsn)) &&
+          out_long(&value, seq) && out_str(&value, tail)))
         r = -1;
     if (r != 1) {
         out_free(&value);
@@ -220,12 +252,13 @@ static PyObject *insert_record(const Tuple *t, PyObject *row_plan, PyObject *key
     return result;
 }
 
-/* The parts' types, shared by encode_insert and encode_copy_row: 0 = fine, -1 = TypeError. */
+/* The parts' types, shared by encode_insert and encode_copy_row: 0 = fine, -1 = TypeError.
+ * source_prefix: bytes, or NULL where the caller checked its source parts. */
 static int check_parts(const char *name, PyObject *row_plan, PyObject *key_plan,
                        PyObject *key_header, PyObject *value_head, PyObject *source_prefix,
                        PyObject *tail) {
     if (!PyBytes_Check(row_plan) || !PyBytes_Check(value_head) ||
-        !PyBytes_Check(source_prefix) || !PyBytes_Check(tail) ||
+        (source_prefix && !PyBytes_Check(source_prefix)) || !PyBytes_Check(tail) ||
         (key_plan != Py_None && !PyBytes_Check(key_plan)) ||
         (key_plan != Py_None && !PyBytes_Check(key_header))) {
         PyErr_Format(PyExc_TypeError,
@@ -237,14 +270,17 @@ static int check_parts(const char *name, PyObject *row_plan, PyObject *key_plan,
 
 static PyObject *encode_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "encode_insert takes 10 arguments");
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "encode_insert takes 11 arguments");
         return NULL;
     }
-    PyObject *buffer = args[0], *kinds = args[1], *spans = args[2];
-    if (check_parts("encode_insert", args[3], args[4], args[5], args[6], args[7], args[9]) < 0)
+    PyObject *buffer = args[0], *kinds = args[1], *spans = args[2], *source = args[7];
+    if (check_parts("encode_insert", args[3], args[4], args[5], args[6], NULL, args[10]) < 0)
         return NULL;
-    int64_t seq = PyLong_AsLongLong(args[8]);
+    if (check_source("encode_insert", source) < 0) return NULL;
+    int64_t lsn = PyLong_AsLongLong(args[8]);
+    if (lsn == -1 && PyErr_Occurred()) return NULL;
+    int64_t seq = PyLong_AsLongLong(args[9]);
     if (seq == -1 && PyErr_Occurred()) return NULL;
     if (!PyBytes_Check(buffer) || !PyBytes_Check(kinds) || !PyTuple_Check(spans)) Py_RETURN_NONE;
     Tuple t = {
@@ -252,7 +288,8 @@ static PyObject *encode_insert(PyObject *self, PyObject *const *args, Py_ssize_t
         PyBytes_GET_SIZE(kinds), spans, NULL,
     };
     if (PyTuple_GET_SIZE(spans) != 2 * t.ncols) Py_RETURN_NONE;
-    return insert_record(&t, args[3], args[4], args[5], args[6], args[7], seq, args[9]);
+    return insert_record(&t, args[3], args[4], args[5], args[6], NULL, source, lsn, seq,
+                         args[10]);
 }
 
 /* PostgreSQL's limit on a table's columns (MaxHeapAttributeNumber is 1600). */
@@ -310,7 +347,8 @@ static PyObject *encode_copy_row(PyObject *self, PyObject *const *args, Py_ssize
     Py_ssize_t len = PyBytes_GET_SIZE(args[0]);
     if (!scan_copy_into((const unsigned char *)buf, len, ncols, kinds, spans)) Py_RETURN_NONE;
     Tuple t = {buf, len, kinds, ncols, NULL, spans};
-    return insert_record(&t, args[2], args[3], args[4], args[5], args[6], seq, args[8]);
+    return insert_record(&t, args[2], args[3], args[4], args[5], args[6], NULL, 0, seq,
+                         args[8]);
 }
 
 /* One binary COPY row (bridge.snapshot.copy_binary.CopyBinaryParser.row's checks). */
@@ -459,11 +497,36 @@ error:
     return NULL;
 }
 
+PyDoc_STRVAR(encode_source_doc,
+"encode_source(source, lsn) -> bytes\n\n"
+"SourceParts.through_lsn: the source block up to seq of the change at lsn, from SourceParts'\n"
+"tuple (head, sequence_head, mid, end), as encode_insert writes it.");
+
+static PyObject *encode_source(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2 || check_source("encode_source", args[0]) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "encode_source takes 2 arguments");
+        return NULL;
+    }
+    int64_t lsn = PyLong_AsLongLong(args[1]);
+    if (lsn == -1 && PyErr_Occurred()) return NULL;
+    Out o;
+    out_init(&o);
+    if (!write_source(&o, args[0], lsn)) {
+        out_free(&o);
+        return NULL;
+    }
+    return finish(&o);
+}
+
 static PyMethodDef methods[] = {
     {"scan_tuple", (PyCFunction)(void (*)(void))scan_tuple, METH_FASTCALL, scan_tuple_doc},
     {"encode_row", (PyCFunction)(void (*)(void))encode_row, METH_FASTCALL, encode_row_doc},
     {"encode_insert", (PyCFunction)(void (*)(void))encode_insert, METH_FASTCALL,
      encode_insert_doc},
+    {"encode_source", (PyCFunction)(void (*)(void))encode_source, METH_FASTCALL,
+     encode_source_doc},
     {"scan_copy_row", (PyCFunction)(void (*)(void))scan_copy_row, METH_FASTCALL,
      scan_copy_row_doc},
     {"encode_copy_row", (PyCFunction)(void (*)(void))encode_copy_row, METH_FASTCALL,

@@ -17,7 +17,8 @@ def encode_insert(
     key_plan: bytes | None,
     key_header: bytes | None,
     value_head: bytes,
-    source_prefix: bytes,
+    source: tuple[bytes, bytes, bytes, bytes],
+    lsn: int,
     seq: int,
     tail: bytes,
     /,
@@ -37,3 +38,4 @@ def encode_copy_row(
     tail: bytes,
     /,
 ) -> tuple[bytes | None, bytes] | None: ...
+def encode_source(source: tuple[bytes, bytes, bytes, bytes], lsn: int, /) -> bytes: ...

@@ -4,18 +4,17 @@ Confluent wire format: magic byte 0, the 4-byte big-endian schema id, then the A
 encoding (no container header). Each registered schema is compiled once by
 :mod:`bridge.sink.avro_writer` (byte-for-byte fastavro's encoding, several times faster); the
 envelope of a change is assembled from parts so that what is constant is encoded once: the
-source block per table and transaction (only its last field, ``seq``, is written per change)
-and the processing timestamps per millisecond.
+source block per table and transaction (:class:`SourceParts`: only ``sequence``, ``lsn`` and
+``seq`` are written per change) and the processing timestamps per millisecond.
 """
 
 from __future__ import annotations
 
-import json
 import struct
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from bridge import __version__, native
 from bridge.events import ChangeEvent, LogicalMessageEvent, TxContext
@@ -95,9 +94,60 @@ class _EnvelopeWriters:
     header: bytes  # Confluent framing
     no_before: bytes  # framing, then before = null and the branch byte of a present after
     row: Writer  # the Value record (before/after)
-    source_prefix: Writer  # the source block without its last field, seq
+    source_head: Writer  # the source block's fields before sequence
+    source_mid: Writer  # ... between sequence and lsn
+    source_end: Writer  # ... between lsn and seq
     transaction: Writer  # the transaction block record
     toast: Writer  # array of strings
+
+
+#: The source block's fields (schemas/source.avsc); the envelope is assembled from parts only
+#: for exactly this layout: three constant runs around the per-change sequence and lsn.
+SOURCE_FIELDS: Final = (
+    ("version", "connector", "name", "ts_ms", "snapshot", "db"),
+    "sequence",
+    ("ts_us", "ts_ns", "schema", "table", "txId"),
+    "lsn",
+    ("xmin", "commit_lsn"),
+    "seq",
+)
+
+
+class SourceParts(NamedTuple):
+    """The source block of one table in one transaction, encoded but for its per-change fields:
+    ``head`` + ``sequence`` + ``mid`` + ``lsn`` + ``end`` + ``seq``. ``head`` ends with the
+    union branch of a present ``sequence`` and ``mid`` with that of a present ``lsn``;
+    ``sequence_head`` is the text of ``sequence`` up to the change's LSN (``["<last commit>","``),
+    which ends with ``"]``. A tuple, for :func:`bridge.native.encode_insert` to read."""
+
+    head: bytes
+    sequence_head: bytes
+    mid: bytes
+    end: bytes
+
+    def through_lsn(self, lsn: int) -> bytes:
+        """The source block up to ``seq`` for the change at ``lsn``."""
+        encode_source = native.encode_source
+        if encode_source is not None:
+            return encode_source(self, lsn)  # the same bytes, a tenth of the time
+        text = b'%b%d"]' % (self.sequence_head, lsn)
+        n = len(text)
+        return b"".join(
+            (
+                self.head,
+                SMALL_LONGS[n] if n < 0x2000 else encode_long(n),
+                text,
+                self.mid,
+                encode_long(lsn),
+                self.end,
+            )
+        )
+
+
+def debezium_sequence_head(last_commit_lsn: int | None) -> bytes:
+    """Debezium's ``sequence`` (Jackson's compact JSON of [last commit LSN, LSN] as strings) up
+    to the LSN."""
+    return b'[null,"' if last_commit_lsn is None else b'["%d","' % last_commit_lsn
 
 
 def _envelope_writers(schema_id: int, schema: dict[str, Any]) -> _EnvelopeWriters | None:
@@ -109,6 +159,10 @@ def _envelope_writers(schema_id: int, schema: dict[str, Any]) -> _EnvelopeWriter
     by_name = {f["name"]: f["type"] for f in fields}
     before, after, source = by_name["before"], by_name["after"], by_name["source"]
     transaction = by_name["transaction"]
+    source_types = (
+        {f["name"]: f["type"] for f in source["fields"]} if isinstance(source, dict) else {}
+    )
+    head, _, mid, _, end, _ = SOURCE_FIELDS
     if not (
         isinstance(before, list)
         and before[0] == "null"
@@ -116,19 +170,30 @@ def _envelope_writers(schema_id: int, schema: dict[str, Any]) -> _EnvelopeWriter
         and isinstance(after, list)
         and after[0] == "null"
         and isinstance(source, dict)
-        and source["fields"][-1] == {**source["fields"][-1], "name": "seq", "type": "long"}
+        and tuple(f["name"] for f in source["fields"])
+        == (*head, "sequence", *mid, "lsn", *end, "seq")
+        and source_types["sequence"] == ["null", "string"]
+        and source_types["lsn"] == ["null", "long"]
+        and source_types["seq"] == "long"
         and isinstance(transaction, list)
         and transaction[0] == "null"
         and by_name["op"] == "string"
         and all(by_name[ts] == ["null", "long"] for ts in ("ts_ms", "ts_us", "ts_ns"))
     ):
         return None
-    prefix = {**source, "fields": source["fields"][:-1]}
+
+    def run(names: tuple[str, ...]) -> Writer:
+        return compile_writer(
+            {**source, "fields": [f for f in source["fields"] if f["name"] in names]}
+        )
+
     return _EnvelopeWriters(
         header=_MAGIC.pack(0, schema_id),
         no_before=_MAGIC.pack(0, schema_id) + b"\x00\x02",
         row=compile_writer(before[1]),
-        source_prefix=compile_writer(prefix),
+        source_head=run(head),
+        source_mid=run(mid),
+        source_end=run(end),
         transaction=compile_writer(transaction[1]),
         toast=compile_writer(by_name[UNCHANGED_TOAST_FIELD]),
     )
@@ -166,16 +231,17 @@ class InsertLane:
         self._key_header = key_header
 
     def encode(
-        self, data: TupleData, op: str, tx: TxContext, seq: int
+        self, data: TupleData, op: str, tx: TxContext, seq: int, lsn: int
     ) -> tuple[bytes | None, bytes] | None:
-        """(key, value) of the change ``op`` (``c`` or ``u``) at ``seq`` of ``tx``, or ``None``."""
+        """(key, value) of the change ``op`` (``c`` or ``u``) at ``seq`` of ``tx``, whose WAL
+        record is at ``lsn``, or ``None``."""
         encode_insert = native.encode_insert
         assert encode_insert is not None  # no lane is made without it
         s = self._serializer
         table = self._table
-        prefix = s._source_prefixes.get(table) if tx is s._source_tx else None
-        if prefix is None:
-            prefix = s._source_prefix(tx, table, self._parts)
+        source = s._source_parts.get(table) if tx is s._source_tx else None
+        if source is None:
+            source = s._parts_of_source(tx, table, self._parts)
         if time.time_ns() >= s._clock_until_ns:
             s._timestamps()
         return encode_insert(
@@ -186,7 +252,8 @@ class InsertLane:
             self._key_plan,
             self._key_header,
             self._parts.no_before,
-            prefix,
+            source,
+            lsn,
             seq,
             s._tails[op],
         )
@@ -201,7 +268,8 @@ class CopyLane:
 
     Made on the serializer's thread (:meth:`EnvelopeSerializer.copy_lane`) with every constant
     part already encoded, then only read: safe to use from the snapshot's worker threads. The
-    source block's prefix is kept for each ``source.snapshot`` marker. A ``None`` answer (a row
+    source block up to ``seq`` is kept for each ``source.snapshot`` marker: every row of a
+    snapshot has the same ``lsn``, its consistent point. A ``None`` answer (a row
     that is not one whole COPY row, a NULL key, a value the C encoder does not reproduce) sends
     the row to the ordinary path, which makes the same record or raises the typed error.
     """
@@ -250,9 +318,9 @@ class EnvelopeSerializer:
         self._table_order: Counter[str] = Counter()
         self._order_tx: tuple[int, int] | None = None
         # The source block is the same for every change of one table in one transaction but
-        # its last field, seq: its encoding is kept per table for the current transaction.
+        # for sequence, lsn and seq: its parts are kept per table for the current transaction.
         self._source_tx: TxContext | None = None
-        self._source_prefixes: dict[str, bytes] = {}
+        self._source_parts: dict[str, SourceParts] = {}
         self._clock_until_ns = 0
         self._clock: bytes = b""
         # What follows seq in a record without transaction block or unchanged TOAST columns,
@@ -295,7 +363,9 @@ class EnvelopeSerializer:
         if lane is None or native.encode_copy_row is None:
             return None
         prefixes = {
-            marker: self._source_prefix(replace(tx, snapshot=marker), table.table, lane._parts)
+            marker: self._parts_of_source(
+                replace(tx, snapshot=marker), table.table, lane._parts
+            ).through_lsn(int(tx.commit_lsn))
             for marker in ("first", "true", "last")
         }
         return CopyLane(
@@ -335,7 +405,7 @@ class EnvelopeSerializer:
             # The bulk of a load (inserts, and updates without old row): the C-encoded row
             # between cached parts, joined once.
             tx, table, seq = event.tx, event.table.table, event.seq
-            prefix = self._source_prefixes.get(table) if tx is self._source_tx else None
+            source = self._source_parts.get(table) if tx is self._source_tx else None
             if time.time_ns() >= self._clock_until_ns:
                 self._timestamps()
             tail = self._tails.get(event.op)
@@ -344,7 +414,7 @@ class EnvelopeSerializer:
                     (
                         parts.no_before,
                         after.avro,
-                        prefix or self._source_prefix(tx, table, parts),
+                        (source or self._parts_of_source(tx, table, parts)).through_lsn(event.lsn),
                         # Snapshot rows' seq are large (bridge.snapshot.plan.position).
                         SMALL_LONGS[seq] if seq < 0x2000 else encode_long(seq),
                         tail,
@@ -369,8 +439,8 @@ class EnvelopeSerializer:
             buf.append(2)
             parts.row(buf, after)
         tx, table = event.tx, event.table.table
-        prefix = self._source_prefixes.get(table) if tx is self._source_tx else None
-        buf += prefix or self._source_prefix(tx, table, parts)
+        source = self._source_parts.get(table) if tx is self._source_tx else None
+        buf += (source or self._parts_of_source(tx, table, parts)).through_lsn(event.lsn)
         seq = event.seq
         if seq < 0x2000:
             buf += SMALL_LONGS[seq]  # most transactions' sequence numbers
@@ -392,16 +462,25 @@ class EnvelopeSerializer:
             buf.append(0)
         return bytes(buf)
 
-    def _source_prefix(self, tx: TxContext, table: str, parts: _EnvelopeWriters) -> bytes:
+    def _parts_of_source(self, tx: TxContext, table: str, parts: _EnvelopeWriters) -> SourceParts:
+        """The :class:`SourceParts` of ``table`` in ``tx``, cached for the current one."""
         if tx is not self._source_tx:
-            self._source_tx, self._source_prefixes = tx, {}
-        prefix = self._source_prefixes.get(table)
-        if prefix is None:
+            self._source_tx, self._source_parts = tx, {}
+        source = self._source_parts.get(table)
+        if source is None:
             schema_name, _, table_name = table.partition(".")
-            buf = bytearray()
-            parts.source_prefix(buf, self._source(tx, 0, schema_name, table_name))
-            prefix = self._source_prefixes[table] = bytes(buf)
-        return prefix
+            record = self._source(tx, 0, schema_name, table_name, 0)
+            head, mid, end = bytearray(), bytearray(), bytearray()
+            parts.source_head(head, record)
+            parts.source_mid(mid, record)
+            parts.source_end(end, record)
+            source = self._source_parts[table] = SourceParts(
+                bytes(head) + b"\x02",  # sequence: the string branch
+                debezium_sequence_head(tx.last_commit_lsn),
+                bytes(mid) + b"\x02",  # lsn: the long branch
+                bytes(end),
+            )
+        return source
 
     def _timestamps(self) -> bytes:
         """ts_ms, ts_us, ts_ns of the envelope (each a ["null", "long"] union), re-read from the
@@ -419,7 +498,7 @@ class EnvelopeSerializer:
         return {
             "before": event.before,
             "after": event.after,
-            "source": self._source(event.tx, event.seq, schema_name, table_name),
+            "source": self._source(event.tx, event.seq, schema_name, table_name, event.lsn),
             "transaction": self._transaction(event)
             if self.settings.provide_transaction_metadata
             else None,
@@ -435,7 +514,7 @@ class EnvelopeSerializer:
     ) -> tuple[bytes, bytes]:
         msg = event.message
         tx = event.tx or TxContext(xid=0, commit_lsn=msg.lsn, commit_ts=0)
-        source = self._source(tx, event.seq, "", "")
+        source = self._source(tx, event.seq, "", "", int(msg.lsn))
         if event.tx is None:
             source["txId"] = None
         value = {
@@ -446,7 +525,8 @@ class EnvelopeSerializer:
         }
         return self._encode(key_id, {"prefix": msg.prefix}), self._encode(value_id, value)
 
-    def _source(self, tx: TxContext, seq: int, schema: str, table: str) -> dict[str, Any]:
+    def _source(self, tx: TxContext, seq: int, schema: str, table: str, lsn: int) -> dict[str, Any]:
+        """The source block of the change at ``lsn`` (its WAL record's position)."""
         commit_us = pg_timestamp_to_unix_micros(tx.commit_ts) if tx.commit_ts else 0
         return {
             "version": __version__,
@@ -455,13 +535,13 @@ class EnvelopeSerializer:
             "ts_ms": commit_us // 1000,
             "snapshot": tx.snapshot,
             "db": self.settings.database,
-            "sequence": json.dumps([str(int(tx.commit_lsn)), None]),
+            "sequence": (debezium_sequence_head(tx.last_commit_lsn) + b'%d"]' % lsn).decode(),
             "ts_us": commit_us,
             "ts_ns": commit_us * 1000,
             "schema": schema,
             "table": table,
             "txId": tx.xid,
-            "lsn": None,
+            "lsn": lsn,
             "xmin": None,
             "commit_lsn": int(tx.commit_lsn),
             "seq": seq,

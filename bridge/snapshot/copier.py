@@ -152,7 +152,7 @@ class SnapshotCopier:
             xmin = connections[0].snapshot_xmin()
             now_pg_us = int((time.time() - 946_684_800) * 1_000_000)
             point = Lsn.parse(self.state.consistent_point)
-            self._tx = TxContext(xmin, point, now_pg_us, None, "true")
+            self._tx = TxContext(xmin, point, now_pg_us, None, "true", last_commit_lsn=point)
             for table_schemas in self.schemas.values():
                 self._register(table_schemas)
             tasks = self._tasks()

@@ -32,7 +32,7 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from bridge import native
-from bridge.events import ChangeEvent, TxContext
+from bridge.events import CHANGE_SETTERS, ChangeEvent, TxContext
 from bridge.pgoutput.messages import TupleData
 from bridge.schema import RelationSchemas
 from bridge.sink.serializer import CopyLane
@@ -395,7 +395,8 @@ def _copy_chunk(
     plan, chunk, schemas = task.plan, task.chunk, task.schemas
     encode = schemas.encoder.encode
     new = object.__new__
-    s_op, s_table, s_tx, s_seq, s_before, s_after, s_toast = _CHANGE_SETTERS
+    s_op, s_table, s_tx, s_seq, s_before, s_after, s_toast, s_lsn = CHANGE_SETTERS
+    lsn = int(tx.commit_lsn)  # snapshot rows are at the consistent point
     base = position(run, chunk.index, 0)
     row = 0
     for batch in connection.copy(plan, chunk, task.kinds, task.lane, base):
@@ -434,6 +435,7 @@ def _copy_chunk(
             s_before(event, None)
             s_after(event, after)
             s_toast(event, tuple(toast) if toast else ())
+            s_lsn(event, lsn)
             append(event)
         item = RowBatch(
             plan.table, chunk.index, events, batch.nbytes, batch.first_seq, batch.head, batch.last
@@ -441,10 +443,3 @@ def _copy_chunk(
         if not put(item):
             return False
     return bool(put(ChunkEnd(plan.table, chunk.index, row)))
-
-
-# As in bridge.events.new_insert_event: the frozen event built through its slot descriptors.
-_CHANGE_SETTERS = tuple(
-    vars(ChangeEvent)[name].__set__
-    for name in ("op", "table", "tx", "seq", "before", "after", "unchanged_toast")
-)

@@ -56,6 +56,12 @@ class ChangeSource(Protocol):
         """The position streaming resumed from (the slot's confirmed flush position)."""
         ...
 
+    @property
+    def message_lsn(self) -> int:
+        """The WAL position of the message :meth:`messages` yielded last (its XLogData's
+        start; for a change, the LSN of its WAL record), 0 where the source has none."""
+        ...
+
     def messages(self) -> Iterator[LogicalMessage | None]:
         """Messages in commit order; ``None`` when nothing arrived for a while."""
         ...

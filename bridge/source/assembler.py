@@ -14,8 +14,10 @@ the file. At replay the payloads are decoded again with a decoder kept in "insid
 state (:func:`in_stream_decoder`), so memory and disk share one path.
 
 Spill format, one anonymous temporary file per transaction (``tempfile.TemporaryFile``: already
-unlinked, so a crash leaves nothing behind): a sequence of records ``xid:u32 length:u32
-payload``, big-endian, where ``xid`` is the (sub)transaction the change belongs to.
+unlinked, so a crash leaves nothing behind): a sequence of records ``xid:u32 lsn:u64
+length:u32 payload``, big-endian, where ``xid`` is the (sub)transaction the change belongs to and
+``lsn`` the WAL position its XLogData frame carried (the change's own LSN, which the envelope's
+``source.lsn`` reports; :attr:`StreamAssembler.message_lsn` gives it back at replay).
 
 Aborts: Stream Abort with ``subxid == xid`` drops the transaction (and its file). With
 ``subxid != xid`` only that subtransaction's changes are dropped: inside a stream every change
@@ -65,7 +67,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["AssemblerStats", "StreamAssembler", "in_stream_decoder"]
 
-_RECORD = struct.Struct("!II")  # xid, payload length
+_RECORD = struct.Struct("!IQI")  # xid, lsn, payload length
 #: Bytes a buffered record counts for besides its payload (its header in the spill file).
 RECORD_OVERHEAD = _RECORD.size
 
@@ -103,7 +105,7 @@ class AssemblerStats:
 @dataclass(slots=True)
 class _OpenTransaction:
     xid: int
-    records: list[tuple[int, bytes]] = field(default_factory=list)
+    records: list[tuple[int, int, bytes]] = field(default_factory=list)  # xid, lsn, payload
     memory: int = 0
     spill: IO[bytes] | None = None
     aborted_subxids: set[int] = field(default_factory=set)
@@ -113,10 +115,11 @@ class _OpenTransaction:
 class StreamAssembler:
     """Turns the server's message sequence into committed transactions in commit order.
 
-    Feed every decoded message with the payload it came from; :meth:`feed` returns the messages
-    to pass on now: the message itself outside a stream, nothing while a transaction is being
-    streamed, and the whole transaction at its Stream Commit. Consume each returned iterator
-    before the next call (a replay reads its spill file lazily).
+    Feed every decoded message with the payload and WAL position it came from; :meth:`feed`
+    returns the messages to pass on now: the message itself outside a stream, nothing while a
+    transaction is being streamed, and the whole transaction at its Stream Commit. Consume each
+    returned iterator before the next call (a replay reads its spill file lazily); while it is
+    consumed, :attr:`message_lsn` is the WAL position of the message it yielded last.
     """
 
     def __init__(
@@ -134,6 +137,9 @@ class StreamAssembler:
         self._open: dict[int, _OpenTransaction] = {}
         self._current: _OpenTransaction | None = None
         self.stats = AssemblerStats()
+        #: During a replay: the WAL position of the message yielded last (a buffered change's
+        #: own LSN; the Stream Commit's for the Begin and Commit made of it).
+        self.message_lsn = 0
 
     @property
     def in_stream(self) -> bool:
@@ -146,10 +152,11 @@ class StreamAssembler:
         return len(self._open)
 
     def feed(
-        self, message: LogicalMessage, payload: bytes
+        self, message: LogicalMessage, payload: bytes, lsn: int = 0
     ) -> tuple[LogicalMessage, ...] | Iterator[LogicalMessage]:
-        """Account for one message; return what can be emitted now, in order: a tuple, or an
-        iterator when a committed stream is replayed (read lazily: it may be long)."""
+        """Account for one message (``lsn``: its XLogData's WAL start); return what can be
+        emitted now, in order: a tuple, or an iterator when a committed stream is replayed
+        (read lazily: it may be long)."""
         if self._current is None and type(message) in _PASSED_THROUGH:
             return (message,)  # the usual case, outside streamed transactions
         if isinstance(message, StreamStart):
@@ -161,7 +168,7 @@ class StreamAssembler:
             self._current = None
             return ()
         if isinstance(message, StreamCommit):
-            return self._stream_commit(message)
+            return self._stream_commit(message, lsn)
         if isinstance(message, StreamAbort):
             self._stream_abort(message)
             return ()
@@ -175,7 +182,7 @@ class StreamAssembler:
         # Origin has no xid and belongs to the top-level transaction; everything else in a
         # stream carries the xid of the (sub)transaction that made the change.
         xid = getattr(message, "xid", None)
-        self._append(current, current.xid if xid is None else xid, payload)
+        self._append(current, current.xid if xid is None else xid, lsn, payload)
         return ()
 
     def reset(self) -> None:
@@ -228,29 +235,29 @@ class StreamAssembler:
         self.stats.subtransactions_aborted += 1
         if txn.records:
             kept = [r for r in txn.records if r[0] != message.subxid]
-            freed = sum(len(p) + RECORD_OVERHEAD for x, p in txn.records if x == message.subxid)
+            freed = sum(len(p) + RECORD_OVERHEAD for x, _, p in txn.records if x == message.subxid)
             txn.records = kept
             txn.memory -= freed
             self.stats.memory_bytes -= freed
 
-    def _stream_commit(self, message: StreamCommit) -> Iterator[LogicalMessage]:
+    def _stream_commit(self, message: StreamCommit, lsn: int) -> Iterator[LogicalMessage]:
         if self._current is not None:
             raise StreamProtocolError("Stream Commit", "inside an open stream", message.xid)
         txn = self._open.pop(message.xid, None)
         if txn is None:
             raise StreamProtocolError("Stream Commit", "no streamed transaction open", message.xid)
         self.stats.streams_committed += 1
-        return self._replay(txn, message)
+        return self._replay(txn, message, lsn)
 
     # -- buffering ----------------------------------------------------------------------------
 
-    def _append(self, txn: _OpenTransaction, xid: int, payload: bytes) -> None:
+    def _append(self, txn: _OpenTransaction, xid: int, lsn: int, payload: bytes) -> None:
         txn.changes += 1
         if txn.spill is not None:
-            self._write(txn.spill, xid, payload)
+            self._write(txn.spill, xid, lsn, payload)
             return
         size = len(payload) + RECORD_OVERHEAD
-        txn.records.append((xid, payload))
+        txn.records.append((xid, lsn, payload))
         txn.memory += size
         self.stats.memory_bytes += size
         while self.stats.memory_bytes > self._threshold:
@@ -276,8 +283,8 @@ class StreamAssembler:
             # Owned by the transaction until its replay or abort closes it: no context manager.
             spill = tempfile.TemporaryFile(prefix=f"pgbridge-xid{txn.xid}-", dir=self._spill_dir)  # noqa: SIM115
             try:
-                for xid, payload in txn.records:
-                    self._write(spill, xid, payload)
+                for xid, lsn, payload in txn.records:
+                    self._write(spill, xid, lsn, payload)
             except BaseException:
                 spill.close()
                 raise
@@ -288,9 +295,9 @@ class StreamAssembler:
         txn.memory = 0
         txn.spill = spill
 
-    def _write(self, spill: IO[bytes], xid: int, payload: bytes) -> None:
+    def _write(self, spill: IO[bytes], xid: int, lsn: int, payload: bytes) -> None:
         with self._spilling(xid):
-            spill.write(_RECORD.pack(xid, len(payload)))
+            spill.write(_RECORD.pack(xid, lsn, len(payload)))
             spill.write(payload)
         self.stats.bytes_spilled += len(payload) + RECORD_OVERHEAD
 
@@ -304,26 +311,32 @@ class StreamAssembler:
 
     # -- replay -------------------------------------------------------------------------------
 
-    def _replay(self, txn: _OpenTransaction, commit: StreamCommit) -> Iterator[LogicalMessage]:
+    def _replay(
+        self, txn: _OpenTransaction, commit: StreamCommit, commit_frame_lsn: int
+    ) -> Iterator[LogicalMessage]:
         try:
+            self.message_lsn = commit_frame_lsn
             yield Begin(commit.commit_lsn, commit.commit_ts, commit.xid)
             aborted = txn.aborted_subxids
             if txn.spill is not None:
                 # Only this generator's own reads raise in here (a consumer's exception does
                 # not travel into a suspended generator).
                 with self._spilling(txn.xid):
-                    for xid, payload in _read_records(txn.spill, txn.xid):
+                    for xid, lsn, payload in _read_records(txn.spill, txn.xid):
                         if xid not in aborted:
+                            self.message_lsn = lsn
                             yield self._redecode(payload)
-            for xid, payload in txn.records:
+            for xid, lsn, payload in txn.records:
                 if xid not in aborted:
+                    self.message_lsn = lsn
                     yield self._redecode(payload)
+            self.message_lsn = commit_frame_lsn
             yield Commit(commit.flags, commit.commit_lsn, commit.end_lsn, commit.commit_ts)
         finally:
             self._discard(txn)
 
 
-def _read_records(spill: IO[bytes], top_xid: int) -> Iterator[tuple[int, bytes]]:
+def _read_records(spill: IO[bytes], top_xid: int) -> Iterator[tuple[int, int, bytes]]:
     spill.flush()
     spill.seek(0)
     header_size = _RECORD.size
@@ -333,8 +346,8 @@ def _read_records(spill: IO[bytes], top_xid: int) -> Iterator[tuple[int, bytes]]
             return
         if len(header) != header_size:
             raise StreamProtocolError("spill file", "truncated record header", top_xid)
-        xid, length = _RECORD.unpack(header)
+        xid, lsn, length = _RECORD.unpack(header)
         payload = spill.read(length)
         if len(payload) != length:
             raise StreamProtocolError("spill file", "truncated record", top_xid)
-        yield xid, payload
+        yield xid, lsn, payload

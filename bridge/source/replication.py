@@ -164,6 +164,9 @@ class LogicalReplicationSource:
         self._decoder: Decoder | None = None
         self._assembler: StreamAssembler | None = None
         self._start_lsn = Lsn(0)
+        #: The WAL position of the message :meth:`messages` yielded last (its XLogData's start:
+        #: for a change, the LSN of its WAL record; Debezium's ``source.lsn``).
+        self.message_lsn = 0
         self._next_status = 0.0
         self._next_heartbeat = 0.0
         self._closed = False
@@ -576,7 +579,8 @@ class LogicalReplicationSource:
         progress.on_wal_data(wal_start, wal_end)
         decoder = self._decoder
         assert decoder is not None
-        released = self.assembler.feed(decoder.decode(payload), payload)
+        self.message_lsn = wal_start
+        released = self.assembler.feed(decoder.decode(payload), payload, wal_start)
         if not isinstance(released, tuple):
             return self._admitted(released)
         if len(released) == 1:
@@ -584,11 +588,16 @@ class LogicalReplicationSource:
                 return released
             self.stats.duplicates_dropped += 1
             return ()
-        return tuple(self._admitted(iter(released))) if released else released
+        if not released:
+            return released
+        admitted = tuple(m for m in released if progress.admit(m))
+        self.stats.duplicates_dropped += len(released) - len(admitted)
+        return admitted
 
     def _admitted(self, messages: Iterator[LogicalMessage]) -> Iterator[LogicalMessage]:
-        progress = self.progress
+        progress, assembler = self.progress, self.assembler
         for message in messages:
+            self.message_lsn = assembler.message_lsn  # the replayed message's own position
             if progress.admit(message):
                 yield message
             else:

@@ -5,10 +5,9 @@ and by pgbridge in its Debezium dialect (``schema.logical.types=connect``,
 compared field by field: envelope and ``source`` fields, record names, each column's Avro
 type, ``connect.name``/``connect.parameters`` and logical type, and the decoded values.
 
-Where the two differ, the difference is listed in :data:`EXTENSIONS` (fields pgbridge adds)
-or asserted as it is at the end (``source.lsn`` and ``source.sequence``, which pgbridge fills
-from the commit, not per change), each documented in the README's "Debezium consumers";
-anything else fails the test.
+Where the two differ, the difference is listed in :data:`EXTENSIONS` (fields pgbridge adds,
+documented in the README's "Debezium consumers"; anything else fails the test, values included
+(``source.lsn`` and ``source.sequence`` too).
 """
 
 from __future__ import annotations
@@ -223,9 +222,9 @@ def test_debezium_and_pgbridge_publish_the_same_change_events(
         ds, ps = dvalue["source"], pvalue["source"]
         for field in ("connector", "db", "schema", "table", "txId", "snapshot", "ts_ms"):
             assert ps[field] == ds[field], f"source.{field}: {ps[field]!r} != {ds[field]!r}"
-        # The difference: Debezium's per-change LSN is not carried (README, "Debezium consumers").
-        assert ds["lsn"] is not None and ps["lsn"] is None
-        assert ps["sequence"] == json.dumps([str(ps["commit_lsn"]), None])
+        # The change's own LSN, and Debezium's sequence [last commit's end LSN, change LSN].
+        assert ps["lsn"] == ds["lsn"]
+        assert ps["sequence"] == ds["sequence"], (ps["sequence"], ds["sequence"])
         assert ps["xmin"] is None and ds["xmin"] is None
 
 

@@ -123,6 +123,27 @@ def assert_tables_equal(stack: StackInfo, dsn: str, prefix: str) -> None:
         assert got == expected, f"{table}: rows differ"
 
 
+def assert_change_positions(values: list[dict[str, Any]]) -> None:
+    """source.lsn is each change's own WAL position (the streamed transaction's too, though it
+    is replayed at its commit): rising with seq inside a transaction, below its commit record;
+    source.sequence is Debezium's [last commit's end LSN, change LSN]. For a topic without key
+    changes (the delete and insert of one share their WAL record's LSN)."""
+    by_tx: dict[int, list[dict[str, Any]]] = {}
+    for value in values:
+        by_tx.setdefault(value["source"]["commit_lsn"], []).append(value["source"])
+    assert max(len(changes) for changes in by_tx.values()) >= 20_000  # the streamed one
+    last_commits = []
+    for commit_lsn, changes in sorted(by_tx.items()):
+        changes.sort(key=lambda s: s["seq"])
+        lsns = [s["lsn"] for s in changes]
+        assert lsns == sorted(set(lsns)) and lsns[-1] < commit_lsn
+        sequences = [json.loads(s["sequence"]) for s in changes]
+        assert [int(seq[1]) for seq in sequences] == lsns
+        assert len({seq[0] for seq in sequences}) == 1  # one per transaction
+        last_commits.append(int(sequences[0][0] or 0))
+    assert last_commits == sorted(last_commits)
+
+
 def test_pipeline_end_to_end_tables_rebuilt_from_topics_equal_source(
     local_stack: StackInfo,
 ) -> None:
@@ -142,6 +163,7 @@ def test_pipeline_end_to_end_tables_rebuilt_from_topics_equal_source(
         )
         deletes = [i for i, (_, v) in enumerate(records) if v is not None and v["op"] == "d"]
         assert deletes and all(records[i + 1][1] is None for i in deletes)
+        assert_change_positions([v for _, v in records if v is not None])
         audit = read_topic(
             local_stack.bootstrap_servers, local_stack.registry_url, f"{prefix}.public.audit"
         )

@@ -10,6 +10,7 @@ with the same ``seq`` and ``source.snapshot`` marker; whatever is not exactly on
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,10 +22,18 @@ from bridge.events import ChangeEvent, TxContext
 from bridge.pgoutput.lsn import Lsn
 from bridge.pgoutput.messages import TupleData
 from bridge.snapshot.copy_binary import CopyBinaryParser, encode_copy_binary
-from tests.native.test_insert_lane import IDS, fixed_clock, general, serializer_for
+from tests.native.test_insert_lane import (
+    IDS,
+    decode_source,
+    fixed_clock,
+    general,
+    serializer_for,
+)
 from tests.native.test_rowavro import TABLES, Table, native_only, rows
 
-TX = TxContext(4242, Lsn(0x1_0000_2000), 800_000_000_000_000, None, "true")
+TX = TxContext(
+    4242, Lsn(0x1_0000_2000), 800_000_000_000_000, None, "true", last_commit_lsn=Lsn(0x1_0000_2000)
+)
 HEADER_LEN = 19  # signature, flags, extension length (no extension)
 
 
@@ -54,8 +63,10 @@ def general_record(
     parser = CopyBinaryParser(len(kinds), "public.zoo", kinds)
     (parsed,) = parser.feed(encode_copy_binary([]).replace(b"\xff\xff", b"") + message)
     after, toast = schemas.encoder.encode(parsed)
-    tx = TxContext(TX.xid, TX.commit_lsn, TX.commit_ts, None, marker)
-    event = ChangeEvent("r", schemas, tx, seq, None, after, tuple(toast) if toast else ())
+    tx = replace(TX, snapshot=marker)
+    # As bridge.snapshot.reader builds it: a snapshot row is at the consistent point.
+    lsn = int(TX.commit_lsn)
+    event = ChangeEvent("r", schemas, tx, seq, None, after, tuple(toast) if toast else (), lsn)
     return general(serializer_for(schemas), event)
 
 
@@ -86,6 +97,11 @@ def test_copy_lane_record_equals_serializer_record(table_name: str, data: Any) -
         assert record is not None, "the lane declined a row the C encoder takes"
     if record is not None:
         assert record == expected
+    if expected is not None:
+        # A snapshot row is at the consistent point: lsn and both elements of sequence.
+        source = decode_source(schemas, expected[1])
+        point = int(TX.commit_lsn)
+        assert (source["lsn"], source["sequence"]) == (point, f'["{point}","{point}"]')
 
 
 @native_only

@@ -10,11 +10,14 @@ form) takes that general path, and the stream of records is the same either way.
 
 from __future__ import annotations
 
+import io
+import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import fastavro
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -33,8 +36,14 @@ from bridge.pgoutput.messages import (
 )
 from bridge.pipeline import Pipeline, PipelineOptions
 from bridge.schema import RelationSchemas, TableHints
+from bridge.sink.avro_writer import encode_long
 from bridge.sink.registry import RegisteredSchemas
-from bridge.sink.serializer import EnvelopeSerializer, SourceSettings
+from bridge.sink.serializer import (
+    EnvelopeSerializer,
+    SourceParts,
+    SourceSettings,
+    debezium_sequence_head,
+)
 from tests.native.test_rowavro import TABLES, Table, native_only, rows, tuple_data
 
 IDS = RegisteredSchemas(key_id=21, value_id=22)
@@ -74,6 +83,25 @@ def general(
     return serializer.key(event, ids), serializer.value(event, ids)
 
 
+def _plain(schema: Any) -> Any:
+    """``schema`` without logical types (the drawn rows hold values such as 24:00:00 that
+    fastavro's readers refuse; only the source block is read here)."""
+    if isinstance(schema, dict):
+        return {k: _plain(v) for k, v in schema.items() if k != "logicalType"}
+    if isinstance(schema, list):
+        return [_plain(item) for item in schema]
+    return schema
+
+
+def decode_source(schemas: RelationSchemas, value: bytes) -> dict[str, Any]:
+    """The source block of a framed envelope, decoded by fastavro."""
+    schema = fastavro.parse_schema(_plain(schemas.value_schema))
+    envelope = fastavro.schemaless_reader(io.BytesIO(value[5:]), schema, None)
+    assert isinstance(envelope, dict)
+    source: dict[str, Any] = envelope["source"]
+    return source
+
+
 # --- 1. one record: lane bytes == serializer bytes ---------------------------------------------
 
 
@@ -86,7 +114,12 @@ def test_lane_record_equals_serializer_record(table_name: str, op: str, data: An
     table: Table = TABLES[table_name]
     row, expect_native = data.draw(rows(table))
     seq = data.draw(st.sampled_from([0, 1, 0x1FFF, 0x2000, 123_456_789]))
+    # The change's own LSN (source.lsn, and the end of source.sequence's text) and the last
+    # commit before its transaction (None: not known, a JSON null in source.sequence).
+    lsn = data.draw(st.sampled_from([0, 9, 0x1_0000_1FF0, 2**63 - 1]))
+    last_commit = data.draw(st.sampled_from([None, Lsn(0), Lsn(0x1_0000_1000)]))
     builder = builder_for(table_name)
+    builder.last_commit_lsn = last_commit
     builder.feed(Begin(Lsn(0x1_0000_2000), 800_000_000_000_000, 4242))
     builder._seq = seq  # a position deep in a transaction (snapshot rows' seq are large)
     schemas = builder.relations[16384]
@@ -99,8 +132,10 @@ def test_lane_record_equals_serializer_record(table_name: str, op: str, data: An
         Insert(None, 16384, row) if op == "c" else Update(None, 16384, None, None, row)
     )
     with fixed_clock():
-        record = lane.encode(row, op, *position)
+        record = lane.encode(row, op, *position, lsn)
+        builder.message_lsn = lsn
         (event,) = builder.feed(message)
+        assert event.lsn == lsn and event.tx.last_commit_lsn == last_commit
         assert isinstance(event, ChangeEvent) and (event.op, event.seq) == (op, seq)
         expected = general(serializer, event)
     if expect_native:
@@ -123,13 +158,22 @@ def test_lane_source_block_follows_the_transaction() -> None:
     with fixed_clock():
         for xid, lsn in ((10, 0x100), (11, 0x200), (12, 0x300)):
             builder.feed(Begin(Lsn(lsn), 700_000_000_000_000 + xid, xid))
-            for _ in range(3):
+            for change in range(3):
                 position = builder.next_position()
                 assert position is not None
-                record = lane.encode(row, "c", *position)
+                builder.message_lsn = lsn - 0x60 + 0x20 * change
+                record = lane.encode(row, "c", *position, builder.message_lsn)
                 (event,) = builder.feed(Insert(None, 16384, row))
                 assert isinstance(event, ChangeEvent)
                 assert record == general(serializer, event)
+                source = decode_source(schemas, record[1])
+                assert source["lsn"] == builder.message_lsn
+                # Debezium's sequence: [the previous commit's end LSN, this change's LSN].
+                previous = None if xid == 10 else lsn - 0x100 + 0x30
+                assert json.loads(source["sequence"]) == [
+                    None if previous is None else str(previous),
+                    str(builder.message_lsn),
+                ]
             builder.feed(Commit(0, Lsn(lsn), Lsn(lsn + 0x30), 0))
 
 
@@ -189,10 +233,10 @@ def test_lane_declines_what_the_general_path_handles(
     schemas = builder.relations[16384]
     lane = serializer_for(schemas).insert_lane(schemas, IDS)
     assert lane is not None
-    assert lane.encode(tuple_data(*VALUES), "c", *builder.next_position() or ()) is not None
     position = builder.next_position()
     assert position is not None
-    assert lane.encode(tuple_data(*change(VALUES)), "c", *position) is None, why
+    assert lane.encode(tuple_data(*VALUES), "c", *position, 0x4F0) is not None
+    assert lane.encode(tuple_data(*change(VALUES)), "c", *position, 0x4F0) is None, why
 
 
 def test_no_lane_without_the_c_encoder_or_with_transaction_metadata(
@@ -222,13 +266,16 @@ class _Source:
     def __init__(self, messages: list[LogicalMessage]) -> None:
         self._messages = messages
         self.acknowledged: list[Lsn] = []
+        self.message_lsn = 0
 
     @property
     def start_lsn(self) -> Lsn:
         return Lsn(0)
 
     def messages(self) -> Iterator[LogicalMessage | None]:
-        yield from self._messages
+        for n, message in enumerate(self._messages):
+            self.message_lsn = 0x10000 + 0x28 * n  # each change its own WAL position
+            yield message
 
     def acknowledge(self, flush_lsn: Lsn) -> None:
         self.acknowledged.append(flush_lsn)
@@ -334,6 +381,53 @@ def test_pipeline_publishes_the_same_records_with_and_without_lane(
     finally:
         native.encode_insert = saved
     assert with_lane == without_lane
+    # Each record carries its own message's WAL position, and Debezium's sequence begins with
+    # the end of the commit before its transaction (null for the first after a start).
+    change_positions = {
+        0x10000 + 0x28 * n: m
+        for n, m in enumerate(messages)
+        if isinstance(m, Insert | Update | Delete)
+    }
+    sources = [decode_source(table.schemas, value) for _, _, value in with_lane if value]
+    assert len(sources) == len(tuples) + 2  # every row, a delete per transaction
+    for source in sources:
+        assert source["lsn"] in change_positions
+        first_tx = source["commit_lsn"] == 0x1000
+        assert json.loads(source["sequence"]) == [
+            None if first_tx else str(0x1030),
+            str(source["lsn"]),
+        ]
+    assert [s["lsn"] for s in sources] == sorted(s["lsn"] for s in sources)
     # When polls happen depends on the clock; the confirmed position at the end does not.
     assert acks[-1] == acks_without[-1] == Lsn(0x2030)
     assert acks == sorted(acks)
+
+
+@native_only
+@settings(max_examples=300, deadline=None)
+@given(
+    last_commit=st.none() | st.integers(0, 2**63 - 1),
+    lsn=st.integers(0, 2**63 - 1),
+    head=st.binary(max_size=200),
+    mid=st.binary(max_size=40),
+    end=st.binary(max_size=20),
+)
+def test_source_block_in_c_equals_python(
+    last_commit: int | None, lsn: int, head: bytes, mid: bytes, end: bytes
+) -> None:
+    """SourceParts.through_lsn's two implementations write the same bytes, and they decode to
+    Debezium's sequence text and the LSN."""
+    parts = SourceParts(head, debezium_sequence_head(last_commit), mid, end)
+    native_bytes = parts.through_lsn(lsn)
+    saved = native.encode_source
+    native.encode_source = None
+    try:
+        python_bytes = parts.through_lsn(lsn)
+    finally:
+        native.encode_source = saved
+    assert native_bytes == python_bytes
+    text = json.dumps([None if last_commit is None else str(last_commit), str(lsn)])
+    sequence = text.replace(", ", ",").encode()
+    assert python_bytes == b"".join(
+        (head, encode_long(len(sequence)), sequence, mid, encode_long(lsn), end)
+    )

@@ -21,14 +21,16 @@ IDS = RegisteredSchemas(key_id=11, value_id=12)
 
 def _events() -> list[ChangeEvent]:
     b = EventBuilder("app")
+    b.last_commit_lsn = lsn("1/1F30")  # the commit before this transaction ended there
     out = []
-    for m in (
-        relation(),
-        Begin(lsn("1/2000"), 1_000_000, 42),
-        Insert(None, 16384, tuple_data("7", "hello")),
-        Update(None, 16384, None, None, tuple_data("7", None, unchanged=(1,))),
-        Commit(0, lsn("1/2000"), lsn("1/2030"), 1_000_000),
+    for position, m in (
+        (0, relation()),
+        (0x1_0000_1F40, Begin(lsn("1/2000"), 1_000_000, 42)),
+        (0x1_0000_1F48, Insert(None, 16384, tuple_data("7", "hello"))),
+        (0x1_0000_1F90, Update(None, 16384, None, None, tuple_data("7", None, unchanged=(1,)))),
+        (0x1_0000_2030, Commit(0, lsn("1/2000"), lsn("1/2030"), 1_000_000)),
     ):
+        b.message_lsn = position
         out += b.feed(m)
     return [e for e in out if isinstance(e, ChangeEvent)]
 
@@ -70,11 +72,15 @@ def test_serializer_change_envelope_reads_back_with_debezium_fields() -> None:
     assert src["txId"] == 42 and src["commit_lsn"] == int(lsn("1/2000")) and src["seq"] == 0
     # commit_ts 1 s after 2000-01-01 UTC
     assert src["ts_ms"] == 946_684_801_000
-    assert json.loads(src["sequence"])[0] == str(int(lsn("1/2000")))
+    # Debezium's: the change's own LSN, and [last commit's end LSN, change LSN] as strings.
+    assert src["lsn"] == 0x1_0000_1F48
+    assert src["sequence"] == f'["{0x1_0000_1F30}","{0x1_0000_1F48}"]'
+    assert json.loads(src["sequence"]) == [str(int(lsn("1/1F30"))), str(0x1_0000_1F48)]
     assert value["unchanged_toast_columns"] == []
 
     _, update = _read(ser.value(events[1], IDS), table.value_schema)
     assert update["op"] == "u" and update["source"]["seq"] == 1
+    assert update["source"]["lsn"] == 0x1_0000_1F90
     assert update["unchanged_toast_columns"] == ["body"]
 
 

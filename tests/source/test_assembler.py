@@ -303,3 +303,35 @@ def test_assembler_spill_write_failure_is_a_spill_error(tmp_path: Path) -> None:
     with pytest.raises(SpillError, match="No space left on device") as caught:
         feed(insert(7, 2, size=20))
     assert caught.value.errno == errno.ENOSPC
+
+
+@pytest.mark.parametrize("threshold", [1 << 20, 256])  # in memory; spilled part-way
+def test_assembler_replay_gives_each_change_the_wal_position_it_was_received_at(
+    threshold: int, tmp_path: Path
+) -> None:
+    """source.lsn of a streamed transaction's change is its own XLogData position, though the
+    change is replayed at Stream Commit (from memory or from the spill file)."""
+    assembler = StreamAssembler(
+        in_stream_decoder(PROTO), spill_threshold=threshold, spill_dir=tmp_path
+    )
+    received: dict[bytes, int] = {}
+    for n, message in enumerate(
+        [StreamStart(9, True)]
+        + [insert(9, i, size=30) for i in range(12)]
+        + [StreamStop(), StreamStart(9, False), insert(10, 99, size=30), StreamStop()]
+    ):
+        lsn = 0x2_0000_0000 + 0x40 * n
+        if isinstance(message, Insert):
+            received[message.new_tuple.raw(0) or b""] = lsn
+        assert list(assembler.feed(message, encode(message), lsn)) == []
+    replayed = []
+    for message in assembler.feed(commit(9, 0x3_0000_0000), encode(commit(9, 0)), 0x3_0000_0040):
+        replayed.append((message, assembler.message_lsn))
+    assert (threshold < 1024) == (assembler.stats.transactions_spilled == 1)
+    begin, *changes, end = replayed
+    assert isinstance(begin[0], Begin) and begin[1] == 0x3_0000_0040
+    assert isinstance(end[0], Commit) and end[1] == 0x3_0000_0040
+    assert [lsn for _, lsn in changes] == sorted(received.values())
+    for message, lsn in changes:
+        assert isinstance(message, Insert)
+        assert received[message.new_tuple.raw(0) or b""] == lsn
