@@ -23,6 +23,9 @@ from bridge.errors import StackError
 
 logger = logging.getLogger(__name__)
 
+#: The SCRAM mechanisms a secured broker accepts besides PLAIN, for every SASL user.
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
 _LOG4J2 = """\
 status = warn
 appender.console.type = Console
@@ -62,8 +65,9 @@ class KafkaBroker(Service):
         sasl_users: dict[str, str] | None = None,
     ) -> None:
         """With ``tls`` and ``sasl_users`` (user -> password), the broker's one client
-        listener is SASL_SSL with the PLAIN mechanism: TLS with the given certificate, and a
-        login required (the first user is the broker's own, between its roles)."""
+        listener is SASL_SSL with the PLAIN and SCRAM (:data:`SCRAM_MECHANISMS`) mechanisms:
+        TLS with the given certificate, and a login required (the first user is the broker's
+        own, between its roles)."""
         super().__init__(base_dir)
         self.heap = heap
         self.tls = tls
@@ -123,9 +127,16 @@ class KafkaBroker(Service):
             f"advertised.listeners=SASL_SSL://127.0.0.1:{port}",
             "listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name=SASL_SSL",
-            "sasl.enabled.mechanisms=PLAIN",
+            # PLAIN for the broker itself; SCRAM logins from the credentials stored at format
+            # time (prepare()), for clients that do not send their password.
+            f"sasl.enabled.mechanisms=PLAIN,{','.join(SCRAM_MECHANISMS)}",
             "sasl.mechanism.inter.broker.protocol=PLAIN",
             f"listener.name.sasl_ssl.plain.sasl.jaas.config={jaas}",
+            *(
+                f"listener.name.sasl_ssl.{m.lower()}.sasl.jaas.config="
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                for m in SCRAM_MECHANISMS
+            ),
             "ssl.keystore.type=PEM",
             f"ssl.keystore.location={keystore}",
             "ssl.truststore.type=PEM",
@@ -170,6 +181,7 @@ class KafkaBroker(Service):
                     f"--cluster-id={cluster_id}",
                     "-c",
                     str(self._config_path()),
+                    *self._scram_credentials(),
                 ],
                 capture_output=True,
                 text=True,
@@ -177,6 +189,15 @@ class KafkaBroker(Service):
             )
             if proc.returncode != 0:
                 raise StackError(self.part, f"formatting storage failed: {proc.stderr.strip()}")
+
+    def _scram_credentials(self) -> list[str]:
+        """StorageTool arguments storing each SASL user's SCRAM credentials (KRaft keeps them in
+        the cluster metadata; they can only be added at format time without a running broker)."""
+        args: list[str] = []
+        for user, password in (self.sasl_users or {}).items():
+            for mechanism in SCRAM_MECHANISMS:
+                args += ["--add-scram", f"{mechanism}=[name={user},password={password}]"]
+        return args
 
     def _java_cmd(self) -> list[str]:
         assert self._lib is not None and self._java is not None, "install() first"

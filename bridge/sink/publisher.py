@@ -170,8 +170,10 @@ PERMANENT_TOPIC_CODES = frozenset(
         "INVALID_TOPIC_EXCEPTION",
         "UNSUPPORTED_VERSION",
         "_INVALID_ARG",
+        "SECURITY_PROTOCOL_MISMATCH",  # bridge's own code: see protocol_mismatch()
     }
 )
+PROTOCOL_MISMATCH = "SECURITY_PROTOCOL_MISMATCH"
 
 
 def _is_refusal(err: KafkaError) -> bool:
@@ -180,6 +182,62 @@ def _is_refusal(err: KafkaError) -> bool:
     if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
         return True
     return err.code() == KafkaError._SSL and "certificate verify failed" in err.str()
+
+
+#: How many times in a row a broker must close the connection the same way before the
+#: client's security.protocol is taken to be the cause (once can be a broker stopping).
+MISMATCH_REPEATS = 3
+
+
+def protocol_mismatch(protocol: str, line: str) -> str | None:
+    """What one of librdkafka's connection-failure lines says about ``security.protocol``
+    not matching the broker's listener, or ``None``.
+
+    librdkafka only names the case of TLS spoken to a plaintext listener; the other two are
+    recognised by where the broker hung up: a plaintext client's first request (ApiVersion)
+    answered by a close is a TLS listener's reaction to bytes that are not a TLS handshake,
+    and a TLS connection closed right after the handshake, before any answer, is a SASL
+    listener's to a client that never starts the SASL exchange.
+    """
+    tls = protocol.upper() in ("SSL", "SASL_SSL")
+    if tls and "connecting to a PLAINTEXT broker listener" in line:
+        return (
+            f"kafka.security.protocol is {protocol} but the broker's listener is not TLS "
+            "(PLAINTEXT or SASL_PLAINTEXT?)"
+        )
+    if not tls and "closed by peer" in line and "in state APIVERSION_QUERY" in line:
+        return (
+            f"kafka.security.protocol is {protocol} but the broker closes the connection at the "
+            "first request, as a TLS listener does (SSL or SASL_SSL?)"
+        )
+    if protocol.upper() == "SSL" and "SSL connection closed by peer" in line and "state UP" in line:
+        return (
+            "kafka.security.protocol is SSL but the broker closes the connection after the TLS "
+            "handshake, as a SASL listener does (SASL_SSL, with kafka.sasl.mechanism?)"
+        )
+    return None
+
+
+class ClientLog:
+    """The ``logger`` of a librdkafka client: its lines go to Python logging, and connection
+    failures that say ``security.protocol`` does not match the broker are reported (after
+    :data:`MISMATCH_REPEATS` in a row) to ``on_mismatch``, since librdkafka itself retries them
+    forever and tells its error callback no more than "all brokers are down"."""
+
+    def __init__(self, protocol: str, on_mismatch: Callable[[str], None]) -> None:
+        self._protocol = protocol
+        self._on_mismatch = on_mismatch
+        self._repeats = 0
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        _librdkafka_logger.log(level, msg, *args)
+        line = msg % args if args else msg
+        if " FAIL " not in f" {line} " and not line.startswith("FAIL"):
+            return
+        hint = protocol_mismatch(self._protocol, line)
+        self._repeats = self._repeats + 1 if hint is not None else 0
+        if hint is not None and self._repeats >= MISMATCH_REPEATS:
+            self._on_mismatch(hint)
 
 
 def _transient_topic_error(exc: Exception) -> bool:
@@ -254,10 +312,12 @@ class KafkaPublisher:
         report_successes: bool = True,
     ) -> None:
         #: The last refusal a client of this publisher heard from the brokers (a failed login,
-        #: an untrusted certificate): the answer to a request that would otherwise time out.
-        self._refused: KafkaError | None = None
+        #: an untrusted certificate, a security.protocol the listener does not speak), as
+        #: (code, reason): the answer to a request that would otherwise time out.
+        self._refused: tuple[str, str] | None = None
         conf = producer_config(kafka)
         conf["error_cb"] = self._on_client_error
+        conf["logger"] = self._client_log(conf)
         if not report_successes:
             conf["delivery.report.only.error"] = True
         self._report_successes = report_successes
@@ -476,11 +536,21 @@ class KafkaPublisher:
         # Client-level errors (all brokers down, authentication) are retried by librdkafka; the
         # records they affect fail through their own delivery reports when they time out.
         if _is_refusal(err):
-            self._refused = err
+            self._refused = (err.name(), err.str())
         if err.fatal():
             logger.error("Kafka producer fatal error: %s: %s", err.name(), err.str())
         else:
             logger.warning("Kafka client error: %s: %s", err.name(), err.str())
+
+    def _client_log(self, conf: Mapping[str, Any]) -> ClientLog:
+        servers = conf["bootstrap.servers"]
+
+        def mismatch(hint: str) -> None:
+            if self._refused is None:
+                logger.error("Kafka at %s: %s", servers, hint)
+            self._refused = (PROTOCOL_MISMATCH, hint)
+
+        return ClientLog(str(conf.get("security.protocol", "PLAINTEXT")), mismatch)
 
     # -- driving the client -------------------------------------------------------------------
 
@@ -542,9 +612,7 @@ class KafkaPublisher:
             if refused is not None and first.code == "_MSG_TIMED_OUT":
                 # Timed out because the brokers refuse this client: say so, as a permanent
                 # error (bridge.restarts stops on it instead of restarting into it again).
-                raise DeliveryError(
-                    first.topic, first.partition, refused.name(), refused.str()
-                ) from first
+                raise DeliveryError(first.topic, first.partition, *refused) from first
             raise first
 
     def abandon(self, timeout: float) -> int:
@@ -602,6 +670,7 @@ class KafkaPublisher:
         if self._admin is None:
             conf = admin_config(self._kafka)
             conf["error_cb"] = self._on_client_error
+            conf["logger"] = self._client_log(conf)
             self._admin = AdminClient(conf)
         return self._admin
 
@@ -614,7 +683,7 @@ class KafkaPublisher:
             admin.poll(0.1)
             refused = self._refused
             if refused is not None:
-                raise TopicCreationError(topic, refused.name(), refused.str())
+                raise TopicCreationError(topic, *refused)
             if time.monotonic() > deadline:
                 raise FutureTimeoutError()
         return future.result(timeout=0)

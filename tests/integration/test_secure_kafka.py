@@ -1,11 +1,12 @@
 """pgbridge against a Kafka broker that accepts only SASL_SSL (TLS with a certificate from a
-private CA, SASL PLAIN logins): a second single-node KRaft broker of the stack's Kafka version,
-started for this module, with the stack's PostgreSQL and registry.
+private CA, SASL PLAIN and SCRAM logins): a second single-node KRaft broker of the stack's Kafka
+version, started for this module, with the stack's PostgreSQL and registry.
 
 What a user relies on: with ``kafka.security.protocol = SASL_SSL``, the CA and a password from
 a file, ``pgbridge run`` publishes every change there and a consumer with its own login reads
-them; a wrong password and an untrusted broker certificate each stop it promptly with a typed
-error naming the cause, the password never shown.
+them, with a PLAIN or a SCRAM login; a wrong password, an untrusted broker certificate and a
+client without TLS each stop it promptly with a typed error naming the cause, the password never
+shown.
 """
 
 from __future__ import annotations
@@ -55,7 +56,13 @@ def secure_broker() -> Iterator[KafkaBroker]:
 
 
 def secured(
-    stack: StackInfo, broker: KafkaBroker, dsn: str, prefix: str, tmp_path: Path, password: str
+    stack: StackInfo,
+    broker: KafkaBroker,
+    dsn: str,
+    prefix: str,
+    tmp_path: Path,
+    password: str,
+    mechanism: str = "PLAIN",
 ) -> dict[str, str]:
     assert broker.tls is not None
     secret = tmp_path / "kafka-password"
@@ -65,7 +72,7 @@ def secured(
         {
             "kafka.bootstrap.servers": broker.bootstrap_servers,
             "kafka.security.protocol": "SASL_SSL",
-            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.mechanism": mechanism,
             "kafka.sasl.username": "bridge",
             "kafka.sasl.password.file": str(secret),
             "kafka.ssl.ca.location": str(broker.tls.ca_cert),
@@ -79,15 +86,18 @@ def secured(
     return values
 
 
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
 def test_changes_reach_a_sasl_ssl_broker(
-    local_stack: StackInfo, secure_broker: KafkaBroker, tmp_path: Path
+    local_stack: StackInfo, secure_broker: KafkaBroker, tmp_path: Path, mechanism: str
 ) -> None:
     prefix = f"seck{uuid.uuid4().hex[:8]}"
     with scratch_database(local_stack) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
             conn.execute("INSERT INTO t SELECT i, 'before' FROM generate_series(1, 200) i")
-        values = secured(local_stack, secure_broker, dsn, prefix, tmp_path, BRIDGE_PASSWORD)
+        values = secured(
+            local_stack, secure_broker, dsn, prefix, tmp_path, BRIDGE_PASSWORD, mechanism
+        )
         process = BridgeProcess(values, str(tmp_path / "bridge.log"))
         try:
             wait_for(lambda: "to topics" in process.log(), process, "streaming")
@@ -119,7 +129,9 @@ def test_changes_reach_a_sasl_ssl_broker(
     assert seen == 300  # 200 snapshot rows and 100 streamed inserts
 
 
-@pytest.mark.parametrize("case", ["wrong password", "untrusted certificate"])
+@pytest.mark.parametrize(
+    "case", ["wrong password", "wrong SCRAM password", "untrusted certificate", "plaintext client"]
+)
 def test_a_refused_kafka_login_stops_promptly_with_the_cause(
     local_stack: StackInfo, secure_broker: KafkaBroker, tmp_path: Path, case: str
 ) -> None:
@@ -128,8 +140,13 @@ def test_a_refused_kafka_login_stops_promptly_with_the_cause(
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
             conn.execute("INSERT INTO t VALUES (1)")
-        password = "wrong" if case == "wrong password" else BRIDGE_PASSWORD
-        values = secured(local_stack, secure_broker, dsn, prefix, tmp_path, password)
+        password = "wrong" if case.startswith("wrong") else BRIDGE_PASSWORD
+        mechanism = "SCRAM-SHA-256" if "SCRAM" in case else "PLAIN"
+        values = secured(local_stack, secure_broker, dsn, prefix, tmp_path, password, mechanism)
+        if case == "plaintext client":  # no TLS, no login: at a SASL_SSL listener
+            values["kafka.security.protocol"] = "PLAINTEXT"
+            for key in [k for k in values if k.startswith(("kafka.sasl.", "kafka.ssl."))]:
+                del values[key]
         if case == "untrusted certificate":
             other = make_tls_files(tmp_path / "other", ca_name="someone else's CA")
             values["kafka.ssl.ca.location"] = str(other.ca_cert)
@@ -143,7 +160,9 @@ def test_a_refused_kafka_login_stops_promptly_with_the_cause(
     assert result.returncode != 0, output[-3000:]
     expected = {
         "wrong password": "Authentication failed",
+        "wrong SCRAM password": "invalid credentials with SASL mechanism SCRAM-SHA-256",
         "untrusted certificate": "certificate verify failed",
+        "plaintext client": "SECURITY_PROTOCOL_MISMATCH",
     }[case]
     assert expected in output, output[-3000:]
     assert "Traceback" not in output, output[-3000:]

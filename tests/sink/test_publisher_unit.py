@@ -14,7 +14,15 @@ import pytest
 from confluent_kafka import KafkaError
 
 from bridge.config import KafkaConfig, Secret, TopicCreationConfig
-from bridge.sink.publisher import DeliveryError, KafkaPublisher, PublisherError, producer_config
+from bridge.sink.publisher import (
+    MISMATCH_REPEATS,
+    ClientLog,
+    DeliveryError,
+    KafkaPublisher,
+    PublisherError,
+    producer_config,
+    protocol_mismatch,
+)
 
 
 def _closed_port() -> int:
@@ -165,3 +173,71 @@ def test_publisher_hands_batched_records_to_the_client_on_poll(
     publisher.poll(0)
     assert publisher._pending == []
     assert publisher.in_flight == 1  # now queued in librdkafka (no broker: never delivered)
+
+
+# librdkafka 2.x's lines for the three security.protocol mismatches, as logged against the dev
+# stack's brokers (a PLAINTEXT listener, a SASL_SSL listener).
+_TLS_TO_PLAINTEXT = (
+    "FAIL [rdkafka#producer-1] [thrd:ssl://127.0.0.1:52233/bootstrap]: ssl://127.0.0.1:52233/"
+    "bootstrap: SSL handshake failed: Disconnected: SSL connection closed by peer: connecting to "
+    "a PLAINTEXT broker listener? (after 3ms in state SSL_HANDSHAKE)"
+)
+_PLAINTEXT_TO_TLS = (
+    "FAIL [rdkafka#producer-4] [thrd:127.0.0.1:51797/bootstrap]: 127.0.0.1:51797/bootstrap: "
+    "Disconnected: connection closed by peer: receive 0 after POLLIN (after 2ms in state "
+    "APIVERSION_QUERY)"
+)
+_SSL_TO_SASL_SSL = (
+    "FAIL [rdkafka#producer-5] [thrd:ssl://127.0.0.1:51797/bootstrap]: ssl://127.0.0.1:51797/"
+    "bootstrap: Disconnected: SSL connection closed by peer (after 12ms in state UP)"
+)
+_BROKER_DOWN = (
+    "FAIL [rdkafka#producer-1] [thrd:127.0.0.1:9/bootstrap]: 127.0.0.1:9/bootstrap: Connect to "
+    "ipv4#127.0.0.1:9 failed: Connection refused (after 0ms in state CONNECT)"
+)
+
+
+@pytest.mark.parametrize(
+    ("protocol", "line", "says"),
+    [
+        ("SSL", _TLS_TO_PLAINTEXT, "is not TLS"),
+        ("SASL_SSL", _TLS_TO_PLAINTEXT, "is not TLS"),
+        ("PLAINTEXT", _PLAINTEXT_TO_TLS, "as a TLS listener does"),
+        ("SASL_PLAINTEXT", _PLAINTEXT_TO_TLS, "as a TLS listener does"),
+        ("SSL", _SSL_TO_SASL_SSL, "as a SASL listener does"),
+    ],
+)
+def test_a_security_protocol_mismatch_is_recognised_with_a_hint(
+    protocol: str, line: str, says: str
+) -> None:
+    hint = protocol_mismatch(protocol, line)
+    assert hint is not None and says in hint and protocol in hint
+
+
+@pytest.mark.parametrize(
+    ("protocol", "line"),
+    [
+        ("PLAINTEXT", _BROKER_DOWN),
+        ("SASL_SSL", _BROKER_DOWN),
+        ("SSL", _PLAINTEXT_TO_TLS),  # a TLS client never sees a plaintext ApiVersion close
+        ("PLAINTEXT", _TLS_TO_PLAINTEXT),
+        ("SASL_SSL", _SSL_TO_SASL_SSL),  # a SASL client is refused by name instead
+    ],
+)
+def test_other_connection_failures_are_not_taken_for_a_mismatch(protocol: str, line: str) -> None:
+    assert protocol_mismatch(protocol, line) is None
+
+
+def test_a_mismatch_is_reported_only_when_the_broker_repeats_it() -> None:
+    """Once can be a broker going down; MISMATCH_REPEATS times in a row is the protocol. Any
+    other failure in between starts the count again."""
+    hints: list[str] = []
+    log = ClientLog("PLAINTEXT", hints.append)
+    for _ in range(MISMATCH_REPEATS - 1):
+        log.log(20, "%s [%s] %s", *_PLAINTEXT_TO_TLS.split(" ", 2))
+    log.log(20, "%s [%s] %s", *_BROKER_DOWN.split(" ", 2))
+    for _ in range(MISMATCH_REPEATS - 1):
+        log.log(20, "%s [%s] %s", *_PLAINTEXT_TO_TLS.split(" ", 2))
+    assert hints == []
+    log.log(20, "%s [%s] %s", *_PLAINTEXT_TO_TLS.split(" ", 2))
+    assert len(hints) == 1 and "TLS listener" in hints[0]
