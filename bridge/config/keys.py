@@ -434,6 +434,34 @@ KEYS: Final[tuple[KeySpec, ...]] = (
     ),
     KeySpec("schema.registry.ssl.key.location", _path, None, "its private key"),
     KeySpec(
+        "schema.registry.bearer.auth.credentials.source",
+        _optional_choice("OAUTHBEARER", "STATIC_TOKEN", upper=True),
+        None,
+        "bearer-token authentication: OAUTHBEARER (client credentials) or STATIC_TOKEN",
+    ),
+    KeySpec("schema.registry.bearer.auth.token", _secret, None, "STATIC_TOKEN: the token"),
+    KeySpec(
+        "schema.registry.bearer.auth.issuer.endpoint.url",
+        _optional_text,
+        None,
+        "OAUTHBEARER: the OIDC token endpoint",
+    ),
+    KeySpec("schema.registry.bearer.auth.client.id", _optional_text, None, "OAUTHBEARER client"),
+    KeySpec("schema.registry.bearer.auth.client.secret", _secret, None, "its secret"),
+    KeySpec("schema.registry.bearer.auth.scope", _optional_text, None, "OAUTHBEARER scope"),
+    KeySpec(
+        "schema.registry.bearer.auth.logical.cluster",
+        _optional_text,
+        None,
+        "Confluent Cloud: the registry's lsrc-… id (others ignore it)",
+    ),
+    KeySpec(
+        "schema.registry.bearer.auth.identity.pool.id",
+        _optional_text,
+        None,
+        "Confluent Cloud: the identity pool",
+    ),
+    KeySpec(
         "schema.compatibility.level",
         _optional_choice(
             *COMPATIBILITY_LEVELS,
@@ -461,6 +489,8 @@ _SECRET_KEYS: Final = frozenset(
         "database.password",
         "database.dsn",
         "schema.registry.basic.auth.user.info",
+        "schema.registry.bearer.auth.token",
+        "schema.registry.bearer.auth.client.secret",
         "kafka.sasl.password",
         "kafka.sasl.oauthbearer.client.secret",
         "kafka.ssl.key.password",

@@ -24,6 +24,7 @@ from bridge.config.keys import (
     _text,
     is_secret_key,
 )
+from bridge.config.registry_auth import REGISTRY_BEARER_KEYS, registry_bearer_properties
 from bridge.config.settings import (
     _SLOT_NAME,
     _T,
@@ -407,6 +408,7 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         ssl_certificate_location=typed("schema.registry.ssl.certificate.location", Path),
         ssl_key_location=typed("schema.registry.ssl.key.location", Path),
         compatibility_level=typed("schema.compatibility.level", str),
+        bearer_auth=registry_bearer_properties(values),
     )
 
     retry_max = values["errors.max.retries"]
@@ -517,6 +519,7 @@ _CLIENT_SECURITY_KEYS = (
     frozenset(KAFKA_SECURITY_KEYS)
     | {"schema.registry.basic.auth.user.info"}
     | frozenset(_REGISTRY_TLS_KEYS)
+    | frozenset(REGISTRY_BEARER_KEYS)
 )
 
 
@@ -551,4 +554,5 @@ def load_client_security(
     for key in _REGISTRY_TLS_KEYS:
         if values[key] is not None:
             registry.append((key.removeprefix("schema.registry."), str(values[key])))
+    registry += registry_bearer_properties(values)
     return java_properties(values), tuple(registry)

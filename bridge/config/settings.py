@@ -277,12 +277,15 @@ class RegistryConfig:
     ssl_ca_location: Path | None = None  # HTTPS: CA certificates that verify the registry
     ssl_certificate_location: Path | None = None  # mutual TLS: client certificate and key
     ssl_key_location: Path | None = None
+    #: Bearer-token settings (bridge.config.registry_auth), SchemaRegistryClient's names.
+    bearer_auth: tuple[tuple[str, str | Secret], ...] = ()
 
     def client_config(self) -> dict[str, str]:
         """Configuration for ``confluent_kafka.schema_registry.SchemaRegistryClient``."""
         conf = {"url": self.url}
         if self.basic_auth_user_info is not None:
             conf["basic.auth.user.info"] = self.basic_auth_user_info.reveal()
+        conf.update({name: reveal(value) for name, value in self.bearer_auth})
         for key, path in (
             ("ssl.ca.location", self.ssl_ca_location),
             ("ssl.certificate.location", self.ssl_certificate_location),

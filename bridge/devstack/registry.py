@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 from bridge.devstack import maven
+from bridge.devstack.keycloak import RESOURCE_CLIENT
 from bridge.devstack.paths import cache_dir
 from bridge.devstack.service import Service, find_java
 from bridge.devstack.tls import TlsFiles
@@ -57,15 +58,21 @@ class ApicurioRegistry(Service):
         tls: TlsFiles | None = None,
         users: dict[str, str] | None = None,
         jdbc_password: str | None = None,
+        oidc_issuer: str | None = None,
     ) -> None:
         """With ``tls``: HTTPS only (plain HTTP refused); with ``users`` (user -> password):
-        HTTP basic authentication required on every API path (Quarkus' embedded users)."""
+        HTTP basic authentication required on every API path (Quarkus' embedded users); with
+        ``oidc_issuer`` (an OpenID Connect realm's URL, :mod:`bridge.devstack.keycloak`): a
+        bearer token that realm issued required instead (Quarkus OIDC, as a resource server)."""
+        if users and oidc_issuer:
+            raise ValueError("basic users or an OIDC issuer, not both")
         super().__init__(base_dir)
         self.jdbc_url = jdbc_url
         self.heap = heap
         self.tls = tls
         self.users = users
         self.jdbc_password = jdbc_password
+        self.oidc_issuer = oidc_issuer
         self._home: Path | None = None
         self._java: str | None = None
 
@@ -100,6 +107,14 @@ class ApicurioRegistry(Service):
                     f"-Dquarkus.security.users.embedded.users.{user}={password}",
                     f"-Dquarkus.security.users.embedded.roles.{user}=sr-admin",
                 ]
+        if self.oidc_issuer:
+            options += [
+                "-Dquarkus.oidc.tenant-enabled=true",
+                f"-Dquarkus.oidc.auth-server-url={self.oidc_issuer}",
+                f"-Dquarkus.oidc.client-id={RESOURCE_CLIENT}",
+                "-Dquarkus.http.auth.permission.api.paths=/apis/*",
+                "-Dquarkus.http.auth.permission.api.policy=authenticated",
+            ]
         return options
 
     def client_config(self) -> dict[str, str]:
@@ -149,5 +164,8 @@ class ApicurioRegistry(Service):
         try:
             with urllib.request.urlopen(request, timeout=2, context=context) as resp:
                 return bool(resp.status == 200)
+        except urllib.error.HTTPError as exc:
+            # Behind OIDC, this check has no token: a refusal is the registry answering.
+            return self.oidc_issuer is not None and exc.code == 401
         except (urllib.error.URLError, OSError):
             return False

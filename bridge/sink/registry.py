@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.schema_registry.error import OAuthTokenError, SchemaRegistryError
 
 from bridge.config.settings import COMPATIBILITY_LEVELS
 from bridge.errors import ConfigError, PgBridgeError
@@ -68,7 +68,8 @@ class RegistryError(PgBridgeError):
 
 #: Statuses whose cause is a setting rather than the schema: said in the error's text.
 _STATUS_HINTS = {
-    401: "Unauthorized (check schema.registry.basic.auth.user.info)",
+    401: "Unauthorized (check schema.registry.basic.auth.user.info or "
+    "schema.registry.bearer.auth.*)",
     403: "Forbidden (the registry user lacks the right to write this subject)",
 }
 
@@ -91,6 +92,19 @@ class IncompatibleSchemaError(RegistryError):
         self.table = table
         self.columns = columns
         self.reason = reason
+
+
+def token_error(subject: str, exc: OAuthTokenError) -> RegistryError:
+    """A failed token request (schema.registry.bearer.auth.credentials.source = OAUTHBEARER) as
+    a :class:`RegistryError`: a refused client is final (reported as the registry's 401 would
+    be), an unreachable token endpoint may clear (no status: retried)."""
+    text = str(exc)
+    refused = any(word in text for word in ("invalid_client", "unauthorized_client", "401"))
+    return RegistryError(
+        subject,
+        f"no token from schema.registry.bearer.auth.issuer.endpoint.url: {text}",
+        401 if refused else None,
+    )
 
 
 def is_transient(exc: Exception) -> bool:
@@ -182,6 +196,8 @@ class SchemaRegistrar:
                     subject, table, self._changes(subject, schema), exc.error_message
                 ) from exc
             raise RegistryError(subject, exc.error_message, exc.http_status_code) from exc
+        except OAuthTokenError as exc:
+            raise token_error(subject, exc) from exc
         except Exception as exc:  # connection refused, timeouts: the client raises plain errors
             raise RegistryError(subject, f"{type(exc).__name__}: {exc}") from exc
         return int(schema_id)
@@ -207,6 +223,8 @@ class SchemaRegistrar:
                 f"cannot set compatibility {level}: {exc.error_message}",
                 exc.http_status_code,
             ) from exc
+        except OAuthTokenError as exc:
+            raise token_error(subject, exc) from exc
         except Exception as exc:
             raise RegistryError(subject, f"{type(exc).__name__}: {exc}") from exc
         self._configured.add(subject)

@@ -92,6 +92,9 @@ class SchemaCache:
     def _fetch_once(self, schema_id: int) -> str | None:
         import httpx  # the registry client's transport
         from confluent_kafka.schema_registry import SchemaRegistryError
+        from confluent_kafka.schema_registry.error import OAuthTokenError
+
+        from bridge.sink.registry import token_error
 
         try:
             schema = self._client.get_schema(schema_id)
@@ -110,6 +113,9 @@ class SchemaCache:
             if exc.http_status_code == 404:
                 return None
             raise RegistryUnavailableError(schema_id, str(exc), exc.http_status_code) from exc
+        except OAuthTokenError as exc:  # bearer auth: the token endpoint refused or is down
+            error = token_error(f"id {schema_id}", exc)
+            raise RegistryUnavailableError(schema_id, str(error), error.status) from exc
         except (OSError, httpx.HTTPError) as exc:  # connection refused, timeouts, resets
             raise RegistryUnavailableError(schema_id, repr(exc)) from exc
         except ValueError as exc:  # an answer that is not a schema: waiting will not help

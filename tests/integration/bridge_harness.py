@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
@@ -130,8 +130,11 @@ def topics_with_prefix(bootstrap: str, prefix: str) -> list[str]:
     return sorted(t for t in md.topics if t.startswith(prefix + "."))
 
 
-def read_topic(bootstrap: str, registry_url: str, topic: str) -> list[tuple[Any, Any]]:
-    """Every (key, value) of a topic, Avro-decoded through the registry; None for tombstones."""
+def read_topic(
+    bootstrap: str, registry_url: str | Mapping[str, Any], topic: str
+) -> list[tuple[Any, Any]]:
+    """Every (key, value) of a topic, Avro-decoded through the registry (its URL or client
+    settings); None for tombstones."""
     registry = registry_client(registry_url)
     deserializer = AvroDeserializer(registry, conf=DESERIALIZER_CONF)
     consumer = Consumer(

@@ -1,0 +1,199 @@
+"""pgbridge against a schema registry that accepts only OAuth 2.0 bearer tokens: Apicurio
+Registry as an OpenID Connect resource server of a Keycloak realm (both real, from Maven
+Central, started for this module; Apicurio's storage in the stack's PostgreSQL).
+
+What a user relies on: with ``schema.registry.bearer.auth.credentials.source = OAUTHBEARER``
+and a client secret from a file, ``pgbridge run`` fetches its token from the realm, registers
+its schemas and publishes every row; a consumer and the apply job's schema lookup read them
+with their own client's token. A wrong client secret and a registry reached without a token
+each stop it promptly with a typed error naming the setting, the secret never shown.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from bridge.config import load_client_security
+from bridge.devstack.keycloak import KeycloakServer
+from bridge.devstack.registry import ApicurioRegistry
+from bridge.devstack.stack import StackInfo
+from bridge.spark.decode import SchemaCache
+from tests.integration.bridge_harness import (
+    BridgeProcess,
+    bridge_settings,
+    mark,
+    read_topic,
+    scratch_database,
+    wait_slot_confirmed,
+)
+from tests.integration.test_snapshot_e2e import wait_for
+
+pytestmark = pytest.mark.integration
+
+BRIDGE_SECRET = "oidc-" + uuid.uuid4().hex[:12]
+READER_SECRET = "oidc-" + uuid.uuid4().hex[:12]
+
+
+class OidcRegistry:
+    def __init__(self, keycloak: KeycloakServer, registry: ApicurioRegistry) -> None:
+        self.keycloak = keycloak
+        self.registry = registry
+
+    def settings(self, client: str, secret_file: Path) -> dict[str, str]:
+        return {
+            "schema.registry.url": self.registry.url,
+            "schema.registry.bearer.auth.credentials.source": "OAUTHBEARER",
+            "schema.registry.bearer.auth.issuer.endpoint.url": self.keycloak.token_endpoint,
+            "schema.registry.bearer.auth.client.id": client,
+            "schema.registry.bearer.auth.client.secret.file": str(secret_file),
+        }
+
+    def client_config(self, client: str, secret: str) -> dict[str, Any]:
+        return {
+            "url": self.registry.url,
+            "bearer.auth.credentials.source": "OAUTHBEARER",
+            "bearer.auth.issuer.endpoint.url": self.keycloak.token_endpoint,
+            "bearer.auth.client.id": client,
+            "bearer.auth.client.secret": secret,
+            "bearer.auth.scope": "",
+            "bearer.auth.logical.cluster": "-",
+        }
+
+
+@pytest.fixture(scope="module")
+def oidc_registry(local_stack: StackInfo) -> Iterator[OidcRegistry]:
+    base = Path(tempfile.mkdtemp(prefix="pgbridge-oidc-"))
+    database = f"apicurio_oidc_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(local_stack.postgres_dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {database}")
+    keycloak = KeycloakServer(
+        base / "keycloak", {"pgbridge": BRIDGE_SECRET, "reader": READER_SECRET}
+    )
+    registry = ApicurioRegistry(
+        base / "registry",
+        f"jdbc:postgresql://127.0.0.1:{local_stack.postgres_port}/{database}",
+        oidc_issuer=keycloak.issuer,
+    )
+    keycloak.start()  # raises StackError naming its log: the tests error, never skip
+    try:
+        registry.start()
+        try:
+            yield OidcRegistry(keycloak, registry)
+        finally:
+            registry.stop()
+    finally:
+        keycloak.stop()
+        with psycopg.connect(local_stack.postgres_dsn(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {database}")
+
+
+def _secret_file(tmp_path: Path, secret: str) -> Path:
+    path = tmp_path / "registry-client-secret"
+    path.write_text(secret + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def test_changes_reach_kafka_through_a_bearer_token_registry(
+    local_stack: StackInfo, oidc_registry: OidcRegistry, tmp_path: Path
+) -> None:
+    prefix = f"oidc{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+            conn.execute("INSERT INTO t SELECT i, 'before' FROM generate_series(1, 100) i")
+        values = {
+            **bridge_settings(local_stack, dsn, prefix),
+            **oidc_registry.settings("pgbridge", _secret_file(tmp_path, BRIDGE_SECRET)),
+            "state.dir": str(tmp_path / "state"),
+        }
+        process = BridgeProcess(values, str(tmp_path / "bridge.log"))
+        try:
+            wait_for(lambda: "to topics" in process.log(), process, "streaming")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("INSERT INTO t SELECT i, 'after' FROM generate_series(101, 150) i")
+            wait_slot_confirmed(dsn, values["slot.name"], mark(dsn), process)
+            assert process.terminate() == 0, process.log()[-3000:]
+        finally:
+            if process.proc.poll() is None:
+                process.kill()
+    assert BRIDGE_SECRET not in process.log()
+    # A consumer with its own client and token decodes every row.
+    reader = oidc_registry.client_config("reader", READER_SECRET)
+    records = read_topic(local_stack.bootstrap_servers, reader, f"{prefix}.public.t")
+    rows = {value["after"]["id"]: value["after"]["v"] for _, value in records if value}
+    assert rows == {i: "before" if i <= 100 else "after" for i in range(1, 151)}
+    # The apply job's schema lookup, configured from the same kind of file.
+    config_file = tmp_path / "apply.toml"
+    settings = oidc_registry.settings("reader", _secret_file(tmp_path, READER_SECRET))
+    config_file.write_text(
+        "".join(f'"{k}" = "{v}"\n' for k, v in settings.items() if k != "schema.registry.url")
+    )
+    _, registry_options = load_client_security(config_file, {})
+    options = {k: v if isinstance(v, str) else v.reveal() for k, v in registry_options}
+    cache = SchemaCache.for_url(oidc_registry.registry.url, options)
+    names = cache.field_names(_value_schema_id(local_stack, f"{prefix}.public.t"))
+    assert names is not None and "after" in names
+
+
+def _value_schema_id(stack: StackInfo, topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": stack.bootstrap_servers, "group.id": uuid.uuid4().hex}
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        message = consumer.poll(10)
+        assert message is not None and message.error() is None and message.value()
+        return int.from_bytes(message.value()[1:5], "big")
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("case", ["wrong client secret", "no token"])
+def test_a_refused_registry_client_stops_promptly_with_the_cause(
+    local_stack: StackInfo, oidc_registry: OidcRegistry, tmp_path: Path, case: str
+) -> None:
+    prefix = f"oidcx{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+            conn.execute("INSERT INTO t VALUES (1)")
+        values = {
+            **bridge_settings(local_stack, dsn, prefix),
+            "state.dir": str(tmp_path / "state"),
+            "errors.max.retries": "2",
+            "errors.retry.delay.initial.ms": "200",
+            "errors.retry.delay.max.ms": "500",
+        }
+        if case == "wrong client secret":
+            values.update(oidc_registry.settings("pgbridge", _secret_file(tmp_path, "wrong")))
+        else:
+            values["schema.registry.url"] = oidc_registry.registry.url
+        command = [sys.executable, "-m", "bridge.cli", "run"]
+        for key, value in values.items():
+            command += ["--set", f"{key}={value}"]
+        started = time.monotonic()
+        result = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+        seconds = time.monotonic() - started
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    expected = {
+        "wrong client secret": "no token from schema.registry.bearer.auth.issuer.endpoint.url",
+        "no token": "HTTP 401 Unauthorized (check schema.registry.basic.auth.user.info or",
+    }[case]
+    assert expected in output, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert BRIDGE_SECRET not in output
+    assert seconds < 120, f"{case}: {seconds:.0f} s to give up"
