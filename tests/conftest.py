@@ -68,6 +68,26 @@ def spark(local_stack: StackInfo) -> Iterator[Any]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def keycloak() -> Iterator[Any]:
+    """A Keycloak realm (bridge.devstack.keycloak) with confidential clients ``pgbridge`` and
+    ``reader`` (random secrets in ``.clients``), for the OAuth tests of Kafka and the
+    registry; an error, not a skip, when it cannot start."""
+    import secrets
+    import tempfile
+
+    from bridge.devstack.keycloak import KeycloakServer
+
+    base = Path(tempfile.mkdtemp(prefix="pgbridge-keycloak-"))
+    clients = {name: "oidc-" + secrets.token_hex(8) for name in ("pgbridge", "reader")}
+    server = KeycloakServer(base / "keycloak", clients)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The fault cycle's table (tests/integration/test_fault_cycle.py), where it ran."""
     from tests.integration.soak import FAULT_TABLES

@@ -63,17 +63,22 @@ class KafkaBroker(Service):
         *,
         tls: TlsFiles | None = None,
         sasl_users: dict[str, str] | None = None,
+        oauth_jwks_url: str | None = None,
     ) -> None:
         """With ``tls`` and ``sasl_users`` (user -> password), the broker's one client
         listener is SASL_SSL with the PLAIN and SCRAM (:data:`SCRAM_MECHANISMS`) mechanisms:
         TLS with the given certificate, and a login required (the first user is the broker's
-        own, between its roles)."""
+        own, between its roles). With ``oauth_jwks_url`` too (an OpenID Connect realm's keys,
+        :mod:`bridge.devstack.keycloak`), OAUTHBEARER logins with that realm's tokens."""
         super().__init__(base_dir)
         self.heap = heap
         self.tls = tls
         self.sasl_users = sasl_users
+        self.oauth_jwks_url = oauth_jwks_url
         if (tls is None) != (sasl_users is None) or (sasl_users is not None and not sasl_users):
             raise ValueError("a secured broker needs both tls and at least one SASL user")
+        if oauth_jwks_url and not sasl_users:
+            raise ValueError("OAUTHBEARER needs the secured listener (tls and SASL users)")
         self._lib: Path | None = None
         self._java: str | None = None
 
@@ -129,7 +134,8 @@ class KafkaBroker(Service):
             "inter.broker.listener.name=SASL_SSL",
             # PLAIN for the broker itself; SCRAM logins from the credentials stored at format
             # time (prepare()), for clients that do not send their password.
-            f"sasl.enabled.mechanisms=PLAIN,{','.join(SCRAM_MECHANISMS)}",
+            f"sasl.enabled.mechanisms=PLAIN,{','.join(SCRAM_MECHANISMS)}"
+            + (",OAUTHBEARER" if self.oauth_jwks_url else ""),
             "sasl.mechanism.inter.broker.protocol=PLAIN",
             f"listener.name.sasl_ssl.plain.sasl.jaas.config={jaas}",
             *(
@@ -137,6 +143,7 @@ class KafkaBroker(Service):
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;"
                 for m in SCRAM_MECHANISMS
             ),
+            *self._oauth_settings(),
             "ssl.keystore.type=PEM",
             f"ssl.keystore.location={keystore}",
             "ssl.truststore.type=PEM",
@@ -190,6 +197,19 @@ class KafkaBroker(Service):
             if proc.returncode != 0:
                 raise StackError(self.part, f"formatting storage failed: {proc.stderr.strip()}")
 
+    def _oauth_settings(self) -> list[str]:
+        """OAUTHBEARER on the SASL_SSL listener: tokens validated against the realm's keys."""
+        if not self.oauth_jwks_url:
+            return []
+        prefix = "listener.name.sasl_ssl.oauthbearer."
+        return [
+            f"{prefix}sasl.jaas.config="
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+            f"{prefix}sasl.server.callback.handler.class="
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+            f"{prefix}sasl.oauthbearer.jwks.endpoint.url={self.oauth_jwks_url}",
+        ]
+
     def _scram_credentials(self) -> list[str]:
         """StorageTool arguments storing each SASL user's SCRAM credentials (KRaft keeps them in
         the cluster metadata; they can only be added at format time without a running broker)."""
@@ -206,6 +226,12 @@ class KafkaBroker(Service):
             f"-Xmx{self.heap}",
             f"-Dlog4j2.configurationFile={self.base_dir / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.base_dir}",
+            # Kafka 4 fetches OAuth keys only from URLs allowed by this property.
+            *(
+                [f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.oauth_jwks_url}"]
+                if self.oauth_jwks_url
+                else []
+            ),
             "-cp",
             f"{self._lib}/*",
         ]

@@ -76,6 +76,11 @@ class KeycloakServer(Service):
     def token_endpoint(self) -> str:
         return f"{self.issuer}/protocol/openid-connect/token"
 
+    @property
+    def jwks_url(self) -> str:
+        """The realm's public keys (what a resource server verifies signatures with)."""
+        return f"{self.issuer}/protocol/openid-connect/certs"
+
     def install(self) -> None:
         self._home = ensure_keycloak()
         self._java = find_java(17, self.part)

@@ -40,16 +40,20 @@ from tests.integration.test_snapshot_e2e import wait_for
 
 pytestmark = pytest.mark.integration
 
-BRIDGE_SECRET = "oidc-" + uuid.uuid4().hex[:12]
-READER_SECRET = "oidc-" + uuid.uuid4().hex[:12]
-
 
 class OidcRegistry:
     def __init__(self, keycloak: KeycloakServer, registry: ApicurioRegistry) -> None:
         self.keycloak = keycloak
         self.registry = registry
 
-    def settings(self, client: str, secret_file: Path) -> dict[str, str]:
+    def secret(self, client: str) -> str:
+        return self.keycloak.clients[client]
+
+    def settings(self, client: str, directory: Path, secret: str | None = None) -> dict[str, str]:
+        """pgbridge's keys for ``client``, its secret (or ``secret``) in a file there."""
+        secret_file = directory / f"{client}-secret"
+        secret_file.write_text((secret or self.secret(client)) + "\n")
+        secret_file.chmod(0o600)
         return {
             "schema.registry.url": self.registry.url,
             "schema.registry.bearer.auth.credentials.source": "OAUTHBEARER",
@@ -71,37 +75,25 @@ class OidcRegistry:
 
 
 @pytest.fixture(scope="module")
-def oidc_registry(local_stack: StackInfo) -> Iterator[OidcRegistry]:
+def oidc_registry(local_stack: StackInfo, keycloak: KeycloakServer) -> Iterator[OidcRegistry]:
     base = Path(tempfile.mkdtemp(prefix="pgbridge-oidc-"))
     database = f"apicurio_oidc_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(local_stack.postgres_dsn(), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {database}")
-    keycloak = KeycloakServer(
-        base / "keycloak", {"pgbridge": BRIDGE_SECRET, "reader": READER_SECRET}
-    )
     registry = ApicurioRegistry(
         base / "registry",
         f"jdbc:postgresql://127.0.0.1:{local_stack.postgres_port}/{database}",
         oidc_issuer=keycloak.issuer,
     )
-    keycloak.start()  # raises StackError naming its log: the tests error, never skip
     try:
-        registry.start()
+        registry.start()  # raises StackError naming its log: the tests error, never skip
         try:
             yield OidcRegistry(keycloak, registry)
         finally:
             registry.stop()
     finally:
-        keycloak.stop()
         with psycopg.connect(local_stack.postgres_dsn(), autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {database}")
-
-
-def _secret_file(tmp_path: Path, secret: str) -> Path:
-    path = tmp_path / "registry-client-secret"
-    path.write_text(secret + "\n")
-    path.chmod(0o600)
-    return path
 
 
 def test_changes_reach_kafka_through_a_bearer_token_registry(
@@ -114,7 +106,7 @@ def test_changes_reach_kafka_through_a_bearer_token_registry(
             conn.execute("INSERT INTO t SELECT i, 'before' FROM generate_series(1, 100) i")
         values = {
             **bridge_settings(local_stack, dsn, prefix),
-            **oidc_registry.settings("pgbridge", _secret_file(tmp_path, BRIDGE_SECRET)),
+            **oidc_registry.settings("pgbridge", tmp_path),
             "state.dir": str(tmp_path / "state"),
         }
         process = BridgeProcess(values, str(tmp_path / "bridge.log"))
@@ -127,15 +119,15 @@ def test_changes_reach_kafka_through_a_bearer_token_registry(
         finally:
             if process.proc.poll() is None:
                 process.kill()
-    assert BRIDGE_SECRET not in process.log()
+    assert oidc_registry.secret("pgbridge") not in process.log()
     # A consumer with its own client and token decodes every row.
-    reader = oidc_registry.client_config("reader", READER_SECRET)
+    reader = oidc_registry.client_config("reader", oidc_registry.secret("reader"))
     records = read_topic(local_stack.bootstrap_servers, reader, f"{prefix}.public.t")
     rows = {value["after"]["id"]: value["after"]["v"] for _, value in records if value}
     assert rows == {i: "before" if i <= 100 else "after" for i in range(1, 151)}
     # The apply job's schema lookup, configured from the same kind of file.
     config_file = tmp_path / "apply.toml"
-    settings = oidc_registry.settings("reader", _secret_file(tmp_path, READER_SECRET))
+    settings = oidc_registry.settings("reader", tmp_path)
     config_file.write_text(
         "".join(f'"{k}" = "{v}"\n' for k, v in settings.items() if k != "schema.registry.url")
     )
@@ -178,7 +170,7 @@ def test_a_refused_registry_client_stops_promptly_with_the_cause(
             "errors.retry.delay.max.ms": "500",
         }
         if case == "wrong client secret":
-            values.update(oidc_registry.settings("pgbridge", _secret_file(tmp_path, "wrong")))
+            values.update(oidc_registry.settings("pgbridge", tmp_path, secret="wrong"))
         else:
             values["schema.registry.url"] = oidc_registry.registry.url
         command = [sys.executable, "-m", "bridge.cli", "run"]
@@ -195,5 +187,5 @@ def test_a_refused_registry_client_stops_promptly_with_the_cause(
     }[case]
     assert expected in output, output[-3000:]
     assert "Traceback" not in output, output[-3000:]
-    assert BRIDGE_SECRET not in output
+    assert oidc_registry.secret("pgbridge") not in output
     assert seconds < 120, f"{case}: {seconds:.0f} s to give up"

@@ -1,0 +1,145 @@
+"""pgbridge logging in to Kafka with OAUTHBEARER: tokens from a Keycloak realm (client
+credentials grant), validated by a SASL_SSL broker against the realm's keys. Keycloak and the
+broker are real, from Maven Central, started for this module.
+
+What a user relies on: with ``kafka.sasl.mechanism = OAUTHBEARER``, the token endpoint, a
+client id and its secret from a file, ``pgbridge run`` publishes every row; a wrong client
+secret stops it promptly with a typed error, the secret never shown.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer
+
+from bridge.devstack.kafka import KafkaBroker
+from bridge.devstack.keycloak import KeycloakServer
+from bridge.devstack.stack import StackInfo
+from bridge.devstack.tls import make_tls_files
+from tests.integration.bridge_harness import (
+    BridgeProcess,
+    bridge_settings,
+    mark,
+    scratch_database,
+    wait_slot_confirmed,
+)
+from tests.integration.test_snapshot_e2e import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def oauth_broker(keycloak: KeycloakServer) -> Iterator[tuple[KeycloakServer, KafkaBroker]]:
+    base = Path(tempfile.mkdtemp(prefix="pgbridge-kafka-oauth-"))
+    broker = KafkaBroker(
+        base / "broker",
+        tls=make_tls_files(base / "tls"),
+        sasl_users={"broker": uuid.uuid4().hex},
+        oauth_jwks_url=keycloak.jwks_url,
+    )
+    broker.start()  # raises StackError naming its log: the tests error, never skip
+    try:
+        yield keycloak, broker
+    finally:
+        broker.stop()
+
+
+def _settings(
+    stack: StackInfo,
+    keycloak: KeycloakServer,
+    broker: KafkaBroker,
+    dsn: str,
+    prefix: str,
+    tmp_path: Path,
+    secret: str,
+) -> dict[str, str]:
+    assert broker.tls is not None
+    secret_file = tmp_path / "oauth-client-secret"
+    secret_file.write_text(secret + "\n")
+    secret_file.chmod(0o600)
+    return {
+        **bridge_settings(stack, dsn, prefix),
+        "kafka.bootstrap.servers": broker.bootstrap_servers,
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "OAUTHBEARER",
+        "kafka.sasl.oauthbearer.token.endpoint.url": keycloak.token_endpoint,
+        "kafka.sasl.oauthbearer.client.id": "pgbridge",
+        "kafka.sasl.oauthbearer.client.secret.file": str(secret_file),
+        "kafka.ssl.ca.location": str(broker.tls.ca_cert),
+        "state.dir": str(tmp_path / "state"),
+        "errors.max.retries": "2",
+        "errors.retry.delay.initial.ms": "200",
+        "errors.retry.delay.max.ms": "500",
+        "kafka.delivery.timeout.ms": "15000",
+    }
+
+
+def test_changes_reach_kafka_with_an_oauthbearer_login(
+    local_stack: StackInfo, oauth_broker: tuple[KeycloakServer, KafkaBroker], tmp_path: Path
+) -> None:
+    keycloak, broker = oauth_broker
+    prefix = f"oauth{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+            conn.execute("INSERT INTO t SELECT i, 'before' FROM generate_series(1, 100) i")
+        secret = keycloak.clients["pgbridge"]
+        values = _settings(local_stack, keycloak, broker, dsn, prefix, tmp_path, secret)
+        process = BridgeProcess(values, str(tmp_path / "bridge.log"))
+        try:
+            wait_for(lambda: "to topics" in process.log(), process, "streaming")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("INSERT INTO t SELECT i, 'after' FROM generate_series(101, 150) i")
+            wait_slot_confirmed(dsn, values["slot.name"], mark(dsn), process)
+            assert process.terminate() == 0, process.log()[-3000:]
+        finally:
+            if process.proc.poll() is None:
+                process.kill()
+    assert secret not in process.log()
+    consumer = Consumer(
+        {**broker.client_config(), "group.id": f"check-{prefix}", "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([f"{prefix}.public.t"])
+    seen = 0
+    deadline = time.monotonic() + 60
+    try:
+        while seen < 150 and time.monotonic() < deadline:
+            for message in consumer.consume(500, timeout=1):
+                if message.error() is None and message.value() is not None:
+                    seen += 1
+    finally:
+        consumer.close()
+    assert seen == 150  # 100 snapshot rows and 50 streamed inserts
+
+
+def test_a_refused_oauth_client_stops_promptly_with_the_cause(
+    local_stack: StackInfo, oauth_broker: tuple[KeycloakServer, KafkaBroker], tmp_path: Path
+) -> None:
+    keycloak, broker = oauth_broker
+    prefix = f"oauthx{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+            conn.execute("INSERT INTO t VALUES (1)")
+        values = _settings(local_stack, keycloak, broker, dsn, prefix, tmp_path, "wrong-secret")
+        command = [sys.executable, "-m", "bridge.cli", "run"]
+        for key, value in values.items():
+            command += ["--set", f"{key}={value}"]
+        started = time.monotonic()
+        result = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+        seconds = time.monotonic() - started
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert "_AUTHENTICATION: Failed to acquire SASL OAUTHBEARER token" in output, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert keycloak.clients["pgbridge"] not in output and "wrong-secret" not in output
+    assert seconds < 120, f"{seconds:.0f} s to give up"
