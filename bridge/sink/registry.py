@@ -54,9 +54,13 @@ def registry_client(conf: Mapping[str, Any] | str) -> SchemaRegistryClient:
 
 
 class RegistryError(PgBridgeError):
-    """The registry refused or failed a request; ``subject`` and ``status`` say which and how."""
+    """The registry refused or failed a request; ``subject`` and ``status`` say which and how.
+    ``final``: no answer came, for a reason waiting does not change (an untrusted certificate,
+    TLS spoken to a plain port)."""
 
-    def __init__(self, subject: str, message: str, status: int | None = None) -> None:
+    def __init__(
+        self, subject: str, message: str, status: int | None = None, *, final: bool = False
+    ) -> None:
         hint = _STATUS_HINTS.get(status or 0)
         where = f"schema registry, subject {subject}"
         super().__init__(
@@ -64,6 +68,7 @@ class RegistryError(PgBridgeError):
         )
         self.subject = subject
         self.status = status
+        self.final = final
 
 
 #: Statuses whose cause is a setting rather than the schema: said in the error's text.
@@ -107,12 +112,41 @@ def token_error(subject: str, exc: OAuthTokenError) -> RegistryError:
     )
 
 
+def transport_error(subject: str, exc: Exception) -> RegistryError:
+    """A request that got no answer (the client raises plain errors) as a
+    :class:`RegistryError`: final where the TLS setup is the cause, with the key to check;
+    otherwise (refused, reset, timed out) one that may clear."""
+    text = f"{type(exc).__name__}: {exc}"
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return RegistryError(
+            subject,
+            f"{text} (the registry's certificate is not trusted: check "
+            "schema.registry.ssl.ca.location)",
+            final=True,
+        )
+    if "WRONG_VERSION_NUMBER" in text or "record layer failure" in text:
+        return RegistryError(
+            subject,
+            f"{text} (TLS spoken to a port that answers without it: schema.registry.url with "
+            "http://?)",
+            final=True,
+        )
+    if "Server disconnected without sending a response" in text:
+        # Also what a TLS-only port does with plain HTTP; a proxy in front of a registry that
+        # restarts can do the same, so it is waited on, saying what to check.
+        text += " (an https:// registry reached with http://? check schema.registry.url)"
+    return RegistryError(subject, text)
+
+
 def is_transient(exc: Exception) -> bool:
     """Whether a registry failure may clear by itself: no answer at all (connection refused,
-    timeout, reset), a server error, or throttling. A 4xx answer is final."""
+    timeout, reset), a server error, or throttling. A 4xx answer is final, and so is a TLS
+    setup that cannot work."""
     if isinstance(exc, IncompatibleSchemaError):
         return False
     if isinstance(exc, RegistryError):
+        if exc.final:
+            return False
         return exc.status is None or exc.status >= 500 or exc.status == 429
     return False
 
@@ -199,7 +233,7 @@ class SchemaRegistrar:
         except OAuthTokenError as exc:
             raise token_error(subject, exc) from exc
         except Exception as exc:  # connection refused, timeouts: the client raises plain errors
-            raise RegistryError(subject, f"{type(exc).__name__}: {exc}") from exc
+            raise transport_error(subject, exc) from exc
         return int(schema_id)
 
     def register_relation(self, schemas: RelationSchemas) -> RegisteredSchemas:
@@ -226,7 +260,7 @@ class SchemaRegistrar:
         except OAuthTokenError as exc:
             raise token_error(subject, exc) from exc
         except Exception as exc:
-            raise RegistryError(subject, f"{type(exc).__name__}: {exc}") from exc
+            raise transport_error(subject, exc) from exc
         self._configured.add(subject)
 
     def _changes(self, subject: str, schema: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -94,7 +94,7 @@ class SchemaCache:
         from confluent_kafka.schema_registry import SchemaRegistryError
         from confluent_kafka.schema_registry.error import OAuthTokenError
 
-        from bridge.sink.registry import token_error
+        from bridge.sink.registry import token_error, transport_error
 
         try:
             schema = self._client.get_schema(schema_id)
@@ -117,7 +117,10 @@ class SchemaCache:
             error = token_error(f"id {schema_id}", exc)
             raise RegistryUnavailableError(schema_id, str(error), error.status) from exc
         except (OSError, httpx.HTTPError) as exc:  # connection refused, timeouts, resets
-            raise RegistryUnavailableError(schema_id, repr(exc)) from exc
+            error = transport_error(f"id {schema_id}", exc)
+            raise RegistryUnavailableError(
+                schema_id, str(error), 0 if error.final else None
+            ) from exc
         except ValueError as exc:  # an answer that is not a schema: waiting will not help
             raise RegistryUnavailableError(schema_id, repr(exc), status=200) from exc
 

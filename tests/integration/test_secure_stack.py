@@ -29,6 +29,7 @@ from bridge.config import load_client_security
 from bridge.config.settings import reveal
 from bridge.devstack.secure import SecureStack
 from bridge.devstack.stack import StackInfo
+from bridge.devstack.tls import make_tls_files
 from bridge.sink.registry import DESERIALIZER_CONF
 from bridge.spark.job import run_apply
 from tests.integration.bridge_harness import BridgeProcess, mark, wait_slot_confirmed
@@ -165,19 +166,32 @@ def test_every_hop_secured_end_to_end_to_delta(
     assert_delta_equals_source(spark, config, dsn, {f"public.{table}": ("id",)})
 
 
-def test_wrong_registry_credentials_stop_promptly_with_the_cause(
-    secure_stack: SecureStack, tmp_path: Path
+@pytest.mark.parametrize(
+    "case", ["wrong credentials", "untrusted certificate", "http to the https port"]
+)
+def test_a_refused_registry_connection_stops_promptly_with_the_cause(
+    secure_stack: SecureStack, tmp_path: Path, case: str
 ) -> None:
     prefix = f"allx{uuid.uuid4().hex[:8]}"
     with psycopg.connect(secure_stack.postgres.dsn(), autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {prefix}_t (id int PRIMARY KEY)")
         conn.execute(f"INSERT INTO {prefix}_t VALUES (1)")
-    wrong = tmp_path / "wrong-user-info"
-    wrong.write_text("bridge:not-it\n")
     path = configured(secure_stack, tmp_path / "conf", prefix)
-    text = path.read_text().replace(
-        str(secure_stack.dir / "secrets" / "registry-user-info"), str(wrong)
-    )
+    text = path.read_text()
+    if case == "wrong credentials":
+        wrong = tmp_path / "wrong-user-info"
+        wrong.write_text("bridge:not-it\n")
+        text = text.replace(str(secure_stack.dir / "secrets" / "registry-user-info"), str(wrong))
+    elif case == "untrusted certificate":
+        other = make_tls_files(tmp_path / "other", ca_name="someone else's CA")
+        text = text.replace(
+            f'"schema.registry.ssl.ca.location" = "{secure_stack.tls.ca_cert}"',
+            f'"schema.registry.ssl.ca.location" = "{other.ca_cert}"',
+        )
+    else:
+        # Retried as an outage would be (a proxy can answer so too): configured() bounds the
+        # retries, and each says what to check.
+        text = text.replace('"schema.registry.url" = "https://', '"schema.registry.url" = "http://')
     path.write_text(text)
     started = time.monotonic()
     result = subprocess.run(
@@ -189,9 +203,12 @@ def test_wrong_registry_credentials_stop_promptly_with_the_cause(
     )
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-3000:]
-    assert "HTTP 401 Unauthorized (check schema.registry.basic.auth.user.info)" in output, output[
-        -3000:
-    ]
+    expected = {
+        "wrong credentials": "HTTP 401 Unauthorized (check schema.registry.basic.auth.user.info",
+        "untrusted certificate": "not trusted: check schema.registry.ssl.ca.location",
+        "http to the https port": "reached with http://? check schema.registry.url",
+    }[case]
+    assert expected in output, output[-3000:]
     assert "Traceback" not in output, output[-3000:]
     assert "not-it" not in output
     for secret in secure_stack.passwords.values():
