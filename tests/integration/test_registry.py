@@ -15,7 +15,12 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from bridge.devstack.stack import StackInfo
 from bridge.pgoutput.messages import COLUMN_FLAG_KEY, Relation, RelationColumn, ReplicaIdentity
 from bridge.schema import RelationSchemas, relation_schemas
-from bridge.sink.registry import IncompatibleSchemaError, RegistryError, SchemaRegistrar
+from bridge.sink.registry import (
+    IncompatibleSchemaError,
+    RegistryError,
+    SchemaRegistrar,
+    is_transient,
+)
 from bridge.types import TypeMapper
 
 pytestmark = pytest.mark.integration
@@ -182,3 +187,15 @@ def test_registry_unreachable_is_a_registry_error_naming_the_subject(prefix: str
     with pytest.raises(RegistryError) as info:
         registrar.register_relation(v1)
     assert info.value.subject == v1.key_subject
+    assert is_transient(info.value)  # nobody there yet: an outage, waited on
+
+
+def test_registry_tls_to_a_plain_port_is_a_final_error_naming_the_url(
+    local_stack: StackInfo, prefix: str
+) -> None:
+    # The stack's registry answers plain HTTP: https:// to it can never work.
+    registrar = SchemaRegistrar.from_url(local_stack.registry_url.replace("http://", "https://"))
+    with pytest.raises(RegistryError) as info:
+        registrar.register_relation(schemas(prefix, *BASE))
+    assert "schema.registry.url with http://?" in str(info.value)
+    assert not is_transient(info.value)
