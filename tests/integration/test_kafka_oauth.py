@@ -3,8 +3,10 @@ credentials grant), validated by a SASL_SSL broker against the realm's keys. Key
 broker are real, from Maven Central, started for this module.
 
 What a user relies on: with ``kafka.sasl.mechanism = OAUTHBEARER``, the token endpoint, a
-client id and its secret from a file, ``pgbridge run`` publishes every row; a wrong client
-secret stops it promptly with a typed error, the secret never shown.
+client id and its secret from a file, ``pgbridge run`` publishes every change and the Spark
+apply job (Spark's Kafka source, logging in with its own client) makes Delta equal to the
+source; a wrong client secret stops pgbridge promptly with a typed error, the secret never
+shown.
 """
 
 from __future__ import annotations
@@ -15,16 +17,19 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer
 
+from bridge.config import load_client_security
+from bridge.config.settings import reveal
 from bridge.devstack.kafka import KafkaBroker
 from bridge.devstack.keycloak import KeycloakServer
 from bridge.devstack.stack import StackInfo
 from bridge.devstack.tls import make_tls_files
+from bridge.spark.job import run_apply
 from tests.integration.bridge_harness import (
     BridgeProcess,
     bridge_settings,
@@ -32,6 +37,7 @@ from tests.integration.bridge_harness import (
     scratch_database,
     wait_slot_confirmed,
 )
+from tests.integration.test_delta_e2e import apply_config, assert_delta_equals_source
 from tests.integration.test_snapshot_e2e import wait_for
 
 pytestmark = pytest.mark.integration
@@ -83,42 +89,52 @@ def _settings(
     }
 
 
-def test_changes_reach_kafka_with_an_oauthbearer_login(
-    local_stack: StackInfo, oauth_broker: tuple[KeycloakServer, KafkaBroker], tmp_path: Path
+def test_changes_reach_kafka_and_delta_with_oauthbearer_logins(
+    local_stack: StackInfo,
+    oauth_broker: tuple[KeycloakServer, KafkaBroker],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     keycloak, broker = oauth_broker
     prefix = f"oauth{uuid.uuid4().hex[:8]}"
+    secret = keycloak.clients["pgbridge"]
     with scratch_database(local_stack) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
             conn.execute("INSERT INTO t SELECT i, 'before' FROM generate_series(1, 100) i")
-        secret = keycloak.clients["pgbridge"]
         values = _settings(local_stack, keycloak, broker, dsn, prefix, tmp_path, secret)
         process = BridgeProcess(values, str(tmp_path / "bridge.log"))
         try:
             wait_for(lambda: "to topics" in process.log(), process, "streaming")
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("INSERT INTO t SELECT i, 'after' FROM generate_series(101, 150) i")
+                conn.execute("UPDATE t SET v = 'changed' WHERE id <= 10")
             wait_slot_confirmed(dsn, values["slot.name"], mark(dsn), process)
             assert process.terminate() == 0, process.log()[-3000:]
         finally:
             if process.proc.poll() is None:
                 process.kill()
-    assert secret not in process.log()
-    consumer = Consumer(
-        {**broker.client_config(), "group.id": f"check-{prefix}", "auto.offset.reset": "earliest"}
-    )
-    consumer.subscribe([f"{prefix}.public.t"])
-    seen = 0
-    deadline = time.monotonic() + 60
-    try:
-        while seen < 150 and time.monotonic() < deadline:
-            for message in consumer.consume(500, timeout=1):
-                if message.error() is None and message.value() is not None:
-                    seen += 1
-    finally:
-        consumer.close()
-    assert seen == 150  # 100 snapshot rows and 50 streamed inserts
+        assert secret not in process.log()
+        # The apply job logs in with its own client (the Java client's OAUTHBEARER login
+        # handler), its settings from a pgbridge configuration file.
+        config_file = tmp_path / "apply.toml"
+        apply_settings = {
+            **{k: v for k, v in values.items() if k.startswith(("kafka.sasl.", "kafka.ssl."))},
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.oauthbearer.client.id": "reader",
+            "kafka.sasl.oauthbearer.client.secret": keycloak.clients["reader"],
+        }
+        apply_settings.pop("kafka.sasl.oauthbearer.client.secret.file")
+        config_file.write_text("".join(f'"{k}" = "{v}"\n' for k, v in apply_settings.items()))
+        kafka, _ = load_client_security(config_file, {})
+        config = replace(
+            apply_config(local_stack, prefix, tmp_path / "apply"),
+            bootstrap_servers=broker.bootstrap_servers,
+            kafka_options=tuple((k, reveal(v)) for k, v in kafka),
+        )
+        spark = request.getfixturevalue("spark")
+        run_apply(config, spark=spark)
+        assert_delta_equals_source(spark, config, dsn, {"public.t": ("id",)})
 
 
 def test_a_refused_oauth_client_stops_promptly_with_the_cause(
