@@ -150,6 +150,7 @@ class TransactionEnd:
     tx: TxContext
     end_lsn: Lsn  # what may be confirmed once this and all earlier transactions are delivered
     events: int
+    #: Changes per table (EventBuilder.count_tables; empty when not counted).
     per_table: dict[str, int] = field(default_factory=dict)
 
 
@@ -198,6 +199,9 @@ class EventBuilder:
         self._origin: str | None = None
         self._seq = 0
         self._counts: Counter[str] = Counter()
+        #: Whether to count each transaction's changes per table (TransactionEnd.per_table,
+        #: which only transaction metadata records read): off, it is always empty.
+        self.count_tables = True
         #: The WAL position of the message being fed (its XLogData's start), set by the caller
         #: before :meth:`feed`: the ``lsn`` of the changes it makes.
         self.message_lsn = 0
@@ -239,7 +243,8 @@ class EventBuilder:
         tx = self._tx or self._require_tx(table.table)
         seq = self._seq
         self._seq = seq + 1
-        self._counts[table.table] += 1
+        if self.count_tables:
+            self._counts[table.table] += 1
         return [
             new_insert_event(table, tx, seq, after, tuple(toast) if toast else (), self.message_lsn)
         ]
@@ -363,7 +368,8 @@ class EventBuilder:
             return [LogicalMessageEvent(message, None, 0)]
         event = LogicalMessageEvent(message, self._require_tx("Message"), self._seq)
         self._seq += 1
-        self._counts["<messages>"] += 1
+        if self.count_tables:
+            self._counts["<messages>"] += 1
         return [event]
 
     def _commit(self, commit: Commit) -> list[Output]:
@@ -390,7 +396,8 @@ class EventBuilder:
         """A change of ``table`` at :meth:`next_position` was produced by the caller: what
         :meth:`feed` would have counted for it."""
         self._seq += 1
-        self._counts[table.table] += 1
+        if self.count_tables:
+            self._counts[table.table] += 1
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -405,7 +412,8 @@ class EventBuilder:
         tx = self._require_tx(table.table)
         event = ChangeEvent(op, table, tx, self._seq, before, after, tuple(toast), self.message_lsn)
         self._seq += 1
-        self._counts[table.table] += 1
+        if self.count_tables:
+            self._counts[table.table] += 1
         return event
 
     def _dead_letter(
@@ -423,7 +431,8 @@ class EventBuilder:
         tx = self._require_tx(table.table)
         event = DeadLetterEvent(op, table, tx, self._seq, before, after, error)
         self._seq += 1
-        self._counts[table.table] += 1
+        if self.count_tables:
+            self._counts[table.table] += 1
         return event
 
     def _require_tx(self, where: str) -> TxContext:

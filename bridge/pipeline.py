@@ -204,6 +204,7 @@ class Pipeline:
         # Transaction metadata: BEGIN goes out with a transaction's first published change,
         # END (with per-table counts) at its Commit, only for transactions that had a BEGIN.
         self._tx_meta = options.transaction_metadata and options.metadata is not None
+        builder.count_tables = self._tx_meta  # only END records read the per-table counts
         self._tx_begun = False
         self._tx_tables: Counter[str] = Counter()
         self._next_heartbeat = time.monotonic() + options.heartbeat_interval

@@ -151,6 +151,11 @@ class StreamAssembler:
         """Streamed transactions neither committed nor aborted yet."""
         return len(self._open)
 
+    def passes(self, message: LogicalMessage) -> bool:
+        """Whether :meth:`feed` would only hand ``message`` back (an ordinary transaction's
+        Begin, change or Commit outside a stream): the caller may skip the call."""
+        return self._current is None and type(message) in _PASSED_THROUGH
+
     def feed(
         self, message: LogicalMessage, payload: bytes, lsn: int = 0
     ) -> tuple[LogicalMessage, ...] | Iterator[LogicalMessage]:

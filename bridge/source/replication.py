@@ -521,6 +521,8 @@ class LogicalReplicationSource:
         pgconn = conn.pgconn
         last_yield = self._clock()
         idle = self.config.idle_interval
+        heartbeat = self.config.heartbeat_query is not None
+        handle = self._handle
         while not self._closed:
             now = self._clock()
             if now - last_yield >= idle:
@@ -528,13 +530,14 @@ class LogicalReplicationSource:
                 # serves its delivery callbacks (and so its acknowledgements) on these ticks.
                 yield None
                 last_yield = now = self._clock()
-            self._housekeeping(now)
+            if now >= self._next_status or (heartbeat and now >= self._next_heartbeat):
+                self._housekeeping(now)  # checked here first: this runs for every frame
             try:
                 nbytes, data = pgconn.get_copy_data(1)
             except psycopg.OperationalError as exc:
                 raise self._stream_error(pgconn, exc) from exc
             if nbytes > 0:
-                emitted = self._handle(bytes(data))
+                emitted = handle(bytes(data))
                 if isinstance(emitted, tuple):  # the usual: nothing or one message
                     for message in emitted:
                         yield message
@@ -563,7 +566,8 @@ class LogicalReplicationSource:
     def _handle(self, buf: bytes) -> tuple[LogicalMessage, ...] | Iterator[LogicalMessage]:
         """The messages one CopyData frame releases, resends filtered out: a tuple (of at most
         one), or an iterator over a committed stream's replay."""
-        progress = self.progress
+        progress, assembler, decoder = self._progress, self._assembler, self._decoder
+        assert progress is not None and assembler is not None and decoder is not None
         xlogdata = split_xlogdata(buf)
         if xlogdata is None:
             frame = parse_copy_data(buf)  # raises DecodeError for a malformed frame
@@ -577,17 +581,16 @@ class LogicalReplicationSource:
         wal_start, wal_end, payload = xlogdata
         self.stats.messages_received += 1
         progress.on_wal_data(wal_start, wal_end)
-        decoder = self._decoder
-        assert decoder is not None
         self.message_lsn = wal_start
-        released = self.assembler.feed(decoder.decode(payload), payload, wal_start)
-        if not isinstance(released, tuple):
-            return self._admitted(released)
-        if len(released) == 1:
-            if progress.admit(released[0]):
-                return released
+        message = decoder.decode(payload)
+        if assembler.passes(message):  # outside streamed transactions: the usual case
+            if progress.admit(message):
+                return (message,)
             self.stats.duplicates_dropped += 1
             return ()
+        released = assembler.feed(message, payload, wal_start)
+        if not isinstance(released, tuple):
+            return self._admitted(released)
         if not released:
             return released
         admitted = tuple(m for m in released if progress.admit(m))
