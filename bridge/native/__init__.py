@@ -1,6 +1,8 @@
 """The optional C accelerators of the row hot path (``_speedups.c``).
 
 - :func:`scan_tuple`: a TupleData's column layout, for :mod:`bridge.pgoutput`'s decoder;
+- :func:`decode_insert`: a whole Insert message as the decoder's ``Insert`` and ``TupleData``
+  objects (their classes given once by the decoder through :func:`configure_messages`);
 - :func:`encode_row`: pgoutput TupleData straight to Avro bytes, for
   :class:`bridge.schema.RowEncoder` (its plans: :mod:`bridge.native.plan`);
 - :func:`encode_insert`: pgoutput TupleData straight to the framed key and envelope value of an
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 EncodeRow = Callable[
     [bytes, bytes, tuple[int, ...], bytes, bytes | None], tuple[bytes, bytes | None] | None
@@ -44,6 +47,8 @@ EncodeInsert = Callable[
     tuple[bytes | None, bytes] | None,
 ]
 EncodeSource = Callable[[tuple[bytes, bytes, bytes, bytes], int], bytes]
+DecodeInsert = Callable[[bytes, bool], Any]
+ConfigureMessages = Callable[[type, type], None]
 ScanCopyRow = Callable[[bytes, int, bytes], tuple[bytes, tuple[int, ...]] | None]
 EncodeCopyRow = Callable[
     [bytes, bytes, bytes, bytes | None, bytes | None, bytes, bytes, int, bytes],
@@ -54,10 +59,14 @@ encode_row: EncodeRow | None
 scan_tuple: ScanTuple | None
 encode_insert: EncodeInsert | None
 encode_source: EncodeSource | None
+decode_insert: DecodeInsert | None
+configure_messages: ConfigureMessages | None
 scan_copy_row: ScanCopyRow | None
 encode_copy_row: EncodeCopyRow | None
 try:
     from bridge.native._speedups import (
+        configure_messages,
+        decode_insert,
         encode_copy_row,
         encode_insert,
         encode_row,
@@ -67,23 +76,27 @@ try:
     )
 except ImportError:  # not built (no compiler at install time)
     encode_row = scan_tuple = encode_insert = scan_copy_row = encode_copy_row = None
-    encode_source = None
+    encode_source = decode_insert = configure_messages = None
 
 if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
     encode_row = scan_tuple = encode_insert = scan_copy_row = encode_copy_row = None
-    encode_source = None
+    encode_source = decode_insert = configure_messages = None
 
 #: True when the C accelerators are in use.
 ENABLED = encode_row is not None
 
 __all__ = [
     "ENABLED",
+    "ConfigureMessages",
+    "DecodeInsert",
     "EncodeCopyRow",
     "EncodeInsert",
     "EncodeRow",
     "EncodeSource",
     "ScanCopyRow",
     "ScanTuple",
+    "configure_messages",
+    "decode_insert",
     "encode_copy_row",
     "encode_insert",
     "encode_row",

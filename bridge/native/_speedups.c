@@ -4,6 +4,9 @@
  * scan_tuple: the column layout of one pgoutput TupleData (bridge.pgoutput.rows.read_tuple's
  * fast stages), or None for anything unusual, which the checked Python reader then reports.
  *
+ * decode_insert: a whole Insert message as the decoder's own Insert and TupleData objects
+ * (Decoder._insert's result), built here with their slots set directly.
+ *
  * encode_row: pgoutput TupleData -> Avro binary of the row (and key) record, in one pass, for
  * the column types whose wire forms are simple (see bridge/native/ops.py).
  *
@@ -30,6 +33,7 @@
  * (an array of decimals keeps its items' scale and precision in [5] and [6]).
  */
 #include "values.h"
+#include <structmember.h> /* T_OBJECT_EX: the slot kind decode_insert writes */
 
 /* ---- a record ------------------------------------------------------------------------------ */
 
@@ -431,20 +435,14 @@ PyDoc_STRVAR(scan_tuple_doc,
 "The TupleData at pos: its kind bytes, the absolute (start, end) of each column's value ((0, 0)\n"
 "for 'n' and 'u') and the offset just past it; None if it is malformed or runs past end.");
 
-static PyObject *scan_tuple(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 3 || !PyBytes_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "scan_tuple(bytes, int, int) expected");
-        return NULL;
-    }
-    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
-    if ((pos == -1 || end == -1) && PyErr_Occurred()) return NULL;
-    if (end > PyBytes_GET_SIZE(args[0]) || pos < 0 || pos + 2 > end) Py_RETURN_NONE;
+/* The TupleData at pos of buf (ending by end): its kinds (bytes), spans (tuple) and the offset
+ * past it: 1; 0 for a malformed one; -1 with an exception set (memory). */
+static int scan_tuple_at(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end,
+                         PyObject **kinds_out, PyObject **spans_out, Py_ssize_t *next_out) {
+    if (pos < 0 || pos + 2 > end) return 0;
     Py_ssize_t ncols = (buf[pos] << 8) | buf[pos + 1];
     pos += 2;
-    if (ncols > end - pos) Py_RETURN_NONE; /* every column takes at least its kind byte */
+    if (ncols > end - pos) return 0; /* every column takes at least its kind byte */
     PyObject *kinds = PyBytes_FromStringAndSize(NULL, ncols);
     PyObject *spans = PyTuple_New(2 * ncols);
     if (!kinds || !spans) goto error;
@@ -476,26 +474,166 @@ static PyObject *scan_tuple(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyTuple_SET_ITEM(spans, 2 * i, a);
         PyTuple_SET_ITEM(spans, 2 * i + 1, b);
     }
-    PyObject *next = PyLong_FromSsize_t(pos);
-    if (!next) goto error;
-    PyObject *result = PyTuple_New(3);
-    if (!result) {
-        Py_DECREF(next);
-        goto error;
-    }
-    PyTuple_SET_ITEM(result, 0, kinds);
-    PyTuple_SET_ITEM(result, 1, spans);
-    PyTuple_SET_ITEM(result, 2, next);
-    return result;
+    *kinds_out = kinds;
+    *spans_out = spans;
+    *next_out = pos;
+    return 1;
 malformed:
     Py_DECREF(kinds);
     Py_DECREF(spans);
-    Py_RETURN_NONE;
+    return 0;
 error:
     Py_XDECREF(kinds);
     Py_XDECREF(spans);
-    return NULL;
+    return -1;
 }
+
+static PyObject *scan_tuple(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "scan_tuple(bytes, int, int) expected");
+        return NULL;
+    }
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    if ((pos == -1 || end == -1) && PyErr_Occurred()) return NULL;
+    if (end > PyBytes_GET_SIZE(args[0])) Py_RETURN_NONE;
+    PyObject *kinds, *spans;
+    Py_ssize_t next;
+    int r = scan_tuple_at(buf, pos, end, &kinds, &spans, &next);
+    if (r < 0) return NULL;
+    if (r == 0) Py_RETURN_NONE;
+    PyObject *next_obj = PyLong_FromSsize_t(next);
+    if (!next_obj) {
+        Py_DECREF(kinds);
+        Py_DECREF(spans);
+        return NULL;
+    }
+    PyObject *result = PyTuple_New(3);
+    if (!result) {
+        Py_DECREF(kinds);
+        Py_DECREF(spans);
+        Py_DECREF(next_obj);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, kinds);
+    PyTuple_SET_ITEM(result, 1, spans);
+    PyTuple_SET_ITEM(result, 2, next_obj);
+    return result;
+}
+
+/* decode_insert builds bridge.pgoutput.messages' TupleData and Insert itself: their types and
+ * the offsets of their slots (member descriptors), given once by configure_messages. */
+static PyTypeObject *tuple_type, *insert_type;
+static Py_ssize_t tuple_slots[3], insert_slots[3]; /* kinds, buffer, spans; xid, oid, tuple */
+
+static int slot_offsets(PyTypeObject *type, const char *const names[3], Py_ssize_t out[3]) {
+    for (int i = 0; i < 3; i++) {
+        PyObject *descr = PyDict_GetItemString(type->tp_dict, names[i]);
+        if (!descr || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", type->tp_name, names[i]);
+            return -1;
+        }
+        out[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(configure_messages_doc,
+"configure_messages(TupleData, Insert) -> None\n\n"
+"The slot classes decode_insert builds (their fields: kinds, buffer, spans; xid,\n"
+"relation_oid, new_tuple).");
+
+static PyObject *configure_messages(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "configure_messages(TupleData, Insert) expected");
+        return NULL;
+    }
+    static const char *const tuple_names[3] = {"kinds", "buffer", "spans"};
+    static const char *const insert_names[3] = {"xid", "relation_oid", "new_tuple"};
+    Py_ssize_t t[3], m[3];
+    if (slot_offsets((PyTypeObject *)args[0], tuple_names, t) < 0 ||
+        slot_offsets((PyTypeObject *)args[1], insert_names, m) < 0)
+        return NULL;
+    Py_XSETREF(tuple_type, (PyTypeObject *)Py_NewRef(args[0]));
+    Py_XSETREF(insert_type, (PyTypeObject *)Py_NewRef(args[1]));
+    memcpy(tuple_slots, t, sizeof t);
+    memcpy(insert_slots, m, sizeof m);
+    Py_RETURN_NONE;
+}
+
+/* A new instance of a configured slot class with its three fields (references stolen). */
+static PyObject *new_slots(PyTypeObject *type, const Py_ssize_t offsets[3], PyObject *a,
+                           PyObject *b, PyObject *c) {
+    PyObject *obj = type->tp_alloc(type, 0);
+    if (!obj) {
+        Py_DECREF(a);
+        Py_DECREF(b);
+        Py_DECREF(c);
+        return NULL;
+    }
+    *(PyObject **)((char *)obj + offsets[0]) = a;
+    *(PyObject **)((char *)obj + offsets[1]) = b;
+    *(PyObject **)((char *)obj + offsets[2]) = c;
+    return obj;
+}
+
+PyDoc_STRVAR(decode_insert_doc,
+"decode_insert(payload, in_stream) -> Insert | None\n\n"
+"Decoder._insert's result for a well-formed Insert message ('I', [xid,] oid, 'N', TupleData\n"
+"ending the payload); None for anything else, which the checked Python reader reports.");
+
+static PyObject *decode_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "decode_insert(bytes, bool) expected");
+        return NULL;
+    }
+    if (!tuple_type || !insert_type) {
+        PyErr_SetString(PyExc_RuntimeError, "configure_messages() first");
+        return NULL;
+    }
+    int in_stream = PyObject_IsTrue(args[1]);
+    if (in_stream < 0) return NULL;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t end = PyBytes_GET_SIZE(args[0]);
+    Py_ssize_t start = in_stream ? 10 : 6;
+    if (end <= start || buf[0] != 'I' || buf[start - 1] != 'N') Py_RETURN_NONE;
+    PyObject *kinds, *spans;
+    Py_ssize_t next;
+    int r = scan_tuple_at(buf, start, end, &kinds, &spans, &next);
+    if (r < 0) return NULL;
+    if (r == 0) Py_RETURN_NONE;
+    if (next != end) {
+        Py_DECREF(kinds);
+        Py_DECREF(spans);
+        Py_RETURN_NONE;
+    }
+    PyObject *tuple = new_slots(tuple_type, tuple_slots, kinds, Py_NewRef(args[0]), spans);
+    if (!tuple) return NULL;
+    const unsigned char *p = buf + 1;
+    PyObject *xid;
+    if (in_stream) {
+        xid = PyLong_FromUnsignedLong(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
+                                      ((uint32_t)p[2] << 8) | p[3]);
+        p += 4;
+    } else {
+        xid = Py_NewRef(Py_None);
+    }
+    PyObject *oid = PyLong_FromUnsignedLong(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
+                                            ((uint32_t)p[2] << 8) | p[3]);
+    if (!xid || !oid) {
+        Py_XDECREF(xid);
+        Py_XDECREF(oid);
+        Py_DECREF(tuple);
+        return NULL;
+    }
+    return new_slots(insert_type, insert_slots, xid, oid, tuple);
+}
+
 
 PyDoc_STRVAR(encode_source_doc,
 "encode_source(source, lsn) -> bytes\n\n"
@@ -522,6 +660,10 @@ static PyObject *encode_source(PyObject *self, PyObject *const *args, Py_ssize_t
 
 static PyMethodDef methods[] = {
     {"scan_tuple", (PyCFunction)(void (*)(void))scan_tuple, METH_FASTCALL, scan_tuple_doc},
+    {"configure_messages", (PyCFunction)(void (*)(void))configure_messages, METH_FASTCALL,
+     configure_messages_doc},
+    {"decode_insert", (PyCFunction)(void (*)(void))decode_insert, METH_FASTCALL,
+     decode_insert_doc},
     {"encode_row", (PyCFunction)(void (*)(void))encode_row, METH_FASTCALL, encode_row_doc},
     {"encode_insert", (PyCFunction)(void (*)(void))encode_insert, METH_FASTCALL,
      encode_insert_doc},

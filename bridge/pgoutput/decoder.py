@@ -28,7 +28,7 @@ import struct
 from collections.abc import Callable
 from itertools import repeat
 
-from bridge.native import scan_tuple
+from bridge.native import configure_messages, decode_insert, scan_tuple
 from bridge.pgoutput.errors import DecodeError
 from bridge.pgoutput.lsn import Lsn
 from bridge.pgoutput.messages import (
@@ -75,6 +75,9 @@ from bridge.pgoutput.rows import (
     set_spans,
     truncated,
 )
+
+if configure_messages is not None:
+    configure_messages(TupleData, Insert)  # the classes decode_insert builds
 
 logger = logging.getLogger(__name__)
 
@@ -316,6 +319,9 @@ class Decoder:
         # The hottest message, so the common row (all text or all binary columns) is decoded
         # right here with the header read in one call; see read_tuple for why the checks suffice.
         # Anything else goes to _insert_checked.
+        if decode_insert is not None:  # the whole message in C, the same objects
+            message = decode_insert(buf, self._in_stream)
+            return message if message is not None else self._insert_checked(buf)
         if scan_tuple is not None:
             # The C scanner reads any well-formed tuple; the header is 'I', [xid,] oid, 'N'.
             start = 10 if self._in_stream else 6

@@ -1,4 +1,5 @@
-"""The C TupleData scanner (:func:`bridge.native.scan_tuple`) against the Python reader.
+"""The C TupleData scanner (:func:`bridge.native.scan_tuple`) and Insert decoder
+(:func:`bridge.native.decode_insert`) against the Python reader.
 
 What users rely on: with the accelerator built, the decoder reads every tuple exactly as the
 pure-Python reader does (same kinds, same value spans, same end), and on malformed input the
@@ -89,3 +90,61 @@ def test_column_count_beyond_the_bytes_left_is_refused() -> None:
     assert native.scan_tuple is not None
     assert native.scan_tuple(data, 0, len(data)) is None
     assert native_read(data, 0, len(data)) == python_read(data, 0, len(data))
+
+
+# --- decode_insert: a whole Insert message in C, against the pure-Python decoder ------------
+
+
+def decoded(payload: bytes, in_stream: bool, use_c: bool) -> object:
+    """The decoder's answer for an Insert payload: the message, or the DecodeError's text."""
+    from bridge.pgoutput import decoder as decoder_module
+
+    saved = (decoder_module.decode_insert, decoder_module.scan_tuple, rows.scan_tuple)
+    if not use_c:
+        decoder_module.decode_insert = decoder_module.scan_tuple = None
+        setattr(rows, "scan_tuple", None)  # noqa: B010
+    try:
+        decoder = decoder_module.Decoder(2)
+        if in_stream:
+            decoder.decode(b"S" + struct.pack("!IB", 7, 1))
+        return decoder.decode(payload)
+    except DecodeError as exc:
+        return str(exc)
+    finally:
+        decoder_module.decode_insert, decoder_module.scan_tuple = saved[:2]
+        setattr(rows, "scan_tuple", saved[2])  # noqa: B010
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    buf=tuples(),
+    in_stream=st.booleans(),
+    xid=st.integers(0, 2**32 - 1),
+    oid=st.integers(0, 2**32 - 1),
+    cut=st.integers(0, 300),
+    flip=st.tuples(st.integers(0, 300), st.integers(0, 255)),
+)
+def test_insert_messages_decode_the_same_in_c(
+    buf: bytes, in_stream: bool, xid: int, oid: int, cut: int, flip: tuple[int, int]
+) -> None:
+    """Equal Insert and TupleData objects (the same buffer, spans, xid and oid) for well-formed
+    messages; for damaged ones (cut short, a byte changed) the same DecodeError."""
+    header = b"I" + (struct.pack("!I", xid) if in_stream else b"") + struct.pack("!I", oid) + b"N"
+    payload = header + buf
+    assert decoded(payload, in_stream, True) == decoded(payload, in_stream, False)
+    damaged = bytearray(payload[: max(1, min(cut, len(payload)))])
+    if 0 < flip[0] < len(damaged):
+        damaged[flip[0]] = flip[1]
+    data = bytes(damaged)
+    assert decoded(data, in_stream, True) == decoded(data, in_stream, False)
+
+
+def test_decode_insert_builds_the_decoders_classes() -> None:
+    from bridge.pgoutput.messages import Insert, TupleData
+
+    assert native.decode_insert is not None
+    payload = b"I" + struct.pack("!I", 16384) + b"N" + struct.pack("!H", 2) + b"t\0\0\0\x017n"
+    message = native.decode_insert(payload, False)
+    assert type(message) is Insert and type(message.new_tuple) is TupleData
+    assert message.new_tuple.buffer is payload
+    assert (message.xid, message.relation_oid, message.new_tuple.raw(0)) == (None, 16384, b"7")
