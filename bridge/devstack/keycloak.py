@@ -38,18 +38,18 @@ def ensure_keycloak() -> Path:
     target = cache_dir() / "keycloak" / KEYCLOAK_VERSION
     if (target / "bin" / "kc.sh").exists():
         return target
-    archive = maven.copy_artifact("keycloak", _ARTIFACT, cache_dir() / "downloads" / "keycloak")
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    with zipfile.ZipFile(archive) as zf:
-        zf.extractall(partial)
-    (top,) = partial.iterdir()  # keycloak-<version>/
-    (top / "bin" / "kc.sh").chmod(0o755)
-    top.rename(target)
-    partial.rmdir()
-    archive.unlink()
-    return target
+
+    def unpack(archive: Path, directory: Path) -> None:
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(directory)
+        (top,) = directory.iterdir()  # keycloak-<version>/
+        for child in top.iterdir():
+            child.rename(directory / child.name)
+        top.rmdir()
+        for script in (directory / "bin").glob("*.sh"):
+            script.chmod(0o755)  # zip entries lose their mode in extractall
+
+    return maven.install_artifact("keycloak", _ARTIFACT, target, unpack)
 
 
 class KeycloakServer(Service):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from bridge.errors import StackError
@@ -41,6 +42,22 @@ def copy_artifact(part: str, coordinate: str, dest_dir: Path) -> Path:
     if not path.exists():
         raise StackError(part, f"Maven reported success but {path} is missing")
     return path
+
+
+def install_artifact(
+    part: str, coordinate: str, target: Path, unpack: Callable[[Path, Path], None]
+) -> Path:
+    """The archive ``coordinate`` unpacked into ``target`` by ``unpack(archive, directory)``:
+    into a partial directory renamed when complete (an interrupted install is redone, never
+    half used), the downloaded archive removed afterwards."""
+    archive = copy_artifact(part, coordinate, target.parent / "downloads")
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    unpack(archive, partial)
+    partial.rename(target)
+    archive.unlink()
+    return target
 
 
 def artifact_file_name(coordinate: str) -> str:

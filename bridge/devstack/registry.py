@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import shutil
 import ssl
 import tarfile
 import urllib.error
@@ -34,15 +33,12 @@ def ensure_apicurio() -> Path:
     target = cache_dir() / "apicurio" / APICURIO_VERSION
     if (target / "quarkus-run.jar").exists():
         return target
-    tarball = maven.copy_artifact("registry", _ARTIFACT, cache_dir() / "downloads" / "apicurio")
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    with tarfile.open(tarball) as tf:
-        tf.extractall(partial, filter="tar")
-    partial.rename(target)
-    tarball.unlink()
-    return target
+
+    def unpack(tarball: Path, directory: Path) -> None:
+        with tarfile.open(tarball) as tf:
+            tf.extractall(directory, filter="tar")
+
+    return maven.install_artifact("registry", _ARTIFACT, target, unpack)
 
 
 class ApicurioRegistry(Service):

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
@@ -323,3 +323,56 @@ def wait_slot_confirmed(
         if time.monotonic() > deadline:
             raise TimeoutError(f"slot {slot} at {slot_confirmed(dsn, slot)}, waited for {lsn}")
         time.sleep(0.2)
+
+
+def run_until_exit(values: Mapping[str, str], timeout: float = 60) -> tuple[int, str, float]:
+    """``pgbridge run --set key=value …`` until it exits: (exit code, output, seconds)."""
+    command = [sys.executable, "-m", "bridge.cli", "run"]
+    for key, value in values.items():
+        command += ["--set", f"{key}={value}"]
+    started = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    return result.returncode, result.stdout + result.stderr, time.monotonic() - started
+
+
+def assert_refused(
+    values: Mapping[str, str], expected: str, secrets: Iterable[str] = (), within: float = 120
+) -> str:
+    """``pgbridge run`` with ``values`` stops by itself within ``within`` seconds, failing,
+    with ``expected`` in its output and neither a traceback nor any of ``secrets``."""
+    code, output, seconds = run_until_exit(values, timeout=180)
+    assert code != 0, output[-3000:]
+    assert expected in output, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    for secret in secrets:
+        assert secret not in output
+    assert seconds < within, f"{seconds:.0f} s to give up"
+    return output
+
+
+def wait_for(predicate: Any, process: BridgeProcess, what: str, timeout: float = 120) -> None:
+    """Until ``predicate()``; an error with the log's tail if the process exits or time runs
+    out first."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if process.proc.poll() is not None:
+            raise RuntimeError(
+                f"pgbridge exited while waiting for {what}:\n{process.log()[-4000:]}"
+            )
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}:\n{process.log()[-4000:]}")
+        time.sleep(0.02)
+
+
+@contextmanager
+def streaming_bridge(values: Mapping[str, str], log_path: str) -> Iterator[BridgeProcess]:
+    """``pgbridge run`` as a process, handed over once it streams; stopped with SIGTERM when
+    the block ends (its clean exit asserted), killed if the block failed."""
+    process = BridgeProcess(dict(values), log_path)
+    try:
+        wait_for(lambda: "to topics" in process.log(), process, "streaming")
+        yield process
+        assert process.terminate() == 0, process.log()[-3000:]
+    finally:
+        if process.proc.poll() is None:
+            process.kill()

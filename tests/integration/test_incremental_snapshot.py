@@ -39,10 +39,10 @@ from tests.integration.bridge_harness import (
     scratch_database,
     source_rows,
     topics_with_prefix,
+    wait_for,
     wait_slot_confirmed,
 )
 from tests.integration.test_delta_e2e import apply_config, assert_delta_equals_source
-from tests.integration.test_snapshot_e2e import wait_for
 
 pytestmark = pytest.mark.integration
 

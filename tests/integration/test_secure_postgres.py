@@ -13,7 +13,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,14 +24,14 @@ from bridge.devstack.postgres import PostgresCluster, ensure_postgres_binaries
 from bridge.devstack.stack import StackInfo
 from bridge.devstack.tls import TlsFiles, make_tls_files
 from tests.integration.bridge_harness import (
-    BridgeProcess,
     mark,
     normalized,
     rebuild_tables,
+    run_until_exit,
     source_rows,
+    streaming_bridge,
     wait_slot_confirmed,
 )
-from tests.integration.test_snapshot_e2e import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -86,15 +85,6 @@ def settings(
     return values
 
 
-def run_until_exit(values: dict[str, str], timeout: float = 60) -> tuple[int, str, float]:
-    command = [sys.executable, "-m", "bridge.cli", "run"]
-    for key, value in values.items():
-        command += ["--set", f"{key}={value}"]
-    started = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    return result.returncode, result.stdout + result.stderr, time.monotonic() - started
-
-
 def test_snapshot_and_stream_over_tls_with_scram(
     local_stack: StackInfo, secure: PostgresCluster, tmp_path: Path
 ) -> None:
@@ -106,9 +96,7 @@ def test_snapshot_and_stream_over_tls_with_scram(
     values = settings(
         local_stack, secure, tmp_path, prefix, **{"table.include.list": f"public\\.{prefix}_t"}
     )
-    process = BridgeProcess(values, str(tmp_path / "bridge.log"))
-    try:
-        wait_for(lambda: "to topics" in process.log(), process, "streaming")
+    with streaming_bridge(values, str(tmp_path / "bridge.log")) as process:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"UPDATE {prefix}_t SET v = 'new' WHERE id <= 100")
             conn.execute(f"DELETE FROM {prefix}_t WHERE id > 450")
@@ -118,10 +106,6 @@ def test_snapshot_and_stream_over_tls_with_scram(
             ).fetchall()
         assert walsender and all(ssl for ssl, _ in walsender), walsender
         wait_slot_confirmed(dsn, prefix, mark(dsn), process)
-        assert process.terminate() == 0, process.log()[-3000:]
-    finally:
-        if process.proc.poll() is None:
-            process.kill()
     assert PASSWORD not in process.log()
     rebuilt = rebuild_tables(local_stack.bootstrap_servers, local_stack.registry_url, prefix)
     expected = source_rows(dsn, f"public.{prefix}_t", ("id",))

@@ -32,9 +32,8 @@ from bridge.devstack.stack import StackInfo
 from bridge.devstack.tls import make_tls_files
 from bridge.sink.registry import DESERIALIZER_CONF
 from bridge.spark.job import run_apply
-from tests.integration.bridge_harness import BridgeProcess, mark, wait_slot_confirmed
+from tests.integration.bridge_harness import BridgeProcess, mark, wait_for, wait_slot_confirmed
 from tests.integration.test_delta_e2e import apply_config, assert_delta_equals_source
-from tests.integration.test_snapshot_e2e import wait_for
 
 pytestmark = pytest.mark.integration
 

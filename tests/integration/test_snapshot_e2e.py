@@ -33,6 +33,7 @@ from tests.integration.bridge_harness import (
     rebuild_tables,
     scratch_database,
     source_rows,
+    wait_for,
     wait_slot_confirmed,
 )
 from tests.integration.test_delta_e2e import apply_config, assert_delta_equals_source
@@ -170,18 +171,6 @@ def snapshot_locked(dsn: str, table: str) -> bool:
             (table,),
         ).fetchone()
     return bool(row and row[0])
-
-
-def wait_for(predicate: Any, process: BridgeProcess, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if process.proc.poll() is not None:
-            raise RuntimeError(
-                f"pgbridge exited while waiting for {what}:\n{process.log()[-4000:]}"
-            )
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}:\n{process.log()[-4000:]}")
-        time.sleep(0.02)
 
 
 class _Server:
