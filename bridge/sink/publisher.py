@@ -48,19 +48,32 @@ Batching
     single path (headers, size near ``message.max.bytes``) first sends what is batched, and a
     batch refused in a way that could reorder records stops the bridge.
 
+Native batches
+    Where the C module is built (:mod:`bridge.sink.native_batches`), a batch goes to
+    librdkafka in one call without a Python object per record, and only the first and the
+    last record of each partition of the batch carry a delivery report: with
+    ``enable.idempotence`` and ``enable.gapless.guarantee`` their success proves the whole
+    batch delivered (the argument is in ``bridge/native/_kafka.c``), and the route's
+    ``on_delivered`` then runs once per record of it. Partitions are chosen by the same
+    murmur2 as above, from the partition count :meth:`~KafkaPublisher.ensure_topic` saw;
+    topics it did not describe (``topic.creation.enable=false``) take ``produce_batch``.
+    Under the gapless guarantee a record the broker refuses for good is a fatal producer
+    error: it is raised as the :class:`DeliveryError` of the refused record when its report
+    came, else of the fatal error itself.
+
 Acknowledgement by drain
-    With ``report_successes=False`` the producer runs with ``delivery.report.only.error``:
-    confluent-kafka then skips the Python callback of every delivered record (about a third
-    of the snapshot's coordinator time when each record had one), and only failures call
-    back. What was delivered is then known in bulk: once :attr:`KafkaPublisher.outstanding`
-    is 0 after a :meth:`~KafkaPublisher.poll` that raised nothing, every record published
-    so far was acknowledged. The snapshot acknowledges its chunks this way
-    (:mod:`bridge.snapshot.epochs`); streaming, which confirms per transaction while
-    publishing on, keeps a callback per record.
+    With ``report_successes=False`` no success calls back: on the ``produce_batch`` path the
+    producer runs with ``delivery.report.only.error`` (confluent-kafka then skips the Python
+    callback of every delivered record), and only failures call back. What was delivered is
+    then known in bulk: once :attr:`KafkaPublisher.outstanding` is 0 after a
+    :meth:`~KafkaPublisher.poll` that raised nothing, every record published so far was
+    acknowledged. The snapshot acknowledges its chunks this way
+    (:mod:`bridge.snapshot.epochs`); streaming confirms per transaction while publishing on.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -76,6 +89,7 @@ from bridge.config import KafkaConfig, TopicCreationConfig
 from bridge.config.settings import reveal
 from bridge.errors import PgBridgeError
 from bridge.retry import RetryPolicy
+from bridge.sink.native_batches import PRODUCER_SETTINGS, BatchReport, native_batches
 
 logger = logging.getLogger(__name__)
 _librdkafka_logger = logging.getLogger("bridge.sink.librdkafka")
@@ -318,7 +332,13 @@ class KafkaPublisher:
         conf = producer_config(kafka)
         conf["error_cb"] = self._on_client_error
         conf["logger"] = self._client_log(conf)
-        if not report_successes:
+        # Batches with two delivery reports per partition (bridge.sink.native_batches) where
+        # this process can; else produce_batch with a report per record, or none but the
+        # failures' when the caller acknowledges by drain (report_successes=False).
+        self._native = native_batches()
+        if self._native is not None:
+            conf.update(PRODUCER_SETTINGS)
+        elif not report_successes:
             conf["delivery.report.only.error"] = True
         self._report_successes = report_successes
         if extra_config:
@@ -329,6 +349,12 @@ class KafkaPublisher:
         #: Runs between retries of a topic creation (the pipeline serves deliveries there).
         self.on_wait: Callable[[], None] | None = None
         self._producer = Producer(conf)
+        # Per topic: the native topic handle and partition count, or None (produce_batch).
+        self._native_topics: dict[str, tuple[object, int] | None] = {}
+        # Partition counts learnt when ensure_topic() described or created a topic.
+        self._partition_counts: dict[str, int] = {}
+        # Fatal errors a batch marker took out of a poll (see _fatal()).
+        self._cleared: list[BaseException] = []
         self._admin: AdminClient | None = None
         self._known_topics: set[str] = set()
         self._failures = _Failures()
@@ -338,8 +364,8 @@ class KafkaPublisher:
         # identity, form a route: one delivery callback, and batches (see publish()).
         self._route: tuple[Any, Any, Any] = (None, None, None)
         self._route_callback: Callable[[KafkaError | None, Message], None] | None = None
-        # Records not yet handed to the client, all of the current route.
-        self._pending: list[dict[str, bytes | int | None]] = []
+        # Records not yet handed to the client, all of the current route, as (key, value).
+        self._pending: list[tuple[bytes | None, bytes | None]] = []
         # Whether the pending records have null keys: such a batch goes to partition 0 as a
         # whole (produce_batch ignores a per-record "partition", confluent-kafka 2.15).
         self._pending_null_keys = False
@@ -382,7 +408,7 @@ class KafkaPublisher:
             if (key is None) is not self._pending_null_keys:
                 self.send_pending()
                 self._pending_null_keys = key is None
-            self._pending.append({"key": key, "value": value})
+            self._pending.append((key, value))
             self._in_flight += 1
             if len(self._pending) >= self._batch_limit:
                 self.send_pending()
@@ -405,7 +431,7 @@ class KafkaPublisher:
                 return
             except BufferError:
                 # Queue full: deliveries of earlier records are what frees it.
-                self._producer.poll(_FULL_QUEUE_POLL_S)
+                self._serve(_FULL_QUEUE_POLL_S)
                 self._raise_if_failed()
             except KafkaException as exc:
                 # Refused before it was queued (too large for message.max.bytes, topic known
@@ -432,9 +458,9 @@ class KafkaPublisher:
         self.send_pending()
         if not records:
             return
-        # Oversized records are refused by produce_batch itself (a DeliveryError, as the
-        # single path would raise).
-        batch: list[dict[str, bytes | int | None]] = [{"key": k, "value": v} for k, v in records]
+        # Oversized records are refused by librdkafka itself (a DeliveryError, as the single
+        # path would raise).
+        batch = records if isinstance(records, list) else list(records)
         self._in_flight += len(batch)
         self._pending_null_keys = records[0][0] is None
         step = self._batch_limit
@@ -464,12 +490,25 @@ class KafkaPublisher:
             return
         topic, callback = self._route[0], self._route_callback
         self._pending = []
+        if self._native is not None:
+            target = self._native_target(topic)
+            if target is not None:
+                self._send_native(topic, pending, *target)
+                return
+        self._send_batch(topic, [{"key": k, "value": v} for k, v in pending], callback)
+
+    def _send_batch(
+        self,
+        topic: str,
+        pending: list[dict[str, bytes | int | None]],
+        callback: Callable[[KafkaError | None, Message], None] | None,
+    ) -> None:
         producer = self._producer
         while pending:
             # Room for the whole batch first: a batch refused half-way for a full queue could
             # be queued out of order (deliveries free room while librdkafka goes on).
             while len(producer) + len(pending) > self._kafka.max_queue_size:
-                producer.poll(_FULL_QUEUE_POLL_S)
+                self._serve(_FULL_QUEUE_POLL_S)
                 self._raise_if_failed()
             queued = producer.produce_batch(
                 topic, pending, partition=0 if self._pending_null_keys else -1, on_delivery=callback
@@ -477,6 +516,106 @@ class KafkaPublisher:
             if queued == len(pending):
                 return
             pending = self._batch_rest(topic, pending)
+
+    def _send_native(
+        self,
+        topic: str,
+        records: list[tuple[bytes | None, bytes | None]],
+        handle: object,
+        partitions: int,
+    ) -> None:
+        """Queue a batch through ``bridge.native._kafka``: its markers' reports tell the
+        route's callbacks, once, whether the whole batch was delivered."""
+        assert self._native is not None
+        _, on_delivered, on_failed = self._route
+        report = BatchReport(
+            topic,
+            len(records),
+            functools.partial(self._batch_delivered, on_delivered),
+            functools.partial(self._batch_failed, topic, on_failed),
+        )
+        marker = self._native.Marker(report, self._cleared)
+        producer, limit = self._producer, self._kafka.max_queue_size
+        start = 0
+        while True:
+            # Room for the rest of the batch first (see _send_batch).
+            while len(producer) + len(records) - start > limit:
+                self._serve(_FULL_QUEUE_POLL_S)
+                self._raise_if_failed()
+            start, refused, report.markers = self._native.produce(
+                producer, handle, records, start, partitions, 0, marker
+            )
+            if refused is None:
+                return
+            if refused == KafkaError._QUEUE_FULL:  # the byte bound: records in order, wait
+                self._serve(_FULL_QUEUE_POLL_S)
+                self._raise_if_failed()
+                continue
+            self._in_flight -= len(records) - start  # never queued: no report will come
+            raise DeliveryError.from_kafka(topic, None, KafkaError(refused))
+
+    def _batch_delivered(self, on_delivered: Callable[[], None], count: int) -> None:
+        self._in_flight -= count
+        if not self._report_successes:  # acknowledged by drain: successes call nothing
+            return
+        try:
+            for _ in range(count):
+                on_delivered()
+        except Exception as exc:  # kept for poll() to raise, as _delivery_callback does
+            if self._failures.callback_error is None:
+                self._failures.callback_error = exc
+
+    def _batch_failed(
+        self,
+        topic: str,
+        on_failed: Callable[[DeliveryError], None] | None,
+        err: KafkaError,
+        msg: Message,
+        count: int,
+    ) -> None:
+        self._in_flight -= count
+        failures = self._failures
+        try:
+            partition = msg.partition()
+            failure = DeliveryError.from_kafka(
+                msg.topic() or topic,
+                partition if partition is not None and partition >= 0 else None,
+                err,
+            )
+            failures.count += count
+            if failures.first is None:
+                failures.first = failure
+                logger.error("%s", failure)
+            if on_failed is not None and count:
+                on_failed(failure)
+        except Exception as exc:
+            if failures.callback_error is None:
+                failures.callback_error = exc
+
+    def native_partitions(self, topic: str) -> int | None:
+        """The partition count the native batches use for ``topic`` (None: produce_batch)."""
+        target = self._native_topics.get(topic)
+        return target[1] if target is not None else None
+
+    def _native_target(self, topic: str) -> tuple[object, int] | None:
+        """The native topic handle and partition count of ``topic``, or ``None``: the batch
+        goes by produce_batch where the count is not known without asking the brokers on the
+        pipeline's thread (topics pgbridge does not create, ``topic.creation.enable=false``).
+        The count is the one ensure_topic() saw: partitions added to a topic while pgbridge
+        runs are used after its next start."""
+        target = self._native_topics.get(topic)
+        if target is not None or topic in self._native_topics:
+            return target
+        assert self._native is not None
+        partitions = self._partition_counts.get(topic)
+        if partitions is not None:
+            try:
+                target = (self._native.topic_handle(self._producer, topic), partitions)
+            except RuntimeError as exc:  # a producer the module cannot read: never again
+                logger.warning("records go by produce_batch: %s", exc)
+                self._native = None
+        self._native_topics[topic] = target
+        return target
 
     def _batch_rest(
         self, topic: str, batch: list[dict[str, bytes | int | None]]
@@ -489,7 +628,7 @@ class KafkaPublisher:
         if refused == list(range(first, len(batch))) and all(
             isinstance(e, KafkaError) and e.code() == KafkaError._QUEUE_FULL for e in errors
         ):
-            self._producer.poll(_FULL_QUEUE_POLL_S)
+            self._serve(_FULL_QUEUE_POLL_S)
             self._raise_if_failed()
             return [{k: v for k, v in record.items() if k != "_error"} for record in batch[first:]]
         self._in_flight -= len(refused)  # never queued: no delivery report will come
@@ -557,14 +696,14 @@ class KafkaPublisher:
     def poll(self, timeout: float = 0.0) -> int:
         """Serve delivery callbacks (waiting up to ``timeout`` s); the number of events served."""
         self.send_pending()
-        served = int(self._producer.poll(timeout))
+        served = self._serve(timeout)
         self._raise_if_failed()
         return served
 
     def flush(self, timeout: float) -> int:
         """Wait up to ``timeout`` s for every queued record; returns how many are still queued."""
         self.send_pending()
-        remaining = int(self._producer.flush(timeout))
+        remaining = self._drain(timeout)
         self._raise_if_failed()
         return remaining
 
@@ -575,11 +714,55 @@ class KafkaPublisher:
             return 0
         self.send_pending()
         self._closed = True
-        remaining = int(self._producer.flush(timeout))
+        remaining = self._drain(timeout)
+        self._release_native_topics()
         if remaining:
             logger.warning("closing with %d record(s) undelivered; they will be resent", remaining)
         self._raise_if_failed()
         return remaining
+
+    def _release_native_topics(self) -> None:
+        # The application's references only: queued records keep their topic alive.
+        if self._native is not None:
+            for target in self._native_topics.values():
+                if target is not None:
+                    self._native.release_topic(target[0])
+        self._native_topics.clear()
+
+    def _serve(self, timeout: float) -> int:
+        """``Producer.poll()``; a fatal producer error raised as a :class:`DeliveryError`."""
+        try:
+            return int(self._producer.poll(timeout))
+        except (KafkaException, SystemError) as exc:
+            raise self._fatal(exc) from None
+
+    def _drain(self, timeout: float) -> int:
+        """``Producer.flush()``; a fatal producer error raised as a :class:`DeliveryError`."""
+        try:
+            return int(self._producer.flush(timeout))
+        except (KafkaException, SystemError) as exc:
+            raise self._fatal(exc) from None
+
+    def _fatal(self, exc: BaseException) -> BaseException:
+        """What to raise for an exception out of the producer's poll or flush: librdkafka's
+        fatal errors (an idempotence violation, a gap enable.gapless.guarantee refuses) come
+        as KafkaException, or as SystemError from a poll whose pending KafkaException a
+        batch marker took out (bridge.native._kafka.Marker: it is in ``_cleared``). The
+        failed delivery that caused it, when one was reported, names topic and partition."""
+        if isinstance(exc, SystemError):
+            if not self._cleared:
+                return exc
+            exc = self._cleared[0]
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        failures = self._failures
+        if failures.first is not None:
+            return failures.first
+        if error is None:
+            return exc
+        failure = DeliveryError.from_kafka(str(self._route[0] or "(producer)"), None, error)
+        failures.first = failure
+        logger.error("%s", failure)
+        return failure
 
     @property
     def in_flight(self) -> int:
@@ -628,9 +811,11 @@ class KafkaPublisher:
         try:
             self._producer.purge(in_queue=True, in_flight=False, blocking=True)
             remaining = int(self._producer.flush(timeout))
-        except KafkaException as exc:  # a fatal producer: nothing more will be sent by it
+        except (KafkaException, SystemError) as exc:  # a fatal producer: nothing more is sent
             logger.warning("abandoning the Kafka producer: %s", exc)
             return 0
+        finally:
+            self._release_native_topics()
         if remaining:
             logger.warning("%d record(s) still in flight on the abandoned producer", remaining)
         return remaining
@@ -647,13 +832,20 @@ class KafkaPublisher:
         if topic in self._known_topics:
             return
         if not self._topics.enable:
-            self._known_topics.add(topic)  # not ours to create: the broker says if it is missing
+            # Not ours to create: the broker says if it is missing (and without a description
+            # the partition count is unknown: these records go by produce_batch).
+            self._known_topics.add(topic)
             return
         admin = self._admin_client()
 
         def ensure() -> None:
-            if not self._topic_exists(admin, topic):
+            partitions = self._topic_partitions(admin, topic)
+            if partitions is None:
                 self._create_topic(admin, topic)
+                if self._native is not None:
+                    self._learn_partitions(admin, topic)
+            elif self._native is not None:
+                self._partition_counts[topic] = partitions
 
         # A broker that is down, or just started and without a controller yet, answers in a
         # while: wait under the one retry policy (bridge.retry) rather than exit.
@@ -688,7 +880,19 @@ class KafkaPublisher:
                 raise FutureTimeoutError()
         return future.result(timeout=0)
 
-    def _topic_exists(self, admin: AdminClient, topic: str) -> bool:
+    def _learn_partitions(self, admin: AdminClient, topic: str) -> None:
+        """The partition count for the native batches (bridge.sink.native_batches), from a
+        description; none on any failure (that topic's records then go by produce_batch)."""
+        try:
+            partitions = self._topic_partitions(admin, topic, warn=False)
+        except TopicCreationError as exc:
+            logger.info("topic %s: records go by produce_batch (%s)", topic, exc)
+            return
+        if partitions is not None:
+            self._partition_counts[topic] = partitions
+
+    def _topic_partitions(self, admin: AdminClient, topic: str, *, warn: bool = True) -> int | None:
+        """The topic's partition count, or None if it does not exist."""
         future = admin.describe_topics(TopicCollection([topic]), request_timeout=_ADMIN_TIMEOUT_S)[
             topic
         ]
@@ -699,10 +903,10 @@ class KafkaPublisher:
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                return False
+                return None
             raise TopicCreationError(topic, error.name(), error.str()) from None
         wanted = self._topics.partitions
-        if wanted != -1 and len(description.partitions) != wanted:
+        if warn and wanted != -1 and len(description.partitions) != wanted:
             # Not changed: repartitioning moves keys, which only an operator may decide.
             logger.warning(
                 "topic %s exists with %d partitions, not the configured %d; using it as it is",
@@ -710,7 +914,7 @@ class KafkaPublisher:
                 len(description.partitions),
                 wanted,
             )
-        return True
+        return len(description.partitions)
 
     def _create_topic(self, admin: AdminClient, topic: str) -> None:
         settings = self._topics

@@ -1,0 +1,101 @@
+"""Records handed to librdkafka in batches with two delivery reports per partition, not one
+per record (the C side and why it is enough: ``bridge/native/_kafka.c``).
+
+:func:`native_batches` answers whether this process can do it: the C module was built,
+``PGBRIDGE_NATIVE`` is not ``0``, and the librdkafka that confluent-kafka loaded exports what
+the module needs. The publisher then asks for :data:`PRODUCER_SETTINGS` and falls back to
+``produce_batch`` (a report per record) for any producer or topic the module cannot serve.
+
+:class:`BatchReport` is the callable the markers' delivery reports reach (inside
+``Producer.poll()``/``flush()``, on the publishing thread): once every marker of a batch has
+reported without error, the whole batch is delivered; a marker's error fails the batch.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka import KafkaError, Message
+
+logger = logging.getLogger(__name__)
+
+#: What the markers' proof needs from the producer (on top of its enable.idempotence):
+#: an error that would leave a gap in a partition is fatal and fails every queued record.
+PRODUCER_SETTINGS: dict[str, Any] = {"enable.gapless.guarantee": True}
+
+_binding: ModuleType | None = None
+_checked = False
+
+
+def native_batches() -> ModuleType | None:
+    """The bound ``bridge.native._kafka`` module, or ``None`` (then ``produce_batch``)."""
+    global _binding, _checked
+    if _checked:
+        return _binding
+    _checked = True
+    if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
+        return None
+    if os.environ.get("PGBRIDGE_NATIVE_BATCHES", "1") == "0":  # only this part off
+        return None
+    try:
+        from bridge.native import _kafka
+    except ImportError:  # not built (no C compiler at install time)
+        return None
+    # The wheel's own copy (a build against a system librdkafka has none: produce_batch then).
+    site = os.path.dirname(os.path.dirname(confluent_kafka.__file__))
+    candidates = sorted(glob.glob(os.path.join(site, "confluent_kafka.libs", "librdkafka*")))
+    for path in candidates:
+        try:
+            _kafka.bind_library(path)
+        except OSError as exc:
+            logger.debug("librdkafka at %s not usable for native batches: %s", path, exc)
+            continue
+        _binding = _kafka
+        return _binding
+    logger.info(
+        "confluent-kafka's librdkafka not found among %s: records go by produce_batch", candidates
+    )
+    return None
+
+
+class BatchReport:
+    """The delivery of one batch, known from its markers' reports.
+
+    ``markers`` is set by the publisher after the first ``produce`` call of the batch (no
+    report can run before it: reports are served by polls on the same thread). ``delivered``
+    runs once, with the batch's record count, when all markers reported success; ``failed``
+    runs for each marker that reported an error (the first error fails the batch).
+    """
+
+    __slots__ = ("count", "delivered", "failed", "failure_seen", "markers", "reported", "topic")
+
+    def __init__(
+        self,
+        topic: str,
+        count: int,
+        delivered: Callable[[int], None],
+        failed: Callable[[KafkaError, Message, int], None],
+    ) -> None:
+        self.topic = topic
+        self.count = count
+        self.delivered = delivered
+        self.failed = failed
+        self.markers = 0
+        self.reported = 0
+        self.failure_seen = False
+
+    def __call__(self, err: KafkaError | None, msg: Message) -> None:
+        self.reported += 1
+        if err is not None:
+            # The records not proven delivered count as failed once, with the first error.
+            self.failed(err, msg, 0 if self.failure_seen else self.count)
+            self.failure_seen = True
+            return
+        if self.reported == self.markers and not self.failure_seen:
+            self.delivered(self.count)
