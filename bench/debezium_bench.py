@@ -150,7 +150,7 @@ def throughput(stack: StackInfo, worker: ConnectWorker, dsn: str, rows: int, rep
     ratios: list[tuple[float, float, float]] = []
     for i in range(repeat):
         raw_s, raw_cpu = raw_receive(dsn, f"bench_raw_{i}", endpos)
-        bridge_s, _, bridge_cpu = bridge_until(stack, dsn, f"bench_bridge_{i}", endpos)
+        bridge_s, _, _, bridge_cpu = bridge_until(stack, dsn, f"bench_bridge_{i}", endpos)
         dbz_s, dbz_cpu = debezium_until(stack, worker, dsn, f"bench_dbz_{i}", rows)
         raw_rate, bridge_rate, dbz_rate = rows / raw_s, rows / bridge_s, rows / dbz_s
         ratios.append((bridge_rate / raw_rate, dbz_rate / raw_rate, bridge_rate / dbz_rate))

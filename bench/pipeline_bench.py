@@ -191,11 +191,20 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _reader_cpu() -> float:
+    """CPU seconds of the WAL reader thread (bridge.source.frame_reader), 0 when none runs."""
+    for running in threading.enumerate():
+        if running.name == "pgbridge-wal-reader" and running.ident is not None:
+            return time.clock_gettime(time.pthread_getcpuclockid(running.ident))
+    return 0.0
+
+
 def bridge_until(
     stack: StackInfo, dsn: str, slot: str, endpos: Lsn, publication: str = "bench_pub"
-) -> tuple[float, float, float]:
-    """(seconds until Kafka acknowledged everything, CPU seconds of the pipeline thread and of
-    this whole process (pipeline thread, librdkafka's threads, this waiting loop) meanwhile)."""
+) -> tuple[float, float, float, float]:
+    """(seconds until Kafka acknowledged everything, CPU seconds of the pipeline thread, of
+    the WAL reader thread and of this whole process (those two, librdkafka's threads, this
+    waiting loop) meanwhile)."""
     config = load_config(None, {}, settings(stack, dsn, slot, publication))
     pipeline = build_pipeline(config)
     stop = threading.Event()
@@ -211,10 +220,11 @@ def bridge_until(
         time.sleep(0.01)
     elapsed = time.perf_counter() - started
     thread_cpu = time.clock_gettime(thread_clock)
+    reader_cpu = _reader_cpu()
     process_cpu = time.process_time() - process_cpu
     stop.set()
     thread.join(120)
-    return elapsed, thread_cpu, process_cpu
+    return elapsed, thread_cpu, reader_cpu, process_cpu
 
 
 def throughput(stack: StackInfo, dsn: str, rows: int, repeat: int, table: str = "six") -> None:
@@ -234,7 +244,7 @@ def throughput(stack: StackInfo, dsn: str, rows: int, repeat: int, table: str = 
     us = 1e6 / rows
     for i in range(repeat):
         raw_s, raw_cpu = raw_receive(dsn, f"bench_raw_{table}_{i}", endpos, publication)
-        bridge_s, thread_cpu, process_cpu = bridge_until(
+        bridge_s, thread_cpu, reader_cpu, process_cpu = bridge_until(
             stack, dsn, f"bench_bridge_{table}_{i}", endpos, publication
         )
         raw_rate, bridge_rate = rows / raw_s, rows / bridge_s
@@ -248,9 +258,16 @@ def throughput(stack: StackInfo, dsn: str, rows: int, repeat: int, table: str = 
             f"changes/s   CPU {thread_cpu * us:.1f} us/change pipeline thread, "
             f"{process_cpu * us:.1f} process"
         )
+        rest = process_cpu - thread_cpu - reader_cpu
         print(
-            f"[{table}] pipeline thread busy {thread_cpu / bridge_s:.0%} of the run; on a free "
-            f"core about {rows / thread_cpu:,.0f} changes/s"
+            f"[{table}] CPU per change by thread: pipeline {thread_cpu * us:.2f} us, WAL reader "
+            f"{reader_cpu * us:.2f} us, librdkafka's threads and the rest {rest * us:.2f} us"
+        )
+        busiest = max(thread_cpu, reader_cpu)
+        print(
+            f"[{table}] busiest thread ({'pipeline' if busiest == thread_cpu else 'WAL reader'})"
+            f" busy {busiest / bridge_s:.0%} of the run; on a free core about "
+            f"{rows / busiest:,.0f} changes/s"
         )
         print(f"[{table}] ratio pgbridge / raw: {ratios[-1]:.2f}  (floor 0.5, target 0.8)")
     if repeat > 1:

@@ -71,6 +71,7 @@ from bridge.source.errors import (
     access_refusal,
 )
 from bridge.source.failover import check_not_in_recovery, enable_failover
+from bridge.source.frame_reader import STREAMING, FrameReader, frame_reading
 from bridge.source.progress import Progress
 from bridge.source.protocol import StreamOptions, negotiate
 
@@ -170,6 +171,8 @@ class LogicalReplicationSource:
         self._next_status = 0.0
         self._next_heartbeat = 0.0
         self._closed = False
+        #: The thread reading the current connection's frames, while one does.
+        self._reader: FrameReader | None = None
 
     # -- facts ----------------------------------------------------------------------------------
 
@@ -286,6 +289,7 @@ class LogicalReplicationSource:
         if self._closed:
             return
         self._closed = True
+        self._stop_reader()
         if self._conn is not None and self._progress is not None:
             try:
                 self._send_status()
@@ -479,6 +483,7 @@ class LogicalReplicationSource:
             pass
 
     def _disconnect(self) -> None:
+        self._stop_reader()
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -518,6 +523,64 @@ class LogicalReplicationSource:
         conn = self._conn
         if conn is None:
             raise ReplicationConnectionLost("not connected")
+        module = frame_reading()
+        if module is not None:
+            reader = FrameReader(conn.pgconn, module)
+            self._reader = reader
+            reader.start()
+            try:
+                yield from self._stream_batches(reader)
+            finally:
+                self._stop_reader()
+            return
+        yield from self._stream_in_line(conn)
+
+    def _stop_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.stop()
+
+    def _stream_batches(self, reader: FrameReader) -> Iterator[LogicalMessage | None]:
+        """:meth:`_stream_in_line`'s loop over the frames a :class:`FrameReader` receives."""
+        last_yield = self._clock()
+        idle = self.config.idle_interval
+        heartbeat = self.config.heartbeat_query is not None
+        handle = self._handle
+        while not self._closed:
+            now = self._clock()
+            if now - last_yield >= idle:
+                yield None  # the pipeline's tick (see _stream_in_line)
+                last_yield = now = self._clock()
+            if now >= self._next_status or (heartbeat and now >= self._next_heartbeat):
+                self._housekeeping(now)
+            deadline = min(self._next_status, last_yield + idle)
+            if heartbeat:
+                deadline = min(deadline, self._next_heartbeat)
+            batch = reader.get(max(0.0, deadline - now))
+            if batch is None:
+                continue
+            frames, status = batch
+            for buf in frames:
+                emitted = handle(buf)
+                if isinstance(emitted, tuple):  # the usual: nothing or one message
+                    for message in emitted:
+                        yield message
+                        last_yield = now  # read before the batch: close enough for idling
+                    continue
+                for message in emitted:
+                    yield message
+                    last_yield = self._clock()
+                    # A long replay of a spilled transaction must not starve status updates.
+                    self._housekeeping(last_yield)
+            if status != STREAMING:
+                error = reader.error
+                self._stop_reader()  # the connection is this thread's again
+                pgconn = self._require(self._conn, "connection").pgconn
+                raise self._stream_error(pgconn, error)
+
+    def _stream_in_line(
+        self, conn: psycopg.Connection[tuple[object, ...]]
+    ) -> Iterator[LogicalMessage | None]:
         pgconn = conn.pgconn
         last_yield = self._clock()
         idle = self.config.idle_interval
@@ -635,15 +698,20 @@ class LogicalReplicationSource:
         write = max(progress.received, flush)
         send_time = unix_micros_to_pg_timestamp(time.time_ns() // 1000)
         message = standby_status_update(write, flush, flush, send_time)
-        pgconn = conn.pgconn
+        if self._reader is not None:  # the reader owns the connection: it sends, in order
+            self._reader.send(message)
+        else:
+            self._send_now(conn.pgconn, message)
+        self.stats.status_updates += 1
+        self._next_status = self._clock() + self.config.status_interval
+        logger.debug("status update: write %s flush %s", write, flush)
+
+    def _send_now(self, pgconn: pq.abc.PGconn, message: bytes) -> None:
         try:
             pgconn.put_copy_data(message)
             pgconn.flush()
         except psycopg.OperationalError as exc:
             raise self._stream_error(pgconn, exc) from exc
-        self.stats.status_updates += 1
-        self._next_status = self._clock() + self.config.status_interval
-        logger.debug("status update: write %s flush %s", write, flush)
 
     def _heartbeat(self) -> None:
         query = self.config.heartbeat_query

@@ -3,6 +3,7 @@ idle slots and streamed transactions (see conftest for versions and the fake pip
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -358,3 +359,30 @@ def test_source_exported_snapshot_hands_off_to_stream_without_gap_or_overlap(
     pipeline.run(lambda p: len(p.ids) >= 2)
     pipeline.pump(0.3)
     assert pipeline.ids == [4, 5]
+
+
+def _reader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "pgbridge-wal-reader"]
+
+
+def test_source_receives_on_a_reader_thread_that_owns_the_connection(
+    source_db: SourceDb,
+) -> None:
+    # With the C module (bridge/native/_pqread.c), frames are received on a thread of their
+    # own while the pipeline works; the pure-Python install reads in line. Either way the
+    # stream, the status updates (sent by the reader while it owns the connection) and the
+    # close behave the same.
+    native = os.environ.get("PGBRIDGE_NATIVE", "1") != "0"
+    make_table(source_db)
+    source = source_db.source()
+    insert_transactions(source_db, [range(1, 200), range(200, 201)])
+    pipeline = FakePipeline(source)
+    pipeline.run(lambda p: len(p.ids) >= 200)
+    assert pipeline.ids == list(range(1, 201))
+    assert len(_reader_threads()) == (1 if native else 0)
+    acked = pipeline.tracker.flush_lsn
+    pipeline.pump(1.0)  # a status update goes out within status_interval
+    assert source_db.confirmed_flush() == acked
+    source.close()
+    assert _reader_threads() == []  # stopped before the connection is closed
+    assert source_db.confirmed_flush() == acked
