@@ -86,10 +86,12 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     int64_t deadline_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 + timeout_ms;
+    int refilled = 0;
     for (;;) {
         char *buffer = NULL;
         int n = p_PQgetCopyData(conn, &buffer, 1);
         if (n > 0) {
+            refilled = 0;
             frames[count].data = buffer;
             frames[count].size = n;
             count++;
@@ -101,8 +103,18 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
             status = n;
             break;
         }
-        /* No complete frame buffered: deliver what there is, else wait for the socket. */
-        if (count > 0) break;
+        /* No complete frame buffered. With frames in hand: read what the socket has now
+         * (libpq's socket is non-blocking) and go on while that completes frames, so that
+         * a batch is what arrived, not one input buffer's worth; else wait for the socket. */
+        if (count > 0) {
+            if (refilled) break;
+            if (!p_PQconsumeInput(conn)) {
+                status = -2;
+                break;
+            }
+            refilled = 1;
+            continue;
+        }
         clock_gettime(CLOCK_MONOTONIC, &now);
         int64_t left = deadline_ms - ((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
         if (left < 0) left = 0;
