@@ -1,4 +1,5 @@
-"""``COPY … TO STDOUT`` read with libpq's own calls, one CopyData message per step.
+"""``COPY … TO STDOUT`` read with libpq's own calls: many CopyData messages per call with the
+GIL released where the C module is built (:mod:`bridge.native.pq`), else one per step.
 
 psycopg's ``Copy`` iterator runs a generator, a wait loop and two method calls per message
 before it returns a row; the snapshot reads one message per row, and that machinery was the
@@ -23,12 +24,16 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg import pq
 
+from bridge.native.pq import copy_data_reader
+
 __all__ = ["copy_out"]
 
 _WAIT_S = 1.0  # a wait on the socket wakes up this often (the query has no timeout of its own)
+_WAIT_MS = int(_WAIT_S * 1000)
+_FRAMES, _FRAME_BYTES = 512, 1 << 20  # messages per read_frames call, at most
 
 
-def copy_out(conn: psycopg.Connection[object], statement: str) -> Iterator[memoryview]:
+def copy_out(conn: psycopg.Connection[object], statement: str) -> Iterator[bytes | memoryview]:
     """The CopyData messages of ``statement`` (a ``COPY … TO STDOUT``), in order."""
     # Not under conn.lock: a generator abandoned by an exception would keep holding it.
     pgconn = conn.pgconn
@@ -38,6 +43,22 @@ def copy_out(conn: psycopg.Connection[object], statement: str) -> Iterator[memor
     if result is None or result.status != pq.ExecStatus.COPY_OUT:
         _finish(pgconn, result)
         raise psycopg.ProgrammingError(f"not a COPY TO STDOUT: {statement[:80]}")
+    reader = copy_data_reader()
+    address = getattr(pgconn, "pgconn_ptr", None)  # not in the pq protocol class
+    if reader is not None and address is not None:
+        # Many messages per call, read with the GIL released (the other workers run).
+        read = reader.read_frames
+        while True:
+            frames, status = read(address, _FRAMES, _FRAME_BYTES, _WAIT_MS)
+            yield from frames
+            if status == -1:  # the end of the COPY
+                break
+            if status != 0:
+                raise psycopg.OperationalError(_message(pgconn))
+            if not frames and pgconn.status != pq.ConnStatus.OK:
+                raise psycopg.OperationalError(_message(pgconn))
+        _finish(pgconn, _result(pgconn))
+        return
     get = pgconn.get_copy_data
     while True:
         nbytes, data = get(1)

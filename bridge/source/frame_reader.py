@@ -16,7 +16,6 @@ order, after the frames before them, as the batch's status.
 
 from __future__ import annotations
 
-import logging
 import os
 import queue
 import threading
@@ -24,54 +23,19 @@ from types import ModuleType
 
 import psycopg
 
-logger = logging.getLogger(__name__)
+from bridge.native.pq import copy_data_reader
 
 #: A batch's status: the stream goes on, the server ended the COPY, the connection failed.
 STREAMING, ENDED, FAILED = 0, -1, -2
 
-_binding: ModuleType | None = None
-_checked = False
-
-
-def _loaded_libpq() -> str | None:
-    """The path of the libpq psycopg loaded (from this process's memory map)."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            paths = {line.split()[-1] for line in maps if "/libpq" in line and ".so" in line}
-    except OSError:
-        return None
-    if not paths:
-        return None
-    # psycopg[binary] ships its own copy; prefer it when both are mapped.
-    bundled = sorted(p for p in paths if "psycopg_binary" in p)
-    return (bundled or sorted(paths))[0]
-
 
 def frame_reading() -> ModuleType | None:
-    """The bound ``bridge.native._pqread`` module, or ``None`` (the pipeline's thread reads)."""
-    global _binding, _checked
-    if _checked:
-        return _binding
-    _checked = True
-    if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
-        return None
+    """The bound ``bridge.native._pqread`` module, or ``None`` (the pipeline's thread reads):
+    see :func:`bridge.native.pq.copy_data_reader`; ``PGBRIDGE_READER_THREAD=0`` also reads
+    in line."""
     if os.environ.get("PGBRIDGE_READER_THREAD", "1") == "0":
         return None
-    try:
-        from bridge.native import _pqread
-    except ImportError:  # not built (no C compiler at install time)
-        return None
-    path = _loaded_libpq()
-    if path is None:
-        logger.info("libpq not found in this process's memory map: frames read in line")
-        return None
-    try:
-        _pqread.bind_library(path)
-    except OSError as exc:
-        logger.info("frames read in line: %s", exc)
-        return None
-    _binding = _pqread
-    return _binding
+    return copy_data_reader()
 
 
 class FrameReader:

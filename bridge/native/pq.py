@@ -1,0 +1,57 @@
+"""libpq's CopyData reads with the GIL released (``bridge/native/_pqread.c``), bound to the
+libpq psycopg loaded: for the replication stream's reader thread
+(:mod:`bridge.source.frame_reader`) and the snapshot's COPY (:mod:`bridge.snapshot.copy_out`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import ModuleType
+
+logger = logging.getLogger(__name__)
+
+_binding: ModuleType | None = None
+_checked = False
+
+
+def _loaded_libpq() -> str | None:
+    """The path of the libpq psycopg loaded (from this process's memory map)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            paths = {line.split()[-1] for line in maps if "/libpq" in line and ".so" in line}
+    except OSError:
+        return None
+    if not paths:
+        return None
+    # psycopg[binary] ships its own copy; prefer it when both are mapped.
+    bundled = sorted(p for p in paths if "psycopg_binary" in p)
+    return (bundled or sorted(paths))[0]
+
+
+def copy_data_reader() -> ModuleType | None:
+    """The bound ``bridge.native._pqread`` module (``read_frames``), or ``None``: not built,
+    ``PGBRIDGE_NATIVE=0``, or no libpq found in this process (then psycopg's calls are used)."""
+    global _binding, _checked
+    if _checked:
+        return _binding
+    _checked = True
+    if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
+        return None
+    try:
+        import psycopg  # noqa: F401 - loads libpq before the memory map is read
+
+        from bridge.native import _pqread
+    except ImportError:  # not built (no C compiler at install time)
+        return None
+    path = _loaded_libpq()
+    if path is None:
+        logger.info("libpq not found in this process's memory map: psycopg reads CopyData")
+        return None
+    try:
+        _pqread.bind_library(path)
+    except OSError as exc:
+        logger.info("psycopg reads CopyData: %s", exc)
+        return None
+    _binding = _pqread
+    return _binding
