@@ -5,14 +5,12 @@ libpq psycopg loaded: for the replication stream's reader thread
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from types import ModuleType
 
 logger = logging.getLogger(__name__)
-
-_binding: ModuleType | None = None
-_checked = False
 
 
 def _loaded_libpq() -> str | None:
@@ -29,13 +27,10 @@ def _loaded_libpq() -> str | None:
     return (bundled or sorted(paths))[0]
 
 
+@functools.cache  # bound once per process
 def copy_data_reader() -> ModuleType | None:
     """The bound ``bridge.native._pqread`` module (``read_frames``), or ``None``: not built,
     ``PGBRIDGE_NATIVE=0``, or no libpq found in this process (then psycopg's calls are used)."""
-    global _binding, _checked
-    if _checked:
-        return _binding
-    _checked = True
     if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
         return None
     try:
@@ -53,5 +48,4 @@ def copy_data_reader() -> ModuleType | None:
     except OSError as exc:
         logger.info("psycopg reads CopyData: %s", exc)
         return None
-    _binding = _pqread
-    return _binding
+    return _pqread

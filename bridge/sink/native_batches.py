@@ -13,6 +13,7 @@ reported without error, the whole batch is delivered; a marker's error fails the
 
 from __future__ import annotations
 
+import functools
 import glob
 import logging
 import os
@@ -29,16 +30,10 @@ logger = logging.getLogger(__name__)
 #: an error that would leave a gap in a partition is fatal and fails every queued record.
 PRODUCER_SETTINGS: dict[str, Any] = {"enable.gapless.guarantee": True}
 
-_binding: ModuleType | None = None
-_checked = False
 
-
+@functools.cache  # bound once per process
 def native_batches() -> ModuleType | None:
     """The bound ``bridge.native._kafka`` module, or ``None`` (then ``produce_batch``)."""
-    global _binding, _checked
-    if _checked:
-        return _binding
-    _checked = True
     if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
         return None
     if os.environ.get("PGBRIDGE_NATIVE_BATCHES", "1") == "0":  # only this part off
@@ -56,8 +51,7 @@ def native_batches() -> ModuleType | None:
         except OSError as exc:
             logger.debug("librdkafka at %s not usable for native batches: %s", path, exc)
             continue
-        _binding = _kafka
-        return _binding
+        return _kafka
     logger.info(
         "confluent-kafka's librdkafka not found among %s: records go by produce_batch", candidates
     )
