@@ -13,7 +13,8 @@ stops the loop with a typed error and nothing past the last fully delivered tran
 confirmed; a restart resends from there.
 
 Delivery callbacks run inside ``publisher.poll()``/``flush()`` on this thread (see
-:mod:`bridge.sink.publisher`), so the loop is single-threaded apart from librdkafka's own I/O.
+:mod:`bridge.sink.publisher`), so the loop is single-threaded apart from librdkafka's own I/O
+and the source's WAL reader (:mod:`bridge.source.frame_reader`), which only hands frames over.
 The flush LSN therefore moves only when the counts are reported after a poll (or the final
 flush) and when a transaction completes, and it is handed to the source right after each.
 """
