@@ -43,6 +43,7 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.host_cpu import ThreadCpu, per_row, sample
 from bridge.config import load_config
 from bridge.devstack.stack import LocalStack, StackInfo
 from bridge.runner import run
@@ -116,8 +117,11 @@ def raw_copy(dsn: str) -> tuple[float, float, int, int]:
         return time.perf_counter() - t0, cpu() - cpu0, rows, nbytes
 
 
-def snapshot(stack: StackInfo, dsn: str, threads: int, chunk: int) -> tuple[float, float]:
-    """(seconds, CPU seconds) of one initial_only snapshot with ``threads`` workers."""
+def snapshot(
+    stack: StackInfo, dsn: str, threads: int, chunk: int
+) -> tuple[float, float, dict[str, float]]:
+    """(seconds, CPU seconds, CPU seconds by thread name) of one initial_only snapshot with
+    ``threads`` workers."""
     slot = f"snapbench_{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as state_dir:
         config = load_config(
@@ -140,11 +144,12 @@ def snapshot(stack: StackInfo, dsn: str, threads: int, chunk: int) -> tuple[floa
             | OVERRIDES,
         )
         cpu0, t0 = cpu(), time.perf_counter()
-        run(config, threading.Event())
+        with ThreadCpu() as threads_cpu:
+            run(config, threading.Event())
         seconds, cpu_s = time.perf_counter() - t0, cpu() - cpu0
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-    return seconds, cpu_s
+    return seconds, cpu_s, threads_cpu.by_name()
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -303,19 +308,20 @@ def main() -> None:
             f"PostgreSQL {stack.postgres_major}, {args.rows:,} rows"
             f"{' (wide)' if args.wide else ''}, {os.cpu_count()} cores"
         )
-        busy0 = machine_busy()
+        busy0, roles0 = machine_busy(), sample()
         raw_s, raw_cpu, rows, nbytes = raw_copy(dsn)
-        raw_busy = machine_busy() - busy0
+        raw_busy, raw_roles = machine_busy() - busy0, sample().since(roles0)
         raw_rate = rows / raw_s
         print(
             f"raw COPY binary:          {raw_s:7.2f} s {raw_rate:12,.0f} rows/s "
             f"{nbytes / 1e6 / raw_s:8.1f} MB/s   client CPU {raw_cpu / rows * 1e6:6.2f} us/row   "
             f"{machine(raw_busy, raw_s, rows)}"
         )
+        print(f"    CPU by process: {per_row(raw_roles, rows)}")
         for threads in (int(t) for t in args.threads.split(",")):
-            busy0 = machine_busy()
-            seconds, cpu_s = snapshot(stack, dsn, threads, args.chunk)
-            busy = machine_busy() - busy0
+            busy0, roles0 = machine_busy(), sample()
+            seconds, cpu_s, by_thread = snapshot(stack, dsn, threads, args.chunk)
+            busy, roles = machine_busy() - busy0, sample().since(roles0)
             rate = rows / seconds
             if threads == 1:
                 baseline_snapshot_s.append(seconds)
@@ -323,6 +329,12 @@ def main() -> None:
                 f"pgbridge snapshot, {threads} worker(s): {seconds:7.2f} s {rate:12,.0f} rows/s "
                 f"{nbytes / 1e6 / seconds:8.1f} MB/s   {rate / raw_rate:5.2f}x raw   "
                 f"CPU {cpu_s / rows * 1e6:6.2f} us/row   {machine(busy, seconds, rows)}"
+            )
+            print(f"    CPU by process: {per_row(roles, rows)}")
+            print(
+                "    pgbridge by thread: "
+                + " ".join(f"{name} {s / rows * 1e6:.2f}" for name, s in by_thread.items())
+                + " us/row"
             )
         if args.incremental:
             incremental(stack, dsn, rows, args.rate, args.incremental_chunk, args.baseline_seconds)

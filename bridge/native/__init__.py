@@ -12,7 +12,9 @@
 - :func:`scan_copy_row`: one binary COPY row's layout, for
   :class:`bridge.snapshot.copy_binary.CopyBinaryParser`;
 - :func:`encode_copy_row`: one binary COPY row straight to the framed key and envelope value of
-  its snapshot (``r``) record, for :class:`bridge.sink.serializer.CopyLane`.
+  its snapshot (``r``) record, for :class:`bridge.sink.serializer.CopyLane`;
+  :func:`encode_copy_rows` the same for a block of COPY messages in one call (the snapshot's
+  workers, :mod:`bridge.snapshot.reader`).
 
 Built when the package is installed (``pip install -e .`` compiles it; a machine without a C
 compiler gets the pure-Python paths, same output). Neither decides anything: for any input
@@ -54,6 +56,24 @@ EncodeCopyRow = Callable[
     [bytes, bytes, bytes, bytes | None, bytes | None, bytes, bytes, int, bytes],
     tuple[bytes | None, bytes] | None,
 ]
+EncodeCopyRows = Callable[
+    [
+        list[bytes],
+        int,
+        list[Any],
+        int,
+        int,
+        bytes,
+        bytes,
+        bytes | None,
+        bytes | None,
+        bytes,
+        bytes,
+        int,
+        bytes,
+    ],
+    tuple[int, int],
+]
 
 encode_row: EncodeRow | None
 scan_tuple: ScanTuple | None
@@ -63,11 +83,13 @@ decode_insert: DecodeInsert | None
 configure_messages: ConfigureMessages | None
 scan_copy_row: ScanCopyRow | None
 encode_copy_row: EncodeCopyRow | None
+encode_copy_rows: EncodeCopyRows | None
 try:
     from bridge.native._speedups import (
         configure_messages,
         decode_insert,
         encode_copy_row,
+        encode_copy_rows,
         encode_insert,
         encode_row,
         encode_source,
@@ -76,11 +98,11 @@ try:
     )
 except ImportError:  # not built (no compiler at install time)
     encode_row = scan_tuple = encode_insert = scan_copy_row = encode_copy_row = None
-    encode_source = decode_insert = configure_messages = None
+    encode_copy_rows = encode_source = decode_insert = configure_messages = None
 
 if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
     encode_row = scan_tuple = encode_insert = scan_copy_row = encode_copy_row = None
-    encode_source = decode_insert = configure_messages = None
+    encode_copy_rows = encode_source = decode_insert = configure_messages = None
 
 #: True when the C accelerators are in use.
 ENABLED = encode_row is not None
@@ -90,6 +112,7 @@ __all__ = [
     "ConfigureMessages",
     "DecodeInsert",
     "EncodeCopyRow",
+    "EncodeCopyRows",
     "EncodeInsert",
     "EncodeRow",
     "EncodeSource",
@@ -98,6 +121,7 @@ __all__ = [
     "configure_messages",
     "decode_insert",
     "encode_copy_row",
+    "encode_copy_rows",
     "encode_insert",
     "encode_row",
     "encode_source",

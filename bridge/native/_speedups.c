@@ -355,6 +355,62 @@ static PyObject *encode_copy_row(PyObject *self, PyObject *const *args, Py_ssize
                          args[8]);
 }
 
+PyDoc_STRVAR(encode_copy_rows_doc,
+"encode_copy_rows(frames, start, items, max_rows, max_bytes, kinds, row_plan, key_plan,\n"
+"                 key_header, value_head, source_prefix, seq, tail) -> (rows, nbytes)\n\n"
+"encode_copy_row of frames[start], frames[start + 1], ... (row i at seq + i), each (key, value)\n"
+"appended to the list items, until a frame encode_copy_row would answer None for (left for\n"
+"the Python path), the end of frames, max_rows rows or max_bytes bytes of frames: the rows\n"
+"taken and their frames' bytes. One call per batch of COPY messages instead of one per row.");
+
+static PyObject *encode_copy_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 13 || !PyList_Check(args[0]) || !PyList_Check(args[2]) ||
+        !PyBytes_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "encode_copy_rows(list, int, list, int, int, bytes, ...) takes 13 arguments");
+        return NULL;
+    }
+    PyObject *frames = args[0], *items = args[2];
+    if (check_parts("encode_copy_rows", args[6], args[7], args[8], args[9], args[10], args[12]) < 0)
+        return NULL;
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t max_rows = PyLong_AsSsize_t(args[3]);
+    Py_ssize_t max_bytes = PyLong_AsSsize_t(args[4]);
+    int64_t seq = PyLong_AsLongLong(args[11]);
+    if (PyErr_Occurred()) return NULL;
+    Py_ssize_t ncols = PyBytes_GET_SIZE(args[5]);
+    Py_ssize_t rows = 0, nbytes = 0;
+    if (ncols <= MAX_COPY_COLUMNS && start >= 0) {
+        char kinds[MAX_COPY_COLUMNS];
+        Py_ssize_t spans[2 * MAX_COPY_COLUMNS];
+        for (Py_ssize_t i = start; i < PyList_GET_SIZE(frames) && rows < max_rows &&
+                                   nbytes < max_bytes;
+             i++) {
+            PyObject *frame = PyList_GET_ITEM(frames, i);
+            if (!PyBytes_Check(frame)) break;
+            memcpy(kinds, PyBytes_AS_STRING(args[5]), ncols);
+            const char *buf = PyBytes_AS_STRING(frame);
+            Py_ssize_t len = PyBytes_GET_SIZE(frame);
+            if (!scan_copy_into((const unsigned char *)buf, len, ncols, kinds, spans)) break;
+            Tuple t = {buf, len, kinds, ncols, NULL, spans};
+            PyObject *record = insert_record(&t, args[6], args[7], args[8], args[9], args[10],
+                                             NULL, 0, seq + rows, args[12]);
+            if (record == NULL) return NULL;
+            if (record == Py_None) {
+                Py_DECREF(record);
+                break;
+            }
+            int appended = PyList_Append(items, record);
+            Py_DECREF(record);
+            if (appended < 0) return NULL;
+            rows++;
+            nbytes += len;
+        }
+    }
+    return Py_BuildValue("(nn)", rows, nbytes);
+}
+
 /* One binary COPY row (bridge.snapshot.copy_binary.CopyBinaryParser.row's checks). */
 PyDoc_STRVAR(scan_copy_row_doc,
 "scan_copy_row(data, ncols, kinds) -> (kinds, spans) | None\n\n"
@@ -673,6 +729,8 @@ static PyMethodDef methods[] = {
      scan_copy_row_doc},
     {"encode_copy_row", (PyCFunction)(void (*)(void))encode_copy_row, METH_FASTCALL,
      encode_copy_row_doc},
+    {"encode_copy_rows", (PyCFunction)(void (*)(void))encode_copy_rows, METH_FASTCALL,
+     encode_copy_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

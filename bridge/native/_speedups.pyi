@@ -40,6 +40,22 @@ def encode_copy_row(
     tail: bytes,
     /,
 ) -> tuple[bytes | None, bytes] | None: ...
+def encode_copy_rows(
+    frames: list[bytes],
+    start: int,
+    items: list[Any],
+    max_rows: int,
+    max_bytes: int,
+    kinds: bytes,
+    row_plan: bytes,
+    key_plan: bytes | None,
+    key_header: bytes | None,
+    value_head: bytes,
+    source_prefix: bytes,
+    seq: int,
+    tail: bytes,
+    /,
+) -> tuple[int, int]: ...
 def encode_source(source: tuple[bytes, bytes, bytes, bytes], lsn: int, /) -> bytes: ...
 def configure_messages(tuple_type: type, insert_type: type, /) -> None: ...
 def decode_insert(payload: bytes, in_stream: bool, /) -> Any: ...

@@ -183,14 +183,14 @@ class CopyBinaryParser:
     def at_row(self) -> bool:
         """Whether the next message can only be a whole row or the trailer (the header was
         read, nothing is left over, the trailer not yet seen): what :meth:`row` and a caller
-        that scans rows itself (:meth:`took_row`) need."""
+        that scans rows itself (:meth:`took_rows`) need."""
         return self._header_done and not self._pending and not self._done
 
-    def took_row(self, nbytes: int) -> None:
-        """The caller handled a whole row of ``nbytes`` itself (while :attr:`at_row`): counted,
-        so that offsets in later errors stay right."""
+    def took_rows(self, rows: int, nbytes: int) -> None:
+        """The caller handled ``rows`` whole rows of ``nbytes`` in all itself (while
+        :attr:`at_row`): counted, so that offsets in later errors stay right."""
         self._consumed += nbytes
-        self.rows += 1
+        self.rows += rows
 
     def row(self, data: bytes) -> TupleData | None:
         """The row that ``data`` is when it is exactly one complete row (the server sends one

@@ -33,8 +33,9 @@ _WAIT_MS = int(_WAIT_S * 1000)
 _FRAMES, _FRAME_BYTES = 512, 1 << 20  # messages per read_frames call, at most
 
 
-def copy_out(conn: psycopg.Connection[object], statement: str) -> Iterator[bytes | memoryview]:
-    """The CopyData messages of ``statement`` (a ``COPY … TO STDOUT``), in order."""
+def copy_out(conn: psycopg.Connection[object], statement: str) -> Iterator[list[bytes]]:
+    """The CopyData messages of ``statement`` (a ``COPY … TO STDOUT``), in order, in blocks of
+    the messages that had arrived (so that a caller can hand a block to C in one call)."""
     # Not under conn.lock: a generator abandoned by an exception would keep holding it.
     pgconn = conn.pgconn
     pgconn.send_query(statement.encode())
@@ -50,7 +51,8 @@ def copy_out(conn: psycopg.Connection[object], statement: str) -> Iterator[bytes
         read = reader.read_frames
         while True:
             frames, status = read(address, _FRAMES, _FRAME_BYTES, _WAIT_MS)
-            yield from frames
+            if frames:
+                yield frames
             if status == -1:  # the end of the COPY
                 break
             if status != 0:
@@ -60,16 +62,22 @@ def copy_out(conn: psycopg.Connection[object], statement: str) -> Iterator[bytes
         _finish(pgconn, _result(pgconn))
         return
     get = pgconn.get_copy_data
+    block: list[bytes] = []
     while True:
         nbytes, data = get(1)
         if nbytes > 0:
-            yield data
-        elif nbytes == 0:  # nothing buffered: wait for the server
+            block.append(bytes(data))
+            if len(block) < _FRAMES:
+                continue
+        if block:
+            yield block
+            block = []
+        if nbytes == 0:  # nothing buffered: wait for the server
             _readable(pgconn)
             pgconn.consume_input()
         elif nbytes == -1:  # the end of the COPY: its command result follows
             break
-        else:
+        elif nbytes < 0:
             raise psycopg.OperationalError(_message(pgconn))
     _finish(pgconn, _result(pgconn))
 

@@ -240,9 +240,8 @@ class SnapshotConnection:
         parser = CopyBinaryParser(len(plan.columns), plan.table, kinds)
         row_kinds = parser.kinds
         items: list[TupleData | Record] = []
-        append = items.append
-        one_row, feed, took_row = parser.row, parser.feed, parser.took_row
-        encode = native.encode_copy_row if lane is not None else None
+        one_row, feed, took_rows = parser.row, parser.feed, parser.took_rows
+        encode = native.encode_copy_rows if lane is not None else None
         if lane is not None:
             row_plan, key_plan, key_header = lane.row_plan, lane.key_plan, lane.key_header
             value_head, prefix, tail = lane.value_head, lane.prefixes["true"], lane.tail()
@@ -251,36 +250,43 @@ class SnapshotConnection:
         head: tuple[int, bytes] | None = None
         last = b""
         try:
-            for view in copy_out(self.conn, statement):
-                data = bytes(view)
-                nbytes += len(data)
-                record = None
-                if encode is not None and parser.at_row:
-                    record = encode(data, row_kinds, row_plan, key_plan, key_header,
-                                    value_head, prefix, seq, tail)  # fmt: skip
-                if record is not None:
-                    took_row(len(data))
-                    if head is None:
-                        head = (len(items), data)
-                    append(record)
-                    last = data
-                    seq += 1
-                    encoded += 1
-                else:
-                    row = one_row(data)  # the usual case: one message, one row
-                    if row is not None:
-                        append(row)
-                        seq += 1
-                    else:
-                        rows = feed(data)
-                        items += rows
-                        seq += len(rows)
-                if len(items) >= BATCH_ROWS or nbytes >= BATCH_BYTES:
-                    yield _batch(items, nbytes, batch_seq, head, last, encoded)
-                    items, nbytes, batch_seq, head, encoded = [], 0, seq, None, 0
-                    append = items.append
-                    if lane is not None:
-                        tail = lane.tail()
+            for block in copy_out(self.conn, statement):
+                i, end = 0, len(block)
+                while i < end:
+                    taken = 0
+                    if encode is not None and parser.at_row:
+                        # As many rows as the lane encodes, up to the batch's bounds, in C.
+                        taken, taken_bytes = encode(
+                            block, i, items, BATCH_ROWS - len(items), BATCH_BYTES - nbytes,
+                            row_kinds, row_plan, key_plan, key_header, value_head, prefix,
+                            seq, tail,
+                        )  # fmt: skip
+                    if taken:
+                        took_rows(taken, taken_bytes)
+                        if head is None:
+                            head = (len(items) - taken, block[i])
+                        i += taken
+                        last = block[i - 1]
+                        nbytes += taken_bytes
+                        seq += taken
+                        encoded += taken
+                    else:  # a row the lane leaves to Python, or not a whole row
+                        data = block[i]
+                        i += 1
+                        nbytes += len(data)
+                        row = one_row(data)  # the usual case: one message, one row
+                        if row is not None:
+                            items.append(row)
+                            seq += 1
+                        else:
+                            rows = feed(data)
+                            items += rows
+                            seq += len(rows)
+                    if len(items) >= BATCH_ROWS or nbytes >= BATCH_BYTES:
+                        yield _batch(items, nbytes, batch_seq, head, last, encoded)
+                        items, nbytes, batch_seq, head, encoded = [], 0, seq, None, 0
+                        if lane is not None:
+                            tail = lane.tail()
             parser.finish()
         except psycopg.Error as exc:
             raise classify(plan.table, exc, chunk.index) from exc

@@ -144,6 +144,39 @@ def test_copy_lane_declines_a_null_key_column() -> None:
     assert lane.encode(message, kinds, 1) is None
 
 
+@native_only
+def test_copy_rows_encodes_a_block_as_the_lane_encodes_each_row() -> None:
+    """A block of COPY messages in one call: the same records as one call per row (seq one
+    more per row), appended in order; it stops before the first message the lane declines,
+    and at the batch's bounds (rows, bytes of messages), leaving the rest to the caller."""
+    table = TABLES["composite_pk"]
+    lane = serializer_for(table.schemas).copy_lane(table.schemas, IDS, TX)
+    assert lane is not None and native.encode_copy_rows is not None
+    row = native_row(table)
+    message, kinds = copy_row(row)
+    block = [message] * 5 + [b"\xff\xff"] + [message] * 2  # the trailer in the middle
+    tail, prefix = lane.tail(), lane.prefixes["true"]
+
+    def rows_from(start: int, max_rows: int = 100, max_bytes: int = 1 << 20) -> tuple[Any, ...]:
+        assert native.encode_copy_rows is not None
+        items: list[Any] = ["before"]
+        taken, nbytes = native.encode_copy_rows(
+            block, start, items, max_rows, max_bytes, kinds, lane.row_plan, lane.key_plan,
+            lane.key_header, lane.value_head, prefix, 40, tail,
+        )  # fmt: skip
+        return taken, nbytes, items
+
+    one_by_one = [lane.encode(message, kinds, 40 + i, tail=tail) for i in range(5)]
+    assert rows_from(0) == (5, 5 * len(message), ["before", *one_by_one])
+    assert rows_from(2) == (3, 3 * len(message), ["before", *one_by_one[:3]])
+    assert rows_from(5)[:2] == (0, 0)  # the trailer: the parser's
+    assert rows_from(6)[:2] == (2, 2 * len(message))
+    assert rows_from(8)[:2] == (0, 0)  # the end of the block
+    assert rows_from(0, max_rows=2)[:2] == (2, 2 * len(message))
+    assert rows_from(0, max_bytes=len(message) + 1)[:2] == (2, 2 * len(message))
+    assert rows_from(0, max_bytes=1)[:2] == (1, len(message))  # at least one row
+
+
 def test_copy_lane_only_with_the_accelerator() -> None:
     table = TABLES["full"]
     lane = serializer_for(table.schemas).copy_lane(table.schemas, IDS, TX)
