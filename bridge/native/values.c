@@ -471,6 +471,86 @@ static int write_variable_decimal(Out *o, const char *p, Py_ssize_t n) {
 }
 
 
+/* ---- numeric's binary form ----------------------------------------------------------------- */
+
+/* numeric_send's form as numeric_out would print the same value (get_str_from_var: an optional
+ * '-', the integer part without leading zeros, then exactly dscale fraction digits), so that
+ * a binary numeric takes the text parsers above and comes out as its text form does: int16
+ * ndigits, int16 weight (of the first base-10000 digit), uint16 sign, int16 dscale, ndigits x
+ * int16 base-10000 digits. NaN and the infinities print as numeric_out prints them. Returns the
+ * text's length, or 0: malformed, or longer than cap (the Python path's, which also raises the
+ * typed errors). */
+#define NUMERIC_TEXT_MAX (VSD_MAX_DIGITS + 8)
+static Py_ssize_t numeric_binary_text(const unsigned char *p, Py_ssize_t n, char *text,
+                                      Py_ssize_t cap) {
+    if (n < 8) return 0;
+    int ndigits = (int16_t)((p[0] << 8) | p[1]);
+    int weight = (int16_t)((p[2] << 8) | p[3]);
+    unsigned sign = (unsigned)((p[4] << 8) | p[5]);
+    int dscale = (int16_t)((p[6] << 8) | p[7]);
+    if (ndigits < 0 || n != 8 + 2 * (Py_ssize_t)ndigits || dscale < 0 || dscale > 0x3FFF)
+        return 0;
+    const char *special = sign == 0xC000 ? "NaN" : sign == 0xD000 ? "Infinity"
+                        : sign == 0xF000 ? "-Infinity" : NULL;
+    if (special) {
+        if (ndigits != 0) return 0;
+        Py_ssize_t len = (Py_ssize_t)strlen(special);
+        memcpy(text, special, len);
+        return len;
+    }
+    if (sign != 0x0000 && sign != 0x4000) return 0;
+    const unsigned char *digits = p + 8;
+    /* Only numeric_send's normal form, which the text shows whole: zero is no digits at
+     * weight 0 and positive; otherwise no leading or trailing zero digit, and no digit past
+     * the display scale (the server rounds to it). Anything else is the loader's to judge. */
+    if (ndigits == 0) {
+        if (weight != 0 || sign != 0x0000) return 0;
+    } else {
+        int first = (int16_t)((digits[0] << 8) | digits[1]);
+        int last = (int16_t)((digits[2 * ndigits - 2] << 8) | digits[2 * ndigits - 1]);
+        if (first == 0 || last == 0) return 0;
+        int last_weight = weight - (ndigits - 1);
+        if (last_weight < 0) {
+            int groups = (dscale + 3) / 4; /* fraction groups the text shows */
+            if (-last_weight > groups) return 0;
+            static const int cut[4] = {1, 1000, 100, 10}; /* by dscale % 4 */
+            if (-last_weight == groups && last % cut[dscale % 4] != 0) return 0;
+        }
+    }
+    Py_ssize_t len = 0;
+    /* The integer part's digits, the fraction's and a sign, point and slack: within cap? */
+    if ((weight >= 0 ? 4 * ((Py_ssize_t)weight + 1) : 1) + dscale + 4 > cap) return 0;
+    if (sign == 0x4000) text[len++] = '-';
+    if (weight < 0) {
+        text[len++] = '0';
+    } else {
+        for (int d = 0; d <= weight; d++) {
+            int digit = d < ndigits ? (int16_t)((digits[2 * d] << 8) | digits[2 * d + 1]) : 0;
+            if (digit < 0 || digit > 9999) return 0;
+            char group[4] = {(char)('0' + digit / 1000), (char)('0' + digit / 100 % 10),
+                             (char)('0' + digit / 10 % 10), (char)('0' + digit % 10)};
+            int skip = 0;
+            if (d == 0) /* no leading zeros, but at least one digit */
+                while (skip < 3 && group[skip] == '0') skip++;
+            memcpy(text + len, group + skip, 4 - skip);
+            len += 4 - skip;
+        }
+    }
+    if (dscale > 0) {
+        text[len++] = '.';
+        for (int written = 0, d = weight + 1; written < dscale; d++) {
+            int digit = d >= 0 && d < ndigits
+                            ? (int16_t)((digits[2 * d] << 8) | digits[2 * d + 1]) : 0;
+            if (digit < 0 || digit > 9999) return 0;
+            char group[4] = {(char)('0' + digit / 1000), (char)('0' + digit / 100 % 10),
+                             (char)('0' + digit / 10 % 10), (char)('0' + digit % 10)};
+            for (int k = 0; k < 4 && written < dscale; k++, written++) text[len++] = group[k];
+        }
+    }
+    return len;
+}
+
+
 /* ---- arrays -------------------------------------------------------------------------------- */
 
 
@@ -635,9 +715,15 @@ int write_value(Out *o, int op, int item_op, int binary, const char *p, Py_ssize
         if (binary) return out_byte(o, p[0] ? 1 : 0) ? 1 : -1;
         if (p[0] != 't' && p[0] != 'f') return 0;
         return out_byte(o, p[0] == 't') ? 1 : -1;
-    case OP_DECIMAL:
-        if (binary || !parse_decimal_text(p, n, scale, precision, &v)) return 0;
+    case OP_DECIMAL: {
+        char text[NUMERIC_TEXT_MAX];
+        if (binary) {
+            n = numeric_binary_text((const unsigned char *)p, n, text, sizeof text);
+            p = text;
+        }
+        if (!n || !parse_decimal_text(p, n, scale, precision, &v)) return 0;
         return out_decimal(o, v) ? 1 : -1;
+    }
     case OP_TIMESTAMPTZ:
     case OP_TIMESTAMP:
         if (binary) {
@@ -701,9 +787,27 @@ int write_value(Out *o, int op, int item_op, int binary, const char *p, Py_ssize
                    : !parse_interval_text(p, n, &v))
             return 0;
         return out_long(o, v) ? 1 : -1;
-    case OP_VARIABLE_DECIMAL:
-        if (binary) return 0;
+    case OP_VARIABLE_DECIMAL: {
+        char text[NUMERIC_TEXT_MAX];
+        if (binary) {
+            n = numeric_binary_text((const unsigned char *)p, n, text, sizeof text);
+            if (!n) return 0;
+            p = text;
+        }
         return write_variable_decimal(o, p, n);
+    }
+    case OP_JSONB:
+        /* The binary form: a version byte (1) before the same text. */
+        if (binary) {
+            if (n < 1 || p[0] != 1) return 0;
+            p++;
+            n--;
+        }
+        {
+            int ok = valid_utf8(p, n);
+            if (ok <= 0) return ok;
+            return out_bytes(o, p, n) ? 1 : -1;
+        }
     case OP_ARRAY:
         if (binary) return write_array_binary(o, (const unsigned char *)p, n, item_op, scale,
                                               precision);

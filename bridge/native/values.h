@@ -28,8 +28,9 @@ enum {
     OP_BYTEA = 11,    /* bytea -> Avro bytes (text: hex format only; binary: as sent) */
     OP_TIME = 12,     /* time -> Avro long micros since midnight */
     OP_INTERVAL = 13, /* interval -> Debezium's MicroDuration (Avro long micros) */
-    OP_VARIABLE_DECIMAL = 14, /* numeric without typmod, text -> VariableScaleDecimal record */
+    OP_VARIABLE_DECIMAL = 14, /* numeric without typmod -> VariableScaleDecimal record */
     OP_ARRAY = 15,    /* one-dimensional array -> Avro array of ["null", item], item op in plan */
+    OP_JSONB = 16,    /* jsonb -> Avro string (binary: after the version byte) */
 };
 
 #define PG_EPOCH_DAYS 10957LL

@@ -32,7 +32,7 @@ def register_types(registry: TypeRegistry) -> None:
     registry.add_builtin(
         "json", simple("json", JSON_SCHEMA, utf8, utf8, DEBEZIUM_UNAVAILABLE, native=text)
     )
-    # jsonb's binary form starts with a version byte: only its text form is plain UTF-8.
+    # jsonb's binary form starts with a version byte before the same text (ops.JSONB).
     registry.add_builtin(
         "jsonb",
         simple(
@@ -41,7 +41,7 @@ def register_types(registry: TypeRegistry) -> None:
             utf8,
             _jsonb_binary,
             DEBEZIUM_UNAVAILABLE,
-            native=(ops.STRING, ops.NONE),
+            native=(ops.STRING, ops.JSONB),
         ),
     )
     registry.add_builtin("jsonpath", simple("jsonpath", "string", utf8, _jsonpath_binary))

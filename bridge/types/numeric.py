@@ -216,7 +216,7 @@ def _numeric(request: TypeRequest) -> ColumnType:
                 decimal_schema(*pm),
                 _finite_or_none(_numeric_text),
                 _finite_or_none(_numeric_binary),
-                native=(ops.DECIMAL, ops.NONE),
+                native=(ops.DECIMAL, ops.DECIMAL),
             )
         mode = {"variable_scale": "variable", "string": "string", "double": "double"}[
             opts.unconstrained_numeric
@@ -227,7 +227,7 @@ def _numeric(request: TypeRequest) -> ColumnType:
             VARIABLE_SCALE_DECIMAL,
             lambda raw: variable_scale(_numeric_text(raw)),
             lambda raw: variable_scale(_numeric_binary(raw)),
-            native=(ops.VARIABLE_DECIMAL, ops.NONE),
+            native=(ops.VARIABLE_DECIMAL, ops.VARIABLE_DECIMAL),
         )
     if mode == "string":
         # The text form is already PostgreSQL's canonical spelling (NaN, Infinity included).

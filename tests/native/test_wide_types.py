@@ -56,6 +56,7 @@ from tests.native.wide_forms import (
     interval_pair,
     intervals,
     numeric_out,
+    numeric_send,
 )
 
 UUID, TIME, TIMESTAMP, TIMESTAMPTZ, BYTEA = 2950, 1083, 1114, 1184, 17
@@ -167,6 +168,17 @@ EDGES: list[tuple[str, Value]] = [
     ("num", ("t", numeric_out(-(10**120 - 1), 60))),  # 120 digits: the C limit
     ("num", ("t", numeric_out(10**119, 0))),
     ("num", ("t", b"0." + b"0" * 118 + b"1")),  # scale 119
+    # numeric_send's forms: printed as numeric_out prints them, then read as the text is.
+    ("num", ("b", b"\x00\x00\x00\x00\x00\x00\x00\x00")),  # 0
+    ("num", ("b", numeric_send(0, 3))),
+    ("num", ("b", numeric_send(100000, 3))),
+    ("num", ("b", numeric_send(12345, 4))),  # 1.2345: digits on both sides of a group
+    ("num", ("b", numeric_send(5, 2))),  # 0.05: a negative weight
+    ("num", ("b", numeric_send(-129, 0))),
+    ("num", ("b", numeric_send(18446744073709551616, 0))),
+    ("num", ("b", numeric_send(-(10**120 - 1), 60))),  # 120 digits: the C limit
+    ("num", ("b", numeric_send(10**119, 0))),
+    ("num", ("b", numeric_send(1, 119))),
     ("ai4", ("t", b"{}")),
     ("ai4", ("b", array_send([], INT4))),
     ("ai4", ("t", b"{NULL}")),
@@ -227,7 +239,8 @@ FALLBACKS: list[tuple[str, Value]] = [
     ("num", ("t", b".5")),
     ("num", ("t", numeric_out(10**120, 0))),  # 121 digits
     ("num", ("t", numeric_out(1, 120))),  # 121 digits with the leading zero
-    ("num", ("b", b"\x00\x00\x00\x00\x00\x00\x00\x00")),  # no native binary numeric
+    ("num", ("b", numeric_send(10**120, 0))),  # 121 digits
+    ("num", ("b", numeric_send(1, 120))),
     # Arrays beyond one plain dimension.
     ("ai4", ("t", b"[2:3]={1,2}")),
     ("ai4", ("t", b"[1:1]={1}")),
