@@ -16,9 +16,11 @@ Rows of a chunk are numbered in the order the scan returns them: ``seq = run << 
 resume). A chunk is read once per attempt, so positions ``(consistent point, seq)`` are unique
 per table across restarts and a consumer that deduplicates by position never mistakes a row
 copied after a restart for a different row delivered before it. No chunk is sorted: rows of one
-snapshot have distinct keys, so their order does not change what a consumer rebuilds, and a key
-range read without ``ORDER BY`` can take a bitmap heap scan, in the heap's order, which costs the
-server about a fifth less per row than an index scan (``bridge.snapshot.reader`` asks for it).
+snapshot have distinct keys, so their order does not change what a consumer rebuilds; the
+planner reads a key range by an index scan all the same (in key order), without a sort step.
+(Bitmap heap scans, forced with index scans off, cost the server less per row on a table that
+fits in memory and more on one of 10 million rows: the bench measured both and kept the
+planner's choice.)
 """
 
 from __future__ import annotations
@@ -165,9 +167,10 @@ def select_statement(plan: TablePlan, chunk: Chunk, kinds: bytes | None = None) 
     as their text form (``col::text``: text's send function writes the type's output text, the
     very bytes pgoutput sends in text mode) rather than in binary (see :func:`wire_kinds`).
 
-    No ``ORDER BY`` (see the module doc): rows come in the order of the scan, the heap's for
-    TID range, sequential and bitmap heap scans (the reader turns synchronized sequential scans
-    off, which would otherwise start a large table's scan wherever another scan is)."""
+    No ``ORDER BY`` (see the module doc): rows come in the order of the scan, the key's for an
+    index scan, the heap's for TID range and sequential scans (the reader turns synchronized
+    sequential scans off, which would otherwise start a large table's scan wherever another
+    scan is)."""
     columns = ", ".join(
         f"{quote_ident(c)}::text" if kinds is not None and kinds[i] == 0x74 else quote_ident(c)
         for i, c in enumerate(plan.columns)

@@ -177,7 +177,6 @@ class SnapshotConnection:
         except BaseException:
             self.conn.close()
             raise
-        self._index_scans = True
 
     def close(self) -> None:
         self.conn.close()
@@ -227,17 +226,6 @@ class SnapshotConnection:
                 )
         return True
 
-    def _plan_scans(self, plan: TablePlan) -> None:
-        """Index scans off for a key range of the table itself: unsorted (see
-        :mod:`bridge.snapshot.plan`), the range is then read by a bitmap heap scan in the heap's
-        order (or a sequential scan where it is most of the table), about a fifth less server
-        CPU per row than an index scan. Back on for a user's query (``source_query``), which
-        may need them."""
-        index_scans = plan.method != "key" or plan.source_query is not None
-        if index_scans != self._index_scans:
-            self.conn.execute(f"SET LOCAL enable_indexscan = {'on' if index_scans else 'off'}")
-            self._index_scans = index_scans
-
     def copy(
         self,
         plan: TablePlan,
@@ -249,10 +237,6 @@ class SnapshotConnection:
         """The chunk's rows in batches: each row a :data:`Record` where ``lane`` encodes it
         (row ``i`` of the chunk at ``seq`` ``first_seq + i``), else its TupleData."""
         statement = select_statement(plan, chunk, kinds)
-        try:
-            self._plan_scans(plan)
-        except psycopg.Error as exc:
-            raise classify(plan.table, exc, chunk.index) from exc
         parser = CopyBinaryParser(len(plan.columns), plan.table, kinds)
         row_kinds = parser.kinds
         items: list[TupleData | Record] = []
