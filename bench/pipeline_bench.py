@@ -50,6 +50,7 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.cleanup import TOPIC_PREFIXES, delete_topics, drop_database, topic_prefix
 from bridge.config import load_config
 from bridge.devstack.stack import LocalStack, StackInfo
 from bridge.pgoutput.lsn import Lsn
@@ -124,7 +125,7 @@ def settings(
 ) -> dict[str, str]:
     return {
         "database.dsn": dsn,
-        "topic.prefix": f"bench{uuid.uuid4().hex[:6]}",
+        "topic.prefix": topic_prefix("bench"),
         "slot.name": slot,
         "publication.name": publication,
         "publication.autocreate.mode": "disabled",
@@ -425,18 +426,8 @@ def main() -> None:
                 f"{args.big_rows:,}-row transaction {peak / 2**20:.0f} MB (limit 300 MB)"
             )
     finally:
-        with psycopg.connect(stack.postgres_dsn(), autocommit=True) as admin:
-            for (slot,) in admin.execute(
-                "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (dbname,)
-            ).fetchall():
-                admin.execute(
-                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-                    "WHERE slot_name = %s AND active_pid IS NOT NULL",
-                    (slot,),
-                )
-                time.sleep(0.5)
-                admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        drop_database(stack, dbname)
+        delete_topics(stack, TOPIC_PREFIXES)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.cleanup import TOPIC_PREFIXES, delete_topics, drop_database, topic_prefix
 from bench.host_cpu import ThreadCpu, per_row, sample
 from bridge.config import load_config
 from bridge.devstack.stack import LocalStack, StackInfo
@@ -129,7 +130,7 @@ def snapshot(
             {},
             {
                 "database.dsn": dsn,
-                "topic.prefix": f"snapbench{uuid.uuid4().hex[:6]}",
+                "topic.prefix": topic_prefix("snapbench"),
                 "slot.name": slot,
                 "publication.name": "snapbench_pub",
                 "publication.autocreate.mode": "disabled",
@@ -174,7 +175,7 @@ def incremental(
             {},
             {
                 "database.dsn": dsn,
-                "topic.prefix": f"incrbench{uuid.uuid4().hex[:6]}",
+                "topic.prefix": topic_prefix("incrbench"),
                 "slot.name": slot,
                 "publication.name": "snapbench_pub",
                 "publication.autocreate.mode": "disabled",
@@ -341,8 +342,8 @@ def main() -> None:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"peak RSS of this process: {peak:.0f} MB")
     finally:
-        with psycopg.connect(stack.postgres_dsn(), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        drop_database(stack, dbname)
+        delete_topics(stack, TOPIC_PREFIXES)
 
 
 if __name__ == "__main__":
