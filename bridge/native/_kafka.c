@@ -301,8 +301,13 @@ static PyObject *produce(PyObject *self, PyObject *args) {
             m->_private = state;
         }
     }
+    /* librdkafka copies the records (F_COPY) with the GIL released: the other Python threads
+     * (the snapshot's workers, the WAL reader) run meanwhile. The caller's list keeps every
+     * key and value alive and is not changed during the call (one thread owns a publisher). */
+    Py_BEGIN_ALLOW_THREADS
     p_rd_kafka_produce_batch(rkt, 0, RD_KAFKA_MSG_F_COPY | RD_KAFKA_MSG_F_PARTITION, batch,
                              (int)count);
+    Py_END_ALLOW_THREADS
     /* Refused records have err set; librdkafka owns the rest (and their marker states). A
      * refusal must be a tail of the batch, or records queued after a refused one would
      * overtake it once it is sent again. */
