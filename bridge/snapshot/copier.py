@@ -56,7 +56,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["SnapshotCopier", "SnapshotSink"]
 
-_QUEUE_BATCHES = 64  # batches of reader.BATCH_ROWS rows in flight between workers and here
+_QUEUE_BATCHES = 16  # batches of reader.BATCH_ROWS rows in flight between workers and here
 _POLL_INTERVAL_S = 0.005
 _RING = 2  # producers of the acknowledgement ring (bridge.snapshot.epochs)
 

@@ -30,7 +30,7 @@ __all__ = ["copy_out"]
 
 _WAIT_S = 1.0  # a wait on the socket wakes up this often (the query has no timeout of its own)
 _WAIT_MS = int(_WAIT_S * 1000)
-_FRAMES, _FRAME_BYTES = 512, 1 << 20  # messages per read_frames call, at most
+_FRAMES, _FRAME_BYTES = 2048, 1 << 20  # messages per read_frames call, at most
 
 
 def copy_out(conn: psycopg.Connection[object], statement: str) -> Iterator[list[bytes]]:

@@ -62,7 +62,7 @@ __all__ = ["BATCH_ROWS", "ChunkEnd", "RowBatch", "SnapshotConnection", "Task", "
 #: A batch handed to the coordinator closes at this many rows or COPY bytes, whichever comes
 #: first: with the coordinator's bounded queue, the rows held in this process stay under
 #: about ``queue size * BATCH_BYTES`` (plus one row) however wide the rows are.
-BATCH_ROWS = 512
+BATCH_ROWS = 2048
 BATCH_BYTES = 1 << 20
 
 #: Session settings of every snapshot connection. Text forms (key bounds, ``col::text``
