@@ -1,11 +1,12 @@
-"""CPU time of the host's processes by role, from ``/proc``: who used the cores during a run.
+"""CPU time of the host's processes by role, and of this process's threads, while a run goes.
 
 The benches run PostgreSQL, Kafka and the registry on the same host as pgbridge; when every
-core is busy, the ratio to a baseline says as much about them as about pgbridge. A
-:class:`HostCpu` sample taken before and after a run tells, per row, how much CPU each role
-took: this process, PostgreSQL (every backend, the walsender included: a backend that ended is
-counted in its postmaster's children's time), the Kafka broker, the registry, and everything
-else (the rest of the machine's busy time in ``/proc/stat``).
+core is busy, the ratio to a baseline says as much about them as about pgbridge.
+:class:`CpuSampler` reads ``/proc`` every ``interval`` seconds during a run and tells, per
+row, how much CPU each role took: this process, PostgreSQL (every backend: one that ends
+during the run keeps its last sample), the Kafka broker, the registry, and everything else
+(the rest of the machine's busy time in ``/proc/stat``); and, within this process, each
+thread by its Python name (librdkafka's threads, which Python did not start, are "native").
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from __future__ import annotations
 import os
 import re
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["HostCpu", "ThreadCpu", "per_row", "sample"]
+__all__ = ["CpuSampler", "per_row"]
 
 _TICK = os.sysconf("SC_CLK_TCK")
 ROLES = ("pgbridge", "postgres", "kafka", "registry", "other")
@@ -34,35 +34,13 @@ def _role(pid: int, cmdline: bytes) -> str:
     return "other"
 
 
-@dataclass(frozen=True)
-class HostCpu:
-    """CPU seconds (user + system) by role at one moment; processes that ended are not seen,
-    so take samples around a run of long-lived servers (their CPU is what this is for)."""
-
-    seconds: dict[str, float]
-
-    def since(self, before: HostCpu) -> dict[str, float]:
-        return {r: self.seconds.get(r, 0.0) - before.seconds.get(r, 0.0) for r in ROLES}
-
-
-def sample() -> HostCpu:
-    totals = dict.fromkeys(ROLES, 0.0)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_bytes()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue  # ended meanwhile
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        role = _role(int(entry.name), cmdline)
-        ticks = int(fields[11]) + int(fields[12])  # utime, stime
-        if role == "postgres":
-            ticks += int(fields[13]) + int(fields[14])  # cutime, cstime: ended backends
-        totals[role] += ticks / _TICK
-    totals["other"] = _machine_busy() - sum(totals.values())
-    return HostCpu(totals)
+def _cpu_seconds(stat_path: Path) -> float | None:
+    try:
+        stat = stat_path.read_bytes()
+    except OSError:
+        return None  # ended meanwhile
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
 
 
 def _machine_busy() -> float:
@@ -73,26 +51,22 @@ def _machine_busy() -> float:
     return (sum(fields[:8]) - idle) / _TICK
 
 
-def per_row(used: dict[str, float], rows: int) -> str:
-    """``pgbridge 1.94 postgres 1.20 kafka 0.80 …`` µs of CPU per row by role."""
-    return " ".join(f"{role} {used[role] / rows * 1e6:.2f}" for role in ROLES) + " us/row"
-
-
-class ThreadCpu:
-    """CPU seconds of this process's threads by name while it runs, sampled from
-    ``/proc/self/task`` every ``interval`` s (a thread that ended keeps its last sample, so a
-    thread's last ``interval`` may be missed). Threads are named after their Python name
-    with a trailing ``-N`` dropped; threads Python did not start (librdkafka's) are "native"."""
+class CpuSampler:
+    """``with CpuSampler() as cpu: <run>``, then :meth:`by_role` and :meth:`by_thread` (CPU
+    seconds used during the run); a process or thread's last ``interval`` may be missed."""
 
     def __init__(self, interval: float = 0.05) -> None:
         self._interval = interval
         self._stop = threading.Event()
-        self._last: dict[int, tuple[str, float]] = {}
+        self._thread = threading.Thread(target=self._run, name="bench-cpu-sampler", daemon=True)
+        self._processes: dict[int, tuple[str, float, float]] = {}  # pid: role, first, last
+        self._threads: dict[int, tuple[str, float, float]] = {}  # tid: name, first, last
         self._names: dict[int, str] = {}
-        self._thread = threading.Thread(target=self._run, name="bench-thread-cpu", daemon=True)
+        self._busy = 0.0
 
-    def __enter__(self) -> ThreadCpu:
-        self._base = self._read()
+    def __enter__(self) -> CpuSampler:
+        self._busy = -_machine_busy()
+        self._sample(first=True)
         self._thread.start()
         return self
 
@@ -100,32 +74,55 @@ class ThreadCpu:
         self._stop.set()
         self._thread.join()
         self._sample()
+        self._busy += _machine_busy()
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             self._sample()
 
-    def _read(self) -> dict[int, float]:
-        ticks: dict[int, float] = {}
-        for entry in Path("/proc/self/task").iterdir():
-            try:
-                stat = (entry / "stat").read_bytes()
-            except OSError:
+    def _sample(self, first: bool = False) -> None:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
                 continue
-            fields = stat[stat.rindex(b")") + 2 :].split()
-            ticks[int(entry.name)] = (int(fields[11]) + int(fields[12])) / _TICK
-        return ticks
-
-    def _sample(self) -> None:
+            pid = int(entry.name)
+            seconds = _cpu_seconds(entry / "stat")
+            if seconds is None:
+                continue
+            known = self._processes.get(pid)
+            if known is None:
+                try:
+                    role = _role(pid, (entry / "cmdline").read_bytes())
+                except OSError:
+                    continue
+                # A process started during the run used all its CPU in it.
+                known = (role, seconds if first else 0.0, seconds)
+            self._processes[pid] = (known[0], known[1], seconds)
         for running in threading.enumerate():
             if running.native_id is not None:
                 self._names[running.native_id] = re.sub(r"-\d+$", "", running.name)
-        for tid, seconds in self._read().items():
-            if tid != self._thread.native_id:
-                self._last[tid] = (self._names.get(tid, "native"), seconds)
+        for entry in Path("/proc/self/task").iterdir():
+            tid = int(entry.name)
+            seconds = _cpu_seconds(entry / "stat")
+            if seconds is None or tid == self._thread.native_id:
+                continue
+            name = self._names.get(tid, "native")
+            start = self._threads[tid][1] if tid in self._threads else (seconds if first else 0.0)
+            self._threads[tid] = (name, start, seconds)
 
-    def by_name(self) -> dict[str, float]:
+    def by_role(self) -> dict[str, float]:
+        totals = dict.fromkeys(ROLES, 0.0)
+        for role, start, last in self._processes.values():
+            totals[role] += last - start
+        totals["other"] = self._busy - sum(totals.values())
+        return totals
+
+    def by_thread(self) -> dict[str, float]:
         totals: dict[str, float] = {}
-        for tid, (name, seconds) in self._last.items():
-            totals[name] = totals.get(name, 0.0) + seconds - self._base.get(tid, 0.0)
+        for name, start, last in self._threads.values():
+            totals[name] = totals.get(name, 0.0) + last - start
         return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def per_row(used: dict[str, float], rows: int) -> str:
+    """``pgbridge 1.94 postgres 1.20 kafka 0.80 …`` µs of CPU per row by name."""
+    return " ".join(f"{name} {used[name] / rows * 1e6:.2f}" for name in used) + " us/row"

@@ -24,7 +24,10 @@ Printed for each: rows/s, MB/s (COPY bytes), the ratio to raw, this process's CP
 (user + system, all threads: librdkafka's included) beside each rate, so that a slow machine is
 told apart from slow code, the whole machine's busy CPU per row and cores busy (PostgreSQL,
 Kafka and the registry run on the same host: when the cores are all busy, no client can go
-faster), and the process's peak RSS. Numbers are measured, never asserted.
+faster), the CPU per row of each of those processes and of pgbridge's threads
+(bench/host_cpu.py), and the process's peak RSS. Each snapshot follows a raw COPY of its own
+and is compared with it (the server's speed drifts by 10-20% between minutes on a shared
+host); the median ratio per worker count closes the run. Numbers are measured, never asserted.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import statistics
 import sys
 import tempfile
 import threading
@@ -44,7 +48,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.cleanup import TOPIC_PREFIXES, delete_topics, drop_database, topic_prefix
-from bench.host_cpu import ThreadCpu, per_row, sample
+from bench.host_cpu import CpuSampler, per_row
 from bridge.config import load_config
 from bridge.devstack.stack import LocalStack, StackInfo
 from bridge.runner import run
@@ -86,15 +90,8 @@ def cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def machine_busy() -> float:
-    """Busy CPU seconds of the whole machine so far (every core, every process: /proc/stat)."""
-    with open("/proc/stat") as stat:
-        fields = [int(f) for f in stat.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def machine(busy_s: float, seconds: float, rows: int) -> str:
+def machine(sampler: CpuSampler, seconds: float, rows: int) -> str:
+    busy_s = sum(sampler.by_role().values())
     return f"machine {busy_s / rows * 1e6:5.2f} us/row ({busy_s / seconds:3.1f} cores busy)"
 
 
@@ -120,9 +117,9 @@ def raw_copy(dsn: str) -> tuple[float, float, int, int]:
 
 def snapshot(
     stack: StackInfo, dsn: str, threads: int, chunk: int
-) -> tuple[float, float, dict[str, float]]:
-    """(seconds, CPU seconds, CPU seconds by thread name) of one initial_only snapshot with
-    ``threads`` workers."""
+) -> tuple[float, float, CpuSampler]:
+    """(seconds, CPU seconds, the host's CPU by role and thread) of one initial_only snapshot
+    with ``threads`` workers."""
     slot = f"snapbench_{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as state_dir:
         config = load_config(
@@ -145,12 +142,12 @@ def snapshot(
             | OVERRIDES,
         )
         cpu0, t0 = cpu(), time.perf_counter()
-        with ThreadCpu() as threads_cpu:
+        with CpuSampler() as sampler:
             run(config, threading.Event())
         seconds, cpu_s = time.perf_counter() - t0, cpu() - cpu0
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-    return seconds, cpu_s, threads_cpu.by_name()
+    return seconds, cpu_s, sampler
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -226,17 +223,18 @@ def incremental(
 
                 quiet_until = time.monotonic() + baseline_s
                 without = stream(lambda: time.monotonic() > quiet_until)
-                busy0, cpu0, t0 = machine_busy(), cpu(), time.perf_counter()
-                send_signal(
-                    conn,
-                    "public.bench_signal",
-                    "execute-snapshot",
-                    {"data-collections": ["public.bench"], "type": "incremental"},
-                )
-                limit = time.monotonic() + 3600
-                during = stream(lambda: done() or time.monotonic() > limit)
-                seconds = time.perf_counter() - t0 - 1  # stream() waits 1 s at the end
-                cpu_s, busy = cpu() - cpu0, machine_busy() - busy0
+                with CpuSampler() as sampler:
+                    cpu0, t0 = cpu(), time.perf_counter()
+                    send_signal(
+                        conn,
+                        "public.bench_signal",
+                        "execute-snapshot",
+                        {"data-collections": ["public.bench"], "type": "incremental"},
+                    )
+                    limit = time.monotonic() + 3600
+                    during = stream(lambda: done() or time.monotonic() > limit)
+                    seconds = time.perf_counter() - t0 - 1  # stream() waits 1 s at the end
+                    cpu_s = cpu() - cpu0
         finally:
             stop.set()
             thread.join(120)
@@ -248,7 +246,7 @@ def incremental(
         f"incremental snapshot, chunks of {chunk}: {seconds:7.2f} s {rate_rows:12,.0f} rows/s "
         f"{rate_rows / (rows / baseline_snapshot_s[0]):5.2f}x the initial snapshot (1 worker)   "
         f"CPU {cpu_s / (rows + stream_rows) * 1e6:6.2f} us/change (rows + streamed)   "
-        f"{machine(busy, seconds, rows + stream_rows)}"
+        f"{machine(sampler, seconds, rows + stream_rows)}"
     )
     print(
         f"stream at {rate:,} changes/s, commit-to-acknowledgement: without the incremental "
@@ -309,33 +307,34 @@ def main() -> None:
             f"PostgreSQL {stack.postgres_major}, {args.rows:,} rows"
             f"{' (wide)' if args.wide else ''}, {os.cpu_count()} cores"
         )
-        busy0, roles0 = machine_busy(), sample()
-        raw_s, raw_cpu, rows, nbytes = raw_copy(dsn)
-        raw_busy, raw_roles = machine_busy() - busy0, sample().since(roles0)
-        raw_rate = rows / raw_s
-        print(
-            f"raw COPY binary:          {raw_s:7.2f} s {raw_rate:12,.0f} rows/s "
-            f"{nbytes / 1e6 / raw_s:8.1f} MB/s   client CPU {raw_cpu / rows * 1e6:6.2f} us/row   "
-            f"{machine(raw_busy, raw_s, rows)}"
-        )
-        print(f"    CPU by process: {per_row(raw_roles, rows)}")
+        ratios: dict[int, list[float]] = {}
         for threads in (int(t) for t in args.threads.split(",")):
-            busy0, roles0 = machine_busy(), sample()
-            seconds, cpu_s, by_thread = snapshot(stack, dsn, threads, args.chunk)
-            busy, roles = machine_busy() - busy0, sample().since(roles0)
+            # Each snapshot right after a raw COPY of its own: the ratio to the one beside it.
+            with CpuSampler() as raw_sampler:
+                raw_s, raw_cpu, rows, nbytes = raw_copy(dsn)
+            raw_rate = rows / raw_s
+            print(
+                f"raw COPY binary:          {raw_s:7.2f} s {raw_rate:12,.0f} rows/s "
+                f"{nbytes / 1e6 / raw_s:8.1f} MB/s   client CPU {raw_cpu / rows * 1e6:6.2f} "
+                f"us/row   {machine(raw_sampler, raw_s, rows)}"
+            )
+            print(f"    CPU by process: {per_row(raw_sampler.by_role(), rows)}")
+            seconds, cpu_s, sampler = snapshot(stack, dsn, threads, args.chunk)
             rate = rows / seconds
             if threads == 1:
                 baseline_snapshot_s.append(seconds)
+            ratios.setdefault(threads, []).append(rate / raw_rate)
             print(
                 f"pgbridge snapshot, {threads} worker(s): {seconds:7.2f} s {rate:12,.0f} rows/s "
                 f"{nbytes / 1e6 / seconds:8.1f} MB/s   {rate / raw_rate:5.2f}x raw   "
-                f"CPU {cpu_s / rows * 1e6:6.2f} us/row   {machine(busy, seconds, rows)}"
+                f"CPU {cpu_s / rows * 1e6:6.2f} us/row   {machine(sampler, seconds, rows)}"
             )
-            print(f"    CPU by process: {per_row(roles, rows)}")
+            print(f"    CPU by process: {per_row(sampler.by_role(), rows)}")
+            print(f"    pgbridge by thread: {per_row(sampler.by_thread(), rows)}")
+        for threads, values in ratios.items():
             print(
-                "    pgbridge by thread: "
-                + " ".join(f"{name} {s / rows * 1e6:.2f}" for name, s in by_thread.items())
-                + " us/row"
+                f"median ratio, {threads} worker(s): {statistics.median(values):.2f}x raw "
+                f"over {len(values)} round(s)"
             )
         if args.incremental:
             incremental(stack, dsn, rows, args.rate, args.incremental_chunk, args.baseline_seconds)
