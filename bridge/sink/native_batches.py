@@ -67,16 +67,14 @@ class BatchReport:
     runs for each marker that reported an error (the first error fails the batch).
     """
 
-    __slots__ = ("count", "delivered", "failed", "failure_seen", "markers", "reported", "topic")
+    __slots__ = ("count", "delivered", "failed", "failure_seen", "markers", "reported")
 
     def __init__(
         self,
-        topic: str,
         count: int,
         delivered: Callable[[int], None],
         failed: Callable[[KafkaError, Message, int], None],
     ) -> None:
-        self.topic = topic
         self.count = count
         self.delivered = delivered
         self.failed = failed

@@ -232,6 +232,13 @@ def protocol_mismatch(protocol: str, line: str) -> str | None:
     return None
 
 
+#: librdkafka's warnings about settings pgbridge makes on purpose (bridge.sink.native_batches
+#: explains why the gapless guarantee is on): logged at DEBUG, not on every start.
+EXPECTED_WARNINGS: tuple[str, ...] = (
+    "Configuration property enable.gapless.guarantee is experimental",
+)
+
+
 class ClientLog:
     """The ``logger`` of a librdkafka client: its lines go to Python logging, and connection
     failures that say ``security.protocol`` does not match the broker are reported (after
@@ -244,8 +251,10 @@ class ClientLog:
         self._repeats = 0
 
     def log(self, level: int, msg: str, *args: Any) -> None:
-        _librdkafka_logger.log(level, msg, *args)
         line = msg % args if args else msg
+        if any(expected in line for expected in EXPECTED_WARNINGS):
+            level = min(level, logging.DEBUG)
+        _librdkafka_logger.log(level, "%s", line)
         if " FAIL " not in f" {line} " and not line.startswith("FAIL"):
             return
         hint = protocol_mismatch(self._protocol, line)
@@ -529,7 +538,6 @@ class KafkaPublisher:
         assert self._native is not None
         _, on_delivered, on_failed = self._route
         report = BatchReport(
-            topic,
             len(records),
             functools.partial(self._batch_delivered, on_delivered),
             functools.partial(self._batch_failed, topic, on_failed),

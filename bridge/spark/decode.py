@@ -118,11 +118,9 @@ class SchemaCache:
             raise RegistryUnavailableError(schema_id, str(error), error.status) from exc
         except (OSError, httpx.HTTPError) as exc:  # connection refused, timeouts, resets
             error = transport_error(f"id {schema_id}", exc)
-            raise RegistryUnavailableError(
-                schema_id, str(error), 0 if error.final else None
-            ) from exc
+            raise RegistryUnavailableError(schema_id, str(error), final=error.final) from exc
         except ValueError as exc:  # an answer that is not a schema: waiting will not help
-            raise RegistryUnavailableError(schema_id, repr(exc), status=200) from exc
+            raise RegistryUnavailableError(schema_id, repr(exc), final=True) from exc
 
     def _collect_references(self, references: Any, named: dict[str, Any]) -> None:
         """Referenced schemas (recursively), keyed by the full name each one defines."""

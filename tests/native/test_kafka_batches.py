@@ -51,7 +51,7 @@ class _Message:
 def test_batch_report_delivers_once_when_every_marker_succeeded() -> None:
     delivered: list[int] = []
     failed: list[tuple[KafkaError, int]] = []
-    report = BatchReport("t", 10, delivered.append, lambda e, m, n: failed.append((e, n)))
+    report = BatchReport(10, delivered.append, lambda e, m, n: failed.append((e, n)))
     report.markers = 3
     report(None, _Message(0))
     report(None, _Message(1))
@@ -63,14 +63,14 @@ def test_batch_report_delivers_once_when_every_marker_succeeded() -> None:
 def test_batch_report_fails_the_batch_once_and_never_delivers_it() -> None:
     delivered: list[int] = []
     failed: list[tuple[KafkaError, int]] = []
-    report = BatchReport("t", 10, delivered.append, lambda e, m, n: failed.append((e, n)))
+    report = BatchReport(10, delivered.append, lambda e, m, n: failed.append((e, n)))
     report.markers = 2
     error = KafkaError(KafkaError._MSG_TIMED_OUT)
     report(error, _Message(0))
     report(None, _Message(0))
     assert delivered == []
     assert failed == [(error, 10)]  # the batch's records counted as failed once
-    report2 = BatchReport("t", 4, delivered.append, lambda e, m, n: failed.append((e, n)))
+    report2 = BatchReport(4, delivered.append, lambda e, m, n: failed.append((e, n)))
     report2.markers = 2
     report2(error, _Message(0))
     report2(error, _Message(1))

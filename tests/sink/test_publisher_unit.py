@@ -7,6 +7,7 @@ records out; nothing is mocked.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 from collections.abc import Iterator
 
@@ -241,3 +242,23 @@ def test_a_mismatch_is_reported_only_when_the_broker_repeats_it() -> None:
     assert hints == []
     log.log(20, "%s [%s] %s", *_PLAINTEXT_TO_TLS.split(" ", 2))
     assert len(hints) == 1 and "TLS listener" in hints[0]
+
+
+def test_expected_librdkafka_warnings_are_debug_lines(caplog: pytest.LogCaptureFixture) -> None:
+    """The gapless guarantee pgbridge sets on purpose is not a warning on every start; other
+    configuration warnings still are."""
+    log = ClientLog("PLAINTEXT", lambda hint: None)
+    with caplog.at_level(logging.DEBUG, logger="bridge.sink.librdkafka"):
+        log.log(
+            logging.WARNING,
+            "%s [%s] %s",
+            "CONFWARN",
+            "pgbridge#producer-1",
+            "[thrd:app]: Configuration property enable.gapless.guarantee is experimental: ...",
+        )
+        log.log(logging.WARNING, "%s", "CONFWARN [thrd:app]: Configuration property x is odd")
+    levels = [(r.levelno, r.getMessage()[:40]) for r in caplog.records]
+    assert levels == [
+        (logging.DEBUG, "CONFWARN [pgbridge#producer-1] [thrd:app"),
+        (logging.WARNING, "CONFWARN [thrd:app]: Configuration prope"),
+    ]

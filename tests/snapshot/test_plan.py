@@ -60,7 +60,7 @@ def test_select_statement_key_range_with_casts_unsorted() -> None:
     plan = _plan()
     assert select_statement(plan, Chunk(1, ("10",), ("20",))) == (
         'COPY (SELECT "id", "v" FROM "public"."t" WHERE "id" >= \'10\'::integer AND '
-        '"id" < \'20\'::integer) TO STDOUT (FORMAT binary)'
+        "\"id\" < '20'::integer) TO STDOUT (FORMAT binary)"
     )
 
 
@@ -128,5 +128,5 @@ def test_select_statement_source_query_keeps_key_ranges_and_row_filter() -> None
     )
     assert select_statement(plan, Chunk(1, ("10",), None), b"bt") == (
         'COPY (SELECT "id", "v"::text FROM (SELECT * FROM t WHERE v <> \'x\') AS "My Table" '
-        'WHERE "id" >= \'10\'::integer AND ((id > 5))) TO STDOUT (FORMAT binary)'
+        "WHERE \"id\" >= '10'::integer AND ((id > 5))) TO STDOUT (FORMAT binary)"
     )

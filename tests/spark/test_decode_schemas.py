@@ -143,3 +143,21 @@ def test_schema_cache_field_names_of_key_record() -> None:
     cache, _ = _cache()
     cache._schemas[9] = json.dumps(SOURCE)
     assert cache.field_names(9) == ("a",)
+
+
+@pytest.mark.parametrize(
+    ("status", "final", "transient"),
+    [
+        (None, False, True),  # no answer: wait
+        (503, False, True),
+        (429, False, True),
+        (401, False, False),
+        (None, True, False),  # no answer for a reason waiting does not change
+    ],
+)
+def test_registry_unavailable_is_transient_unless_final_or_a_refusal(
+    status: int | None, final: bool, transient: bool
+) -> None:
+    error = RegistryUnavailableError(7, "down", status, final=final)
+    assert error.transient is transient
+    assert str(error) == "schema id 7: down"
