@@ -62,7 +62,7 @@ class Progress:
     """Received/emitted/acknowledged positions of one slot, across reconnects."""
 
     def __init__(self, start: Lsn) -> None:
-        self._received = Lsn(start)
+        self._received: int = Lsn(start)  # a plain int on the hot path: see received
         self._acked = Lsn(start)
         self._flush = Lsn(start)
         self._keepalive_end = INVALID_LSN
@@ -82,7 +82,7 @@ class Progress:
 
     @property
     def received(self) -> Lsn:
-        return self._received
+        return _int_new(Lsn, self._received)
 
     @property
     def acknowledged(self) -> Lsn:
@@ -94,9 +94,10 @@ class Progress:
         return self._flush
 
     def on_wal_data(self, wal_start: int, wal_end: int) -> None:
-        top = wal_end if wal_end > wal_start else wal_start
-        if top > self._received:
-            self._received = _int_new(Lsn, top)  # an unsigned 64-bit value: a valid LSN
+        # Once per change: the highest position is kept as the server's int (an unsigned
+        # 64-bit value, a valid LSN) and made an Lsn when read.
+        if wal_end > self._received or wal_start > self._received:
+            self._received = wal_end if wal_end > wal_start else wal_start
 
     def on_keepalive(self, wal_end: Lsn) -> None:
         self._received = max(self._received, wal_end)
