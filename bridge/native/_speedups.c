@@ -332,6 +332,23 @@ PyDoc_STRVAR(encode_copy_row_doc,
 "as selected), scanned without Python objects in between. None when the row is not exactly one\n"
 "row of len(kinds) fields or a value needs the Python path.");
 
+/* One COPY message (bytes) as its (key, value), None where the Python path must judge it, NULL
+ * on a Python error. parts: row_plan, key_plan, key_header, value_head, source_prefix (checked
+ * by check_parts); kinds: b or t per column, len(kinds) <= MAX_COPY_COLUMNS. */
+static PyObject *copy_record(PyObject *frame, PyObject *kinds_bytes, PyObject *const *parts,
+                             int64_t seq, PyObject *tail) {
+    Py_ssize_t ncols = PyBytes_GET_SIZE(kinds_bytes);
+    char kinds[MAX_COPY_COLUMNS];
+    Py_ssize_t spans[2 * MAX_COPY_COLUMNS];
+    memcpy(kinds, PyBytes_AS_STRING(kinds_bytes), ncols);
+    const char *buf = PyBytes_AS_STRING(frame);
+    Py_ssize_t len = PyBytes_GET_SIZE(frame);
+    if (!scan_copy_into((const unsigned char *)buf, len, ncols, kinds, spans)) Py_RETURN_NONE;
+    Tuple t = {buf, len, kinds, ncols, NULL, spans};
+    return insert_record(&t, parts[0], parts[1], parts[2], parts[3], parts[4], NULL, 0, seq,
+                         tail);
+}
+
 static PyObject *encode_copy_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 9 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1])) {
@@ -342,17 +359,8 @@ static PyObject *encode_copy_row(PyObject *self, PyObject *const *args, Py_ssize
         return NULL;
     int64_t seq = PyLong_AsLongLong(args[7]);
     if (seq == -1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t ncols = PyBytes_GET_SIZE(args[1]);
-    if (ncols > MAX_COPY_COLUMNS) Py_RETURN_NONE;
-    char kinds[MAX_COPY_COLUMNS];
-    Py_ssize_t spans[2 * MAX_COPY_COLUMNS];
-    memcpy(kinds, PyBytes_AS_STRING(args[1]), ncols);
-    const char *buf = PyBytes_AS_STRING(args[0]);
-    Py_ssize_t len = PyBytes_GET_SIZE(args[0]);
-    if (!scan_copy_into((const unsigned char *)buf, len, ncols, kinds, spans)) Py_RETURN_NONE;
-    Tuple t = {buf, len, kinds, ncols, NULL, spans};
-    return insert_record(&t, args[2], args[3], args[4], args[5], args[6], NULL, 0, seq,
-                         args[8]);
+    if (PyBytes_GET_SIZE(args[1]) > MAX_COPY_COLUMNS) Py_RETURN_NONE;
+    return copy_record(args[0], args[1], args + 2, seq, args[8]);
 }
 
 PyDoc_STRVAR(encode_copy_rows_doc,
@@ -379,23 +387,14 @@ static PyObject *encode_copy_rows(PyObject *self, PyObject *const *args, Py_ssiz
     Py_ssize_t max_bytes = PyLong_AsSsize_t(args[4]);
     int64_t seq = PyLong_AsLongLong(args[11]);
     if (PyErr_Occurred()) return NULL;
-    Py_ssize_t ncols = PyBytes_GET_SIZE(args[5]);
     Py_ssize_t rows = 0, nbytes = 0;
-    if (ncols <= MAX_COPY_COLUMNS && start >= 0) {
-        char kinds[MAX_COPY_COLUMNS];
-        Py_ssize_t spans[2 * MAX_COPY_COLUMNS];
+    if (PyBytes_GET_SIZE(args[5]) <= MAX_COPY_COLUMNS && start >= 0) {
         for (Py_ssize_t i = start; i < PyList_GET_SIZE(frames) && rows < max_rows &&
                                    nbytes < max_bytes;
              i++) {
             PyObject *frame = PyList_GET_ITEM(frames, i);
             if (!PyBytes_Check(frame)) break;
-            memcpy(kinds, PyBytes_AS_STRING(args[5]), ncols);
-            const char *buf = PyBytes_AS_STRING(frame);
-            Py_ssize_t len = PyBytes_GET_SIZE(frame);
-            if (!scan_copy_into((const unsigned char *)buf, len, ncols, kinds, spans)) break;
-            Tuple t = {buf, len, kinds, ncols, NULL, spans};
-            PyObject *record = insert_record(&t, args[6], args[7], args[8], args[9], args[10],
-                                             NULL, 0, seq + rows, args[12]);
+            PyObject *record = copy_record(frame, args[5], args + 6, seq + rows, args[12]);
             if (record == NULL) return NULL;
             if (record == Py_None) {
                 Py_DECREF(record);
@@ -405,7 +404,7 @@ static PyObject *encode_copy_rows(PyObject *self, PyObject *const *args, Py_ssiz
             Py_DECREF(record);
             if (appended < 0) return NULL;
             rows++;
-            nbytes += len;
+            nbytes += PyBytes_GET_SIZE(frame);
         }
     }
     return Py_BuildValue("(nn)", rows, nbytes);

@@ -481,6 +481,17 @@ static int write_variable_decimal(Out *o, const char *p, Py_ssize_t n) {
  * text's length, or 0: malformed, or longer than cap (the Python path's, which also raises the
  * typed errors). */
 #define NUMERIC_TEXT_MAX (VSD_MAX_DIGITS + 8)
+
+/* The four decimal digits of base-10000 digit d (0 past either end); 0 if not 0..9999. */
+static int numeric_group(const unsigned char *digits, int ndigits, int d, char group[4]) {
+    int digit = d >= 0 && d < ndigits ? (int16_t)((digits[2 * d] << 8) | digits[2 * d + 1]) : 0;
+    if (digit < 0 || digit > 9999) return 0;
+    group[0] = (char)('0' + digit / 1000);
+    group[1] = (char)('0' + digit / 100 % 10);
+    group[2] = (char)('0' + digit / 10 % 10);
+    group[3] = (char)('0' + digit % 10);
+    return 1;
+}
 static Py_ssize_t numeric_binary_text(const unsigned char *p, Py_ssize_t n, char *text,
                                       Py_ssize_t cap) {
     if (n < 8) return 0;
@@ -518,6 +529,7 @@ static Py_ssize_t numeric_binary_text(const unsigned char *p, Py_ssize_t n, char
         }
     }
     Py_ssize_t len = 0;
+    char group[4];
     /* The integer part's digits, the fraction's and a sign, point and slack: within cap? */
     if ((weight >= 0 ? 4 * ((Py_ssize_t)weight + 1) : 1) + dscale + 4 > cap) return 0;
     if (sign == 0x4000) text[len++] = '-';
@@ -525,10 +537,7 @@ static Py_ssize_t numeric_binary_text(const unsigned char *p, Py_ssize_t n, char
         text[len++] = '0';
     } else {
         for (int d = 0; d <= weight; d++) {
-            int digit = d < ndigits ? (int16_t)((digits[2 * d] << 8) | digits[2 * d + 1]) : 0;
-            if (digit < 0 || digit > 9999) return 0;
-            char group[4] = {(char)('0' + digit / 1000), (char)('0' + digit / 100 % 10),
-                             (char)('0' + digit / 10 % 10), (char)('0' + digit % 10)};
+            if (!numeric_group(digits, ndigits, d, group)) return 0;
             int skip = 0;
             if (d == 0) /* no leading zeros, but at least one digit */
                 while (skip < 3 && group[skip] == '0') skip++;
@@ -539,11 +548,7 @@ static Py_ssize_t numeric_binary_text(const unsigned char *p, Py_ssize_t n, char
     if (dscale > 0) {
         text[len++] = '.';
         for (int written = 0, d = weight + 1; written < dscale; d++) {
-            int digit = d >= 0 && d < ndigits
-                            ? (int16_t)((digits[2 * d] << 8) | digits[2 * d + 1]) : 0;
-            if (digit < 0 || digit > 9999) return 0;
-            char group[4] = {(char)('0' + digit / 1000), (char)('0' + digit / 100 % 10),
-                             (char)('0' + digit / 10 % 10), (char)('0' + digit % 10)};
+            if (!numeric_group(digits, ndigits, d, group)) return 0;
             for (int k = 0; k < 4 && written < dscale; k++, written++) text[len++] = group[k];
         }
     }
@@ -705,6 +710,13 @@ int write_value(Out *o, int op, int item_op, int binary, const char *p, Py_ssize
         /* An Avro int beyond int32 is the Python writer's error to report. */
         if (op == OP_INT32 && (v > INT32_MAX || v < INT32_MIN)) return 0;
         return out_long(o, v) ? 1 : -1;
+    case OP_JSONB: /* the binary form: a version byte (1) before the same text */
+        if (binary) {
+            if (n < 1 || p[0] != 1) return 0;
+            p++;
+            n--;
+        }
+        /* fall through */
     case OP_STRING: {
         int ok = valid_utf8(p, n);
         if (ok <= 0) return ok;
@@ -796,18 +808,6 @@ int write_value(Out *o, int op, int item_op, int binary, const char *p, Py_ssize
         }
         return write_variable_decimal(o, p, n);
     }
-    case OP_JSONB:
-        /* The binary form: a version byte (1) before the same text. */
-        if (binary) {
-            if (n < 1 || p[0] != 1) return 0;
-            p++;
-            n--;
-        }
-        {
-            int ok = valid_utf8(p, n);
-            if (ok <= 0) return ok;
-            return out_bytes(o, p, n) ? 1 : -1;
-        }
     case OP_ARRAY:
         if (binary) return write_array_binary(o, (const unsigned char *)p, n, item_op, scale,
                                               precision);
