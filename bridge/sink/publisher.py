@@ -446,7 +446,7 @@ class KafkaPublisher:
                 # Refused before it was queued (too large for message.max.bytes, topic known
                 # not to exist, fatal producer state): as final as a failed delivery.
                 error: KafkaError = exc.args[0]
-                raise DeliveryError.from_kafka(topic, None, error) from None
+                raise self._refusal(DeliveryError.from_kafka(topic, None, error)) from None
 
     def publish_records(
         self,
@@ -560,7 +560,16 @@ class KafkaPublisher:
                 self._raise_if_failed()
                 continue
             self._in_flight -= len(records) - start  # never queued: no report will come
-            raise DeliveryError.from_kafka(topic, None, KafkaError(refused))
+            raise self._refusal(DeliveryError.from_kafka(topic, None, KafkaError(refused)))
+
+    def _refusal(self, failure: DeliveryError) -> DeliveryError:
+        """Keep a record the client refused as the publisher's failure (it refuses every
+        later record: none may land after a gap) and return it, to be raised."""
+        failures = self._failures
+        if failures.first is None:
+            failures.first = failure
+            logger.error("%s", failure)
+        return failures.first
 
     def _batch_delivered(self, on_delivered: Callable[[], None], count: int) -> None:
         self._in_flight -= count
@@ -642,8 +651,8 @@ class KafkaPublisher:
         self._in_flight -= len(refused)  # never queued: no delivery report will come
         error = errors[0]
         if isinstance(error, KafkaError):
-            raise DeliveryError.from_kafka(topic, None, error)
-        raise DeliveryError(topic, None, "produce_batch", str(error))
+            raise self._refusal(DeliveryError.from_kafka(topic, None, error))
+        raise self._refusal(DeliveryError(topic, None, "produce_batch", str(error)))
 
     def _delivery_callback(
         self,

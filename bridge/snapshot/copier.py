@@ -17,6 +17,7 @@ last one can be marked).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -142,10 +143,15 @@ class SnapshotCopier:
         if own:
             self._epochs = AckEpochs(own)
         try:
-            return self._run(stop, connections)
-        finally:
+            done = self._run(stop, connections)
+        except BaseException:
             for publisher in own:
-                publisher.close()
+                with contextlib.suppress(Exception):  # the failure propagating says what failed
+                    publisher.close()
+            raise
+        for publisher in own:
+            publisher.close()
+        return done
 
     def _run(self, stop: threading.Event, connections: list[SnapshotConnection]) -> bool:
         try:

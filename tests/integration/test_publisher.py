@@ -431,3 +431,33 @@ def test_publisher_native_batch_with_a_refused_record_in_the_middle_fails_the_ba
         assert len(delivered) <= 2
     with pytest.raises(DeliveryError):
         publisher.publish(topic, b"d", b"small", on_delivered)
+
+
+def test_publisher_raises_a_record_librdkafka_refuses_and_sends_nothing_after_it(
+    local_stack: StackInfo, kafka: KafkaConfig, opened: list[KafkaPublisher]
+) -> None:
+    # publish_records (the snapshot's path) hands a record over message.max.bytes to the
+    # client, which refuses it at once: a DeliveryError naming the topic and reason, and the
+    # publisher refuses every later record; the records before it land, none after it.
+    topic = _topic("refused")
+    publisher = KafkaPublisher(
+        kafka,
+        TopicCreationConfig(partitions=1, replication_factor=1),
+        extra_config={"message.max.bytes": 4096},
+    )
+    opened.append(publisher)
+    delivered: list[int] = []
+    on_delivered = partial(delivered.append, 1)
+    with pytest.raises(DeliveryError) as raised:  # at once on the produce_batch path
+        publisher.publish_records(topic, [(b"a", b"first"), (b"b", b"x" * 8192)], on_delivered)
+        publisher.publish_records(topic, [(b"c", b"after")], on_delivered)
+        publisher.flush(30)
+    assert raised.value.topic == topic and raised.value.code == "MSG_SIZE_TOO_LARGE"
+    with pytest.raises(DeliveryError):
+        publisher.publish(topic, b"d", b"later", on_delivered)
+    probe = KafkaPublisher(kafka, TopicCreationConfig(partitions=1, replication_factor=1))
+    opened.append(probe)
+    probe.publish(topic, b"z", b"probe", lambda: None)
+    assert probe.flush(30) == 0
+    got = _consume(local_stack.bootstrap_servers, topic, 2)
+    assert [v for _, _, v in got] == [b"first", b"probe"]

@@ -121,7 +121,9 @@ def test_publisher_refuses_record_over_the_producer_size_limit(no_broker: KafkaC
         publisher.publish("t1", b"k", b"x" * 5000, lambda: None)
     assert (raised.value.topic, raised.value.partition) == ("t1", None)
     assert raised.value.code == "MSG_SIZE_TOO_LARGE"
-    publisher.close(0)
+    with pytest.raises(DeliveryError):  # refused for good: no later record may land
+        publisher.publish("t1", b"k", b"small", lambda: None)
+    publisher.abandon(0)
 
 
 def test_publisher_reraises_exception_from_callback_in_poll(publisher: KafkaPublisher) -> None:
