@@ -69,7 +69,7 @@ stack-status: $(VENV)/.installed
 	$(BIN)/pgbridge dev status
 
 # The C accelerator is compiled by the install: a changed source reinstalls.
-$(VENV)/.installed: pyproject.toml dev-stack/check-prereqs.sh bridge/native/_speedups.c bridge/native/values.c bridge/native/values.h bridge/native/_kafka.c bridge/native/_pqread.c
+$(VENV)/.installed: pyproject.toml dev-stack/check-prereqs.sh bridge/native/_speedups.c bridge/native/values.c bridge/native/values.h bridge/native/_kafka.c bridge/native/_pqread.c bridge/native/packed.h
 	bash dev-stack/check-prereqs.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 from bridge.pgoutput.lsn import Lsn
 from bridge.pgoutput.messages import (
     COLUMN_FLAG_KEY,
@@ -53,3 +55,13 @@ def relation(
 
 def lsn(text: str) -> Lsn:
     return Lsn.parse(text)
+
+
+def pack_records(records: list[tuple[bytes | None, bytes]]) -> bytearray:
+    """Records in the packed form of bridge/native/packed.h, written independently of the C
+    code: int32 big-endian key length (-1: none), key, int32 big-endian value length, value."""
+    out = bytearray()
+    for key, value in records:
+        out += struct.pack("!i", -1 if key is None else len(key)) + (key or b"")
+        out += struct.pack("!i", len(value)) + value
+    return out

@@ -14,7 +14,9 @@
 - :func:`encode_copy_row`: one binary COPY row straight to the framed key and envelope value of
   its snapshot (``r``) record, for :class:`bridge.sink.serializer.CopyLane`;
   :func:`encode_copy_rows` the same for a block of COPY messages in one call (the snapshot's
-  workers, :mod:`bridge.snapshot.reader`).
+  workers, :mod:`bridge.snapshot.reader`), as tuples or packed into one ``bytearray``
+  (``packed.h``: no Python object per record; :func:`unpack_records` reads them back, and
+  ``bridge.native._kafka.produce_packed`` hands them to librdkafka).
 
 Built when the package is installed (``pip install -e .`` compiles it; a machine without a C
 compiler gets the pure-Python paths, same output). Neither decides anything: for any input
@@ -60,7 +62,7 @@ EncodeCopyRows = Callable[
     [
         list[bytes],
         int,
-        list[Any],
+        list[Any] | bytearray,
         int,
         int,
         bytes,
@@ -74,6 +76,7 @@ EncodeCopyRows = Callable[
     ],
     tuple[int, int],
 ]
+UnpackRecords = Callable[[bytes | bytearray, int, int], list[tuple[bytes | None, bytes]]]
 
 encode_row: EncodeRow | None
 scan_tuple: ScanTuple | None
@@ -84,6 +87,7 @@ configure_messages: ConfigureMessages | None
 scan_copy_row: ScanCopyRow | None
 encode_copy_row: EncodeCopyRow | None
 encode_copy_rows: EncodeCopyRows | None
+unpack_records: UnpackRecords | None
 try:
     from bridge.native._speedups import (
         configure_messages,
@@ -95,14 +99,17 @@ try:
         encode_source,
         scan_copy_row,
         scan_tuple,
+        unpack_records,
     )
 except ImportError:  # not built (no compiler at install time)
     encode_row = scan_tuple = encode_insert = scan_copy_row = encode_copy_row = None
     encode_copy_rows = encode_source = decode_insert = configure_messages = None
+    unpack_records = None
 
 if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
     encode_row = scan_tuple = encode_insert = scan_copy_row = encode_copy_row = None
     encode_copy_rows = encode_source = decode_insert = configure_messages = None
+    unpack_records = None
 
 #: True when the C accelerators are in use.
 ENABLED = encode_row is not None
@@ -118,6 +125,7 @@ __all__ = [
     "EncodeSource",
     "ScanCopyRow",
     "ScanTuple",
+    "UnpackRecords",
     "configure_messages",
     "decode_insert",
     "encode_copy_row",
@@ -127,4 +135,5 @@ __all__ = [
     "encode_source",
     "scan_copy_row",
     "scan_tuple",
+    "unpack_records",
 ]

@@ -40,6 +40,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "packed.h"
+
 typedef struct rd_kafka_s rd_kafka_t;
 typedef struct rd_kafka_topic_s rd_kafka_topic_t;
 typedef struct rd_kafka_topic_conf_s rd_kafka_topic_conf_t;
@@ -195,61 +197,36 @@ static PyObject *murmur2_partition(PyObject *self, PyObject *args) {
     return PyLong_FromLong((long)((h & 0x7fffffff) % (uint32_t)partitions));
 }
 
-/* produce(producer, topic, records, start, partitions, null_key_partition, marker)
- *   -> (next, error_code or None, markers)
- *
- * Queues records[start:] (a list of (key, value) tuples of bytes or None) with copies of
- * their bytes. Markers (first and last record of each partition of the whole list) carry a
- * delivery report to `marker`; `markers` is how many the whole list has, the same on every
- * call for one list. Stops at the first record librdkafka refuses: `next` is its index and
- * `error_code` librdkafka's reason (e.g. _QUEUE_FULL: call again from `next` after a poll), or
- * `next == len(records)` and None when all were queued. */
-static PyObject *produce(PyObject *self, PyObject *args) {
-    PyObject *producer, *capsule, *records, *marker;
-    Py_ssize_t start;
-    int partitions, null_key_partition;
-    if (!PyArg_ParseTuple(args, "OOO!niiO", &producer, &capsule, &PyList_Type, &records, &start,
-                          &partitions, &null_key_partition, &marker))
-        return NULL;
-    if (producer_handle(producer) == NULL) return NULL;
-    rd_kafka_topic_t *rkt = PyCapsule_GetPointer(capsule, TOPIC_CAPSULE);
-    if (rkt == NULL) return NULL;
-    if (partitions <= 0 || null_key_partition < 0 || null_key_partition >= partitions) {
-        PyErr_SetString(PyExc_ValueError, "bad partition count or null-key partition");
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(records);
-    if (start < 0 || start > n) {
-        PyErr_SetString(PyExc_ValueError, "start out of range");
-        return NULL;
-    }
+/* One record's key and value (NULL: none), pointing into memory the caller keeps alive. */
+typedef struct {
+    const void *key;
+    size_t key_len;
+    const void *value;
+    size_t len;
+} Rec;
+
+/* Queue recs[start:n] of a batch of n records with copies of their bytes; markers (first and
+ * last record of each partition of the whole batch) carry a delivery report to `marker`.
+ * Returns (next, error_code or None, markers) as produce() does (`offset` added to next). */
+static PyObject *produce_recs(PyObject *producer, rd_kafka_topic_t *rkt, const Rec *recs,
+                              Py_ssize_t n, Py_ssize_t start, Py_ssize_t offset, int partitions,
+                              int null_key_partition, PyObject *marker) {
     int32_t *where = PyMem_Malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
     Py_ssize_t *last = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)partitions);
     Py_ssize_t *first = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)partitions);
+    rd_kafka_message_t *batch = NULL;
     if (where == NULL || last == NULL || first == NULL) {
-        PyMem_Free(where), PyMem_Free(last), PyMem_Free(first);
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        goto fail;
     }
     for (int p = 0; p < partitions; p++) first[p] = last[p] = -1;
-    /* Pass 1 over the whole list: partitions and the marker positions (so that a call
+    /* Pass 1 over the whole batch: partitions and the marker positions (so that a call
      * resuming at `start` marks the same records as the first call). */
     Py_ssize_t markers = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *record = PyList_GET_ITEM(records, i);
-        if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) != 2) {
-            PyErr_Format(PyExc_TypeError, "record %zd is not a (key, value) tuple", i);
-            goto fail;
-        }
-        PyObject *key = PyTuple_GET_ITEM(record, 0), *value = PyTuple_GET_ITEM(record, 1);
-        if ((key != Py_None && !PyBytes_Check(key)) || (value != Py_None && !PyBytes_Check(value))) {
-            PyErr_Format(PyExc_TypeError, "record %zd: key and value must be bytes or None", i);
-            goto fail;
-        }
-        int32_t p = key == Py_None
+        int32_t p = recs[i].key == NULL
                         ? null_key_partition
-                        : (int32_t)((murmur2((const unsigned char *)PyBytes_AS_STRING(key),
-                                             (size_t)PyBytes_GET_SIZE(key)) &
-                                     0x7fffffff) %
+                        : (int32_t)((murmur2(recs[i].key, recs[i].key_len) & 0x7fffffff) %
                                     (uint32_t)partitions);
         where[i] = p;
         if (first[p] < 0) first[p] = i;
@@ -264,26 +241,20 @@ static PyObject *produce(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "batch too large");
         goto fail;
     }
-    rd_kafka_message_t *batch = PyMem_Calloc((size_t)(count ? count : 1), sizeof(*batch));
+    batch = PyMem_Calloc((size_t)(count ? count : 1), sizeof(*batch));
     if (batch == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
     for (Py_ssize_t j = 0; j < count; j++) {
         Py_ssize_t i = start + j;
-        PyObject *record = PyList_GET_ITEM(records, i);
-        PyObject *key = PyTuple_GET_ITEM(record, 0), *value = PyTuple_GET_ITEM(record, 1);
         int32_t p = where[i];
         rd_kafka_message_t *m = &batch[j];
         m->partition = p;
-        if (value != Py_None) {
-            m->payload = PyBytes_AS_STRING(value);
-            m->len = (size_t)PyBytes_GET_SIZE(value);
-        }
-        if (key != Py_None) {
-            m->key = PyBytes_AS_STRING(key);
-            m->key_len = (size_t)PyBytes_GET_SIZE(key);
-        }
+        m->payload = (void *)recs[i].value;
+        m->len = recs[i].value != NULL ? recs[i].len : 0;
+        m->key = (void *)recs[i].key;
+        m->key_len = recs[i].key != NULL ? recs[i].key_len : 0;
         if (first[p] == i || last[p] == i) {
             ConfluentMsgstate *state = calloc(1, sizeof(*state)); /* confluent-kafka free()s it */
             if (state == NULL) {
@@ -291,7 +262,6 @@ static PyObject *produce(PyObject *self, PyObject *args) {
                     ConfluentMsgstate *made = batch[k]._private;
                     if (made != NULL) Py_DECREF(made->dr_cb), free(made);
                 }
-                PyMem_Free(batch);
                 PyErr_NoMemory();
                 goto fail;
             }
@@ -302,8 +272,8 @@ static PyObject *produce(PyObject *self, PyObject *args) {
         }
     }
     /* librdkafka copies the records (F_COPY) with the GIL released: the other Python threads
-     * (the snapshot's workers, the WAL reader) run meanwhile. The caller's list keeps every
-     * key and value alive and is not changed during the call (one thread owns a publisher). */
+     * (the snapshot's workers, the WAL reader) run meanwhile. The caller's objects keep every
+     * key and value alive and are not changed during the call (one thread owns a publisher). */
     Py_BEGIN_ALLOW_THREADS
     p_rd_kafka_produce_batch(rkt, 0, RD_KAFKA_MSG_F_COPY | RD_KAFKA_MSG_F_PARTITION, batch,
                              (int)count);
@@ -328,11 +298,118 @@ static PyObject *produce(PyObject *self, PyObject *args) {
     PyMem_Free(batch);
     PyMem_Free(where), PyMem_Free(last), PyMem_Free(first);
     if (reordered) refused = RD_KAFKA_RESP_ERR__FAIL;
-    if (refused != 0) return Py_BuildValue("(nin)", start + queued, refused, markers);
-    return Py_BuildValue("(nOn)", n, Py_None, markers);
+    if (refused != 0) return Py_BuildValue("(nin)", offset + start + queued, refused, markers);
+    return Py_BuildValue("(nOn)", offset + n, Py_None, markers);
 fail:
+    PyMem_Free(batch);
     PyMem_Free(where), PyMem_Free(last), PyMem_Free(first);
     return NULL;
+}
+
+/* The producer's topic handle and partition arguments, checked: the handle, or NULL. */
+static rd_kafka_topic_t *produce_target(PyObject *producer, PyObject *capsule, int partitions,
+                                        int null_key_partition) {
+    if (producer_handle(producer) == NULL) return NULL;
+    rd_kafka_topic_t *rkt = PyCapsule_GetPointer(capsule, TOPIC_CAPSULE);
+    if (rkt == NULL) return NULL;
+    if (partitions <= 0 || null_key_partition < 0 || null_key_partition >= partitions) {
+        PyErr_SetString(PyExc_ValueError, "bad partition count or null-key partition");
+        return NULL;
+    }
+    return rkt;
+}
+
+/* produce(producer, topic, records, start, partitions, null_key_partition, marker)
+ *   -> (next, error_code or None, markers)
+ *
+ * Queues records[start:] (a list of (key, value) tuples of bytes or None) with copies of
+ * their bytes. Markers (first and last record of each partition of the whole list) carry a
+ * delivery report to `marker`; `markers` is how many the whole list has, the same on every
+ * call for one list. Stops at the first record librdkafka refuses: `next` is its index and
+ * `error_code` librdkafka's reason (e.g. _QUEUE_FULL: call again from `next` after a poll), or
+ * `next == len(records)` and None when all were queued. */
+static PyObject *produce(PyObject *self, PyObject *args) {
+    PyObject *producer, *capsule, *records, *marker;
+    Py_ssize_t start;
+    int partitions, null_key_partition;
+    if (!PyArg_ParseTuple(args, "OOO!niiO", &producer, &capsule, &PyList_Type, &records, &start,
+                          &partitions, &null_key_partition, &marker))
+        return NULL;
+    rd_kafka_topic_t *rkt = produce_target(producer, capsule, partitions, null_key_partition);
+    if (rkt == NULL) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    if (start < 0 || start > n) {
+        PyErr_SetString(PyExc_ValueError, "start out of range");
+        return NULL;
+    }
+    Rec *recs = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*recs));
+    if (recs == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *record = PyList_GET_ITEM(records, i);
+        if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) != 2) {
+            PyErr_Format(PyExc_TypeError, "record %zd is not a (key, value) tuple", i);
+            PyMem_Free(recs);
+            return NULL;
+        }
+        PyObject *key = PyTuple_GET_ITEM(record, 0), *value = PyTuple_GET_ITEM(record, 1);
+        if ((key != Py_None && !PyBytes_Check(key)) || (value != Py_None && !PyBytes_Check(value))) {
+            PyErr_Format(PyExc_TypeError, "record %zd: key and value must be bytes or None", i);
+            PyMem_Free(recs);
+            return NULL;
+        }
+        if (key != Py_None) {
+            recs[i].key = PyBytes_AS_STRING(key);
+            recs[i].key_len = (size_t)PyBytes_GET_SIZE(key);
+        }
+        if (value != Py_None) {
+            recs[i].value = PyBytes_AS_STRING(value);
+            recs[i].len = (size_t)PyBytes_GET_SIZE(value);
+        }
+    }
+    PyObject *result =
+        produce_recs(producer, rkt, recs, n, start, 0, partitions, null_key_partition, marker);
+    PyMem_Free(recs);
+    return result;
+}
+
+/* produce_packed(producer, topic, pack, first, stop, start, partitions, null_key_partition,
+ *                marker) -> (next, error_code or None, markers)
+ *
+ * produce() of records first .. stop - 1 of packed records (packed.h; a bytearray the caller
+ * does not change during the call), resuming at record `start` (first <= start <= stop);
+ * `next` is a record number of the pack. */
+static PyObject *produce_packed(PyObject *self, PyObject *args) {
+    PyObject *producer, *capsule, *pack, *marker;
+    Py_ssize_t first, stop, start;
+    int partitions, null_key_partition;
+    if (!PyArg_ParseTuple(args, "OOO!nnniiO", &producer, &capsule, &PyByteArray_Type, &pack,
+                          &first, &stop, &start, &partitions, &null_key_partition, &marker))
+        return NULL;
+    rd_kafka_topic_t *rkt = produce_target(producer, capsule, partitions, null_key_partition);
+    if (rkt == NULL) return NULL;
+    if (first < 0 || stop < first || start < first || start > stop) {
+        PyErr_SetString(PyExc_ValueError, "first, stop or start out of range");
+        return NULL;
+    }
+    Py_ssize_t n = stop - first;
+    Rec *recs = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*recs));
+    if (recs == NULL) return PyErr_NoMemory();
+    const unsigned char *buf = (const unsigned char *)PyByteArray_AS_STRING(pack), *key, *value;
+    Py_ssize_t len = PyByteArray_GET_SIZE(pack), pos = 0, key_len, value_len;
+    for (Py_ssize_t i = 0; i < stop; i++) {
+        if (!packed_next(buf, len, &pos, &key, &key_len, &value, &value_len)) {
+            PyErr_Format(PyExc_ValueError, "packed records end at record %zd, before %zd", i,
+                         stop);
+            PyMem_Free(recs);
+            return NULL;
+        }
+        if (i < first) continue;
+        recs[i - first] = (Rec){key, (size_t)key_len, value, (size_t)value_len};
+    }
+    PyObject *result = produce_recs(producer, rkt, recs, n, start - first, first, partitions,
+                                    null_key_partition, marker);
+    PyMem_Free(recs);
+    return result;
 }
 
 /* Marker(callable, cleared): the delivery-report callable given to produce().
@@ -404,6 +481,9 @@ static PyMethodDef methods[] = {
      "murmur2_partition(key, partitions): the Java client's default partition of a key"},
     {"produce", produce, METH_VARARGS,
      "produce(producer, topic, records, start, partitions, null_key_partition, marker)"},
+    {"produce_packed", produce_packed, METH_VARARGS,
+     "produce_packed(producer, topic, pack, first, stop, start, partitions, null_key_partition, "
+     "marker)"},
     {NULL, NULL, 0, NULL},
 };
 

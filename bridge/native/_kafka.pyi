@@ -15,6 +15,18 @@ def produce(
     marker: Marker,
     /,
 ) -> tuple[int, int | None, int]: ...
+def produce_packed(
+    producer: Any,
+    topic: object,
+    pack: bytearray,
+    first: int,
+    stop: int,
+    start: int,
+    partitions: int,
+    null_key_partition: int,
+    marker: Marker,
+    /,
+) -> tuple[int, int | None, int]: ...
 
 class Marker:
     def __init__(

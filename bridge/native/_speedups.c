@@ -33,6 +33,7 @@
  * (an array of decimals keeps its items' scale and precision in [5] and [6]).
  */
 #include "values.h"
+#include "packed.h"
 #include <structmember.h> /* T_OBJECT_EX: the slot kind decode_insert writes */
 
 /* ---- a record ------------------------------------------------------------------------------ */
@@ -196,51 +197,45 @@ static int write_source(Out *o, PyObject *source, int64_t lsn) {
            out_str(o, PyTuple_GET_ITEM(source, 3));
 }
 
-/* The framed key and value of an insert of the row t (encode_insert's contract); parts are
- * row_plan, key_plan, key_header, value_head, then the source block up to seq: source_prefix
- * whole (bytes), or source (a SourceParts tuple) at lsn; then seq and tail. */
-static PyObject *insert_record(const Tuple *t, PyObject *row_plan, PyObject *key_plan,
-                               PyObject *key_header, PyObject *value_head,
-                               PyObject *source_prefix, PyObject *source, int64_t lsn,
-                               int64_t seq, PyObject *tail) {
-    Out value;
-    out_init(&value);
-    int r = out_raw(&value, PyBytes_AS_STRING(value_head), PyBytes_GET_SIZE(value_head)) ? 1 : -1;
+/* The framed key and value of an insert of the row t (encode_insert's contract) into two
+ * buffers: 1 = written, 0 = the Python path, -1 = Python error. Parts are row_plan, key_plan
+ * (Py_None: no key, `key` untouched), key_header, value_head, then the source block up to seq:
+ * source_prefix whole (bytes), or source (a SourceParts tuple) at lsn; then seq and tail. */
+static int write_insert(Out *key, Out *value, const Tuple *t, PyObject *row_plan,
+                        PyObject *key_plan, PyObject *key_header, PyObject *value_head,
+                        PyObject *source_prefix, PyObject *source, int64_t lsn, int64_t seq,
+                        PyObject *tail) {
+    int r = out_str(value, value_head) ? 1 : -1;
     if (r == 1)
-        r = write_record(&value, t, (const unsigned char *)PyBytes_AS_STRING(row_plan),
+        r = write_record(value, t, (const unsigned char *)PyBytes_AS_STRING(row_plan),
                          PyBytes_GET_SIZE(row_plan));
     if (r == 1 &&
-        !((source_prefix ? out_str(&value, source_prefix) : write_source(&value, source, lsn)) &&
-          out_long(&value, seq) && out_str(&value, tail)))
+        !((source_prefix ? out_str(value, source_prefix) : write_source(value, source, lsn)) &&
+          out_long(value, seq) && out_str(value, tail)))
         r = -1;
+    if (r != 1 || key_plan == Py_None) return r;
+    r = out_str(key, key_header) ? 1 : -1;
+    if (r == 1)
+        r = write_record(key, t, (const unsigned char *)PyBytes_AS_STRING(key_plan),
+                         PyBytes_GET_SIZE(key_plan));
+    return r;
+}
+
+/* write_insert's outcome as encode_insert's answer: (key or None, value), None, or NULL. The
+ * buffers are freed. */
+static PyObject *record_tuple(int r, Out *key, int has_key, Out *value) {
     if (r != 1) {
-        out_free(&value);
+        out_free(key);
+        out_free(value);
         if (r < 0) return NULL;
         Py_RETURN_NONE;
     }
-    PyObject *key_bytes;
-    if (key_plan != Py_None) {
-        Out key;
-        out_init(&key);
-        r = out_raw(&key, PyBytes_AS_STRING(key_header), PyBytes_GET_SIZE(key_header)) ? 1 : -1;
-        if (r == 1)
-            r = write_record(&key, t, (const unsigned char *)PyBytes_AS_STRING(key_plan),
-                             PyBytes_GET_SIZE(key_plan));
-        if (r != 1) {
-            out_free(&key);
-            out_free(&value);
-            if (r < 0) return NULL;
-            Py_RETURN_NONE;
-        }
-        key_bytes = finish(&key);
-        if (!key_bytes) {
-            out_free(&value);
-            return NULL;
-        }
-    } else {
-        key_bytes = Py_NewRef(Py_None);
+    PyObject *key_bytes = has_key ? finish(key) : (out_free(key), Py_NewRef(Py_None));
+    if (!key_bytes) {
+        out_free(value);
+        return NULL;
     }
-    PyObject *value_bytes = finish(&value);
+    PyObject *value_bytes = finish(value);
     if (!value_bytes) {
         Py_DECREF(key_bytes);
         return NULL;
@@ -254,6 +249,18 @@ static PyObject *insert_record(const Tuple *t, PyObject *row_plan, PyObject *key
     PyTuple_SET_ITEM(result, 0, key_bytes);
     PyTuple_SET_ITEM(result, 1, value_bytes);
     return result;
+}
+
+static PyObject *insert_record(const Tuple *t, PyObject *row_plan, PyObject *key_plan,
+                               PyObject *key_header, PyObject *value_head,
+                               PyObject *source_prefix, PyObject *source, int64_t lsn,
+                               int64_t seq, PyObject *tail) {
+    Out key, value;
+    out_init(&key);
+    out_init(&value);
+    int r = write_insert(&key, &value, t, row_plan, key_plan, key_header, value_head,
+                         source_prefix, source, lsn, seq, tail);
+    return record_tuple(r, &key, key_plan != Py_None, &value);
 }
 
 /* The parts' types, shared by encode_insert and encode_copy_row: 0 = fine, -1 = TypeError.
@@ -332,21 +339,45 @@ PyDoc_STRVAR(encode_copy_row_doc,
 "as selected), scanned without Python objects in between. None when the row is not exactly one\n"
 "row of len(kinds) fields or a value needs the Python path.");
 
-/* One COPY message (bytes) as its (key, value), None where the Python path must judge it, NULL
- * on a Python error. parts: row_plan, key_plan, key_header, value_head, source_prefix (checked
- * by check_parts); kinds: b or t per column, len(kinds) <= MAX_COPY_COLUMNS. */
-static PyObject *copy_record(PyObject *frame, PyObject *kinds_bytes, PyObject *const *parts,
-                             int64_t seq, PyObject *tail) {
+/* One COPY message (bytes) into the key and value buffers: 1 = written, 0 = the Python path
+ * must judge it, -1 = Python error. parts: row_plan, key_plan, key_header, value_head,
+ * source_prefix (checked by check_parts); kinds: b or t per column, at most MAX_COPY_COLUMNS. */
+static int copy_row(PyObject *frame, PyObject *kinds_bytes, PyObject *const *parts, int64_t seq,
+                    PyObject *tail, Out *key, Out *value) {
     Py_ssize_t ncols = PyBytes_GET_SIZE(kinds_bytes);
     char kinds[MAX_COPY_COLUMNS];
     Py_ssize_t spans[2 * MAX_COPY_COLUMNS];
     memcpy(kinds, PyBytes_AS_STRING(kinds_bytes), ncols);
     const char *buf = PyBytes_AS_STRING(frame);
     Py_ssize_t len = PyBytes_GET_SIZE(frame);
-    if (!scan_copy_into((const unsigned char *)buf, len, ncols, kinds, spans)) Py_RETURN_NONE;
+    if (!scan_copy_into((const unsigned char *)buf, len, ncols, kinds, spans)) return 0;
     Tuple t = {buf, len, kinds, ncols, NULL, spans};
-    return insert_record(&t, parts[0], parts[1], parts[2], parts[3], parts[4], NULL, 0, seq,
-                         tail);
+    return write_insert(key, value, &t, parts[0], parts[1], parts[2], parts[3], parts[4], NULL, 0,
+                        seq, tail);
+}
+
+/* A written record appended to a bytearray of packed records (packed.h) whose first *used
+ * bytes are records: 1, or -1 on error. The bytearray grows by doubling (its size is cut back
+ * to *used by the caller at the end), not by a reallocation per record. */
+static int append_packed(PyObject *pack, Py_ssize_t *used, const Out *key, int has_key,
+                         const Out *value) {
+    if (key->len > INT32_MAX || value->len > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a record over 2 GiB");
+        return -1;
+    }
+    Py_ssize_t at = *used;
+    Py_ssize_t n = 8 + (has_key ? key->len : 0) + value->len;
+    Py_ssize_t size = PyByteArray_GET_SIZE(pack);
+    if (at + n > size && PyByteArray_Resize(pack, Py_MAX(at + n, 2 * size + 4096)) < 0)
+        return -1;
+    *used = at + n;
+    unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(pack) + at;
+    packed_put_int32(p, has_key ? (int32_t)key->len : -1);
+    p += 4;
+    if (has_key) memcpy(p, key->data, key->len), p += key->len;
+    packed_put_int32(p, (int32_t)value->len);
+    memcpy(p + 4, value->data, value->len);
+    return 1;
 }
 
 static PyObject *encode_copy_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -360,23 +391,28 @@ static PyObject *encode_copy_row(PyObject *self, PyObject *const *args, Py_ssize
     int64_t seq = PyLong_AsLongLong(args[7]);
     if (seq == -1 && PyErr_Occurred()) return NULL;
     if (PyBytes_GET_SIZE(args[1]) > MAX_COPY_COLUMNS) Py_RETURN_NONE;
-    return copy_record(args[0], args[1], args + 2, seq, args[8]);
+    Out key, value;
+    out_init(&key);
+    out_init(&value);
+    int r = copy_row(args[0], args[1], args + 2, seq, args[8], &key, &value);
+    return record_tuple(r, &key, args[3] != Py_None, &value);
 }
 
 PyDoc_STRVAR(encode_copy_rows_doc,
 "encode_copy_rows(frames, start, items, max_rows, max_bytes, kinds, row_plan, key_plan,\n"
 "                 key_header, value_head, source_prefix, seq, tail) -> (rows, nbytes)\n\n"
 "encode_copy_row of frames[start], frames[start + 1], ... (row i at seq + i), each (key, value)\n"
-"appended to the list items, until a frame encode_copy_row would answer None for (left for\n"
+"appended to items: a list (as a tuple), or a bytearray (packed, see packed.h), until a frame encode_copy_row would answer None for (left for\n"
 "the Python path), the end of frames, max_rows rows or max_bytes bytes of frames: the rows\n"
 "taken and their frames' bytes. One call per batch of COPY messages instead of one per row.");
 
 static PyObject *encode_copy_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 13 || !PyList_Check(args[0]) || !PyList_Check(args[2]) ||
-        !PyBytes_Check(args[5])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "encode_copy_rows(list, int, list, int, int, bytes, ...) takes 13 arguments");
+    if (nargs != 13 || !PyList_Check(args[0]) ||
+        !(PyList_Check(args[2]) || PyByteArray_Check(args[2])) || !PyBytes_Check(args[5])) {
+        PyErr_SetString(
+            PyExc_TypeError,
+            "encode_copy_rows(list, int, list | bytearray, int, int, bytes, ...) takes 13 arguments");
         return NULL;
     }
     PyObject *frames = args[0], *items = args[2];
@@ -388,26 +424,87 @@ static PyObject *encode_copy_rows(PyObject *self, PyObject *const *args, Py_ssiz
     int64_t seq = PyLong_AsLongLong(args[11]);
     if (PyErr_Occurred()) return NULL;
     Py_ssize_t rows = 0, nbytes = 0;
+    int packed = PyByteArray_Check(items), has_key = args[7] != Py_None, failed = 0;
+    Py_ssize_t used = packed ? PyByteArray_GET_SIZE(items) : 0;
     if (PyBytes_GET_SIZE(args[5]) <= MAX_COPY_COLUMNS && start >= 0) {
         for (Py_ssize_t i = start; i < PyList_GET_SIZE(frames) && rows < max_rows &&
                                    nbytes < max_bytes;
              i++) {
             PyObject *frame = PyList_GET_ITEM(frames, i);
             if (!PyBytes_Check(frame)) break;
-            PyObject *record = copy_record(frame, args[5], args + 6, seq + rows, args[12]);
-            if (record == NULL) return NULL;
-            if (record == Py_None) {
-                Py_DECREF(record);
+            Out key, value;
+            out_init(&key);
+            out_init(&value);
+            int r = copy_row(frame, args[5], args + 6, seq + rows, args[12], &key, &value);
+            if (r == 1 && packed) {
+                r = append_packed(items, &used, &key, has_key, &value);
+                out_free(&key);
+                out_free(&value);
+            } else if (r == 1) {
+                PyObject *record = record_tuple(r, &key, has_key, &value);
+                r = record == NULL ? -1 : PyList_Append(items, record) < 0 ? -1 : 1;
+                Py_XDECREF(record);
+            } else {
+                out_free(&key);
+                out_free(&value);
+            }
+            if (r < 0) {
+                failed = 1;
                 break;
             }
-            int appended = PyList_Append(items, record);
-            Py_DECREF(record);
-            if (appended < 0) return NULL;
+            if (r == 0) break;
             rows++;
             nbytes += PyBytes_GET_SIZE(frame);
         }
     }
+    if (packed && PyByteArray_GET_SIZE(items) != used) {
+        /* Back to the records' size (a shrink by at most half keeps the buffer). */
+        if (failed) {
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            if (PyByteArray_Resize(items, used) < 0) PyErr_Clear();
+            PyErr_Restore(type, value, traceback);
+        } else if (PyByteArray_Resize(items, used) < 0) {
+            return NULL;
+        }
+    }
+    if (failed) return NULL;
     return Py_BuildValue("(nn)", rows, nbytes);
+}
+
+PyDoc_STRVAR(unpack_records_doc,
+"unpack_records(pack, start, stop) -> [(key, value), ...]\n\n"
+"Records start .. stop - 1 of packed records (a bytes-like object written by encode_copy_rows\n"
+"into a bytearray, see packed.h) as (key or None, value) tuples of bytes.");
+
+static PyObject *unpack_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "unpack_records(pack, start, stop) takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), stop = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *records = PyList_New(0);
+    const unsigned char *buf = view.buf, *key, *value;
+    Py_ssize_t pos = 0, key_len, value_len;
+    for (Py_ssize_t i = 0; records != NULL && i < stop; i++) {
+        if (!packed_next(buf, view.len, &pos, &key, &key_len, &value, &value_len)) {
+            PyErr_Format(PyExc_ValueError, "packed records end at record %zd, before %zd", i,
+                         stop);
+            Py_CLEAR(records);
+            break;
+        }
+        if (i < start) continue;
+        PyObject *record = Py_BuildValue("(y#y#)", (const char *)key, key_len,
+                                         (const char *)value, value_len);
+        if (record == NULL || PyList_Append(records, record) < 0) Py_CLEAR(records);
+        Py_XDECREF(record);
+    }
+    PyBuffer_Release(&view);
+    return records;
 }
 
 /* One binary COPY row (bridge.snapshot.copy_binary.CopyBinaryParser.row's checks). */
@@ -730,6 +827,8 @@ static PyMethodDef methods[] = {
      encode_copy_row_doc},
     {"encode_copy_rows", (PyCFunction)(void (*)(void))encode_copy_rows, METH_FASTCALL,
      encode_copy_rows_doc},
+    {"unpack_records", (PyCFunction)(void (*)(void))unpack_records, METH_FASTCALL,
+     unpack_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -43,7 +43,7 @@ def encode_copy_row(
 def encode_copy_rows(
     frames: list[bytes],
     start: int,
-    items: list[Any],
+    items: list[Any] | bytearray,
     max_rows: int,
     max_bytes: int,
     kinds: bytes,
@@ -56,6 +56,9 @@ def encode_copy_rows(
     tail: bytes,
     /,
 ) -> tuple[int, int]: ...
+def unpack_records(
+    pack: bytes | bytearray, start: int, stop: int, /
+) -> list[tuple[bytes | None, bytes]]: ...
 def encode_source(source: tuple[bytes, bytes, bytes, bytes], lsn: int, /) -> bytes: ...
 def configure_messages(tuple_type: type, insert_type: type, /) -> None: ...
 def decode_insert(payload: bytes, in_stream: bool, /) -> Any: ...

@@ -85,6 +85,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer, Topic
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from bridge import native as accelerator
 from bridge.config import KafkaConfig, TopicCreationConfig
 from bridge.config.settings import reveal
 from bridge.errors import PgBridgeError
@@ -477,6 +478,47 @@ class KafkaPublisher:
             self._pending = batch[start : start + step]
             self.send_pending()
 
+    def publish_packed(
+        self, topic: str, pack: bytearray, count: int, on_delivered: Callable[[], None]
+    ) -> None:
+        """:meth:`publish_records` of the first ``count`` records packed in ``pack`` (by
+        ``bridge.native._speedups.encode_copy_rows``): handed to librdkafka straight from the
+        buffer where the native batches serve the topic, else unpacked into tuples first.
+        ``pack`` is not changed by the caller while this call runs."""
+        failures = self._failures
+        if failures.first is not None or failures.callback_error is not None or self._closed:
+            self._raise_if_failed()
+            raise PublisherError("publish after close()")
+        route = self._route
+        if not (topic is route[0] and on_delivered is route[1] and route[2] is None):
+            self._switch_route(topic, on_delivered, None)
+        self.send_pending()
+        if not count:
+            return
+        native = self._native
+        target = self._native_target(topic) if native is not None else None
+        if native is None or target is None:
+            # Packs are made only where the C accelerator is built, which reads them back.
+            assert accelerator.unpack_records is not None
+            self.publish_records(topic, accelerator.unpack_records(pack, 0, count), on_delivered)
+            return
+        handle, partitions = target
+        producer = self._producer
+        self._in_flight += count
+        step = self._batch_limit
+        for first in range(0, count, step):
+            stop = min(first + step, count)
+
+            def produce(
+                start: int, marker: Any, first: int = first, stop: int = stop
+            ) -> tuple[int, int | None, int]:
+                queued: tuple[int, int | None, int] = native.produce_packed(
+                    producer, handle, pack, first, stop, start, partitions, 0, marker
+                )
+                return queued
+
+            self._send_native_calls(topic, first, stop, produce)
+
     def _switch_route(
         self,
         topic: str,
@@ -535,31 +577,50 @@ class KafkaPublisher:
     ) -> None:
         """Queue a batch through ``bridge.native._kafka``: its markers' reports tell the
         route's callbacks, once, whether the whole batch was delivered."""
+        native, producer = self._native, self._producer
+        assert native is not None
+        self._send_native_calls(
+            topic,
+            0,
+            len(records),
+            lambda start, marker: native.produce(
+                producer, handle, records, start, partitions, 0, marker
+            ),
+        )
+
+    def _send_native_calls(
+        self,
+        topic: str,
+        first: int,
+        stop: int,
+        produce: Callable[[int, Any], tuple[int, int | None, int]],
+    ) -> None:
+        """Records ``first`` .. ``stop - 1`` of a batch to librdkafka by ``produce(start,
+        marker)`` calls of ``bridge.native._kafka`` (``(next, refusal or None, markers)``),
+        again from the first refused record while the queue is full."""
         assert self._native is not None
         _, on_delivered, on_failed = self._route
         report = BatchReport(
-            len(records),
+            stop - first,
             functools.partial(self._batch_delivered, on_delivered),
             functools.partial(self._batch_failed, topic, on_failed),
         )
         marker = self._native.Marker(report, self._cleared)
         producer, limit = self._producer, self._kafka.max_queue_size
-        start = 0
+        start = first
         while True:
             # Room for the rest of the batch first (see _send_batch).
-            while len(producer) + len(records) - start > limit:
+            while len(producer) + stop - start > limit:
                 self._serve(_FULL_QUEUE_POLL_S)
                 self._raise_if_failed()
-            start, refused, report.markers = self._native.produce(
-                producer, handle, records, start, partitions, 0, marker
-            )
+            start, refused, report.markers = produce(start, marker)
             if refused is None:
                 return
             if refused == KafkaError._QUEUE_FULL:  # the byte bound: records in order, wait
                 self._serve(_FULL_QUEUE_POLL_S)
                 self._raise_if_failed()
                 continue
-            self._in_flight -= len(records) - start  # never queued: no report will come
+            self._in_flight -= stop - start  # never queued: no report will come
             raise self._refusal(DeliveryError.from_kafka(topic, None, KafkaError(refused)))
 
     def _refusal(self, failure: DeliveryError) -> DeliveryError:

@@ -49,10 +49,12 @@ Parallel, chunked (:mod:`bridge.snapshot.plan`, :mod:`bridge.snapshot.reader`)
     looks empty to it. Where the table's columns are the C accelerator's, a worker turns each
     COPY row into its finished Kafka record in one C call
     (:class:`~bridge.sink.serializer.CopyLane`, byte for byte the serializer's record of the
-    event the slow path builds); other rows go through the parser, the converters and the
-    serializer. Workers are threads: the server's work overlaps, but what is left per row in
-    Python (the COPY read, the hand-over, the producer's batch and delivery report) shares one
-    interpreter, which bounds the rate (``bench/snapshot_bench.py``).
+    event the slow path builds), packed with the rest of its batch into one buffer that goes
+    to librdkafka as it is (``bridge/native/packed.h``: no Python object per record); other
+    rows go through the parser, the converters and the serializer. Workers are threads: the
+    server's work overlaps, but what is left per row in Python (the COPY read, the hand-over,
+    the producer's batch and delivery report) shares one interpreter, which bounds the rate
+    (``bench/snapshot_bench.py``).
     ``snapshot.select.statement.overrides`` (Debezium's keys) replaces a table by the user's
     query as the source of its rows; key ranges and the publication's row filter still apply
     to it (:func:`bridge.snapshot.plan.select_statement`), and it is tried once, returning no

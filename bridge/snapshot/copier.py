@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bridge import native
 from bridge.events import ChangeEvent, TxContext
 from bridge.failures import FailurePolicy, dead_letter_record
 from bridge.pgoutput.lsn import Lsn
@@ -289,15 +290,32 @@ class SnapshotCopier:
         if not table.started:
             table.started = True  # recorded: a keyless table's copy was under way (resume)
             save_state(self.state_path, self.state)
-        self.progress.copied(batch.table, len(batch.events), batch.nbytes, time.monotonic())
-        events = batch.events
-        if not events:
+        rows = batch.rows
+        self.progress.copied(batch.table, rows, batch.nbytes, time.monotonic())
+        if not rows:
             return
         if self._held is not None:
             held, self._held = self._held, None
             self._publish_held(*held)
         epochs = self._epochs
         topic = self.schemas[batch.table].topic
+        pack = batch.packed
+        if pack is not None:
+            if not self._first:
+                # The usual batch, packed: handed over from its buffer, the last row held.
+                epochs.publisher.publish_packed(topic, pack, rows - 1, _ignore)
+                count.epoch = epochs.sent(rows - 1)
+                self.published += rows - 1
+                assert native.unpack_records is not None and batch.last is not None
+                (tail,) = native.unpack_records(pack, rows - 1, rows)
+                seq = batch.first_seq + rows - 1
+                self._held = (_HeldRecord(batch.table, tail, batch.last, seq), count)
+                return
+            # The snapshot's first batch (its first row is marked): as records.
+            assert native.unpack_records is not None
+            unpacked = native.unpack_records(pack, 0, rows)
+            batch = replace(batch, events=unpacked, packed=None)  # type: ignore[arg-type]
+        events = batch.events
         if batch.records_only and not self._first:
             # The usual batch: every row encoded by the lane, handed over in one call.
             records: list[Record] = events[:-1]  # type: ignore[assignment]

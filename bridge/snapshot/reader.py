@@ -14,7 +14,8 @@ connection then checks that no table was rewritten between the snapshot and its 
 Workers take chunks from the shared task queue until it is empty. Each chunk is one
 ``COPY (SELECT …) TO STDOUT (FORMAT binary)`` (read by :mod:`bridge.snapshot.copy_out`),
 parsed by :mod:`bridge.snapshot.copy_binary` and encoded by the table's
-:class:`~bridge.schema.RowEncoder` (or the C lane) on the worker's thread; the events go
+:class:`~bridge.schema.RowEncoder` (or the C lane, whose records of a batch are packed into one
+buffer while every row of the batch is the lane's) on the worker's thread; the events go
 to the coordinator in batches over a bounded queue (memory stays bounded whatever the table
 size: at most ``queue size * batch`` rows are in flight in this process).
 """
@@ -122,6 +123,14 @@ class RowBatch:
     head: tuple[int, bytes] | None = None
     last: bytes | None = None
     records_only: bool = False  # every item a record the lane encoded
+    #: The usual batch, every row a record the lane encoded: the records packed in one
+    #: buffer (``events`` empty), ``packed_rows`` of them (see CopiedBatch).
+    packed: bytearray | None = None
+    packed_rows: int = 0
+
+    @property
+    def rows(self) -> int:
+        return len(self.events) if self.packed is None else self.packed_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +249,10 @@ class SnapshotConnection:
         parser = CopyBinaryParser(len(plan.columns), plan.table, kinds)
         row_kinds = parser.kinds
         items: list[TupleData | Record] = []
+        # A batch's records are packed into one buffer (no Python object per row) until a row
+        # needs the Python path; from then on that batch's rows are items, in order.
+        pack = bytearray()
+        packed = 0
         one_row, feed, took_rows = parser.row, parser.feed, parser.took_rows
         encode = native.encode_copy_rows if lane is not None else None
         if lane is not None:
@@ -257,14 +270,17 @@ class SnapshotConnection:
                     if encode is not None and parser.at_row:
                         # As many rows as the lane encodes, up to the batch's bounds, in C.
                         taken, taken_bytes = encode(
-                            block, i, items, BATCH_ROWS - len(items), BATCH_BYTES - nbytes,
+                            block, i, items if items else pack,
+                            BATCH_ROWS - len(items) - packed, BATCH_BYTES - nbytes,
                             row_kinds, row_plan, key_plan, key_header, value_head, prefix,
                             seq, tail,
                         )  # fmt: skip
+                        if not items:
+                            packed += taken
                     if taken:
                         took_rows(taken, taken_bytes)
                         if head is None:
-                            head = (len(items) - taken, block[i])
+                            head = (len(items) + packed - taken, block[i])
                         i += taken
                         last = block[i - 1]
                         nbytes += taken_bytes
@@ -275,23 +291,29 @@ class SnapshotConnection:
                         i += 1
                         nbytes += len(data)
                         row = one_row(data)  # the usual case: one message, one row
+                        rows = feed(data) if row is None else None
+                        if packed and (row is not None or rows):
+                            # The batch's records so far become its first items (in order).
+                            assert native.unpack_records is not None
+                            items = native.unpack_records(pack, 0, packed)  # type: ignore[assignment]
+                            pack, packed = bytearray(), 0
                         if row is not None:
                             items.append(row)
                             seq += 1
-                        else:
-                            rows = feed(data)
+                        elif rows:
                             items += rows
                             seq += len(rows)
-                    if len(items) >= BATCH_ROWS or nbytes >= BATCH_BYTES:
-                        yield _batch(items, nbytes, batch_seq, head, last, encoded)
+                    if len(items) + packed >= BATCH_ROWS or nbytes >= BATCH_BYTES:
+                        yield _batch(items, nbytes, batch_seq, head, last, encoded, pack, packed)
                         items, nbytes, batch_seq, head, encoded = [], 0, seq, None, 0
+                        pack, packed = bytearray(), 0
                         if lane is not None:
                             tail = lane.tail()
             parser.finish()
         except psycopg.Error as exc:
             raise classify(plan.table, exc, chunk.index) from exc
-        if items or nbytes:
-            yield _batch(items, nbytes, batch_seq, head, last, encoded)
+        if items or packed or nbytes:
+            yield _batch(items, nbytes, batch_seq, head, last, encoded, pack, packed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,8 +324,16 @@ class CopiedBatch:
     nbytes: int
     first_seq: int
     head: tuple[int, bytes] | None  # index and COPY row of the first record the lane encoded
-    last: bytes | None  # the COPY row of items[-1], when the lane encoded it
+    last: bytes | None  # the COPY row of the last row, when the lane encoded it
     records_only: bool = False  # every item a record the lane encoded
+    #: Every row a record the lane encoded, packed in one buffer (bridge/native/packed.h)
+    #: instead of ``items`` (then empty): ``packed_rows`` of them.
+    packed: bytearray | None = None
+    packed_rows: int = 0
+
+    @property
+    def rows(self) -> int:
+        return len(self.items) if self.packed is None else self.packed_rows
 
 
 def _batch(
@@ -313,7 +343,11 @@ def _batch(
     head: tuple[int, bytes] | None,
     last: bytes,
     encoded: int,
+    pack: bytearray,
+    packed: int,
 ) -> CopiedBatch:
+    if packed:
+        return CopiedBatch([], nbytes, first_seq, head, last, True, pack, packed)
     tail = last if items and type(items[-1]) is tuple else None
     return CopiedBatch(items, nbytes, first_seq, head, tail, bool(items) and encoded == len(items))
 
@@ -406,13 +440,13 @@ def _copy_chunk(
     base = position(run, chunk.index, 0)
     row = 0
     for batch in connection.copy(plan, chunk, task.kinds, task.lane, base):
-        if row + len(batch.items) > MAX_ROWS_PER_CHUNK:  # seq would run into the next chunk's
+        if row + batch.rows > MAX_ROWS_PER_CHUNK:  # seq would run into the next chunk's
             raise SnapshotTableError(plan.table, "over 2**32 rows in one chunk", chunk=chunk.index)
         if batch.records_only:  # the usual batch: nothing to build
-            row += len(batch.items)
+            row += batch.rows
             item = RowBatch(
                 plan.table, chunk.index, batch.items, batch.nbytes,  # type: ignore[arg-type]
-                batch.first_seq, batch.head, batch.last, True,
+                batch.first_seq, batch.head, batch.last, True, batch.packed, batch.packed_rows,
             )  # fmt: skip
             if not put(item):
                 return False

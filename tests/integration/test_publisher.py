@@ -20,6 +20,7 @@ from confluent_kafka.admin._resource import ResourceType
 from bridge.config import KafkaConfig, TopicCreationConfig
 from bridge.devstack.stack import StackInfo
 from bridge.sink.publisher import DeliveryError, KafkaPublisher
+from tests.rows import pack_records
 
 pytestmark = pytest.mark.integration
 
@@ -461,3 +462,29 @@ def test_publisher_raises_a_record_librdkafka_refuses_and_sends_nothing_after_it
     assert probe.flush(30) == 0
     got = _consume(local_stack.bootstrap_servers, topic, 2)
     assert [v for _, _, v in got] == [b"first", b"probe"]
+
+
+@pytest.mark.skipif(not _native_expected(), reason="PGBRIDGE_NATIVE=0 turns the C module off")
+def test_publisher_packed_records_land_where_and_as_their_tuples_would(
+    local_stack: StackInfo, kafka: KafkaConfig, opened: list[KafkaPublisher]
+) -> None:
+    # The snapshot's packed batches (one buffer, no object per record) over 3 partitions in
+    # several produce calls: every record once, where the Java partitioner puts it, in its
+    # partition's order; on a keyless topic all in partition 0, in order.
+    publisher = KafkaPublisher(kafka, TopicCreationConfig(partitions=3, replication_factor=1))
+    opened.append(publisher)
+    for keyed in (True, False):
+        topic = _topic("packed" if keyed else "packed-keyless")
+        records = [(f"k{i}".encode() if keyed else None, f"v{i}".encode()) for i in range(700)]
+        # 650 of the 700: the rest is not published
+        publisher.publish_packed(topic, pack_records(records), 650, lambda: None)
+        assert publisher.native_partitions(topic) == 3
+        assert publisher.flush(30) == 0
+        got = _consume(local_stack.bootstrap_servers, topic, 650)
+        per_partition: dict[int, list[tuple[bytes | None, bytes | None]]] = defaultdict(list)
+        for partition, got_key, got_value in got:
+            per_partition[partition].append((got_key, got_value))
+        expected: dict[int, list[tuple[bytes | None, bytes | None]]] = defaultdict(list)
+        for key, value in records[:650]:
+            expected[0 if key is None else java_partition(key, 3)].append((key, value))
+        assert per_partition == expected

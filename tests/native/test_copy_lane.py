@@ -30,6 +30,7 @@ from tests.native.test_insert_lane import (
     serializer_for,
 )
 from tests.native.test_rowavro import TABLES, Table, native_only, rows
+from tests.rows import pack_records
 
 TX = TxContext(
     4242, Lsn(0x1_0000_2000), 800_000_000_000_000, None, "true", last_commit_lsn=Lsn(0x1_0000_2000)
@@ -175,6 +176,36 @@ def test_copy_rows_encodes_a_block_as_the_lane_encodes_each_row() -> None:
     assert rows_from(0, max_rows=2)[:2] == (2, 2 * len(message))
     assert rows_from(0, max_bytes=len(message) + 1)[:2] == (2, 2 * len(message))
     assert rows_from(0, max_bytes=1)[:2] == (1, len(message))  # at least one row
+
+
+@native_only
+@pytest.mark.parametrize("table_name", ["composite_pk", "full"])
+def test_copy_rows_packs_the_records_it_would_append_as_tuples(table_name: str) -> None:
+    """Into a bytearray, a block's records are packed back to back (packed.h: no Python object
+    per record), byte for byte the tuples the list form gets, keyless records included, after
+    what the buffer held; unpack_records reads any range of them back."""
+    table = TABLES[table_name]
+    lane = serializer_for(table.schemas).copy_lane(table.schemas, IDS, TX)
+    assert lane is not None and native.encode_copy_rows is not None
+    assert native.unpack_records is not None
+    message, kinds = copy_row(native_row(table))
+    block = [message] * 4 + [b"\xff\xff"]
+    tail, prefix = lane.tail(), lane.prefixes["true"]
+    args = (4, 1 << 20, kinds, lane.row_plan, lane.key_plan, lane.key_header, lane.value_head,
+            prefix, 7, tail)  # fmt: skip
+    as_tuples: list[Any] = []
+    assert native.encode_copy_rows(block, 0, as_tuples, *args) == (4, 4 * len(message))
+    assert (as_tuples[0][0] is None) == (table_name == "full")  # "full": no message key
+    pack = bytearray(b"held")
+    assert native.encode_copy_rows(block, 0, pack, *args) == (4, 4 * len(message))
+    assert pack == b"held" + pack_records(as_tuples)
+    packed = pack_records(as_tuples)
+    assert native.unpack_records(packed, 0, 4) == as_tuples
+    assert native.unpack_records(packed, 3, 4) == as_tuples[3:]
+    with pytest.raises(ValueError, match="end at record 4"):
+        native.unpack_records(packed, 0, 5)
+    with pytest.raises(ValueError):
+        native.unpack_records(packed[:-1], 0, 4)  # a truncated last record
 
 
 def test_copy_lane_only_with_the_accelerator() -> None:

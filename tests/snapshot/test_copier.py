@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from bridge.snapshot.copy_binary import CopyBinaryParser, encode_copy_binary
 from bridge.snapshot.plan import TablePlan, key_chunks, position
 from bridge.snapshot.reader import ChunkEnd, RowBatch
 from bridge.snapshot.state import SnapshotState, TableProgress, load_state
-from tests.rows import relation
+from tests.rows import pack_records, relation
 
 INT4, TEXT = 23, 25
 
@@ -46,10 +47,15 @@ class FakePublisher:
         self.records.append((topic, key, value))
         self.pending.append(on_delivered)
 
-    def publish_records(self, topic: str, records: list[tuple[bytes | None, bytes | None]],
+    def publish_records(self, topic: str, records: Sequence[tuple[bytes | None, bytes | None]],
                         on_delivered: Callable[[], None]) -> None:  # fmt: skip
         for key, value in records:
             self.publish(topic, key, value, on_delivered)
+
+    def publish_packed(self, topic: str, pack: bytearray, count: int,
+                       on_delivered: Callable[[], None]) -> None:  # fmt: skip
+        assert native.unpack_records is not None
+        self.publish_records(topic, native.unpack_records(pack, 0, count), on_delivered)
 
     @property
     def outstanding(self) -> int:
@@ -183,6 +189,40 @@ def test_copier_lane_records_keep_positions_and_first_true_last(
     assert {v["source"]["commit_lsn"] for v in values} == {int(Lsn.parse("0/ABC"))}
     keys = [k for _, k, _ in publisher.records]
     assert all(k is not None and k[0] == 0 for k in keys)
+
+
+def _packed(batch: RowBatch) -> RowBatch:
+    """The same batch as a worker hands it over when every row is a lane's record: packed."""
+    pack = pack_records(batch.events)  # type: ignore[arg-type]
+    return replace(batch, events=[], packed=pack, packed_rows=len(batch.events))
+
+
+@pytest.mark.skipif(native.encode_copy_row is None, reason="needs the C accelerator")
+def test_copier_packed_batches_publish_the_same_records_as_tuples(tmp_path: Path) -> None:
+    """Packed batches (the usual ones) go out as the same records, the snapshot's first
+    and last row with their markers, in order."""
+    published = []
+    for packed in (False, True):
+        copier, publisher, schemas = _copier(tmp_path / str(packed))
+        tx = copier._tx
+        assert tx is not None
+        copier._lanes.clear()
+        copier._tasks()
+        for chunk, ids in ((0, [1, 2, 3]), (0, [4]), (1, [5, 6])):
+            batch = _lane_batch(copier, schemas, tx, chunk, ids, set(ids))
+            copier._publish_batch(_packed(batch) if packed else batch)
+        copier._drain(final=True)
+        published.append(publisher.records)
+
+    def content(records: list[Any]) -> list[Any]:  # all but the times of publishing
+        values = [_read(schemas, v) for _, _, v in records]
+        timeless = [{k: v for k, v in d.items() if not k.startswith("ts_")} for d in values]
+        return [(t, k) for t, k, _ in records] + timeless
+
+    assert content(published[0]) == content(published[1])
+    values = [_read(schemas, v) for _, _, v in published[1] if v is not None]
+    assert [v["source"]["snapshot"] for v in values] == ["first"] + ["true"] * 4 + ["last"]
+    assert [v["after"]["id"] for v in values] == [1, 2, 3, 4, 5, 6]
 
 
 def test_copier_records_a_chunk_only_after_every_record_is_acknowledged(
