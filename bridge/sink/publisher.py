@@ -458,14 +458,7 @@ class KafkaPublisher:
         """:meth:`publish` of many ``(key, value)`` records of one topic, in order, with no
         Python call per record (for the snapshot's encoded rows). They are one table's: all
         keyed, or all keyless (``None`` keys: partition 0), as the first one is."""
-        failures = self._failures
-        if failures.first is not None or failures.callback_error is not None or self._closed:
-            self._raise_if_failed()
-            raise PublisherError("publish after close()")
-        route = self._route
-        if not (topic is route[0] and on_delivered is route[1] and route[2] is None):
-            self._switch_route(topic, on_delivered, None)
-        self.send_pending()
+        self._bulk_route(topic, on_delivered)
         if not records:
             return
         # Oversized records are refused by librdkafka itself (a DeliveryError, as the single
@@ -478,13 +471,9 @@ class KafkaPublisher:
             self._pending = batch[start : start + step]
             self.send_pending()
 
-    def publish_packed(
-        self, topic: str, pack: bytearray, count: int, on_delivered: Callable[[], None]
-    ) -> None:
-        """:meth:`publish_records` of the first ``count`` records packed in ``pack`` (by
-        ``bridge.native._speedups.encode_copy_rows``): handed to librdkafka straight from the
-        buffer where the native batches serve the topic, else unpacked into tuples first.
-        ``pack`` is not changed by the caller while this call runs."""
+    def _bulk_route(self, topic: str, on_delivered: Callable[[], None]) -> None:
+        """Before records in bulk: refuse them after a failure or close, switch to their route
+        (one callback, no failure callback) and send what was batched before (order)."""
         failures = self._failures
         if failures.first is not None or failures.callback_error is not None or self._closed:
             self._raise_if_failed()
@@ -493,6 +482,15 @@ class KafkaPublisher:
         if not (topic is route[0] and on_delivered is route[1] and route[2] is None):
             self._switch_route(topic, on_delivered, None)
         self.send_pending()
+
+    def publish_packed(
+        self, topic: str, pack: bytearray, count: int, on_delivered: Callable[[], None]
+    ) -> None:
+        """:meth:`publish_records` of the first ``count`` records packed in ``pack`` (by
+        ``bridge.native._speedups.encode_copy_rows``): handed to librdkafka straight from the
+        buffer where the native batches serve the topic, else unpacked into tuples first.
+        ``pack`` is not changed by the caller while this call runs."""
+        self._bulk_route(topic, on_delivered)
         if not count:
             return
         native = self._native
