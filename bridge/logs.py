@@ -58,6 +58,10 @@ class JsonFormatter(logging.Formatter):
 _HANDLER_MARK = "_pgbridge_handler"
 
 
+#: Libraries whose INFO lines are per request or per call: logged from WARNING up only.
+CHATTY_LIBRARIES: tuple[str, ...] = ("httpx", "py4j")
+
+
 def configure_logging(format: str, level: str, stream: TextIO | None = None) -> logging.Handler:
     """Log to ``stream`` (stderr) as ``format`` (``text`` or ``json``) at ``level``.
 
@@ -77,6 +81,8 @@ def configure_logging(format: str, level: str, stream: TextIO | None = None) -> 
     setattr(handler, _HANDLER_MARK, True)
     root.addHandler(handler)
     root.setLevel(numeric)
-    # The registry client logs every HTTP request at INFO: noise unless debugging.
-    logging.getLogger("httpx").setLevel(max(numeric, logging.WARNING))
+    # The registry client logs every HTTP request at INFO, and py4j (PySpark's gateway) every
+    # command it passes to the JVM: noise unless debugging.
+    for chatty in CHATTY_LIBRARIES:
+        logging.getLogger(chatty).setLevel(max(numeric, logging.WARNING))
     return handler

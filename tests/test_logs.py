@@ -47,6 +47,20 @@ def test_configure_logging_json_writes_one_parsable_object_per_line(
     assert entries[1]["msg"] == "multi\nline"
 
 
+def test_configure_logging_keeps_per_call_library_lines_out(restore_root_logging: None) -> None:
+    # The registry client's per-request and PySpark's gateway's per-command INFO lines would
+    # bury the bridge's own (the demo printed py4j's for every Spark call); warnings stay.
+    stream = io.StringIO()
+    configure_logging("text", "info", stream)
+    logging.getLogger("py4j.clientserver").info("Received command c on object id p0")
+    logging.getLogger("httpx").info("HTTP Request: GET /apis/ccompat/v7/subjects")
+    logging.getLogger("py4j.clientserver").warning("gateway connection lost")
+    logging.getLogger("bridge.demo").info("applied to Delta")
+    text = stream.getvalue()
+    assert "Received command" not in text and "HTTP Request" not in text
+    assert "gateway connection lost" in text and "applied to Delta" in text
+
+
 def test_json_formatter_includes_traceback_and_masks_secrets() -> None:
     logger = logging.getLogger("bridge.test")
     try:
