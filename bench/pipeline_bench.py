@@ -285,7 +285,7 @@ class LatencyProbe:
         self.pending: list[tuple[Lsn, float]] = []  # (end LSN, commit time, unix seconds)
         self.latencies: list[float] = []
 
-    def on_event(self, table: str, op: str, nbytes: int) -> None:
+    def on_events(self, table: str, op: str, count: int) -> None:
         pass
 
     def on_transaction(self, commit_ts_unix_us: int, end_lsn: Lsn) -> None:

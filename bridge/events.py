@@ -392,12 +392,12 @@ class EventBuilder:
         tx = self._tx
         return None if tx is None else (tx, self._seq)
 
-    def took_change(self, table: RelationSchemas) -> None:
-        """A change of ``table`` at :meth:`next_position` was produced by the caller: what
-        :meth:`feed` would have counted for it."""
-        self._seq += 1
+    def took_change(self, table: RelationSchemas, count: int = 1) -> None:
+        """``count`` changes of ``table`` from :meth:`next_position` on were produced by the
+        caller: what :meth:`feed` would have counted for them."""
+        self._seq += count
         if self.count_tables:
-            self._counts[table.table] += 1
+            self._counts[table.table] += count
 
     # -- helpers ------------------------------------------------------------------------------
 

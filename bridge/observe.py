@@ -34,8 +34,8 @@ class MetricsObserver:
         self._transactions = 0
         self._last_commit_us: int | None = None
 
-    def on_event(self, table: str, op: str, nbytes: int) -> None:
-        self._events[(table, op)] += 1
+    def on_events(self, table: str, op: str, count: int) -> None:
+        self._events[(table, op)] += count
 
     def on_transaction(self, commit_ts_unix_us: int, end_lsn: Lsn) -> None:
         self._transactions += 1

@@ -16,7 +16,10 @@
   :func:`encode_copy_rows` the same for a block of COPY messages in one call (the snapshot's
   workers, :mod:`bridge.snapshot.reader`), as tuples or packed into one ``bytearray``
   (``packed.h``: no Python object per record; :func:`unpack_records` reads them back, and
-  ``bridge.native._kafka.produce_packed`` hands them to librdkafka).
+  ``bridge.native._kafka.produce_packed`` hands them to librdkafka);
+- :func:`encode_insert_frames`: a run of Inserts of one table straight from the replication
+  stream's XLogData frames to packed records, for
+  :meth:`bridge.sink.serializer.InsertLane.encode_frames` (the pipeline's insert runs).
 
 Built when the package is installed (``pip install -e .`` compiles it; a machine without a C
 compiler gets the pure-Python paths, same output). Neither decides anything: for any input
@@ -76,6 +79,24 @@ EncodeCopyRows = Callable[
     ],
     tuple[int, int],
 ]
+EncodeInsertFrames = Callable[
+    [
+        list[bytes],
+        int,
+        int,
+        int,
+        bytearray,
+        int,
+        bytes,
+        bytes | None,
+        bytes | None,
+        bytes,
+        tuple[bytes, bytes, bytes, bytes],
+        int,
+        bytes,
+    ],
+    tuple[int, int],
+]
 UnpackRecords = Callable[[bytes | bytearray, int, int], list[tuple[bytes | None, bytes]]]
 
 encode_row: EncodeRow | None
@@ -87,6 +108,7 @@ configure_messages: ConfigureMessages | None
 scan_copy_row: ScanCopyRow | None
 encode_copy_row: EncodeCopyRow | None
 encode_copy_rows: EncodeCopyRows | None
+encode_insert_frames: EncodeInsertFrames | None
 unpack_records: UnpackRecords | None
 try:
     from bridge.native._speedups import (
@@ -95,6 +117,7 @@ try:
         encode_copy_row,
         encode_copy_rows,
         encode_insert,
+        encode_insert_frames,
         encode_row,
         encode_source,
         scan_copy_row,
@@ -104,12 +127,12 @@ try:
 except ImportError:  # not built (no compiler at install time)
     encode_row = scan_tuple = encode_insert = scan_copy_row = encode_copy_row = None
     encode_copy_rows = encode_source = decode_insert = configure_messages = None
-    unpack_records = None
+    unpack_records = encode_insert_frames = None
 
 if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
     encode_row = scan_tuple = encode_insert = scan_copy_row = encode_copy_row = None
     encode_copy_rows = encode_source = decode_insert = configure_messages = None
-    unpack_records = None
+    unpack_records = encode_insert_frames = None
 
 #: True when the C accelerators are in use.
 ENABLED = encode_row is not None
@@ -121,6 +144,7 @@ __all__ = [
     "EncodeCopyRow",
     "EncodeCopyRows",
     "EncodeInsert",
+    "EncodeInsertFrames",
     "EncodeRow",
     "EncodeSource",
     "ScanCopyRow",
@@ -131,6 +155,7 @@ __all__ = [
     "encode_copy_row",
     "encode_copy_rows",
     "encode_insert",
+    "encode_insert_frames",
     "encode_row",
     "encode_source",
     "scan_copy_row",

@@ -472,6 +472,139 @@ static PyObject *encode_copy_rows(PyObject *self, PyObject *const *args, Py_ssiz
     return Py_BuildValue("(nn)", rows, nbytes);
 }
 
+/* ---- inserts straight from the replication stream's frames ---------------------------------- */
+
+/* An XLogData frame: 'w', wal_start, wal_end, send time (8 bytes each), then the pgoutput
+ * message; an Insert outside a streamed transaction is 'I', relation oid, 'N', TupleData. */
+#define FRAME_HEADER 25
+#define INSERT_TUPLE (FRAME_HEADER + 6)
+
+static inline uint64_t frame_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return v;
+}
+
+/* Whether frame is an XLogData frame holding an Insert (not streamed) of relation oid. */
+static int is_insert_of(PyObject *frame, uint32_t oid) {
+    if (!PyBytes_Check(frame) || PyBytes_GET_SIZE(frame) <= INSERT_TUPLE) return 0;
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(frame);
+    return b[0] == 'w' && b[FRAME_HEADER] == 'I' && b[INSERT_TUPLE - 1] == 'N' &&
+           (uint32_t)packed_int32(b + FRAME_HEADER + 1) == oid;
+}
+
+/* The TupleData at pos of buf into C arrays (scan_tuple_at's checks, spans absolute): 1 when it
+ * ends exactly at end with at most MAX_COPY_COLUMNS columns, else 0 (the decoder judges it). */
+static int scan_tuple_into(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end,
+                           char *kinds, Py_ssize_t *spans, Py_ssize_t *ncols_out) {
+    if (pos + 2 > end) return 0;
+    Py_ssize_t ncols = (buf[pos] << 8) | buf[pos + 1];
+    pos += 2;
+    if (ncols > MAX_COPY_COLUMNS || ncols > end - pos) return 0;
+    for (Py_ssize_t i = 0; i < ncols; i++) {
+        if (pos >= end) return 0;
+        unsigned char kind = buf[pos];
+        kinds[i] = (char)kind;
+        spans[2 * i] = spans[2 * i + 1] = 0;
+        if (kind == 't' || kind == 'b') {
+            if (pos + 5 > end) return 0;
+            uint32_t len = (uint32_t)packed_int32(buf + pos + 1);
+            Py_ssize_t start = pos + 5;
+            if (len > 0x7FFFFFFF || (Py_ssize_t)len > end - start) return 0;
+            spans[2 * i] = start;
+            spans[2 * i + 1] = pos = start + (Py_ssize_t)len;
+        } else if (kind == 'n' || kind == 'u') {
+            pos += 1;
+        } else {
+            return 0;
+        }
+    }
+    *ncols_out = ncols;
+    return pos == end;
+}
+
+PyDoc_STRVAR(encode_insert_frames_doc,
+"encode_insert_frames(frames, start, min_rows, max_rows, pack, oid, row_plan, key_plan,\n"
+"                     key_header, value_head, source, seq, tail) -> (rows, last_lsn)\n\n"
+"encode_insert of the Inserts of relation oid in frames[start], frames[start + 1], ... (XLogData\n"
+"frames of the replication stream, outside a streamed transaction; row i at seq + i, its lsn\n"
+"the frame's WAL start), packed into the bytearray pack (packed.h), until a frame that is not\n"
+"such an Insert, one the encoder hands back (for the decoder and the Python path), the end of\n"
+"frames or max_rows rows. When fewer than min_rows such Inserts lead (told by their headers\n"
+"alone), none is encoded: (0, 0). last_lsn: the WAL start of the last frame taken.");
+
+static PyObject *encode_insert_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 13 || !PyList_Check(args[0]) || !PyByteArray_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "encode_insert_frames(list, int, int, int, bytearray, ...) takes 13 "
+                        "arguments");
+        return NULL;
+    }
+    PyObject *frames = args[0], *pack = args[4], *source = args[10];
+    if (check_parts("encode_insert_frames", args[6], args[7], args[8], args[9], NULL,
+                    args[12]) < 0 ||
+        check_source("encode_insert_frames", source) < 0)
+        return NULL;
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t min_rows = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t max_rows = PyLong_AsSsize_t(args[3]);
+    unsigned long oid = PyLong_AsUnsignedLong(args[5]);
+    int64_t seq = PyLong_AsLongLong(args[11]);
+    if (PyErr_Occurred()) return NULL;
+    Py_ssize_t nframes = PyList_GET_SIZE(frames);
+    if (start < 0 || start > nframes) start = nframes;
+    Py_ssize_t stop = max_rows < nframes - start ? start + max_rows : nframes;
+    /* A run too short to be worth a batch of its own is left whole to the per-message path. */
+    Py_ssize_t lead = start;
+    while (lead < stop && lead - start < min_rows &&
+           is_insert_of(PyList_GET_ITEM(frames, lead), (uint32_t)oid))
+        lead++;
+    if (lead - start < min_rows) return Py_BuildValue("(nL)", (Py_ssize_t)0, (long long)0);
+    char kinds[MAX_COPY_COLUMNS];
+    Py_ssize_t spans[2 * MAX_COPY_COLUMNS];
+    Py_ssize_t rows = 0, used = PyByteArray_GET_SIZE(pack);
+    int64_t last_lsn = 0;
+    int has_key = args[7] != Py_None, failed = 0;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        PyObject *frame = PyList_GET_ITEM(frames, i);
+        if (!is_insert_of(frame, (uint32_t)oid)) break;
+        const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(frame);
+        Py_ssize_t len = PyBytes_GET_SIZE(frame), ncols;
+        if (!scan_tuple_into(buf, INSERT_TUPLE, len, kinds, spans, &ncols)) break;
+        Tuple t = {(const char *)buf, len, kinds, ncols, NULL, spans};
+        int64_t lsn = (int64_t)frame_u64(buf + 1);
+        Out key, value;
+        out_init(&key);
+        out_init(&value);
+        int r = write_insert(&key, &value, &t, args[6], args[7], args[8], args[9], NULL, source,
+                             lsn, seq + rows, args[12]);
+        if (r == 1) r = append_packed(pack, &used, &key, has_key, &value);
+        out_free(&key);
+        out_free(&value);
+        if (r < 0) {
+            failed = 1;
+            break;
+        }
+        if (r == 0) break;
+        rows++;
+        last_lsn = lsn;
+    }
+    if (PyByteArray_GET_SIZE(pack) != used) {
+        /* Back to the records' size, keeping an exception that is on its way. */
+        if (failed) {
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            if (PyByteArray_Resize(pack, used) < 0) PyErr_Clear();
+            PyErr_Restore(type, value, traceback);
+        } else if (PyByteArray_Resize(pack, used) < 0) {
+            return NULL;
+        }
+    }
+    if (failed) return NULL;
+    return Py_BuildValue("(nL)", rows, (long long)last_lsn);
+}
+
 PyDoc_STRVAR(unpack_records_doc,
 "unpack_records(pack, start, stop) -> [(key, value), ...]\n\n"
 "Records start .. stop - 1 of packed records (a bytes-like object written by encode_copy_rows\n"
@@ -827,6 +960,8 @@ static PyMethodDef methods[] = {
      encode_copy_row_doc},
     {"encode_copy_rows", (PyCFunction)(void (*)(void))encode_copy_rows, METH_FASTCALL,
      encode_copy_rows_doc},
+    {"encode_insert_frames", (PyCFunction)(void (*)(void))encode_insert_frames, METH_FASTCALL,
+     encode_insert_frames_doc},
     {"unpack_records", (PyCFunction)(void (*)(void))unpack_records, METH_FASTCALL,
      unpack_records_doc},
     {NULL, NULL, 0, NULL},

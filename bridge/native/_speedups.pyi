@@ -62,3 +62,19 @@ def unpack_records(
 def encode_source(source: tuple[bytes, bytes, bytes, bytes], lsn: int, /) -> bytes: ...
 def configure_messages(tuple_type: type, insert_type: type, /) -> None: ...
 def decode_insert(payload: bytes, in_stream: bool, /) -> Any: ...
+def encode_insert_frames(
+    frames: list[bytes],
+    start: int,
+    min_rows: int,
+    max_rows: int,
+    pack: bytearray,
+    oid: int,
+    row_plan: bytes,
+    key_plan: bytes | None,
+    key_header: bytes | None,
+    value_head: bytes,
+    source: tuple[bytes, bytes, bytes, bytes],
+    seq: int,
+    tail: bytes,
+    /,
+) -> tuple[int, int]: ...

@@ -237,13 +237,7 @@ class InsertLane:
         record is at ``lsn``, or ``None``."""
         encode_insert = native.encode_insert
         assert encode_insert is not None  # no lane is made without it
-        s = self._serializer
-        table = self._table
-        source = s._source_parts.get(table) if tx is s._source_tx else None
-        if source is None:
-            source = s._parts_of_source(tx, table, self._parts)
-        if time.time_ns() >= s._clock_until_ns:
-            s._timestamps()
+        source = self._source(tx)
         return encode_insert(
             data.buffer,
             data.kinds,
@@ -255,8 +249,54 @@ class InsertLane:
             source,
             lsn,
             seq,
-            s._tails[op],
+            self._serializer._tails[op],
         )
+
+    def encode_frames(
+        self,
+        frames: list[bytes],
+        start: int,
+        min_rows: int,
+        pack: bytearray,
+        oid: int,
+        tx: TxContext,
+        seq: int,
+    ) -> tuple[int, int]:
+        """The inserts of this table (relation ``oid``) leading ``frames[start:]`` (XLogData
+        frames of the replication stream) packed into ``pack``, at ``seq``, ``seq + 1``, ... of
+        ``tx``, each with its frame's WAL start as ``lsn``: ``(rows, last lsn)``; ``(0, 0)``
+        when fewer than ``min_rows`` lead. The run stops before a frame that is anything else
+        or that :meth:`encode` would answer ``None`` for (the ordinary path's)."""
+        encode_frames = native.encode_insert_frames
+        assert encode_frames is not None  # no run is offered without it
+        source = self._source(tx)
+        return encode_frames(
+            frames,
+            start,
+            min_rows,
+            len(frames),
+            pack,
+            oid,
+            self._row_plan,
+            self._key_plan,
+            self._key_header,
+            self._parts.no_before,
+            source,
+            seq,
+            self._serializer._tails["c"],
+        )
+
+    def _source(self, tx: TxContext) -> SourceParts:
+        """The transaction's source block parts for this table, with the clock (the tail's
+        timestamps) brought up to date."""
+        s = self._serializer
+        table = self._table
+        source = s._source_parts.get(table) if tx is s._source_tx else None
+        if source is None:
+            source = s._parts_of_source(tx, table, self._parts)
+        if time.time_ns() >= s._clock_until_ns:
+            s._timestamps()
+        return source
 
 
 @dataclass(frozen=True, slots=True)

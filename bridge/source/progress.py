@@ -134,6 +134,18 @@ class Progress:
         self._skip_changes = 0
         self._resuming_open = self._open is not None
 
+    @property
+    def admits_rows(self) -> bool:
+        """Whether :meth:`admit` would take any row change now without looking at it (inside
+        a transaction, not resuming one that was half emitted): :meth:`admit_rows` may
+        stand for it."""
+        return self._open is not None and not self._resuming_open and not self._skipping_whole
+
+    def admit_rows(self, count: int) -> None:
+        """:meth:`admit` of ``count`` row changes, while :attr:`admits_rows`."""
+        assert self._open is not None
+        self._open.changes += count
+
     def admit(self, message: LogicalMessage) -> bool:
         """Record that ``message`` is about to be emitted; False if it was emitted before."""
         open_tx = self._open

@@ -81,6 +81,10 @@ __all__ = ["LogicalReplicationSource", "SourceStats", "classify_server_error"]
 
 _T = TypeVar("_T")
 
+#: A taker of insert runs (:meth:`LogicalReplicationSource.take_insert_runs`): given a batch of
+#: frames and the index of an Insert, how many frames from there it published.
+InsertRuns = Callable[[list[bytes], int], int]
+
 
 @dataclass(slots=True)
 class SourceStats:
@@ -173,6 +177,9 @@ class LogicalReplicationSource:
         self._closed = False
         #: The thread reading the current connection's frames, while one does.
         self._reader: FrameReader | None = None
+        # The pipeline's taker of insert runs (take_insert_runs), and the shortest run it takes.
+        self._insert_runs: InsertRuns | None = None
+        self._min_run = 0
 
     # -- facts ----------------------------------------------------------------------------------
 
@@ -331,6 +338,16 @@ class LogicalReplicationSource:
             self._send_status()
         except SourceError as exc:
             logger.warning("status update while waiting failed: %s", exc)
+
+    def take_insert_runs(self, runs: InsertRuns, min_run: int) -> None:
+        """Offer ``runs`` the frames of a batch that start with at least ``min_run`` Inserts
+        (outside streamed transactions, while no resent change is being skipped): it publishes
+        the leading ones it can itself and answers how many; the rest, and everything else,
+        come out of :meth:`messages` as before. After a run, :meth:`messages` yields ``None``
+        (the pipeline's tick) with :attr:`message_lsn` at the run's last frame. Only the frame
+        reader's batches are offered (see :meth:`_stream_batches`)."""
+        self._insert_runs = runs
+        self._min_run = max(1, min_run)
 
     def messages(self) -> Iterator[LogicalMessage | None]:
         """Committed transactions' messages in commit order; ``None`` after ``idle_interval``
@@ -548,6 +565,7 @@ class LogicalReplicationSource:
         idle = self.config.idle_interval
         heartbeat = self.config.heartbeat_query is not None
         handle = self._handle
+        runs, min_run, offer = self._insert_runs, self._min_run, True
         while not self._closed:
             now = self._clock()
             if now - last_yield >= idle:
@@ -562,7 +580,25 @@ class LogicalReplicationSource:
             if batch is None:
                 continue
             frames, status = batch
-            for buf in frames:
+            index, count = 0, len(frames)
+            while index < count:
+                buf = frames[index]
+                index += 1
+                if runs is not None and buf[0] == 0x77 and len(buf) > 30:  # XLogData
+                    if buf[25] != 0x49:  # not an Insert: the next Insert may start a run
+                        offer = True
+                    elif offer and count - index >= min_run - 1 and self._runs_allowed():
+                        # Declined: the Inserts that follow it are not offered again (a run
+                        # too short stays so), up to the next message of another kind.
+                        offer = False
+                        taken = runs(frames, index - 1)
+                        if taken:
+                            self._took_run(frames[index - 2 + taken], taken)
+                            index += taken - 1
+                            offer = True
+                            yield None  # the pipeline's tick: its records may be served now
+                            last_yield = now
+                            continue
                 emitted = handle(buf)
                 if isinstance(emitted, tuple):  # the usual: nothing or one message
                     for message in emitted:
@@ -661,6 +697,26 @@ class LogicalReplicationSource:
         admitted = tuple(m for m in released if progress.admit(m))
         self.stats.duplicates_dropped += len(released) - len(admitted)
         return admitted
+
+    def _runs_allowed(self) -> bool:
+        """Whether an Insert frame would be decoded as a plain insert and admitted as it is:
+        outside a streamed transaction, with no resent change to skip."""
+        progress, assembler = self._progress, self._assembler
+        assert progress is not None and assembler is not None
+        return not assembler.in_stream and progress.admits_rows
+
+    def _took_run(self, last: bytes, count: int) -> None:
+        """What :meth:`_handle` accounts for each message, for ``count`` Inserts the pipeline
+        took as a run, ``last`` the run's last frame (positions only grow along a stream)."""
+        progress = self._progress
+        assert progress is not None
+        xlogdata = split_xlogdata(last)
+        assert xlogdata is not None
+        wal_start, wal_end, _ = xlogdata
+        self.stats.messages_received += count
+        progress.on_wal_data(wal_start, wal_end)
+        progress.admit_rows(count)
+        self.message_lsn = wal_start
 
     def _admitted(self, messages: Iterator[LogicalMessage]) -> Iterator[LogicalMessage]:
         progress, assembler = self.progress, self.assembler

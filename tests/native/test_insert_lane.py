@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -45,6 +46,8 @@ from bridge.sink.serializer import (
     debezium_sequence_head,
 )
 from tests.native.test_rowavro import TABLES, Table, native_only, rows, tuple_data
+from tests.pgoutput.encoder import encode
+from tests.rows import pack_records
 
 IDS = RegisteredSchemas(key_id=21, value_id=22)
 HINTS = {"hinted_key": TableHints(key_columns=("d", "i8", "f8"))}
@@ -300,12 +303,21 @@ class _Publisher:
     def __init__(self) -> None:
         self.records: list[tuple[str, bytes | None, bytes | None]] = []
         self._callbacks: list[Callable[[], None]] = []
+        self.packed_batches: list[int] = []  # the record count of each packed batch
 
     def publish(
         self, topic: str, key: bytes | None, value: bytes | None, on_delivered: Callable[[], None]
     ) -> None:
         self.records.append((topic, key, value))
         self._callbacks.append(on_delivered)
+
+    def publish_packed(
+        self, topic: str, pack: bytearray, count: int, on_delivered: Callable[[], None]
+    ) -> None:
+        assert native.unpack_records is not None
+        self.packed_batches.append(count)
+        for key, value in native.unpack_records(bytes(pack), 0, count):
+            self.publish(topic, key, value, on_delivered)
 
     def send_pending(self) -> None:
         pass
@@ -431,3 +443,109 @@ def test_source_block_in_c_equals_python(
     assert python_bytes == b"".join(
         (head, encode_long(len(sequence)), sequence, mid, encode_long(lsn), end)
     )
+
+
+# --- 3. runs of inserts straight from XLogData frames (encode_frames) ---------------------------
+
+
+def xlogdata(wal_start: int, payload: bytes) -> bytes:
+    """An XLogData frame of the replication stream (the server's WAL end a bit further on)."""
+    return b"w" + struct.pack("!QQq", wal_start, wal_start + 0x1000, 0) + payload
+
+
+def insert_frame(wal_start: int, data: TupleData, oid: int = 16384) -> bytes:
+    return xlogdata(wal_start, encode(Insert(None, oid, data)))
+
+
+COMMIT_FRAME = xlogdata(0x9000, encode(Commit(0, Lsn(0x8F00), Lsn(0x9000), 0)))
+
+
+def _lane_in_transaction(
+    table_name: str, seq: int = 0
+) -> tuple[EventBuilder, Any, tuple[Any, int]]:
+    builder = builder_for(table_name)
+    builder.feed(Begin(Lsn(0x1_0000_2000), 800_000_000_000_000, 4242))
+    builder._seq = seq
+    schemas = builder.relations[16384]
+    lane = serializer_for(schemas).insert_lane(schemas, IDS)
+    assert lane is not None
+    position = builder.next_position()
+    assert position is not None
+    return builder, lane, position
+
+
+@native_only
+@pytest.mark.parametrize("table_name", sorted(TABLES))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_frames_run_packs_the_records_encode_makes_row_by_row(table_name: str, data: Any) -> None:
+    """A run is the lane's record of each Insert frame in turn (seq after seq, each with its
+    own frame's WAL start), up to the first row the lane declines, packed."""
+    table = TABLES[table_name]
+    tuples = [data.draw(rows(table))[0] for _ in range(data.draw(st.integers(1, 20)))]
+    seq = data.draw(st.sampled_from([0, 7, 0x1FFF, 123_456_789]))
+    _, lane, (tx, first_seq) = _lane_in_transaction(table_name, seq)
+    lsns = [0x2_0000_0000 + 0x58 * i for i in range(len(tuples))]
+    # A frame of another kind before the run: start points past it.
+    frames = [COMMIT_FRAME] + [
+        insert_frame(lsn, row) for lsn, row in zip(lsns, tuples, strict=True)
+    ]
+    with fixed_clock():
+        expected = []
+        for i, row in enumerate(tuples):
+            record = lane.encode(row, "c", tx, first_seq + i, lsns[i])
+            if record is None:
+                break
+            expected.append(record)
+        pack = bytearray()
+        taken, last_lsn = lane.encode_frames(frames, 1, 1, pack, 16384, tx, first_seq)
+    assert taken == len(expected)
+    assert pack == pack_records(expected)
+    assert last_lsn == (lsns[taken - 1] if taken else 0)
+
+
+@native_only
+def test_frames_run_stops_at_anything_but_an_insert_of_its_table() -> None:
+    _, lane, position = _lane_in_transaction("composite_pk")
+    row = tuple_data(*VALUES)
+    inserts = [insert_frame(0x100 * (i + 1), row) for i in range(3)]
+    malformed = inserts[0][:-1]  # a tuple cut short: the decoder's to report
+    for stop_frame, why in [
+        (COMMIT_FRAME, "a Commit"),
+        (insert_frame(0x900, row, oid=16385), "another table's Insert"),
+        (b"k" + struct.pack("!QqB", 0x900, 0, 0), "a keepalive"),
+        (malformed, "a malformed Insert"),
+        (insert_frame(0x900, tuple_data(*VALUES[:3], "u", *VALUES[4:])), "a declined row"),
+    ]:
+        pack = bytearray()
+        frames = [*inserts, stop_frame, *inserts]
+        with fixed_clock():
+            taken, last_lsn = lane.encode_frames(frames, 0, 1, pack, 16384, *position)
+        assert (taken, last_lsn) == (3, 0x300), why
+        assert len(native_unpack(pack)) == 3, why
+
+
+@native_only
+def test_frames_run_shorter_than_min_rows_is_left_whole() -> None:
+    """Fewer leading Inserts than min_rows: nothing is encoded, the pack is untouched."""
+    _, lane, position = _lane_in_transaction("composite_pk")
+    frames = [insert_frame(0x100 * (i + 1), tuple_data(*VALUES)) for i in range(3)]
+    frames.append(COMMIT_FRAME)
+    pack = bytearray(b"kept")
+    assert lane.encode_frames(frames, 0, 4, pack, 16384, *position) == (0, 0)
+    assert pack == b"kept"
+    assert lane.encode_frames(frames, 0, 3, pack, 16384, *position)[0] == 3
+    assert lane.encode_frames(frames, 4, 1, pack, 16384, *position) == (0, 0)  # past the end
+
+
+def native_unpack(pack: bytearray) -> list[tuple[bytes | None, bytes]]:
+    assert native.unpack_records is not None
+    count = 0
+    pos = 0
+    while pos < len(pack):
+        (key_len,) = struct.unpack_from("!i", pack, pos)
+        pos += 4 + max(key_len, 0)
+        (value_len,) = struct.unpack_from("!i", pack, pos)
+        pos += 4 + value_len
+        count += 1
+    return native.unpack_records(pack, 0, count)
