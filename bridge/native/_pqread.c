@@ -11,6 +11,7 @@
  * allows one thread per connection at a time: while a reader runs, it is the only user of
  * the connection (status updates are sent by the reader too).
  */
+#define _GNU_SOURCE /* ppoll */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
@@ -56,18 +57,27 @@ typedef struct {
     int size;
 } Frame;
 
-/* read_frames(pgconn_ptr, max_frames, max_bytes, timeout_ms) -> (frames, status)
+static int64_t monotonic_us(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000 + now.tv_nsec / 1000;
+}
+
+/* read_frames(pgconn_ptr, max_frames, max_bytes, timeout_ms[, linger_us]) -> (frames, status)
  *
- * The CopyData frames libpq has or receives within timeout_ms (returning as soon as at
- * least one is there: up to max_frames of them, or max_bytes), as a list of bytes; status
- * 0 while the stream goes on, -1 once the server ended the COPY, -2 on a connection error
- * (psycopg's PGconn then says what: get_error_message / get_result). */
+ * The CopyData frames libpq has or receives within timeout_ms (returning once at least one
+ * is there and nothing more arrives for linger_us, default 0: up to max_frames of them, or
+ * max_bytes), as a list of bytes; status 0 while the stream goes on, -1 once the server ended
+ * the COPY, -2 on a connection error (psycopg's PGconn then says what: get_error_message /
+ * get_result). Lingering trades that much latency for batches of what arrives meanwhile
+ * instead of a batch (and a hand-over to the pipeline's thread) per network read. */
 static PyObject *read_frames(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long address;
-    int max_frames, timeout_ms;
+    int max_frames, timeout_ms, linger_us = 0;
     Py_ssize_t max_bytes;
-    if (!PyArg_ParseTuple(args, "Kini", &address, &max_frames, &max_bytes, &timeout_ms))
+    if (!PyArg_ParseTuple(args, "Kini|i", &address, &max_frames, &max_bytes, &timeout_ms,
+                          &linger_us))
         return NULL;
     if (!bound) {
         PyErr_SetString(PyExc_RuntimeError, "bind_library() was not called");
@@ -87,10 +97,13 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
     clock_gettime(CLOCK_MONOTONIC, &now);
     int64_t deadline_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 + timeout_ms;
     int refilled = 0;
+    int64_t linger_until = 0;
+    int napped = linger_us <= 0;
     for (;;) {
         char *buffer = NULL;
         int n = p_PQgetCopyData(conn, &buffer, 1);
         if (n > 0) {
+            if (count == 0) linger_until = monotonic_us() + linger_us;
             refilled = 0;
             frames[count].data = buffer;
             frames[count].size = n;
@@ -107,7 +120,16 @@ static PyObject *read_frames(PyObject *self, PyObject *args) {
          * (libpq's socket is non-blocking) and go on while that completes frames, so that
          * a batch is what arrived, not one input buffer's worth; else wait for the socket. */
         if (count > 0) {
-            if (refilled) break;
+            if (refilled) {
+                if (napped) break;
+                int64_t left_us = linger_until - monotonic_us();
+                if (left_us <= 0) break;
+                /* One nap, then whatever arrived meanwhile in one read: a wake-up per
+                 * arrival would cost a poll and a read each. */
+                struct timespec nap = {0, (long)(left_us * 1000)};
+                nanosleep(&nap, NULL);
+                napped = 1;
+            }
             if (!p_PQconsumeInput(conn)) {
                 status = -2;
                 break;
@@ -153,7 +175,8 @@ static PyMethodDef methods[] = {
     {"bind_library", bind_library, METH_O,
      "bind_library(path): look up libpq's functions in the copy loaded from path"},
     {"read_frames", read_frames, METH_VARARGS,
-     "read_frames(pgconn_ptr, max_frames, max_bytes, timeout_ms) -> (frames, status)"},
+     "read_frames(pgconn_ptr, max_frames, max_bytes, timeout_ms[, linger_us]) -> (frames, "
+     "status)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -50,12 +50,14 @@ class FrameReader:
         max_bytes: int = 1 << 20,
         queue_batches: int = 16,
         wait_ms: int = 50,
+        linger_us: int = 2000,
     ) -> None:
         self._pgconn = pgconn
         self._read = module.read_frames
         self._max_frames = max_frames
         self._max_bytes = max_bytes
         self._wait_ms = wait_ms
+        self._linger_us = linger_us
         self._batches: queue.Queue[tuple[list[bytes], int]] = queue.Queue(queue_batches)
         self._outbox: list[bytes] = []
         self._outbox_lock = threading.Lock()
@@ -107,7 +109,7 @@ class FrameReader:
             while not self._stopping.is_set():
                 self._send_outbox()
                 frames, status = self._read(
-                    address, self._max_frames, self._max_bytes, self._wait_ms
+                    address, self._max_frames, self._max_bytes, self._wait_ms, self._linger_us
                 )
                 if frames or status != STREAMING:
                     self._put((frames, status))
