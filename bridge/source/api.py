@@ -35,6 +35,11 @@ What the pipeline must do:
 - Call :meth:`ChangeSource.acknowledge` with the tracker's flush position, and keep iterating:
   status updates to the server are sent from inside the iterator, so a pipeline that stops
   pulling for longer than the server's ``wal_sender_timeout`` (default 60 s) gets disconnected.
+
+Optional, where a source has it (:class:`~bridge.source.replication.LogicalReplicationSource`):
+``take_insert_runs(runs, min_run)`` hands the pipeline consecutive Insert frames of a received
+batch to publish itself (``runs(frames, start) -> taken``), instead of one message each; what
+it takes is accounted for by the source as if it had been yielded, and a ``None`` follows it.
 """
 
 from __future__ import annotations
