@@ -10,8 +10,8 @@ Flow: frames travel in batches (up to ``max_frames`` or ``max_bytes`` of what ar
 ``linger_us`` of the batch's first frame) through a queue of at most ``queue_batches`` batches.
 The linger (2 ms) is a latency bought for CPU: the walsender sends a few frames per network
 write, and a batch per write cost the reader a wake-up and the pipeline a hand-over each
-(about 3 us per change more, measured with bench/pipeline_bench.py). When the pipeline falls behind, the
-queue fills, the reader stops reading and the server's sends block on TCP: the same
+(about 3 us per change more, measured with bench/pipeline_bench.py). When the pipeline falls
+behind, the queue fills, the reader stops reading and the server's sends block on TCP: the same
 back-pressure as reading on the pipeline's thread, with a bounded amount of memory between.
 The end of the stream (the server's CopyDone) and a connection error reach the pipeline in
 order, after the frames before them, as the batch's status.
