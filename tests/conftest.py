@@ -21,10 +21,19 @@ import pytest
 # confluent-kafka 2.15 imports authlib's deprecated httpx integration, which warns at import;
 # authlib forces that warning to "always" when imported, so filter after importing it.
 from authlib.deprecate import AuthlibDeprecationWarning
+from hypothesis import settings
 
 warnings.filterwarnings("ignore", category=AuthlibDeprecationWarning)
 
 from bridge.devstack.stack import LocalStack, StackInfo  # noqa: E402
+
+# Property tests: `make test` and `make check` run the "ci" profile, derandomized (each test's
+# examples come from its name), so one commit gives one result; `make fuzz` explores with fresh
+# seeds (--hypothesis-profile=explore, with --hypothesis-seed=N to replay one). A failure
+# prints its reproduction blob either way.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("PGBRIDGE_HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

@@ -193,6 +193,9 @@ def inet_pair(address: ipaddress.IPv4Address | ipaddress.IPv6Address, bits: int)
 
 def inets() -> st.SearchStrategy[Pair]:
     v4 = st.builds(inet_pair, st.ip_addresses(v=4), st.sampled_from([32, 32, 24, 8, 0, 31]))
-    # IPv6 without an embedded IPv4 form (inet_out spells those with a dotted quad).
-    v6 = st.ip_addresses(v=6).filter(lambda a: a.packed[:10] != bytes(10))
+    # IPv6 without an embedded IPv4 form (inet_out spells those with a dotted quad): built
+    # directly, a leading zero run of 10 bytes turned into a global-unicast prefix.
+    v6 = st.ip_addresses(v=6).map(
+        lambda a: a if a.packed[:10] != bytes(10) else ipaddress.IPv6Address(b"\x20" + a.packed[1:])
+    )
     return v4 | st.builds(inet_pair, v6, st.sampled_from([128, 64, 48]))
