@@ -23,6 +23,8 @@ Exposed (names carry the ``pgbridge_`` namespace)::
     pgbridge_build_info{version}            constant 1
     pgbridge_lossy_values_total{type, reason}  values delivered in a lossy form (clamped,
                                             NaN as null, array reshaped; docs/types.md)
+    pgbridge_schema_changes_forced_total{subject}  schema changes the registry refused and
+                                            pgbridge registered anyway (evolve)
 
 ``lag_bytes`` is what the slot retains on the server (and what a restart would replay);
 ``lag_milliseconds`` is Debezium's ``MilliSecondsBehindSource``. LSNs are exported as floats,
@@ -46,6 +48,7 @@ from prometheus_client.registry import Collector
 
 from bridge import __version__
 from bridge.retry import WAITED_SECONDS, WAITING_FOR
+from bridge.sink.registry import FORCED_SCHEMA_CHANGES
 from bridge.snapshot.metrics import IncrementalCollector, SnapshotCollector
 from bridge.types.lossy import LOSSY_VALUES
 
@@ -123,6 +126,7 @@ class BridgeMetrics:
         reg.register(_Waiting(ns))
         Info("build", "pgbridge version", namespace=ns, registry=reg).info({"version": __version__})
         reg.register(_LossyValues(f"{ns}_lossy_values"))
+        reg.register(_ForcedSchemaChanges(f"{ns}_schema_changes_forced"))
         reg.register(SnapshotCollector(ns))  # pgbridge_snapshot_*: see bridge.snapshot.metrics
         reg.register(IncrementalCollector(ns))  # pgbridge_incremental_snapshot_*: the same
 
@@ -217,6 +221,24 @@ class _Waiting(Collector):
             waited.add_metric([dependency], totals.get(dependency, 0.0))
         yield waiting
         yield waited
+
+
+class _ForcedSchemaChanges(Collector):
+    """Exports :data:`bridge.sink.registry.FORCED_SCHEMA_CHANGES`: schema versions registered
+    past a refusal of the subject's compatibility level (``evolve``)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            self._name,
+            "Schema changes the registry refused and pgbridge registered anyway, by subject",
+            labels=["subject"],
+        )
+        for subject, count in FORCED_SCHEMA_CHANGES.copy().items():
+            family.add_metric([subject], count)
+        yield family
 
 
 class _LossyValues(Collector):

@@ -150,6 +150,7 @@ def build_parts(config: BridgeConfig) -> PipelineParts:
         registry_client(config.registry.client_config()),
         compatibility=config.registry.compatibility_level or "BACKWARD",
         retry=config.retry,
+        incompatible_changes=config.registry.incompatible_change_handling,
     )
     serializer = EnvelopeSerializer(
         SourceSettings(

@@ -470,6 +470,13 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "BACKWARD",
         "subject compatibility set on registration; empty: leave as is",
     ),
+    KeySpec(
+        "schema.incompatible.change.handling.mode",
+        _choice("evolve", "fail"),
+        "evolve",
+        "a schema change the registry refuses: evolve (register it anyway, logged and "
+        "counted) or fail (stop, as Debezium does)",
+    ),
     KeySpec("metrics.port", _integer, 0, "Prometheus endpoint port; 0 disables it"),
     KeySpec(
         "metrics.host", _text, "127.0.0.1", "address the metrics endpoint listens on (0.0.0.0: all)"

@@ -408,6 +408,7 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         ssl_certificate_location=typed("schema.registry.ssl.certificate.location", Path),
         ssl_key_location=typed("schema.registry.ssl.key.location", Path),
         compatibility_level=typed("schema.compatibility.level", str),
+        incompatible_change_handling=str(values["schema.incompatible.change.handling.mode"]),
         bearer_auth=registry_bearer_properties(values),
     )
 

@@ -274,6 +274,7 @@ class RegistryConfig:
     url: str
     basic_auth_user_info: Secret | None = None
     compatibility_level: str | None = "BACKWARD"  # None: leave the registry's setting alone
+    incompatible_change_handling: str = "evolve"  # evolve | fail (bridge.sink.registry)
     ssl_ca_location: Path | None = None  # HTTPS: CA certificates that verify the registry
     ssl_certificate_location: Path | None = None  # mutual TLS: client certificate and key
     ssl_key_location: Path | None = None

@@ -31,7 +31,9 @@ wrote). Record fields missing from the input dict take the field's default, as i
 from __future__ import annotations
 
 import decimal
+import functools
 import io
+import json
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -157,7 +159,17 @@ _PRIMITIVE_PYTYPE: Final[dict[str, type]] = {"int": int, "long": int, "string": 
 def compile_writer(schema: Any) -> Writer:
     """Compile a schema (parsed JSON: dict, list or str, as :mod:`bridge.schema` builds it)
     into a writer. Raises :class:`fastavro.schema.SchemaParseException` (via fastavro) for a
-    schema fastavro would reject."""
+    schema fastavro would reject.
+
+    Writers are pure functions of their schema, so one is compiled per distinct schema and
+    process: every table's envelope shares the source, transaction and TOAST blocks, and a
+    reconnect's Relation messages bring back schemas already compiled (a few ms each)."""
+    return _compile_canonical(json.dumps(schema, sort_keys=True, separators=(",", ":")))
+
+
+@functools.lru_cache(maxsize=2048)
+def _compile_canonical(text: str) -> Writer:
+    schema = json.loads(text)
     named: dict[str, Any] = {}
     # fastavro validates the schema and collects the named types its fallbacks may refer to.
     fastavro.parse_schema(schema, named_schemas=named)

@@ -4,9 +4,11 @@ Subjects follow the topic-name strategy (``<topic>-key`` / ``<topic>-value``). B
 registration under a subject its compatibility level is set (per subject, so it holds whatever
 the registry's global default is). Registrations are cached by (subject, schema): a Relation
 message that the server resends after every reconnect, unchanged, costs no request; a changed
-Relation registers a new version; an incompatible change raises
-:class:`IncompatibleSchemaError` naming the table, the columns that changed and the registry's
-own reason — before anything of the transaction is produced.
+Relation registers a new version. A change the subject's level refuses is registered anyway by
+default (logged and counted: PostgreSQL has made it already), or, with
+``schema.incompatible.change.handling.mode=fail``, raises :class:`IncompatibleSchemaError`
+naming the table, the columns that changed and the registry's own reason — before anything of
+the transaction is produced.
 
 Transient faults (connection refused, timeouts, 5xx, 429) are retried under the bridge's
 :class:`~bridge.retry.RetryPolicy`, so a registry outage while a new table or a changed schema
@@ -18,6 +20,7 @@ and Apicurio's Confluent-compatible API alike.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -164,11 +167,27 @@ def canonical(schema: Mapping[str, Any]) -> str:
     return json.dumps(schema, sort_keys=True, separators=(",", ":"))
 
 
+#: Schema changes registered past the subject's compatibility level (``evolve``), by subject:
+#: exported as ``pgbridge_schema_changes_forced_total`` (bridge.metrics).
+FORCED_SCHEMA_CHANGES: collections.Counter[str] = collections.Counter()
+
+#: What a refused schema change does (``schema.incompatible.change.handling.mode``).
+INCOMPATIBLE_CHANGE_MODES: Final = ("evolve", "fail")
+
+
 class SchemaRegistrar:
     """Registers schemas with per-subject compatibility and a cache by schema.
 
     ``compatibility`` is the level set on every subject this registrar writes to;
     ``subject_compatibility`` overrides it for given subjects. Not thread-safe: one per sink.
+
+    ``incompatible_changes`` says what a schema the registry refuses under the subject's level
+    does. PostgreSQL has already made the change, and the WAL after it can only be described by
+    the new schema, so ``evolve`` (the default) registers it anyway: the subject's level is set
+    to NONE for that one registration and restored, the refusal is logged with the columns
+    that changed and counted. The refusal then concerns only that subject, and no other table
+    waits. ``fail`` is Debezium's behaviour: :class:`IncompatibleSchemaError` stops the bridge
+    with the slot where it was.
     """
 
     def __init__(
@@ -178,6 +197,7 @@ class SchemaRegistrar:
         compatibility: str = "BACKWARD",
         subject_compatibility: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
+        incompatible_changes: str = "evolve",
     ) -> None:
         """``retry``: how transient faults are retried (default: no retry, fail at once);
         :attr:`on_wait` runs between retries (the pipeline sets it)."""
@@ -186,6 +206,12 @@ class SchemaRegistrar:
             if level.upper() not in COMPATIBILITY_LEVELS:
                 key = "compatibility" if not subject else f"subject_compatibility[{subject}]"
                 raise ConfigError(key, f"must be one of {', '.join(COMPATIBILITY_LEVELS)}")
+        if incompatible_changes not in INCOMPATIBLE_CHANGE_MODES:
+            raise ConfigError(
+                "schema.incompatible.change.handling.mode",
+                f"must be one of {', '.join(INCOMPATIBLE_CHANGE_MODES)}",
+            )
+        self.incompatible_changes = incompatible_changes
         self.client = client
         self.compatibility = compatibility.upper()
         self.subject_compatibility = {
@@ -209,15 +235,50 @@ class SchemaRegistrar:
         cached = self._ids.get((subject, text))
         if cached is not None:
             return cached
-        schema_id = self.retry.run(
+        try:
+            schema_id = self._register_retrying(subject, text, schema, table)
+        except IncompatibleSchemaError as refused:
+            if self.incompatible_changes == "fail":
+                raise
+            schema_id = self._register_past_refusal(subject, text, schema, table, refused)
+        self._ids[(subject, text)] = schema_id
+        logger.info("registered schema id %d under %s", schema_id, subject)
+        return schema_id
+
+    def _register_retrying(
+        self, subject: str, text: str, schema: Mapping[str, Any], table: str
+    ) -> int:
+        return self.retry.run(
             "schema registry",
             f"registering {subject}",
             lambda: self._register_once(subject, text, schema, table),
             is_transient,
             on_wait=self.on_wait,
         )
-        self._ids[(subject, text)] = schema_id
-        logger.info("registered schema id %d under %s", schema_id, subject)
+
+    def _register_past_refusal(
+        self,
+        subject: str,
+        text: str,
+        schema: Mapping[str, Any],
+        table: str,
+        refused: IncompatibleSchemaError,
+    ) -> int:
+        """``evolve``: the refused version registered with the subject's level at NONE, then
+        the level put back (also when the registration fails)."""
+        level = self.level_for(subject)
+        logger.warning(
+            "%s; registering it anyway (schema.incompatible.change.handling.mode=evolve): "
+            "consumers of %s read the new version from here on",
+            refused,
+            subject,
+        )
+        self._set_level(subject, "NONE")
+        try:
+            schema_id = self._register_retrying(subject, text, schema, table)
+        finally:
+            self._set_level(subject, level)
+        FORCED_SCHEMA_CHANGES[subject] += 1
         return schema_id
 
     def _register_once(self, subject: str, text: str, schema: Mapping[str, Any], table: str) -> int:
@@ -248,7 +309,10 @@ class SchemaRegistrar:
     def _configure(self, subject: str) -> None:
         if subject in self._configured:
             return
-        level = self.level_for(subject)
+        self._set_level(subject, self.level_for(subject))
+        self._configured.add(subject)
+
+    def _set_level(self, subject: str, level: str) -> None:
         try:
             self.client.set_compatibility(subject_name=subject, level=level)
         except SchemaRegistryError as exc:
@@ -261,7 +325,6 @@ class SchemaRegistrar:
             raise token_error(subject, exc) from exc
         except Exception as exc:
             raise transport_error(subject, exc) from exc
-        self._configured.add(subject)
 
     def _changes(self, subject: str, schema: Mapping[str, Any]) -> list[tuple[str, str]]:
         """What differs from the latest registered version; best effort, for the message."""

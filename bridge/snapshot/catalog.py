@@ -190,12 +190,20 @@ def _identity_columns(conn: Conn, oid: int, identity: ReplicaIdentity) -> set[st
 
 
 def _type_messages(conn: Conn, oids: set[int]) -> tuple[Type, ...]:
+    """The Type messages pgoutput sends for ``oids``: for a domain, its OID with the namespace
+    and name of its base type (``logicalrep_write_typ`` looks through domains, to the bottom of
+    a domain over a domain), so a column maps the same whether copied or streamed."""
     wanted = sorted(o for o in oids if o >= FIRST_NON_BUILTIN_OID)
     if not wanted:
         return ()
     rows = conn.execute(
-        "SELECT t.oid::int, n.nspname, t.typname FROM pg_type t "
-        "JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = ANY(%s::oid[])",
+        "WITH RECURSIVE chain(oid, base) AS ("
+        " SELECT t.oid, t.oid FROM pg_type t WHERE t.oid = ANY(%s::oid[])"
+        " UNION ALL SELECT c.oid, b.typbasetype FROM chain c"
+        " JOIN pg_type b ON b.oid = c.base WHERE b.typtype = 'd') "
+        "SELECT c.oid::int, n.nspname, t.typname FROM chain c "
+        "JOIN pg_type t ON t.oid = c.base AND t.typtype <> 'd' "
+        "JOIN pg_namespace n ON n.oid = t.typnamespace",
         (wanted,),
     ).fetchall()
     return tuple(

@@ -6,6 +6,8 @@ messages built here; the registry's compatibility checker decides, not a stand-i
 
 from __future__ import annotations
 
+import json
+import logging
 import uuid
 from typing import Any
 
@@ -16,6 +18,7 @@ from bridge.devstack.stack import StackInfo
 from bridge.pgoutput.messages import COLUMN_FLAG_KEY, Relation, RelationColumn, ReplicaIdentity
 from bridge.schema import RelationSchemas, relation_schemas
 from bridge.sink.registry import (
+    FORCED_SCHEMA_CHANGES,
     IncompatibleSchemaError,
     RegistryError,
     SchemaRegistrar,
@@ -119,7 +122,7 @@ def test_registry_widen_int_to_bigint_is_compatible(client: CountingClient, pref
 def test_registry_incompatible_type_change_names_table_column_and_reason(
     client: CountingClient, prefix: str
 ) -> None:
-    registrar = SchemaRegistrar(client)
+    registrar = SchemaRegistrar(client, incompatible_changes="fail")
     v1 = schemas(prefix, *BASE)
     registrar.register_relation(v1)
     with pytest.raises(IncompatibleSchemaError) as info:
@@ -133,10 +136,37 @@ def test_registry_incompatible_type_change_names_table_column_and_reason(
     assert client.get_versions(v1.value_subject) == [1]
 
 
+def test_registry_refused_change_is_registered_anyway_by_default_and_counted(
+    client: CountingClient, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The default (evolve): PostgreSQL made the change already, so the subject follows it; the
+    # refusal is logged with the columns and counted, and the level is back afterwards.
+    registrar = SchemaRegistrar(client, compatibility="BACKWARD")
+    v1 = schemas(prefix, *BASE)
+    registrar.register_relation(v1)
+    before = FORCED_SCHEMA_CHANGES[v1.value_subject]
+    v2 = schemas(prefix, *BASE[:1], col("name", 23), BASE[2])
+    with caplog.at_level(logging.WARNING, logger="bridge.sink.registry"):
+        ids = registrar.register_relation(v2)
+    assert client.get_versions(v1.value_subject) == [1, 2]
+    latest = client.get_version(v1.value_subject, 2)  # (the client caches "latest")
+    assert latest.schema_id == ids.value_id
+    stored = json.loads(latest.schema.schema_str)
+    value_record = stored["fields"][0]["type"][1]
+    assert {f["name"]: f["type"] for f in value_record["fields"]}["name"] == ["null", "int"]
+    assert FORCED_SCHEMA_CHANGES[v1.value_subject] == before + 1
+    assert "name (type changed)" in caplog.text and "public.items" in caplog.text
+    assert client.get_compatibility(v1.value_subject) == "BACKWARD"
+    # A compatible change after it is judged by the level again, as usual.
+    registrar.register_relation(schemas(prefix, *BASE[:1], col("name", 23), BASE[2], col("x", 25)))
+    assert client.get_versions(v1.value_subject) == [1, 2, 3]
+    assert FORCED_SCHEMA_CHANGES[v1.value_subject] == before + 1
+
+
 def test_registry_rename_value_column_is_compatible_but_key_rename_is_not(
     client: CountingClient, prefix: str
 ) -> None:
-    registrar = SchemaRegistrar(client)
+    registrar = SchemaRegistrar(client, incompatible_changes="fail")
     v1 = schemas(prefix, *BASE)
     registrar.register_relation(v1)
     # A renamed non-key column reads as "dropped + added nullable": compatible.

@@ -43,6 +43,7 @@ from bridge.pgoutput.decoder import Decoder
 from bridge.pgoutput.messages import Insert, Relation, Type, Update
 from bridge.schema import UNCHANGED_TOAST_FIELD, RelationSchemas, TableHints, relation_schemas
 from bridge.sink.registry import registry_client
+from bridge.snapshot.catalog import published_tables, read_table
 from bridge.types import DEBEZIUM_UNAVAILABLE, ConversionError, TypeMapper, TypeOptions
 from bridge.types.lossy import LOSSY_VALUES
 from bridge.types.temporal import (
@@ -235,12 +236,22 @@ def build_zoo(dsn: str, major: int) -> Iterator[Zoo]:
         conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
         conn.execute("CREATE DOMAIN posint AS integer CHECK (VALUE > 0)")
         conn.execute("CREATE TYPE pair AS (a integer, b text)")
+        # Domains over every kind of base: a typmod'd numeric, a domain over a domain, text,
+        # an enum, an array of a domain.
+        conn.execute("CREATE DOMAIN amount AS numeric(12,3)")
+        conn.execute("CREATE DOMAIN positive_amount AS amount CHECK (VALUE > 0)")
+        conn.execute("CREATE DOMAIN label AS text")
+        conn.execute("CREATE DOMAIN feeling AS mood")
         columns = ", ".join(f"{c.name} {c.type}" for c in cols)
         conn.execute(f"CREATE TABLE zoo (id integer PRIMARY KEY, {columns})")
         conn.execute("CREATE TABLE comp (id integer PRIMARY KEY, p pair)")
         conn.execute("CREATE TABLE toasty (id integer PRIMARY KEY, big text, n integer)")
         conn.execute("CREATE TABLE huge (id integer PRIMARY KEY, x xid8)")
-        conn.execute(f"CREATE PUBLICATION {pub} FOR TABLE zoo, comp, toasty, huge")
+        conn.execute(
+            "CREATE TABLE doms (id integer PRIMARY KEY, a amount, p positive_amount, l label,"
+            " f feeling, pi posint, aa amount[])"
+        )
+        conn.execute(f"CREATE PUBLICATION {pub} FOR TABLE zoo, comp, toasty, huge, doms")
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
         names = ", ".join(c.name for c in cols)
         normal = ", ".join(c.normal for c in cols)
@@ -251,6 +262,7 @@ def build_zoo(dsn: str, major: int) -> Iterator[Zoo]:
         conn.execute(f"INSERT INTO zoo (id, {names}) VALUES (2, {edge})")
         conn.execute("INSERT INTO zoo (id) VALUES (3)")  # every column NULL
         conn.execute("INSERT INTO comp VALUES (1, ROW(7, 'x y'))")
+        conn.execute("INSERT INTO doms VALUES (1, 1.5, 2.25, 'x', 'ok', 3, '{1.5,2}')")
         # Random-looking text does not compress, so it is stored out of line (TOASTed).
         conn.execute(
             "INSERT INTO toasty SELECT 1, string_agg(md5(i::text), ''), 0"
@@ -370,6 +382,37 @@ def stream(zoo: Zoo, table: str, *, binary: bool) -> list[Change]:
             op = "c" if isinstance(message, Insert) else "u"
             out.append(Change(schemas.relation.relation_name, op, schemas, row, unchanged))
     return out
+
+
+def test_type_zoo_snapshot_catalog_maps_every_column_as_the_stream_does(zoo: Zoo) -> None:
+    # One mapping per column, whichever path describes the table first: the snapshot reads the
+    # catalog, the stream gets Relation and Type messages. A domain was once the domain's own
+    # name in the first (text fallback) and its base type in the second, so any later ALTER
+    # registered an "incompatible" change and stopped the capture.
+    decoder = Decoder(1)
+    streamed_mapper = TypeMapper(TypeOptions(enum_labels=zoo.enum_labels))
+    streamed: dict[str, RelationSchemas] = {}
+    for data in peek(zoo, binary=False):
+        message = decoder.decode(data)
+        if isinstance(message, Type):
+            streamed_mapper.observe(message)
+        elif isinstance(message, Relation):
+            streamed[message.relation_name] = relation_schemas(
+                message, streamed_mapper, topic_prefix="zoo"
+            )
+    published = published_tables(zoo.conn, zoo.publication)
+    assert {t.name for t in published} == set(streamed) >= {"zoo", "doms"}
+    for table in published:
+        catalog = read_table(zoo.conn, table)
+        copied_mapper = TypeMapper(TypeOptions(enum_labels=zoo.enum_labels))
+        for type_message in catalog.types:
+            copied_mapper.observe(type_message)
+        copied = relation_schemas(catalog.relation, copied_mapper, topic_prefix="zoo")
+        assert copied.relation.columns == streamed[table.name].relation.columns, table.name
+        assert copied.value_schema == streamed[table.name].value_schema, table.name
+        assert copied.key_schema == streamed[table.name].key_schema, table.name
+    doms = {f["name"]: f["type"] for f in row_schema(streamed["doms"])["fields"]}
+    assert doms["pi"] == ["null", "int"] and doms["l"] == ["null", "string"]
 
 
 def envelope(change: Change) -> dict[str, Any]:

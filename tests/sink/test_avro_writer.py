@@ -18,7 +18,7 @@ from typing import Any
 
 import fastavro
 import pytest
-from hypothesis import HealthCheck, find, given, settings
+from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from bridge.events import ChangeEvent, EventBuilder
@@ -444,7 +444,11 @@ def test_values_for_recursive_schema_nests_to_its_bound_and_no_deeper() -> None:
     # The strategy explores recursion (a Node holding Nodes) without drawing and discarding
     # values: it reaches the bound, and every value it draws stays within it.
     strategy = values_for(NODE_SCHEMA)
-    nested = find(strategy, lambda node: _nesting(node) == 2, settings=settings(database=None))
+    nested = find(
+        strategy,
+        lambda node: _nesting(node) == 2,
+        settings=settings(database=None, phases=[Phase.generate]),
+    )
     assert nested["children"] or nested["next"]
 
     @settings(max_examples=100, deadline=None)
