@@ -6,17 +6,30 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint unit integration matrix soak bench bench-decode bench-hotpath bench-pipeline bench-spark fuzz stack-up stack-down stack-status clean
+.PHONY: demo test check lint unit integration matrix soak bench bench-decode bench-hotpath bench-pipeline bench-spark fuzz stack-up stack-down stack-status clean
+
+# Unit tests spread over the cores (pytest-xdist); property tests run derandomized (tests/conftest.py).
+UNIT := -m "not integration and not slow" -n auto -p no:cacheprovider -q
 
 ## demo: start the local stack and stream a sample database's changes through pgbridge
-demo: $(VENV)/.installed
+demo: $(VENV)/.installed .stack-prereqs
 	$(BIN)/pgbridge demo
 
-## test: lint, type-check and run the whole test suite on the real local stack; then the unit
-## tests once more on the pure-Python path (what a machine without a C compiler runs)
-test: lint
-	$(BIN)/pytest $(PYTEST_ARGS)
-	PGBRIDGE_NATIVE=0 $(BIN)/pytest -m "not integration and not slow" --ignore=tests/native -p no:cacheprovider -q $(PYTEST_ARGS)
+## test: lint, type-check, check docker-compose.yml, the unit tests, the integration tests on the
+## real local stack, then the unit tests and an end-to-end slice once more on the pure-Python
+## path (what a machine without a C compiler runs). The fuzz run and the soak have their own
+## targets.
+test: lint .stack-prereqs
+	$(BIN)/pytest $(UNIT) $(PYTEST_ARGS)
+	$(BIN)/pytest -m "integration and not slow" $(PYTEST_ARGS)
+	PGBRIDGE_NATIVE=0 $(BIN)/pytest $(UNIT) --ignore=tests/native $(PYTEST_ARGS)
+	PGBRIDGE_NATIVE=0 $(BIN)/pytest -m "integration and pure_python_slice" -p no:cacheprovider -q $(PYTEST_ARGS)
+
+## check: the edit-test loop: ruff, mypy and the unit tests (no JDK, no Maven, no stack)
+check: $(VENV)/.installed
+	$(BIN)/ruff check bridge tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest $(UNIT) $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check bridge tests bench
@@ -24,13 +37,13 @@ lint: $(VENV)/.installed
 	bash dev-stack/compose-config.sh
 
 unit: $(VENV)/.installed
-	$(BIN)/pytest -m "not integration" $(PYTEST_ARGS)
+	$(BIN)/pytest $(UNIT) $(PYTEST_ARGS)
 
-integration: $(VENV)/.installed
-	$(BIN)/pytest -m integration $(PYTEST_ARGS)
+integration: $(VENV)/.installed .stack-prereqs
+	$(BIN)/pytest -m "integration and not slow" $(PYTEST_ARGS)
 
 ## matrix: the replication source's integration tests on every supported PostgreSQL major
-matrix: $(VENV)/.installed
+matrix: $(VENV)/.installed .stack-prereqs
 	PGBRIDGE_PG_VERSIONS=13,14,15,16,17,18 $(BIN)/pytest tests/integration/source $(PYTEST_ARGS)
 
 ## soak: 30 minutes of random faults under a writer on a rig of its own (not in CI); prints the
@@ -39,9 +52,11 @@ SOAK_ARGS ?= --minutes 30
 soak: $(VENV)/.installed
 	$(BIN)/python -m tests.integration.soak $(SOAK_ARGS)
 
-## fuzz: the decoder's million-input fuzz run
+## fuzz: the decoder's million-input fuzz run, then every property test with fresh random seeds
+## (a failure prints the seed: replay it with PYTEST_ARGS=--hypothesis-seed=N)
 fuzz: $(VENV)/.installed
 	$(BIN)/pytest -m slow tests/pgoutput $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not integration and not slow" --hypothesis-profile=explore -p no:cacheprovider -q $(PYTEST_ARGS)
 
 ## bench: the decoder and pipeline benchmarks (each prints ratios against its baseline)
 bench: bench-decode bench-pipeline
@@ -59,7 +74,7 @@ bench-pipeline: $(VENV)/.installed
 bench-spark: $(VENV)/.installed
 	$(BIN)/python bench/spark_apply_bench.py
 
-stack-up: $(VENV)/.installed
+stack-up: $(VENV)/.installed .stack-prereqs
 	$(BIN)/pgbridge dev up
 
 stack-down: $(VENV)/.installed
@@ -68,14 +83,19 @@ stack-down: $(VENV)/.installed
 stack-status: $(VENV)/.installed
 	$(BIN)/pgbridge dev status
 
-# The C accelerator is compiled by the install: a changed source reinstalls.
-$(VENV)/.installed: pyproject.toml dev-stack/check-prereqs.sh bridge/native/_speedups.c bridge/native/values.c bridge/native/values.h bridge/native/_kafka.c bridge/native/_pqread.c bridge/native/packed.h
-	bash dev-stack/check-prereqs.sh
+# The C accelerator is compiled by the install: a changed source reinstalls. Python and a C
+# compiler are all the unit tests need; the stack's Java and Maven are checked for the targets
+# that start it.
+$(VENV)/.installed: pyproject.toml bridge/native/_speedups.c bridge/native/values.c bridge/native/values.h bridge/native/_kafka.c bridge/native/_pqread.c bridge/native/packed.h
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
+.stack-prereqs: dev-stack/check-prereqs.sh
+	bash dev-stack/check-prereqs.sh
+	touch $@
+
 clean:
 	-$(BIN)/pgbridge dev down --destroy
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .stack-prereqs .mypy_cache .ruff_cache .pytest_cache

@@ -44,7 +44,7 @@ from bridge.events import (
 )
 from bridge.failures import dead_letter_record
 from bridge.pgoutput.lsn import Lsn, pg_timestamp_to_unix_micros
-from bridge.pgoutput.messages import Begin, Insert, LogicalMessage, Relation, Update
+from bridge.pgoutput.messages import Begin, Insert, LogicalMessage, Relation, Type, Update
 from bridge.schema import EncodedRow, RelationSchemas, static_schema
 from bridge.sink.avro_writer import AvroWriteError
 from bridge.sink.metadata import MetadataRecords, heartbeat_topic, transaction_topic
@@ -52,6 +52,7 @@ from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
 from bridge.sink.serializer import EnvelopeSerializer, InsertLane, message_value_schema
 from bridge.snapshot.incremental import IncrementalSnapshotter
 from bridge.source.api import ChangeSource
+from bridge.source.type_catalog import ResolvedType
 from bridge.types.errors import ConversionError
 
 logger = logging.getLogger(__name__)
@@ -189,7 +190,10 @@ class Pipeline:
         observer: PipelineObserver | None = None,
         incremental: IncrementalSnapshotter | None = None,
         housekeeping: Callable[[], None] | None = None,
+        describe_type: Callable[[int], ResolvedType | None] | None = None,
     ) -> None:
+        """``describe_type``: what the catalog says of a type a Type message names (a domain's
+        modifier: bridge.source.type_catalog), asked before the mapper sees the message."""
         self.source = source
         self.builder = builder
         self.registrar = registrar
@@ -229,6 +233,7 @@ class Pipeline:
         self.incremental = incremental
         #: Called between messages at every poll tick (bridge.source.table_watch).
         self.housekeeping = housekeeping
+        self.describe_type = describe_type
         self._signal_oid: int | None = None
         self._watched: str | None = None
         if incremental is not None:
@@ -294,6 +299,12 @@ class Pipeline:
         elif type(message) is Begin:
             # Registered before its records are produced; the end LSN comes with the Commit.
             self._counts = self._register(message.final_lsn)
+        elif type(message) is Type and self.describe_type is not None:
+            resolved = self.describe_type(message.type_oid)
+            if resolved is not None:
+                self.builder.mapper.observe_resolved(
+                    resolved.oid, resolved.namespace, resolved.name, resolved.typmod
+                )
         for output in self.builder.feed(message):
             if type(output) is ChangeEvent:  # the common case, without the dispatch call
                 self._publish_change(output)

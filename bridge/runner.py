@@ -44,6 +44,7 @@ from bridge.source.config import (
 )
 from bridge.source.replication import LogicalReplicationSource
 from bridge.source.table_watch import TableWatch
+from bridge.source.type_catalog import TypeDescriber
 from bridge.types import TypeMapper, TypeOptions
 
 logger = logging.getLogger(__name__)
@@ -244,6 +245,7 @@ def build_pipeline(
         observer=observer,
         incremental=incremental,
         housekeeping=watch.tick,
+        describe_type=TypeDescriber(config.database.conninfo()).describe,
     )
 
 

@@ -36,6 +36,8 @@ from bridge.pgoutput.messages import (
 from bridge.snapshot.errors import SnapshotTableError
 from bridge.snapshot.plan import Chunk, Method, TablePlan, ctid_chunks, key_chunks
 from bridge.source.protocol import quote_ident
+from bridge.source.type_catalog import ResolvedType, describe_types
+from bridge.types import TypeMapper
 
 logger = logging.getLogger(__name__)
 
@@ -72,11 +74,22 @@ class TableCatalog:
     published: PublishedTable
     relation: Relation
     types: tuple[Type, ...]
+    resolved_types: tuple[ResolvedType, ...]  # its domains and arrays of domains
     relkind: str
     pages: int
     estimated_rows: int
     relfilenode: int
     chunk_key: tuple[tuple[str, str], ...]  # (column, format_type) of a usable unique key
+
+    def describe_to(self, mapper: TypeMapper) -> None:
+        """Tell ``mapper`` what the stream tells it before this table's Relation (its Type
+        messages), and what the catalog adds (domains' modifiers)."""
+        for message in self.types:
+            mapper.observe(message)
+        for resolved in self.resolved_types:
+            mapper.observe_resolved(
+                resolved.oid, resolved.namespace, resolved.name, resolved.typmod
+            )
 
 
 def published_tables(conn: Conn, publication: str) -> list[PublishedTable]:
@@ -159,12 +172,15 @@ def read_table(conn: Conn, table: PublishedTable) -> TableCatalog:
     )
     namespace = "" if nspname == "pg_catalog" else str(nspname)
     relation = Relation(None, table.oid, namespace, table.name, identity, columns)
-    types = _type_messages(conn, {c.type_oid for c in columns})
+    type_oids = {c.type_oid for c in columns}
+    types = _type_messages(conn, type_oids)
+    resolved = describe_types(conn, (o for o in type_oids if o >= FIRST_NON_BUILTIN_OID))
     estimated = _estimate_rows(conn, table, str(relkind), float(str(reltuples)))
     return TableCatalog(
         published=table,
         relation=relation,
         types=types,
+        resolved_types=tuple(resolved.values()),
         relkind=str(relkind),
         pages=int(str(pages)),
         estimated_rows=estimated,

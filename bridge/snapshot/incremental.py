@@ -339,8 +339,7 @@ class IncrementalSnapshotter:
             self._skip(task, "it is no longer in the publication")
             return
         info = catalog.read_table(conn, table)
-        for type_message in info.types:
-            self.builder.mapper.observe(type_message)
+        info.describe_to(self.builder.mapper)
         schemas = self.builder.schemas_for(info.relation)
         if schemas.key_schema is None:
             self._skip(

@@ -295,8 +295,7 @@ def _plan(
             info = catalog.read_table(conn, table)
         except psycopg.Error as exc:
             raise classify(table.table, exc) from exc
-        for type_message in info.types:
-            builder.feed(type_message)
+        info.describe_to(builder.mapper)
         builder.feed(info.relation)
         table_schemas = builder.relations[info.relation.relation_oid]
         schemas[table.table] = table_schemas

@@ -5,7 +5,10 @@ before the first Relation that uses it: the mapper caches those (:meth:`TypeMapp
 A Type message carries the *base* type's namespace and name for a domain (``logicalrep_write_typ``
 looks through domains), so a domain over ``integer`` resolves to ``integer`` by name. Arrays of
 non-built-in types are named ``_<element>``. Enum labels are not in any message; they come from
-:attr:`TypeOptions.enum_labels` when the caller has them.
+:attr:`TypeOptions.enum_labels` when the caller has them. A domain's modifier is not in any
+message either (a column of a domain has typmod -1): the caller that reads the catalog hands
+it over with :meth:`TypeMapper.observe_resolved` (bridge.source.type_catalog), which also
+resolves arrays of domains, so ``numeric(12,3)`` under a domain stays a decimal of scale 3.
 
 A type that still does not resolve falls back to its text form (an Avro string) with one
 warning per type, or raises :class:`UnknownTypeError` when ``unknown_types="fail"``. An array
@@ -91,6 +94,8 @@ class TypeMapper:
         self.options = options or TypeOptions()
         self.registry = registry or default_registry()
         self._types: dict[int, Type] = {}
+        # Domains and arrays of domains: the named type and modifier they stand for.
+        self._resolved: dict[int, tuple[Type, int]] = {}
         self._cache: dict[tuple[int, int, int], ColumnType] = {}
         self._warned: set[int] = set()
 
@@ -99,6 +104,15 @@ class TypeMapper:
         if self._types.get(message.type_oid) != message:
             self._types[message.type_oid] = message
             self._cache = {k: v for k, v in self._cache.items() if k[0] != message.type_oid}
+
+    def observe_resolved(self, oid: int, namespace: str, name: str, typmod: int) -> None:
+        """Type ``oid`` (a domain, or an array of one) stands for ``namespace.name`` with
+        modifier ``typmod``: its columns map as columns of that type (their own modifier, where
+        one is set, still wins), whatever Type message names it."""
+        resolved = (Type(None, oid, namespace, name), typmod)
+        if self._resolved.get(oid) != resolved:
+            self._resolved[oid] = resolved
+            self._cache = {k: v for k, v in self._cache.items() if k[0] != oid}
 
     def set_enum_labels(self, labels: Mapping[str, tuple[str, ...]]) -> None:
         """Replace the enum labels (after ``ALTER TYPE ... ADD VALUE``, say): mappings built
@@ -127,6 +141,9 @@ class TypeMapper:
     ) -> ColumnType:
         """The mapping of one column type; ``dimensions`` applies to array types only;
         ``table`` and ``column`` only name the place in errors."""
+        resolved = self._resolved.get(oid)
+        if resolved is not None and typmod == -1:
+            typmod = resolved[1]
         key = (oid, typmod, dimensions)
         cached = self._cache.get(key)
         if cached is not None:
@@ -147,7 +164,8 @@ class TypeMapper:
         factory = registry.by_oid.get(oid)
         if factory is not None:
             return factory, None
-        message = self._types.get(oid)
+        resolved = self._resolved.get(oid)
+        message = resolved[0] if resolved is not None else self._types.get(oid)
         if message is None:
             return None, None
         name, namespace = message.type_name, message.namespace

@@ -44,6 +44,7 @@ from bridge.pgoutput.messages import Insert, Relation, Type, Update
 from bridge.schema import UNCHANGED_TOAST_FIELD, RelationSchemas, TableHints, relation_schemas
 from bridge.sink.registry import registry_client
 from bridge.snapshot.catalog import published_tables, read_table
+from bridge.source.type_catalog import describe_types
 from bridge.types import DEBEZIUM_UNAVAILABLE, ConversionError, TypeMapper, TypeOptions
 from bridge.types.lossy import LOSSY_VALUES
 from bridge.types.temporal import (
@@ -395,6 +396,11 @@ def test_type_zoo_snapshot_catalog_maps_every_column_as_the_stream_does(zoo: Zoo
     for data in peek(zoo, binary=False):
         message = decoder.decode(data)
         if isinstance(message, Type):
+            # As the pipeline does: the catalog's word on a domain first (its modifier).
+            for resolved in describe_types(zoo.conn, [message.type_oid]).values():
+                streamed_mapper.observe_resolved(
+                    resolved.oid, resolved.namespace, resolved.name, resolved.typmod
+                )
             streamed_mapper.observe(message)
         elif isinstance(message, Relation):
             streamed[message.relation_name] = relation_schemas(
@@ -405,13 +411,17 @@ def test_type_zoo_snapshot_catalog_maps_every_column_as_the_stream_does(zoo: Zoo
     for table in published:
         catalog = read_table(zoo.conn, table)
         copied_mapper = TypeMapper(TypeOptions(enum_labels=zoo.enum_labels))
-        for type_message in catalog.types:
-            copied_mapper.observe(type_message)
+        catalog.describe_to(copied_mapper)
         copied = relation_schemas(catalog.relation, copied_mapper, topic_prefix="zoo")
         assert copied.relation.columns == streamed[table.name].relation.columns, table.name
         assert copied.value_schema == streamed[table.name].value_schema, table.name
         assert copied.key_schema == streamed[table.name].key_schema, table.name
+    # A domain maps as its base type with the domain's modifier: numeric(12,3) under one or
+    # two domains, and in an array of one, is the decimal numeric(12,3) is.
     doms = {f["name"]: f["type"] for f in row_schema(streamed["doms"])["fields"]}
+    plain = {f["name"]: f["type"] for f in row_schema(streamed["zoo"])["fields"]}
+    assert doms["a"] == doms["p"] == plain["n"]
+    assert doms["aa"][1]["items"] == plain["n"]
     assert doms["pi"] == ["null", "int"] and doms["l"] == ["null", "string"]
 
 

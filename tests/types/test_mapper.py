@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bridge.pgoutput.messages import Type
 from bridge.types import ConversionError, TypeMapper, TypeOptions, UnknownTypeError
@@ -161,3 +166,58 @@ def test_mapper_connect_logical_types_same_encoded_values() -> None:
     avro = TypeMapper().column_type(_oid("date"))
     connect = TypeMapper(TypeOptions(logical_types="connect")).column_type(_oid("date"))
     assert avro.from_text(b"2024-02-29") == connect.from_text(b"2024-02-29") == 19782
+
+
+# --- one mapping per column, whatever the order of what the mapper is told -------------------
+
+AMOUNT, AMOUNTS, MOOD, PAIR = 17001, 17002, 17003, 17004
+NUMERIC_12_3 = ((12 << 16) | 3) + 4
+
+
+def _facts() -> list[Callable[[TypeMapper], None]]:
+    """Everything a stream or a snapshot tells the mapper of four user types: the Type messages
+    (a domain is named by its base type; an array of a domain by its own name), the catalog's
+    word on domains (bridge.source.type_catalog) and the enum's labels."""
+    return [
+        lambda m: m.observe(Type(None, AMOUNT, "", "numeric")),
+        lambda m: m.observe(Type(None, AMOUNTS, "public", "_amount")),
+        lambda m: m.observe(Type(None, MOOD, "public", "mood")),
+        lambda m: m.observe(Type(None, PAIR, "public", "pair")),
+        lambda m: m.observe_resolved(AMOUNT, "", "numeric", NUMERIC_12_3),
+        lambda m: m.observe_resolved(AMOUNTS, "", "_numeric", NUMERIC_12_3),
+        lambda m: m.set_enum_labels({"public.mood": ("sad", "ok")}),
+    ]
+
+
+def _mappings(mapper: TypeMapper) -> list[Any]:
+    return [mapper.column_type(oid).avro for oid in (AMOUNT, AMOUNTS, MOOD, PAIR)]
+
+
+def _in_order(order: Sequence[int]) -> list[Any]:
+    mapper, facts = TypeMapper(), _facts()
+    for i in order:
+        facts[i](mapper)
+        with contextlib.suppress(Exception):
+            _mappings(mapper)  # mapped in between: nothing cached may outlive a new fact
+    return _mappings(mapper)
+
+
+@given(st.permutations(range(7)))
+def test_mapper_mapping_is_independent_of_the_order_of_facts(order: list[int]) -> None:
+    assert _in_order(order) == _in_order(range(7))
+
+
+def test_mapper_domain_keeps_its_modifier_and_arrays_of_it_too() -> None:
+    amount, amounts, mood, pair = _in_order(range(7))
+    plain = TypeMapper().column_type(1700, NUMERIC_12_3).avro
+    assert amount == plain  # a decimal of scale 3, not VariableScaleDecimal
+    assert amounts == {"type": "array", "items": ["null", plain]}
+    assert mood["connect.name"] == "io.debezium.data.Enum"
+    assert pair == "string"  # a composite: its text form
+
+
+def test_mapper_column_modifier_wins_over_the_domains() -> None:
+    mapper = TypeMapper()
+    mapper.observe_resolved(AMOUNT, "", "numeric", NUMERIC_12_3)
+    wider = ((20 << 16) | 5) + 4
+    assert mapper.column_type(AMOUNT, wider).avro == TypeMapper().column_type(1700, wider).avro

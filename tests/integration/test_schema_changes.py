@@ -1,0 +1,103 @@
+"""Schema changes under the default settings: PostgreSQL has made them, the capture follows.
+
+The case of issue #33: a table with a column of a domain over ``numeric(12,3)``, copied by the
+initial snapshot, then an ordinary ``ADD COLUMN``. The domain was once mapped as text by the
+snapshot and as a variable-scale decimal by the stream, so the ``ALTER`` registered a "type
+changed" version the subject's BACKWARD level refused, and the whole capture stopped. Now the
+column maps the same on both paths (a decimal of scale 3, the domain's modifier), and a change
+the registry does refuse (a column's type changed) is registered anyway by default.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from bridge.devstack.stack import StackInfo
+from bridge.sink.registry import registry_client
+from tests.integration.bridge_harness import (
+    RunningBridge,
+    bridge_config,
+    mark,
+    normalize,
+    normalized,
+    rebuild_tables,
+    scratch_database,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _field_types(stack: StackInfo, subject: str, version: int) -> dict[str, Any]:
+    client = registry_client(stack.registry_url)
+    schema = client.get_version(subject, version).schema
+    value = json.loads(schema.schema_str)["fields"][0]["type"][1]
+    return {f["name"]: f["type"] for f in value["fields"]}
+
+
+def test_schema_changes_domain_column_then_alters_never_stop_the_capture(
+    local_stack: StackInfo,
+) -> None:
+    prefix = f"ddl{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE DOMAIN amount AS numeric(12,3)")
+            conn.execute(
+                "CREATE TABLE zoo (id integer PRIMARY KEY, dom amount, doms amount[], note text)"
+            )
+            conn.execute("INSERT INTO zoo VALUES (1, 1.5, '{2.25}', 'a'), (2, NULL, NULL, 'bb')")
+        bridge = RunningBridge(bridge_config(local_stack, dsn, prefix))  # the defaults
+        try:
+            bridge.wait_confirmed(mark(dsn))  # the snapshot's rows and the stream after it
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("INSERT INTO zoo VALUES (3, 3.125, '{1}', 'ccc')")
+                conn.execute("ALTER TABLE zoo ADD COLUMN added_later text")
+                conn.execute("INSERT INTO zoo VALUES (4, 4, '{}', 'dddd', 'x')")
+                conn.execute("UPDATE zoo SET added_later = 'y', dom = 7.5 WHERE id = 1")
+            bridge.wait_confirmed(mark(dsn))
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                # Refused by BACKWARD (string -> int): registered anyway, the capture goes on.
+                conn.execute("ALTER TABLE zoo ALTER COLUMN note TYPE integer USING length(note)")
+                conn.execute("INSERT INTO zoo VALUES (5, 5, NULL, 5, 'z')")
+                conn.execute("DELETE FROM zoo WHERE id = 2")
+            bridge.wait_confirmed(mark(dsn))
+        finally:
+            bridge.stop()  # raises what stopped the pipeline, if anything did
+
+        subject = f"{prefix}.public.zoo-value"
+        client = registry_client(local_stack.registry_url)
+        # One version per real change: the table, the added column, the changed type.
+        assert client.get_versions(subject) == [1, 2, 3]
+        first, last = _field_types(local_stack, subject, 1), _field_types(local_stack, subject, 3)
+        decimal = first["dom"][1]
+        assert decimal["logicalType"] == "decimal" and decimal["scale"] == 3
+        assert last["dom"] == first["dom"] and last["doms"] == first["doms"]
+        assert last["note"] == ["null", "int"]
+
+        # The independent consumer's rebuild equals the table, but for what no change event
+        # carries: ALTER COLUMN ... TYPE rewrote note in rows it did not send again.
+        rebuilt = normalized(
+            rebuild_tables(local_stack.bootstrap_servers, local_stack.registry_url, prefix)[
+                "public.zoo"
+            ]
+        )
+        with psycopg.connect(dsn) as conn:
+            source = {
+                (row[0],): row
+                for row in conn.execute(
+                    "SELECT id, dom, doms::numeric[], note, added_later FROM zoo"
+                ).fetchall()
+            }
+        assert rebuilt.keys() == source.keys() == {(1,), (3,), (4,), (5,)}
+        for key, (_, dom, doms, _note, added_later) in source.items():
+            row = rebuilt[key]
+            assert (row["dom"], row["doms"], row.get("added_later")) == (
+                normalize(dom),
+                doms if doms is None else [normalize(d) for d in doms],
+                added_later,
+            ), key
+        assert rebuilt[(5,)]["note"] == 5
