@@ -15,15 +15,21 @@ UNIT := -m "not integration and not slow" -n auto -p no:cacheprovider -q
 demo: $(VENV)/.installed .stack-prereqs
 	$(BIN)/pgbridge demo
 
-## test: lint, type-check, check docker-compose.yml, the unit tests, the integration tests on the
-## real local stack, then the unit tests and an end-to-end slice once more on the pure-Python
-## path (what a machine without a C compiler runs). The fuzz run and the soak have their own
-## targets.
+## test: lint, type-check, check docker-compose.yml, the unit tests (C accelerator, then the
+## pure-Python path a machine without a C compiler runs), then on one real local stack the
+## integration tests, two at a time, and an end-to-end slice on the pure-Python path. The fuzz
+## run and the soak have their own targets. Under CI the stack is stopped afterwards.
+INTEGRATION := -m "integration and not slow" -n 2 --dist loadfile
 test: lint .stack-prereqs
 	$(BIN)/pytest $(UNIT) $(PYTEST_ARGS)
-	$(BIN)/pytest -m "integration and not slow" $(PYTEST_ARGS)
 	PGBRIDGE_NATIVE=0 $(BIN)/pytest $(UNIT) --ignore=tests/native $(PYTEST_ARGS)
-	PGBRIDGE_NATIVE=0 $(BIN)/pytest -m "integration and pure_python_slice" -p no:cacheprovider -q $(PYTEST_ARGS)
+	$(BIN)/pgbridge dev up
+	status=0; \
+	$(BIN)/pytest $(INTEGRATION) $(PYTEST_ARGS) || status=$$?; \
+	PGBRIDGE_NATIVE=0 $(BIN)/pytest -m "integration and pure_python_slice" -q \
+	  -p no:cacheprovider $(PYTEST_ARGS) || status=$$?; \
+	if [ -n "$$CI" ]; then $(BIN)/pgbridge dev down; fi; \
+	exit $$status
 
 ## check: the edit-test loop: ruff, mypy and the unit tests (no JDK, no Maven, no stack)
 check: $(VENV)/.installed
@@ -40,7 +46,7 @@ unit: $(VENV)/.installed
 	$(BIN)/pytest $(UNIT) $(PYTEST_ARGS)
 
 integration: $(VENV)/.installed .stack-prereqs
-	$(BIN)/pytest -m "integration and not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest $(INTEGRATION) $(PYTEST_ARGS)
 
 ## matrix: the replication source's integration tests on every supported PostgreSQL major
 matrix: $(VENV)/.installed .stack-prereqs

@@ -10,6 +10,7 @@ through testcontainers instead.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import warnings
 from collections.abc import Iterator
@@ -49,13 +50,17 @@ def local_stack() -> Iterator[StackInfo]:
     stack = LocalStack(
         Path(os.environ["PGBRIDGE_STACK_DIR"]) if "PGBRIDGE_STACK_DIR" in os.environ else None
     )
-    was_running = all(part["running"] for part in stack.status().values())
-    info = stack.up()  # raises StackError naming the part and its log: the test errors
+    # pytest-xdist workers share one stack: the first to get here starts it, under a lock.
+    with open(stack.dir / "tests.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        was_running = all(part["running"] for part in stack.status().values())
+        info = stack.up()  # raises StackError naming the part and its log: the test errors
     os.environ.update(info.env)
     yield info
     # On a developer machine the stack stays up for the next run (and for other sessions using
-    # it); CI stops what it started.
-    if not was_running and os.environ.get("CI"):
+    # it); CI stops what it started, unless other workers may still use it (`make test` starts
+    # the stack before its workers and stops it after them).
+    if not was_running and os.environ.get("CI") and "PYTEST_XDIST_WORKER" not in os.environ:
         stack.down()
 
 
@@ -97,10 +102,17 @@ def keycloak() -> Iterator[Any]:
         server.stop()
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The fault cycle's table (tests/integration/test_fault_cycle.py), where it ran."""
-    from tests.integration.soak import FAULT_TABLES
+#: The fault cycle's tables (tests/integration/test_fault_cycle.py), from its reports: they
+#: reach the main process from pytest-xdist's workers too.
+_FAULT_TABLES: list[str] = []
 
-    for table in FAULT_TABLES:
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _FAULT_TABLES.extend(str(v) for name, v in report.user_properties if name == "fault_table")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The fault cycle's table, where it ran."""
+    for table in _FAULT_TABLES:
         terminalreporter.write_sep("-", "fault cycle: fault x recovered / time / duplicates / lost")
         terminalreporter.write_line(table)

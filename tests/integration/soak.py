@@ -58,9 +58,6 @@ CYCLE_OUTAGES = {
 DELIVERY_TIMEOUT_MS = 8000
 SOAK_PAUSE_S = 20.0  # steady writing between two faults of the soak
 
-#: Tables printed at the end of a pytest run (tests/conftest.py's terminal summary).
-FAULT_TABLES: list[str] = []
-
 
 @dataclass(slots=True)
 class FaultResult:

@@ -175,7 +175,7 @@ def test_delta_apply_killed_mid_batch_and_restarted_equals_source(
         prepare_database(dsn)
         bridge = RunningBridge(bridge_config(local_stack, dsn, prefix))
         try:
-            workload(dsn, big_rows=20_000)
+            workload(dsn, big_rows=6_000)
             bridge.wait_confirmed(mark(dsn))
         finally:
             bridge.stop()

@@ -12,17 +12,17 @@ from __future__ import annotations
 import pytest
 
 from bridge.devstack.stack import StackInfo
-from tests.integration.soak import CYCLE_OUTAGES, FAULT_TABLES, report, run_cycle
+from tests.integration.soak import CYCLE_OUTAGES, report, run_cycle
 
 pytestmark = pytest.mark.integration
 
 
 def test_fault_cycle_each_fault_once_under_a_writer_loses_nothing(
-    local_stack: StackInfo,
+    local_stack: StackInfo, record_property: pytest.RecordProperty
 ) -> None:
     results, rig = run_cycle(local_stack, list(CYCLE_OUTAGES.items()), pause=8)
     table = report(results, rig)
-    FAULT_TABLES.append(table)
+    record_property("fault_table", table)  # printed at the end of the run (tests/conftest.py)
     print(table)
     assert [r.fault for r in results] == list(CYCLE_OUTAGES)
     assert all(r.recovered for r in results), table

@@ -144,6 +144,7 @@ def assert_change_positions(values: list[dict[str, Any]]) -> None:
     assert last_commits == sorted(last_commits)
 
 
+@pytest.mark.pure_python_slice  # also run with PGBRIDGE_NATIVE=0 (make test)
 def test_pipeline_end_to_end_tables_rebuilt_from_topics_equal_source(
     local_stack: StackInfo,
 ) -> None:

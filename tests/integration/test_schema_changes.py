@@ -39,6 +39,7 @@ def _field_types(stack: StackInfo, subject: str, version: int) -> dict[str, Any]
     return {f["name"]: f["type"] for f in value["fields"]}
 
 
+@pytest.mark.pure_python_slice  # also run with PGBRIDGE_NATIVE=0 (make test)
 def test_schema_changes_domain_column_then_alters_never_stop_the_capture(
     local_stack: StackInfo,
 ) -> None:

@@ -201,6 +201,7 @@ def postgres(stack: StackInfo, version: str) -> Iterator[Any]:
         cluster.destroy()
 
 
+@pytest.mark.pure_python_slice  # also run with PGBRIDGE_NATIVE=0 (make test)
 @pytest.mark.parametrize("version", ["stack", "13"])
 def test_snapshot_existing_rows_with_concurrent_writes_rebuild_equals_source(
     local_stack: StackInfo, tmp_path: Path, version: str, request: pytest.FixtureRequest
