@@ -442,7 +442,6 @@ class BatchApplier:
                 batch.positions.get(path),
                 self.config.txn_app_id,
                 batch_id,
-                target_empty=not exists,
             )
             if applied is not None:
                 with self._lock:
@@ -466,7 +465,6 @@ class BatchApplier:
                 value_columns=tuple(table.columns.fieldNames()),
                 truncate_at=truncate_at,
                 fold_unchanged=fold,
-                target_empty=not exists,
             )
             after = fences.advanced(summary["partitions"], truncate_at, summary["offsets"])
             merge_changes(

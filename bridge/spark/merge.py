@@ -87,9 +87,6 @@ class MergePlan:
     value_columns: tuple[str, ...]
     truncate_at: tuple[int, int] | None = None
     fold_unchanged: bool = False
-    #: The table was created empty for this batch: nothing to match, so the changes that leave
-    #: a row are appended (a fifth of a MERGE's cost: no snapshot join, no rewrite plan).
-    target_empty: bool = False
 
 
 @contextmanager
@@ -338,9 +335,6 @@ def merge_changes(
 
     if not plan.key_columns:
         raise TableApplyError(path, "no key columns: cannot match changes to rows")
-    if plan.target_empty:
-        _append_to_empty(spark, path, latest, plan, app_id, batch_id, commit_metadata)
-        return
     target = DeltaTable.forPath(spark, path)
     on = F.lit(True)
     for key in plan.key_columns:
@@ -382,29 +376,3 @@ def merge_changes(
         builder = builder.whenNotMatchedBySourceDelete(condition=before("t", plan.truncate_at))
     with idempotent_writes(spark, app_id, batch_id, commit_metadata):
         builder.execute()
-
-
-def _append_to_empty(
-    spark: Any,
-    path: str,
-    latest: DataFrame,
-    plan: MergePlan,
-    app_id: str,
-    batch_id: int,
-    commit_metadata: str | None,
-) -> None:
-    """What the MERGE would do to an empty table: insert the keys whose last change leaves a
-    row, unchanged-TOAST columns as null (no row to keep them from). Same idempotent commit
-    (txnAppId/txnVersion, fences in userMetadata), so a replay skips it like a MERGE."""
-    columns: list[Column] = []
-    for name in plan.value_columns:
-        source = F.col(_quote(name))
-        if plan.fold_unchanged and name not in plan.key_columns:
-            source = F.when(F.array_contains(F.col(tf.UNCHANGED), name), F.lit(None)).otherwise(
-                source
-            )
-        columns.append(source.alias(name))
-    columns += [F.col(meta) for meta in tf.PERSISTED_META]
-    rows = latest.where(F.col(tf.OP) != "d").select(*columns)
-    with idempotent_writes(spark, app_id, batch_id, commit_metadata):
-        rows.write.format("delta").mode("append").save(path)

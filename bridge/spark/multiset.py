@@ -119,13 +119,9 @@ def apply_multiset(
     applied: Position | None,
     app_id: str,
     batch_id: int,
-    *,
-    target_empty: bool = False,
 ) -> Position | None:
     """Apply a batch's row images (``envelope_to_images``, conformed to ``columns``) to the
-    table at ``path``; returns the new applied position (``applied`` if nothing was new).
-    ``target_empty``: the table was created empty for this batch, so its rows are appended
-    (no read of the table, no MERGE)."""
+    table at ``path``; returns the new applied position (``applied`` if nothing was new)."""
     from delta.tables import DeltaTable
 
     fresh = images if applied is None else images.where(_after(applied))
@@ -161,7 +157,7 @@ def apply_multiset(
         .where(F.col(_NET) != 0)
     )
     target = DeltaTable.forPath(spark, path)
-    if truncate is None and not target_empty:
+    if truncate is None:
         existing = target.toDF().select(
             *[
                 comparable(F.col(n), f.dataType).alias(k)
@@ -202,10 +198,6 @@ def apply_multiset(
         .drop("_copy")
         .withColumn(_KIND, F.lit("insert"))
     )
-    if target_empty:  # nothing to delete from: the inserts are the table
-        with idempotent_writes(spark, app_id, batch_id):
-            inserts.drop(_KIND).write.format("delta").mode("append").save(path)
-        return last
     # Materialised: the source reads the target, which the MERGE then rewrites.
     source = deletes.unionByName(inserts).persist()
     try:
