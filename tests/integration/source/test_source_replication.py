@@ -382,7 +382,10 @@ def test_source_receives_on_a_reader_thread_that_owns_the_connection(
     assert len(_reader_threads()) == (1 if native else 0)
     acked = pipeline.tracker.flush_lsn
     pipeline.pump(1.0)  # a status update goes out within status_interval
-    assert source_db.confirmed_flush() == acked
+    # At least what was acknowledged: with nothing in flight the source may also confirm the
+    # server's WAL end from a keepalive (it did under a loaded machine), never less.
+    confirmed = source_db.confirmed_flush()
+    assert confirmed >= acked
     source.close()
     assert _reader_threads() == []  # stopped before the connection is closed
-    assert source_db.confirmed_flush() == acked
+    assert source_db.confirmed_flush() >= confirmed
