@@ -451,6 +451,9 @@ class BatchApplier:
         else:
             changes = changes.drop(tf.COUNT_DELTA) if tf.COUNT_DELTA in changes.columns else changes
             self._ensure(spark, path, table, keys)
+            if not exists:  # created just now: no commit holds fences (no history to read)
+                with self._lock:
+                    self._fences.setdefault(path, Fences())
             # Resends and changes a truncate already erased never reach the MERGE (fences).
             fences = self._fences_of(spark, path)
             if tf.PARTITION not in changes.columns:  # a batch of truncates only (row images)

@@ -8,6 +8,7 @@ the source. Then the same with SIGKILL during the snapshot and a restart that re
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import threading
 import time
@@ -208,7 +209,9 @@ def test_snapshot_existing_rows_with_concurrent_writes_rebuild_equals_source(
 ) -> None:
     prefix = f"snap{uuid.uuid4().hex[:8]}"
     with postgres(local_stack, version) as server, scratch_database(server) as dsn:
-        populate(dsn, big_rows=150_000)  # long enough a copy for progress lines
+        # 13 chunks of 4,000 rows (the plan's test wants ten or more) and a copy of well over
+        # one progress interval; 150,000 rows proved nothing more and cost a minute.
+        populate(dsn, big_rows=50_000)
         settings = settings_for(server, dsn, prefix, tmp_path)
         state_file = tmp_path / f"snapshot-{settings['slot.name']}.json"
         process = BridgeProcess(settings, str(tmp_path / "bridge.log"))
@@ -271,9 +274,10 @@ def test_snapshot_existing_rows_with_concurrent_writes_rebuild_equals_source(
         zoo = {v["after"]["id"]: v for _, v in read("zoo") if v is not None}
         assert zoo[1]["op"] == "r" and zoo[2]["op"] == "c"
         assert {**zoo[1]["after"], "id": 0} == {**zoo[2]["after"], "id": 0}
-        if version == "stack":
+        if version == "stack" and os.environ.get("PGBRIDGE_NATIVE") != "0":
             # The Spark apply job applies the r events as upserts, then the streamed changes:
-            # its Delta tables equal the source too (once: Spark is slow to start).
+            # its Delta tables equal the source too (once: Spark is slow to start; and not
+            # again on the pure-Python slice: the topics' bytes are the same, checked above).
             spark = request.getfixturevalue("spark")
             config = apply_config(local_stack, prefix, tmp_path / "apply")
             run_apply(config, spark=spark)
