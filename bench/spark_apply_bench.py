@@ -230,6 +230,27 @@ def cpu_seconds(pid: int) -> float:
     return jvm + time.process_time()
 
 
+def jit_seconds(spark: Any) -> float:
+    """Time the Spark JVM spent compiling bytecode (HotSpot's C1/C2 threads, beside the work):
+    on a JVM only minutes old it is a large share of small batches' CPU."""
+    bean = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
+    return float(bean.getTotalCompilationTime()) / 1000
+
+
+def codegen_compilations(spark: Any) -> tuple[int, float]:
+    """Spark's generated classes compiled so far (Janino), and their compile seconds: a plan
+    whose code differs from every earlier one (a new literal) is compiled, not reused."""
+    histogram = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    timer = histogram.METRIC_COMPILATION_TIME()
+    count = int(timer.getCount())
+    return count, count * float(timer.getSnapshot().getMean()) / 1000
+
+
+def last_job_id(spark: Any) -> int:
+    """The newest Spark job's id (ids count up from 0): jobs run between two calls."""
+    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(None) or [-1])
+
+
 def raw_read(spark: Any, config: ApplyConfig, records: int) -> float:
     """Seconds for Spark's Kafka source alone to read the topics (noop sink), same batching."""
     source = spark.readStream.format("kafka").options(**config.kafka_source_options()).load()
@@ -433,7 +454,8 @@ def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
         apply_s, apply_cpu, batches = ingest_then_compact(spark, config, workload, pid, args)
     else:
         applier = TimedApplier(config)
-        cpu0 = cpu_seconds(pid)
+        cpu0, jit0, jobs0 = cpu_seconds(pid), jit_seconds(spark), last_job_id(spark)
+        compiled0 = codegen_compilations(spark)
         start = time.perf_counter()
         query = start_apply(spark, config, applier)
         query.awaitTermination()
@@ -442,6 +464,13 @@ def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
         if query.exception() is not None:
             raise SystemExit(f"apply failed: {query.exception()}")
         batches = applier.batches
+        compiled = codegen_compilations(spark)
+        print(
+            f"  apply: {last_job_id(spark) - jobs0} Spark jobs for {len(batches)} batches; "
+            f"{compiled[0] - compiled0[0]} generated classes compiled "
+            f"({compiled[1] - compiled0[1]:.1f} s); JVM JIT compilation "
+            f"{jit_seconds(spark) - jit0:.1f} s of the {apply_cpu:.1f} CPU s"
+        )
     what = "ingest (visible in the views)" if args.mode == "changelog" else "apply"
     print(
         f"{what}: {args.changes} changes ({records} records, {len(batches)} batches) in "
