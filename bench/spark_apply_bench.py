@@ -240,8 +240,8 @@ def jit_seconds(spark: Any) -> float:
 def codegen_compilations(spark: Any) -> tuple[int, float]:
     """Spark's generated classes compiled so far (Janino), and their compile seconds: a plan
     whose code differs from every earlier one (a new literal) is compiled, not reused."""
-    histogram = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
-    timer = histogram.METRIC_COMPILATION_TIME()
+    metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    timer = metrics.METRIC_COMPILATION_TIME()
     count = int(timer.getCount())
     return count, count * float(timer.getSnapshot().getMean()) / 1000
 
