@@ -72,7 +72,10 @@ class ApplyConfig:
 
     ``trigger_interval`` is the micro-batch period; ``available_now`` processes what is in the
     topics and stops (for catch-up runs and tests). ``starting_offsets`` only matters for the
-    first run of a checkpoint: afterwards the checkpoint decides.
+    first run of a checkpoint: afterwards the checkpoint decides. ``max_offsets_per_trigger``
+    bounds a micro-batch's Kafka records; None sizes it from Spark's memory when the query
+    starts (:mod:`bridge.spark.resources`), so no batch holds more than the heap can.
+    ``spark_conf`` is applied to the session :func:`bridge.spark.job.run_apply` builds itself.
 
     ``app_id`` names the job in Delta's idempotent-write bookkeeping (``txnAppId``); by default
     it is derived from the checkpoint location, because batch ids restart with a new checkpoint
@@ -112,6 +115,8 @@ class ApplyConfig:
     variable_decimal: tuple[int, int] = DEFAULT_VARIABLE_DECIMAL
     mode: str = "merge"
     compaction_interval: str = "60 seconds"
+    # Settings of the session pgbridge apply builds itself (not of one it is given).
+    spark_conf: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.topic_prefix or not _TOPIC_CHARS.match(self.topic_prefix):

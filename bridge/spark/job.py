@@ -92,6 +92,7 @@ from bridge.spark.fences import Fences, read_fences
 from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
 from bridge.spark.merge import MergePlan, ensure_table, merge_changes, table_key_columns
 from bridge.spark.multiset import Position, apply_multiset, read_positions, write_positions
+from bridge.spark.resources import default_batch_records, jvm_failure
 from bridge.spark.restarts import run_with_restarts
 
 __all__ = [
@@ -149,6 +150,7 @@ COMMIT_TO_VISIBLE = Histogram(
 #: process between the Delta commit and the checkpoint. Unset outside tests.
 PAUSE_AFTER_MERGE_ENV = "PGBRIDGE_APPLY_PAUSE_AFTER_MERGE"
 
+
 def job_conf(cores: int) -> dict[str, str]:
     """Session settings the job wants beside those of ``build_spark_session``, for a session
     with ``cores`` task slots.
@@ -157,8 +159,16 @@ def job_conf(cores: int) -> dict[str, str]:
     each MERGE: Delta's 50 cost ~3 s per MERGE on 2 cores for a table of a few files (measured:
     a 20-row MERGE 5.3 s with 50, 2.4 s with one partition per core). The state is one row per
     file, so one partition per core serves even large tables.
+
+    Shuffles (last change per key, MERGE's join, summaries) likewise get one partition per
+    core, not Spark's 200: on 2 cores a stage of 200 tasks is 200 task launches for a handful
+    of rows each (adaptive execution coalesces them only after the map side has run).
     """
-    return {"spark.databricks.delta.snapshotPartitions": str(max(1, cores))}
+    partitions = str(max(1, cores))
+    return {
+        "spark.databricks.delta.snapshotPartitions": partitions,
+        "spark.sql.shuffle.partitions": partitions,
+    }
 
 
 @dataclass(slots=True)
@@ -702,6 +712,7 @@ def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = 
     """
     for key, value in job_conf(spark.sparkContext.defaultParallelism).items():
         spark.conf.set(key, value)
+    config = with_batch_bound(spark, config)
     watch_topic_lag(spark)
     if config.mode == "changelog":
         return ChangelogQueries(spark, config, applier)
@@ -713,6 +724,15 @@ def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = 
         config,
         config.trigger_interval,
     )
+
+
+def with_batch_bound(spark: Any, config: ApplyConfig) -> ApplyConfig:
+    """``config`` with ``max_offsets_per_trigger`` sized from Spark's memory unless given."""
+    if config.max_offsets_per_trigger is not None:
+        return config
+    records, why = default_batch_records(spark)
+    logger.info("micro-batches of %s (--max-offsets-per-trigger to change)", why)
+    return replace(config, max_offsets_per_trigger=records)
 
 
 def kafka_source(spark: Any, config: ApplyConfig) -> DataFrame:
@@ -770,7 +790,7 @@ def topic_lag(progress_sources: Sequence[Any]) -> dict[str, int]:
     return lag
 
 
-_WATCHED: set[int] = set()
+_WATCHED: dict[int, Any] = {}  # id(session) -> its lag listener
 
 
 def watch_topic_lag(spark: Any) -> None:
@@ -780,7 +800,6 @@ def watch_topic_lag(spark: Any) -> None:
 
     if id(spark) in _WATCHED:
         return
-    _WATCHED.add(id(spark))
 
     class _LagListener(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
@@ -796,7 +815,18 @@ def watch_topic_lag(spark: Any) -> None:
         def onQueryTerminated(self, event: Any) -> None:
             pass
 
-    spark.streams.addListener(_LagListener())
+    listener = _LagListener()
+    spark.streams.addListener(listener)
+    _WATCHED[id(spark)] = listener
+
+
+def unwatch_topic_lag(spark: Any) -> None:
+    """Remove the session's lag listener: Spark posts a query's last progress event
+    asynchronously, and one that reaches a Python process on its way out prints a py4j
+    traceback at every clean shutdown."""
+    listener = _WATCHED.pop(id(spark), None)
+    if listener is not None:
+        spark.streams.removeListener(listener)
 
 
 class ChangelogQueries:
@@ -854,19 +884,21 @@ def run_apply(
     (master from ``spark-submit`` or ``PGBRIDGE_SPARK_MASTER``, jars from
     ``PGBRIDGE_SPARK_JARS`` or resolved from Maven).
     """
+    own_session = spark is None
     if spark is None:
         if session_factory is not None:
             spark = session_factory()
         else:
             from bridge.spark.session import build_spark_session
 
-            conf = {}
+            conf = dict(config.spark_conf)
             if config.mode == "changelog":
                 # Ingest jobs share the cores fairly with a running compaction.
-                conf["spark.scheduler.mode"] = "FAIR"
+                conf.setdefault("spark.scheduler.mode", "FAIR")
             spark = build_spark_session(
                 config.query_name, master=os.environ.get("PGBRIDGE_SPARK_MASTER"), conf=conf
             )
+    config = with_batch_bound(spark, config)
     queries: list[Any] = []
 
     def start() -> Any:
@@ -882,7 +914,23 @@ def run_apply(
         if queries:
             queries[-1].stop()
     except Exception as exc:  # StreamingQueryException wraps the batch's real error
+        lost = jvm_failure(spark, exc, config.max_offsets_per_trigger)
+        if lost is not None:
+            own_session = False  # nothing left to stop
+            raise lost from exc
         raise ApplyError(f"the apply query failed: {exc}") from exc
+    finally:
+        if own_session:
+            _stop_session(spark)
+
+
+def _stop_session(spark: Any) -> None:
+    """Stop a session the job built, its listener first (see :func:`unwatch_topic_lag`)."""
+    try:
+        unwatch_topic_lag(spark)
+        spark.stop()
+    except Exception as exc:  # the job's own outcome is what the caller needs
+        logger.warning("stopping the Spark session failed: %s", _first_line(exc))
 
 
 def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
@@ -907,7 +955,20 @@ def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
         "--available-now", action="store_true", help="apply what is there, then stop"
     )
     parser.add_argument("--starting-offsets", default="earliest")
-    parser.add_argument("--max-offsets-per-trigger", type=int)
+    parser.add_argument(
+        "--max-offsets-per-trigger",
+        type=int,
+        help="Kafka records per micro-batch (default: sized from Spark's memory, about 1 per "
+        "2 KiB of heap, so a topic of any length is applied in bounded batches)",
+    )
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of the Spark session pgbridge apply builds (repeat), e.g. "
+        "spark.driver.memory=4g",
+    )
     parser.add_argument("--parallel-tables", type=int, default=2, help="tables merged at once")
     parser.add_argument(
         "--mode",
@@ -1011,6 +1072,7 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         deletion_vectors=args.deletion_vectors,
         kafka_options=(*kafka_security, *_pairs(args.kafka_option, "kafka_options")),
         registry_options=(*registry_security, *_pairs(args.registry_option, "registry_options")),
+        spark_conf=_pairs(getattr(args, "spark_conf", []), "spark_conf"),
     )
 
 

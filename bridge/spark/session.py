@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +33,8 @@ def build_spark_session(
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
+        # Progress bars are for a person at a terminal; in a log they are noise (stderr).
+        "spark.ui.showConsoleProgress": "true" if _is_terminal(sys.stderr) else "false",
     }
     if jar_list:
         settings["spark.jars"] = ",".join(jar_list)
@@ -41,3 +44,10 @@ def build_spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # replaced or closed
+        return False

@@ -20,12 +20,20 @@ from typing import Any
 
 import psycopg
 import pytest
+from pyspark.sql import functions as F
 
 from bridge.devstack.stack import StackInfo
 from bridge.spark import changelog
 from bridge.spark.config import ApplyConfig
 from bridge.spark.job import run_apply
-from tests.integration.bridge_harness import RunningBridge, bridge_config, mark, scratch_database
+from tests.integration.bridge_harness import (
+    RunningBridge,
+    bridge_config,
+    bridge_settings,
+    mark,
+    run_until_exit,
+    scratch_database,
+)
 from tests.integration.test_pipeline_e2e import KEYS, prepare_database, workload
 
 pytestmark = pytest.mark.integration
@@ -221,3 +229,73 @@ def test_delta_apply_killed_mid_batch_and_restarted_equals_source(
         # log planned, then takes the rest in one batch (small batches are only for the kill).
         run_apply(replace(config, max_offsets_per_trigger=None), spark=spark)
         assert_delta_equals_source(spark, config, dsn)
+
+
+def test_apply_with_defaults_bounds_batches_by_memory_and_equals_source(
+    local_stack: StackInfo, spark: Any, tmp_path: Path
+) -> None:
+    """`pgbridge apply` as a user runs it, no batch setting given, on a topic longer than one
+    batch of its heap: it applies it in bounded batches (not one batch that dies of
+    OutOfMemoryError), quietly, and Delta equals the source."""
+    from bridge.spark.resources import batch_records_for, parse_memory
+
+    heap = "512m"  # the heap's batch (~230,000 records) is shorter than the topic
+    rows = batch_records_for(parse_memory(heap)) + 20_000
+    prefix = f"dbound{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "CREATE TABLE wide_load (id bigint PRIMARY KEY, name text, n numeric(12,2))"
+            )
+            conn.execute(
+                "INSERT INTO wide_load SELECT g, 'row ' || g, g / 100.0 "
+                "FROM generate_series(1, %s) g",
+                (rows,),
+            )
+        settings = bridge_settings(local_stack, dsn, prefix, **{
+            "snapshot.mode": "initial_only", "state.dir": str(tmp_path / "state")})  # fmt: skip
+        code, output, _ = run_until_exit(settings, timeout=300)  # the initial snapshot
+        assert code == 0, output[-3000:]
+        bridge = RunningBridge(bridge_config(local_stack, dsn, prefix))
+        try:  # then changes to snapshotted rows, streamed from the snapshot's slot
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("UPDATE wide_load SET name = 'updated' WHERE id % 1000 = 7")
+                conn.execute("DELETE FROM wide_load WHERE id % 1000 = 9")
+            bridge.wait_confirmed(mark(dsn))
+        finally:
+            bridge.stop()
+        config = apply_config(local_stack, prefix, tmp_path)
+        args = [
+            sys.executable, "-m", "bridge.cli", "apply", "--available-now",
+            "--topic-prefix", prefix, "--delta-base", config.delta_base,
+            "--checkpoint", config.checkpoint_location,
+            "--dead-letter", config.dead_letter_location,
+            "--bootstrap-servers", local_stack.bootstrap_servers,
+            "--registry-url", local_stack.registry_url,
+            "--spark-conf", f"spark.driver.memory={heap}",
+        ]  # fmt: skip
+        env = {**os.environ, "PGBRIDGE_SPARK_MASTER": "local[2]"}
+        done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+        log = done.stdout + done.stderr
+        assert done.returncode == 0, log[-3000:]
+        assert "sized from the driver's heap" in log, log[-3000:]
+        batches = [line for line in log.splitlines() if "changes in 1 tables" in line]
+        assert len(batches) >= 2, log[-3000:]  # more than one batch: the bound held
+        assert "[Stage" not in log  # no progress bars in a log
+        assert "Traceback" not in log and "Py4JException" not in log  # a clean shutdown
+        # Row by row, as a sum of per-row digests each side (comparing 280,000 rows in Python
+        # or through one sorted string takes longer than the apply).
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute(
+                "SELECT count(*), sum(('x' || left(md5(concat_ws(':', id, name, n)), 8))::bit(32)"
+                "::bigint & 4294967295) FROM wide_load"
+            ).fetchone()
+        assert row is not None
+        source_count, source_digest = row
+        delta = spark.read.format("delta").load(config.table_path("public", "wide_load"))
+        line = F.md5(F.concat_ws(":", "id", "name", "n"))
+        got = delta.agg(
+            F.count("*"), F.sum(F.conv(F.substring(line, 1, 8), 16, 10).cast("bigint"))
+        ).first()
+        assert (got[0], got[1]) == (source_count, source_digest)
+        assert source_count == rows - len(range(9, rows + 1, 1000))  # the deletes are applied
