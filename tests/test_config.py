@@ -532,3 +532,25 @@ def test_load_config_ignores_the_tools_own_environment_variables() -> None:
     env = {"PGBRIDGE_NATIVE": "0", "PGBRIDGE_STACK": "containers", "PGBRIDGE_SPARK_MASTER": "x"}
     config = _load(env=env)
     assert config.topic_prefix == "shop"
+
+
+@pytest.mark.parametrize("switch", ["PGBRIDGE_READER_THREAD", "PGBRIDGE_NATIVE_BATCHES"])
+def test_the_accelerator_switches_the_readme_documents_are_accepted(
+    switch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The README's switches must not make pgbridge refuse to start ("unknown environment
+    # variable"), and must do what it says.
+    assert _load(env={switch: "0"}).topic_prefix == "shop"
+    monkeypatch.setenv(switch, "0")
+    if switch == "PGBRIDGE_READER_THREAD":
+        from bridge.source.frame_reader import frame_reading
+
+        assert frame_reading() is None  # the pipeline's thread reads
+    else:
+        from bridge.sink.native_batches import native_batches
+
+        native_batches.cache_clear()
+        try:
+            assert native_batches() is None  # produce_batch instead
+        finally:
+            native_batches.cache_clear()

@@ -39,6 +39,8 @@ RESERVED_ENV: Final = frozenset(
         "PGBRIDGE_PG_VERSIONS",
         "PGBRIDGE_CONFIG",
         "PGBRIDGE_NATIVE",  # 0: the pure-Python path (bridge.native)
+        "PGBRIDGE_READER_THREAD",  # 0: the pipeline's thread reads the WAL (frame_reader)
+        "PGBRIDGE_NATIVE_BATCHES",  # 0: librdkafka batches through produce_batch
         "PGBRIDGE_STACK",  # the test fixtures' stack kind
         "PGBRIDGE_SPARK_MASTER",
         "PGBRIDGE_APPLY_PAUSE_AFTER_MERGE",  # a crash tests' failpoint
