@@ -221,19 +221,30 @@ def _raw(decoded: DataFrame) -> DataFrame:
 def decode_batch(
     framed: DataFrame, config: ApplyConfig, schemas: SchemaCache, batch_id: int
 ) -> DecodedBatch:
-    """Decode a batch framed by :func:`bridge.spark.transforms.frame` (cache it first)."""
+    """Decode a batch framed by :func:`bridge.spark.transforms.frame` (cached here when it
+    holds several groups; the caller unpersists ``out.cached``)."""
     out = DecodedBatch()
-    out.dead_letters.append(
-        tf.dead_letters(
-            framed.where(F.col(tf.FRAMING_ERROR).isNotNull()), F.col(tf.FRAMING_ERROR), batch_id
-        )
-    )
-    groups = (
-        framed.where(F.col(tf.FRAMING_ERROR).isNull() & F.col("value").isNotNull())
-        .groupBy("topic", tf.VALUE_SCHEMA_ID)
+    # One pass: the groups to decode, and whether any record is not even framed (then, and
+    # only then, the dead-letter phase reads the batch for them).
+    unframed = F.col(tf.FRAMING_ERROR).isNotNull()
+    counted = (
+        framed.where(unframed | F.col("value").isNotNull())
+        .groupBy("topic", tf.VALUE_SCHEMA_ID, unframed.alias("unframed"))
         .agg(F.max(tf.KEY_SCHEMA_ID).alias("key_id"), F.min(tf.KEY_SCHEMA_ID).alias("min_key_id"))
         .collect()
     )
+    groups = [row for row in counted if not row["unframed"]]
+    if len(groups) < len(counted):
+        out.dead_letters.append(
+            tf.dead_letters(framed.where(unframed), F.col(tf.FRAMING_ERROR), batch_id)
+        )
+    if len(groups) > 1:
+        # Each group's decode reads the batch again: from a cache, not Kafka, when there are
+        # several. A batch of one group (one table's snapshot, say) reads Kafka twice instead,
+        # which is cheaper than caching it (measured: 524,288 records, read phase 6.5 s with
+        # the cache).
+        framed.persist()
+        out.cached.append(framed)
     per_table: dict[str, list[_Group]] = {}
     for row in sorted(groups, key=lambda r: (r["topic"], r[tf.VALUE_SCHEMA_ID])):
         topic, schema_id = str(row["topic"]), int(row[tf.VALUE_SCHEMA_ID])

@@ -313,8 +313,8 @@ class BatchApplier:
         # One partition per core: a batch of many topics arrives in one Kafka partition per
         # topic-partition, and every group's and table's frame would otherwise carry all of
         # them (mostly empty), multiplying the tasks of each job by the number of topics.
+        # Cached by decode_batch only when the batch has several (topic, schema id) groups.
         framed = tf.frame(batch).coalesce(max(1, spark.sparkContext.defaultParallelism))
-        framed = framed.persist()
         decoded = None
         tables: list[TableBatch] = []
         try:
