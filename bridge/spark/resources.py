@@ -20,7 +20,7 @@ from bridge.spark.errors import ApplyError
 
 #: Heap reserved per record of a batch. Measured on the default 1 GiB heap: batches of 500,000
 #: small records (one 3M-row table, 60 bytes per record) were applied, one of 3,000,000 died of
-#: OutOfMemoryError; 1 GiB / 2 KiB is ~480,000 records.
+#: OutOfMemoryError; 1 GiB / 2 KiB is 524,288 records (Runtime.maxMemory() of -Xmx1g).
 RECORD_BUDGET_BYTES = 2048
 #: Bounds of the sized default: below, per-batch overhead dominates; above, one batch takes
 #: minutes and a failure repeats all of it.
