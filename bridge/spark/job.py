@@ -71,7 +71,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -201,6 +201,9 @@ class BatchApplier:
         self._paths: dict[str, str] = {}  # topic -> its table's path (once known)
         # Keyed tables' fences (bridge.spark.fences) as of their last MERGE by this job.
         self._fences: dict[str, Fences] = {}
+        # Keyless tables' applied positions as this job last wrote them (read from their Delta
+        # table once): only this job writes them, so each batch need not read them again.
+        self._positions: dict[str, Position] | None = None
 
     def _session(self, spark: Any) -> Any:
         """This thread's own session (same SparkContext and cache, own SQL conf).
@@ -326,7 +329,9 @@ class BatchApplier:
             with phases.phase("summary"):
                 state.summaries = self._summaries(tables, batch_id)
             if any(t.keyless for t in tables):
-                state.positions = read_positions(spark, self.config.positions_path)
+                if self._positions is None:
+                    self._positions = read_positions(spark, self.config.positions_path)
+                state.positions = dict(self._positions)
             # Per-table MERGEs are mostly driver-side latency (log replay, planning, commit):
             # running them side by side keeps the cores busy.
             with phases.phase("merge"):
@@ -340,6 +345,7 @@ class BatchApplier:
                     self.config.txn_app_id,
                     batch_id,
                 )
+                self._remember_positions(state.applied)
             with phases.phase("dead_letters"):
                 self._write_dead_letters(
                     spark, [*decoded.dead_letters, *state.dead_letters], batch_id
@@ -352,6 +358,14 @@ class BatchApplier:
             for cached in decoded.cached if decoded else []:
                 cached.unpersist()
             framed.unpersist()
+
+    def _remember_positions(self, applied: Mapping[str, Position]) -> None:
+        """Written: the positions the next batch starts from (they never go back, as in
+        ``write_positions``)."""
+        if self._positions is None:
+            return  # not read yet: the next batch with a keyless table reads them
+        for path, position in applied.items():
+            self._positions[path] = max(position, self._positions.get(path, position))
 
     def _report(self, batch_id: int, phases: _PhaseTimer, state: _BatchState, tables: int) -> None:
         """The batch's log line and metrics: phases, and commit-to-visible freshness."""

@@ -79,6 +79,7 @@ class Batches:
         )
         self.records: list[tuple[bytes | None, bytes | None, str, int]] = []
         self.offsets: dict[tuple[str, int], int] = {}
+        self.applier: BatchApplier | None = None
 
     def add(
         self,
@@ -127,10 +128,13 @@ class Batches:
         self.records = []
         return self.spark.createDataFrame(rows, schema)
 
-    def apply(self, batch_id: int, frame: Any = None) -> BatchApplier:
-        applier = BatchApplier(self.config, self.schemas)
-        applier(frame if frame is not None else self.frame(), batch_id)
-        return applier
+    def apply(self, batch_id: int, frame: Any = None, restarted: bool = False) -> BatchApplier:
+        """Apply a batch as the running job does (one applier for all batches), or as a job
+        restarted before it (a new applier: nothing known but what the tables hold)."""
+        if self.applier is None or restarted:
+            self.applier = BatchApplier(self.config, self.schemas)
+        self.applier(frame if frame is not None else self.frame(), batch_id)
+        return self.applier
 
     def rows(self, schema: str, table: str) -> list[dict[str, Any]]:
         df = self.spark.read.format("delta").load(self.config.table_path(schema, table))
@@ -212,7 +216,7 @@ def test_multiset_resent_and_replayed_records_apply_once(batches: Batches, spark
     path = batches.config.table_path("public", "full_dups")
     assert _merges(spark, path) == 2
     # A micro-batch replayed by a restarted driver (same batch id) changes nothing.
-    batches.apply(1, second)
+    batches.apply(1, second, restarted=True)
     assert batches.multiset("public", "full_dups") == expected
     assert _merges(spark, path) == 2
     # A batch of nothing but resends is no MERGE at all.
