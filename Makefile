@@ -17,9 +17,10 @@ demo: $(VENV)/.installed .stack-prereqs
 
 ## test: lint, type-check, check docker-compose.yml, the unit tests (C accelerator, then the
 ## pure-Python path a machine without a C compiler runs), then on one real local stack the
-## integration tests, two at a time, and an end-to-end slice on the pure-Python path. The fuzz
+## integration tests, two at a time (a module's tests on one worker) with the 30
+## slowest listed, and an end-to-end slice on the pure-Python path. The fuzz
 ## run and the soak have their own targets. Under CI the stack is stopped afterwards.
-INTEGRATION := -m "integration and not slow" -n 2 --dist loadfile
+INTEGRATION := -m "integration and not slow" -n 2 --dist loadfile --durations=30
 test: lint .stack-prereqs
 	$(BIN)/pytest $(UNIT) $(PYTEST_ARGS)
 	PGBRIDGE_NATIVE=0 $(BIN)/pytest $(UNIT) --ignore=tests/native $(PYTEST_ARGS)
