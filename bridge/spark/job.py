@@ -38,6 +38,8 @@ exported as ``pgbridge_apply_batch_phase_seconds{phase}``, with commit-to-visibl
   ``txnVersion``). This is the cost that still grows with the number of tables: a Delta commit
   is per table, and MERGE is Delta's only atomic upsert-and-delete. Deletion vectors (on by
   default) make a MERGE touching few rows of a file mark them instead of rewriting the file.
+  A table the batch created is empty, so its first load is an append instead (what the MERGE
+  would leave: last change per key, deletes dropped), with no join against the target.
 - **dead_letters**: one aggregation over a single frame per (topic, schema id) carrying every
   reason; rows are written only when there are any (usually there are none).
 
@@ -90,7 +92,13 @@ from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
 from bridge.spark.errors import ApplyError, RegistryUnavailableError, TableApplyError
 from bridge.spark.fences import Fences, read_fences
 from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
-from bridge.spark.merge import MergePlan, ensure_table, merge_changes, table_key_columns
+from bridge.spark.merge import (
+    MergePlan,
+    append_first_load,
+    ensure_table,
+    merge_changes,
+    table_key_columns,
+)
 from bridge.spark.multiset import Position, apply_multiset, read_positions, write_positions
 from bridge.spark.resources import default_batch_records, jvm_failure
 from bridge.spark.restarts import run_with_restarts
@@ -466,6 +474,7 @@ class BatchApplier:
                 batch.positions.get(path),
                 self.config.txn_app_id,
                 batch_id,
+                empty=not exists,
             )
             if applied is not None:
                 with self._lock:
@@ -494,7 +503,9 @@ class BatchApplier:
                 fold_unchanged=fold,
             )
             after = fences.advanced(summary["partitions"], truncate_at, summary["offsets"])
-            merge_changes(
+            # A table created by this batch is empty: its first load is an append.
+            write = merge_changes if exists else append_first_load
+            write(
                 spark, path, latest, plan, self.config.txn_app_id, batch_id,
                 commit_metadata=after.to_metadata(),
             )  # fmt: skip

@@ -53,8 +53,10 @@ from bridge.spark.errors import TableApplyError
 __all__ = [
     "KEY_COLUMNS_PROPERTY",
     "MergePlan",
+    "append_first_load",
     "clear_uncommitted_log",
     "ensure_table",
+    "idempotent_append",
     "idempotent_writes",
     "merge_changes",
     "type_change",
@@ -316,6 +318,57 @@ def before(alias: str, position: tuple[int, int]) -> Column:
     )
 
 
+def _inserted(plan: MergePlan) -> dict[str, Column]:
+    """The columns of a row inserted from change ``s``: its values and its position."""
+    inserts: dict[str, Column] = {}
+    for name in plan.value_columns:
+        source = F.col(f"s.{_quote(name)}")
+        if plan.fold_unchanged and name not in plan.key_columns:
+            # No row to keep a value from (the job started after the row's insert): null, not
+            # the placeholder Debezium puts in string columns.
+            source = F.when(
+                F.array_contains(F.col(f"s.{tf.UNCHANGED}"), name), F.lit(None)
+            ).otherwise(source)
+        inserts[name] = source
+    inserts.update({m: F.col(f"s.{m}") for m in tf.PERSISTED_META})
+    return inserts
+
+
+def append_first_load(
+    spark: Any,
+    path: str,
+    latest: DataFrame,
+    plan: MergePlan,
+    app_id: str,
+    batch_id: int,
+    *,
+    commit_metadata: str | None = None,
+) -> None:
+    """The first load of a table this batch created: what :func:`merge_changes` would do to
+    an empty table (the last change per key inserted, deletes dropped), as an append: no join
+    with the target, one write. Idempotent as the MERGE is (same transaction id and version).
+    """
+    rows = (
+        latest.alias("s")
+        .where(F.col(f"s.{tf.OP}") != "d")
+        .select(*[column.alias(name) for name, column in _inserted(plan).items()])
+    )
+    idempotent_append(rows, path, app_id, batch_id, commit_metadata)
+
+
+def idempotent_append(
+    rows: DataFrame, path: str, app_id: str, batch_id: int, commit_metadata: str | None = None
+) -> None:
+    """Append ``rows`` to the Delta table at ``path`` unless (app_id, batch_id) was committed
+    to it already. Writer options, not session conf: a DataFrame writes through its own
+    session, not the applying thread's (see :func:`idempotent_writes`)."""
+    writer = rows.write.format("delta").mode("append")
+    writer = writer.option("txnAppId", app_id).option("txnVersion", str(batch_id))
+    if commit_metadata is not None:
+        writer = writer.option("userMetadata", commit_metadata)
+    writer.save(path)
+
+
 def merge_changes(
     spark: Any,
     path: str,
@@ -353,18 +406,7 @@ def merge_changes(
         updates[_quote(name)] = source
     for meta in tf.PERSISTED_META:
         updates[meta] = F.col(f"s.{meta}")
-    inserts: dict[str, str | Column] = {}
-    for name in plan.value_columns:
-        source = F.col(f"s.{_quote(name)}")
-        if plan.fold_unchanged and name not in plan.key_columns:
-            # No row to keep a value from (the job started after the row's insert): null, not
-            # the placeholder Debezium puts in string columns.
-            source = F.when(
-                F.array_contains(F.col(f"s.{tf.UNCHANGED}"), name), F.lit(None)
-            ).otherwise(source)
-        inserts[_quote(name)] = source
-    inserts.update({m: F.col(f"s.{m}") for m in tf.PERSISTED_META})
-
+    inserts: dict[str, str | Column] = {_quote(n): c for n, c in _inserted(plan).items()}
     builder = (
         target.alias("t")
         .merge(latest.alias("s"), on)

@@ -53,7 +53,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
-from bridge.spark.merge import before, clear_uncommitted_log, idempotent_writes
+from bridge.spark.merge import (
+    before,
+    clear_uncommitted_log,
+    idempotent_append,
+    idempotent_writes,
+)
 
 __all__ = ["Position", "apply_multiset", "read_positions", "write_positions"]
 
@@ -119,9 +124,11 @@ def apply_multiset(
     applied: Position | None,
     app_id: str,
     batch_id: int,
+    empty: bool = False,
 ) -> Position | None:
     """Apply a batch's row images (``envelope_to_images``, conformed to ``columns``) to the
-    table at ``path``; returns the new applied position (``applied`` if nothing was new)."""
+    table at ``path``; returns the new applied position (``applied`` if nothing was new).
+    ``empty``: the table was created by this batch (its rows are appended, nothing read)."""
     from delta.tables import DeltaTable
 
     fresh = images if applied is None else images.where(_after(applied))
@@ -157,7 +164,7 @@ def apply_multiset(
         .where(F.col(_NET) != 0)
     )
     target = DeltaTable.forPath(spark, path)
-    if truncate is None:
+    if truncate is None and not empty:
         existing = target.toDF().select(
             *[
                 comparable(F.col(n), f.dataType).alias(k)
@@ -199,6 +206,9 @@ def apply_multiset(
         .withColumn(_KIND, F.lit("insert"))
     )
     # Materialised: the source reads the target, which the MERGE then rewrites.
+    if empty:  # nothing to delete or count: the first load is an append (one write, no join)
+        idempotent_append(inserts.drop(_KIND), path, app_id, batch_id)
+        return last
     source = deletes.unionByName(inserts).persist()
     try:
         source.count()

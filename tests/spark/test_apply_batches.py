@@ -155,9 +155,11 @@ FULL_DUPS = TableVersion(
 
 
 def _merges(spark: Any, path: str) -> int:
+    """Commits that applied changes: MERGEs, and the append of a new table's first load."""
     from delta.tables import DeltaTable
 
-    return DeltaTable.forPath(spark, path).history().where("operation = 'MERGE'").count()
+    history = DeltaTable.forPath(spark, path).history()
+    return history.where("operation IN ('MERGE', 'WRITE')").count()
 
 
 @pytest.fixture
@@ -598,13 +600,51 @@ def test_resent_insert_after_its_delete_never_resurrects_the_row(batches: Batche
     batches.apply(0)
     assert _ids(batches) == {2: "b"}
     batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})  # resent, batch ends here
-    batches.apply(1)
+    batches.apply(1, restarted=True)
     assert _ids(batches) == {2: "b"}
     batches.add(KEYED, "c", (10, 1), after={"id": 2, "v": "b"})
     batches.add(KEYED, "d", (11, 0), before={"id": 1})
     batches.add(KEYED, "u", (12, 0), after={"id": 2, "v": "b2"})  # new again
-    batches.apply(2)
+    batches.apply(2, restarted=True)
     assert _ids(batches) == {2: "b2"}
+
+
+def test_first_load_of_a_new_table_is_an_append_equal_to_a_merge(
+    batches: Batches, spark: Any
+) -> None:
+    """A table created by the batch is empty: its rows are appended (no join with the target),
+    with what a MERGE would leave (last change per key, deletes dropped, unchanged TOAST
+    null); a replay after a restart appends nothing twice; the next batch MERGEs."""
+    from delta.tables import DeltaTable
+
+    toasted = TableVersion(
+        PREFIX, "public", "toasted", [col("id", "int"), col("v", OPT_STR), col("w", OPT_STR)],
+        key=["id"],
+    )  # fmt: skip
+    batches.add(toasted, "c", (10, 0), after={"id": 1, "v": "a", "w": "x"})
+    batches.add(toasted, "u", (10, 1), after={"id": 1, "v": "a2", "w": "x"})
+    batches.add(toasted, "c", (10, 2), after={"id": 2, "v": "b", "w": "y"})
+    batches.add(toasted, "d", (10, 3), before={"id": 2})
+    batches.add(toasted, "d", (10, 4), before={"id": 3})  # a row the table never had
+    batches.add(
+        toasted, "u", (10, 5), after={"id": 4, "v": "d", "w": "__debezium_unavailable_value"},
+        unchanged=["w"],
+    )  # fmt: skip
+    first = batches.frame().localCheckpoint()
+    batches.apply(0, first)
+    batches.apply(0, first, restarted=True)  # replayed: Delta skips the append
+    path = batches.config.table_path("public", "toasted")
+    rows = {r["id"]: (r["v"], r["w"]) for r in batches.rows("public", "toasted")}
+    assert rows == {1: ("a2", "x"), 4: ("d", None)}
+    batches.add(toasted, "u", (11, 0), after={"id": 1, "v": "a3", "w": "x"})
+    batches.apply(1)
+    rows = {r["id"]: (r["v"], r["w"]) for r in batches.rows("public", "toasted")}
+    assert rows == {1: ("a3", "x"), 4: ("d", None)}
+    operations = [
+        r["operation"]
+        for r in DeltaTable.forPath(spark, path).history().orderBy("version").collect()
+    ]
+    assert operations == ["CREATE TABLE", "WRITE", "MERGE"]
 
 
 def test_truncate_is_not_overtaken_by_a_late_change_from_another_partition(
