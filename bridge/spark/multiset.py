@@ -163,8 +163,9 @@ def apply_multiset(
         )
         .where(F.col(_NET) != 0)
     )
-    target = DeltaTable.forPath(spark, path)
-    if truncate is None and not empty:
+    # The empty table of a first load is neither read nor merged into: no snapshot to load.
+    target = None if empty else DeltaTable.forPath(spark, path)
+    if truncate is None and target is not None:
         existing = target.toDF().select(
             *[
                 comparable(F.col(n), f.dataType).alias(k)
@@ -205,10 +206,10 @@ def apply_multiset(
         .drop("_copy")
         .withColumn(_KIND, F.lit("insert"))
     )
-    # Materialised: the source reads the target, which the MERGE then rewrites.
-    if empty:  # nothing to delete or count: the first load is an append (one write, no join)
+    if target is None:  # nothing to delete or count: the first load is an append, no join
         idempotent_append(inserts.drop(_KIND), path, app_id, batch_id)
         return last
+    # Materialised: the source reads the target, which the MERGE then rewrites.
     source = deletes.unionByName(inserts).persist()
     try:
         source.count()
