@@ -18,9 +18,10 @@ Python dependencies, confluent-kafka for the registry client; executors run no P
 
 Each micro-batch is applied by :class:`BatchApplier`: frame, decode per (topic, schema id),
 then per table one idempotent MERGE (keyed tables: :mod:`bridge.spark.merge`; tables without
-key columns, as multisets: :mod:`bridge.spark.multiset`, whose applied positions are then
-written once), and the dead letters in one idempotent append. Bad records are counted (log,
-Prometheus counter, :class:`ApplyStats`), never dropped silently.
+key columns, as multisets: :mod:`bridge.spark.multiset`), and the dead letters in one
+idempotent append. A table's MERGE is its only commit of the batch: the positions it reached
+(fences, :mod:`bridge.spark.fences`) travel in that commit's ``userMetadata``. Bad records
+are counted (log, Prometheus counter, :class:`ApplyStats`), never dropped silently.
 
 Where a batch's time goes, and why it is shaped so (the phases are logged per batch and
 exported as ``pgbridge_apply_batch_phase_seconds{phase}``, with commit-to-visible freshness as
@@ -73,7 +74,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -99,7 +100,7 @@ from bridge.spark.merge import (
     merge_changes,
     table_key_columns,
 )
-from bridge.spark.multiset import Position, apply_multiset, read_positions, write_positions
+from bridge.spark.multiset import MultisetBatch, Position, apply_multiset, read_positions
 from bridge.spark.resources import default_batch_records, jvm_failure
 from bridge.spark.restarts import run_with_restarts
 
@@ -138,7 +139,7 @@ _SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 BATCH_PHASE_SECONDS = Histogram(
     "pgbridge_apply_batch_phase_seconds",
     "Wall time of each phase of an apply micro-batch (read: Kafka fetch, framing and grouping; "
-    "summary: one job over every table; merge: all tables' MERGEs; positions; dead_letters)",
+    "summary: one job over every table; merge: all tables' MERGEs; dead_letters)",
     ["phase"],
     buckets=_SECONDS_BUCKETS,
 )
@@ -209,9 +210,9 @@ class BatchApplier:
         self._paths: dict[str, str] = {}  # topic -> its table's path (once known)
         # Keyed tables' fences (bridge.spark.fences) as of their last MERGE by this job.
         self._fences: dict[str, Fences] = {}
-        # Keyless tables' applied positions as this job last wrote them (read from their Delta
-        # table once): only this job writes them, so each batch need not read them again.
-        self._positions: dict[str, Position] | None = None
+        # Keyless tables' positions as jobs before kept them, in a table of their own (read
+        # once, only for a table whose log holds no position yet; see bridge.spark.multiset).
+        self._legacy_positions: dict[str, Position] | None = None
 
     def _session(self, spark: Any) -> Any:
         """This thread's own session (same SparkContext and cache, own SQL conf).
@@ -336,24 +337,10 @@ class BatchApplier:
             state = _BatchState()
             with phases.phase("summary"):
                 state.summaries = self._summaries(tables, batch_id)
-            if any(t.keyless for t in tables):
-                if self._positions is None:
-                    self._positions = read_positions(spark, self.config.positions_path)
-                state.positions = dict(self._positions)
             # Per-table MERGEs are mostly driver-side latency (log replay, planning, commit):
             # running them side by side keeps the cores busy.
             with phases.phase("merge"):
                 self._apply_tables(spark, tables, batch_id, state)
-            # After every table's MERGE: a replay starts again from the positions before it.
-            with phases.phase("positions"):
-                write_positions(
-                    self._session(spark),
-                    self.config.positions_path,
-                    state.applied,
-                    self.config.txn_app_id,
-                    batch_id,
-                )
-                self._remember_positions(state.applied)
             with phases.phase("dead_letters"):
                 self._write_dead_letters(
                     spark, [*decoded.dead_letters, *state.dead_letters], batch_id
@@ -367,13 +354,18 @@ class BatchApplier:
                 cached.unpersist()
             framed.unpersist()
 
-    def _remember_positions(self, applied: Mapping[str, Position]) -> None:
-        """Written: the positions the next batch starts from (they never go back, as in
-        ``write_positions``)."""
-        if self._positions is None:
-            return  # not read yet: the next batch with a keyless table reads them
-        for path, position in applied.items():
-            self._positions[path] = max(position, self._positions.get(path, position))
+    def _applied_position(self, spark: Any, path: str, fences: Fences) -> Position | None:
+        """A keyless table's applied position: its partition 0 fence (all its records are in
+        partition 0), else where a job before this one kept it (``_pgbridge_positions``)."""
+        if 0 in fences.partitions:
+            return fences.partitions[0]
+        with self._lock:
+            legacy = self._legacy_positions
+        if legacy is None:
+            legacy = read_positions(spark, self.config.positions_path)
+            with self._lock:
+                self._legacy_positions = legacy
+        return legacy.get(path)
 
     def _report(self, batch_id: int, phases: _PhaseTimer, state: _BatchState, tables: int) -> None:
         """The batch's log line and metrics: phases, and commit-to-visible freshness."""
@@ -466,19 +458,35 @@ class BatchApplier:
         merge_started = time.monotonic()
         if not keys:
             self._ensure(spark, path, table, ())
-            applied = apply_multiset(
+            if not exists:
+                with self._lock:
+                    self._fences.setdefault(path, Fences())
+            fences = self._fences_of(spark, path)
+            last = summary["last"]
+            glance = MultisetBatch(
+                (int(last[0]), int(last[1])) if last is not None else None,
+                truncate_at,
+                inserts_only=int(summary["removals"]) == 0,
+            )
+            # The position travels with the rows, in the commit's userMetadata (multiset.py).
+            after = fences.advanced(
+                {0: glance.last} if glance.last is not None else {}, truncate_at
+            )
+            written = apply_multiset(
                 spark,
                 path,
                 changes,
                 table.columns,
-                batch.positions.get(path),
+                self._applied_position(spark, path, fences),
+                glance,
                 self.config.txn_app_id,
                 batch_id,
                 empty=not exists,
+                commit_metadata=after.to_metadata(),
             )
-            if applied is not None:
+            if written:
                 with self._lock:
-                    batch.applied[path] = applied
+                    self._fences[path] = after
             if self.config.history:
                 logger.info("%s: no history for a table without key columns", label)
         else:
@@ -603,10 +611,8 @@ class BatchApplier:
 
 @dataclass(slots=True)
 class _BatchState:
-    """What the tables of one batch share: applied positions in and out, failed tables' rows."""
+    """What the tables of one batch share: summaries, counts, failed tables' rows."""
 
-    positions: dict[str, Position] = field(default_factory=dict)
-    applied: dict[str, Position] = field(default_factory=dict)
     dead_letters: list[DataFrame] = field(default_factory=list)
     summaries: dict[str, Any] = field(default_factory=dict)  # topic -> its summary row
     counts: dict[str, int] = field(default_factory=dict)  # topic -> changes applied
@@ -661,6 +667,7 @@ def _summary_aggregates() -> list[Any]:
     return [
         F.count(F.lit(1)).alias("n"),
         F.count(F.when(F.col(tf.OP) != "t", F.lit(1))).alias("rows"),
+        F.count(F.when(F.col(tf.OP).isin("u", "d"), F.lit(1))).alias("removals"),
         F.max(F.when(F.col(tf.OP) == "t", F.struct(tf.COMMIT_LSN, tf.SEQ, tf.COMMIT_TS))).alias(
             "trunc"
         ),
@@ -696,6 +703,7 @@ def _combined(parts: Sequence[Any]) -> dict[str, Any] | None:
     return {
         "n": sum(int(p["n"]) for p in parts),
         "rows": sum(int(p["rows"]) for p in parts),
+        "removals": sum(int(p["removals"]) for p in parts),
         "trunc": high("trunc"),
         "toast": any(bool(p["toast"]) for p in parts),
         "schema": low("schema"),
@@ -704,6 +712,7 @@ def _combined(parts: Sequence[Any]) -> dict[str, Any] | None:
         "table_max": high("table_max"),
         "oldest_ms": low("oldest_ms"),
         "newest_ms": high("newest_ms"),
+        "last": high("last"),
         "partitions": {
             int(p[_PARTITION]): (int(p["last"][0]), int(p["last"][1]))
             for p in parts

@@ -27,15 +27,18 @@ rows are matched NULL-safe (``<=>``) on every column. Per batch and table:
    copies must be added (all of the final copies after a delete-all, else the difference);
    with a truncate in the batch, every older row is deleted by the same MERGE.
 
-Exactly once. The MERGE is the batch's only commit to the table, under Delta's idempotent DML
-(``txnAppId`` = the job, ``txnVersion`` = the batch id), so a replayed micro-batch is a no-op
-for every table it already committed. The applied positions live in one small Delta table
-beside the data (:attr:`ApplyConfig.positions_path`), written once per batch after all tables'
-MERGEs under the same idempotency; the positions a batch starts from are therefore those before
-it, both on its first run and on a replay after a crash between a table's MERGE and the
-positions' write (that table's MERGE is then skipped by Delta and only the positions are
-written). Only the loss of both the checkpoint and that last write can re-apply a batch's
-resends.
+A batch whose records are all inserts (no update, delete or truncate: an append-only log
+table, a snapshot) skips 3 to 5: each record adds one copy of its row whatever the table
+holds, so its rows are appended, and the Delta table is not read (one commit, no join).
+
+Exactly once. The MERGE (or the append) is the batch's only commit to the table,
+under Delta's idempotent DML (``txnAppId`` = the job, ``txnVersion`` = the batch id), so a
+replayed micro-batch is a no-op for every table it already committed. The applied position
+travels in that same commit, as the fence of partition 0 in its ``userMetadata``
+(:mod:`bridge.spark.fences`, where keyed tables keep theirs): rows and position are committed
+together or not at all, and the job reads them back from the table's log when it starts. Jobs
+before this kept positions in a table of their own (``<delta-base>/_pgbridge_positions``,
+written after every batch); it is read once, for a table whose log holds no position yet.
 
 Limits (documented in the README): a column added with a non-null default holds null in rows
 Delta had before (the ``ALTER`` sends no row changes), so a later update or delete of such a
@@ -45,7 +48,7 @@ row matches nothing and leaves it; map columns are compared by their sorted entr
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -53,32 +56,29 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
-from bridge.spark.merge import (
-    before,
-    clear_uncommitted_log,
-    idempotent_append,
-    idempotent_writes,
-)
+from bridge.spark.merge import before, idempotent_append, idempotent_writes
 
-__all__ = ["Position", "apply_multiset", "read_positions", "write_positions"]
+__all__ = ["MultisetBatch", "Position", "apply_multiset", "read_positions"]
 
 logger = logging.getLogger(__name__)
 
 Position = tuple[int, int]  # (commit_lsn, seq)
 
+
+@dataclass(frozen=True, slots=True)
+class MultisetBatch:
+    """A table's records in one batch at a glance (the job's batch summary read it already):
+    the highest position, the last truncate's, and whether every record is an insert."""
+
+    last: Position | None
+    truncate: Position | None = None
+    inserts_only: bool = False
+
+
 _KIND = "_pgbridge_kind"
 _NET = "_pgbridge_net"
 _CURRENT = "_pgbridge_current"
 _LAST = "_pgbridge_last"
-
-_POSITIONS_SCHEMA = T.StructType(
-    [
-        T.StructField("table_path", T.StringType()),
-        T.StructField("commit_lsn", T.LongType()),
-        T.StructField("seq", T.LongType()),
-        T.StructField("batch_id", T.LongType()),
-    ]
-)
 
 
 def _contains_map(data_type: T.DataType) -> bool:
@@ -122,33 +122,42 @@ def apply_multiset(
     images: DataFrame,
     columns: T.StructType,
     applied: Position | None,
+    batch: MultisetBatch,
     app_id: str,
     batch_id: int,
     empty: bool = False,
-) -> Position | None:
+    commit_metadata: str | None = None,
+) -> bool:
     """Apply a batch's row images (``envelope_to_images``, conformed to ``columns``) to the
-    table at ``path``; returns the new applied position (``applied`` if nothing was new).
-    ``empty``: the table was created by this batch (its rows are appended, nothing read)."""
+    table at ``path``; False if every record was applied before (nothing written).
+
+    ``batch``: the table's records at a glance, from the job's batch summary. ``empty``: the
+    table was created by this batch (its rows are appended, nothing read; so are a batch's
+    rows when every record is an insert). ``commit_metadata``: the commit's ``userMetadata``.
+    """
     from delta.tables import DeltaTable
 
+    if batch.last is None or (applied is not None and batch.last <= applied):
+        logger.info("%s: batch %d holds only records applied before", path, batch_id)
+        return False
     fresh = images if applied is None else images.where(_after(applied))
     fresh = fresh.dropDuplicates([tf.COMMIT_LSN, tf.SEQ, tf.COUNT_DELTA])
-    position = F.struct(F.col(tf.COMMIT_LSN), F.col(tf.SEQ))
-    summary = fresh.agg(
-        F.max(position).alias("last"),
-        F.max(F.when(F.col(tf.OP) == "t", position)).alias("truncate"),
-    ).first()
-    if summary is None or summary["last"] is None:
-        logger.info("%s: batch %d holds only records applied before", path, batch_id)
-        return applied
-    last: Position = (int(summary["last"][0]), int(summary["last"][1]))
-    truncate: Position | None = None
     rows = fresh.where(F.col(tf.OP) != "t")
-    if summary["truncate"] is not None:
-        truncate = (int(summary["truncate"][0]), int(summary["truncate"][1]))
+    truncate = batch.truncate
+    if truncate is not None and applied is not None and truncate <= applied:
+        truncate = None  # applied before: the table holds its effect already
+    if truncate is not None:
         rows = tf.drop_before(rows, *truncate)
 
     names = [tf.quote(f.name) for f in columns.fields]
+    if batch.inserts_only and truncate is None:
+        # Every record adds one copy of its row: nothing to match, count or delete, so each
+        # is appended as it came (an append-only table never reads its Delta table).
+        meta = [F.col(m) for m in tf.PERSISTED_META]
+        appended = rows.select(*[F.col(n) for n in names], *meta)
+        idempotent_append(appended, path, app_id, batch_id, commit_metadata)
+        return True
+
     keys = [f"_pgbridge_k{i}" for i in range(len(columns.fields))]
     grouping = [
         comparable(F.col(n), f.dataType).alias(k)
@@ -207,8 +216,8 @@ def apply_multiset(
         .withColumn(_KIND, F.lit("insert"))
     )
     if target is None:  # nothing to delete or count: the first load is an append, no join
-        idempotent_append(inserts.drop(_KIND), path, app_id, batch_id)
-        return last
+        idempotent_append(inserts.drop(_KIND), path, app_id, batch_id, commit_metadata)
+        return True
     # Materialised: the source reads the target, which the MERGE then rewrites.
     source = deletes.unionByName(inserts).persist()
     try:
@@ -224,47 +233,19 @@ def apply_multiset(
         )
         if truncate is not None:
             builder = builder.whenNotMatchedBySourceDelete(condition=before("t", truncate))
-        with idempotent_writes(spark, app_id, batch_id):
+        with idempotent_writes(spark, app_id, batch_id, commit_metadata):
             builder.execute()
     finally:
         source.unpersist()
-    return last
+    return True
 
 
 def read_positions(spark: Any, path: str) -> dict[str, Position]:
-    """The applied position of each keyless table (by its Delta path); empty before any."""
+    """The applied position of each keyless table (by its Delta path) as jobs before
+    positions moved into each table's own log kept them; empty where there is none."""
     from delta.tables import DeltaTable
 
     if not DeltaTable.isDeltaTable(spark, path):
         return {}
     rows = spark.read.format("delta").load(path).collect()
     return {str(r["table_path"]): (int(r["commit_lsn"]), int(r["seq"])) for r in rows}
-
-
-def write_positions(
-    spark: Any, path: str, positions: Mapping[str, Position], app_id: str, batch_id: int
-) -> None:
-    """Record the batch's applied positions (one idempotent MERGE; positions never go back)."""
-    from delta.tables import DeltaTable
-
-    if not positions:
-        return
-    if not DeltaTable.isDeltaTable(spark, path):
-        clear_uncommitted_log(spark, path)
-        DeltaTable.createIfNotExists(spark).location(path).addColumns(_POSITIONS_SCHEMA).execute()
-    rows: Sequence[tuple[str, int, int, int]] = [
-        (table, lsn, seq, batch_id) for table, (lsn, seq) in sorted(positions.items())
-    ]
-    source = spark.createDataFrame(rows, _POSITIONS_SCHEMA)
-    newer = (F.col("s.commit_lsn") > F.col("t.commit_lsn")) | (
-        (F.col("s.commit_lsn") == F.col("t.commit_lsn")) & (F.col("s.seq") > F.col("t.seq"))
-    )
-    builder = (
-        DeltaTable.forPath(spark, path)
-        .alias("t")
-        .merge(source.alias("s"), F.col("t.table_path") == F.col("s.table_path"))
-        .whenMatchedUpdateAll(condition=newer)
-        .whenNotMatchedInsertAll()
-    )
-    with idempotent_writes(spark, app_id, batch_id):
-        builder.execute()

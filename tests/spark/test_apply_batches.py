@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 from bridge.spark import transforms as tf
 from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache
+from bridge.spark.fences import read_fences
 from bridge.spark.job import BatchApplier
 from tests.spark.envelopes import TableVersion, frame_avro
 
@@ -185,6 +187,34 @@ def test_multiset_keeps_duplicates_across_batches(batches: Batches) -> None:
     )
 
 
+def test_multiset_batch_of_inserts_is_appended_and_counts_resends_once(
+    batches: Batches, spark: Any
+) -> None:
+    """An append-only keyless table (a log, a snapshot) is appended to, batch after batch, not
+    merged; resends are still counted once, and a later delete still removes one copy."""
+    from delta.tables import DeltaTable
+
+    t = FULL_DUPS
+    batches.add(t, "c", (10, 0), after={"a": 1, "b": "x"})
+    batches.apply(0)
+    batches.add(t, "c", (10, 0), after={"a": 1, "b": "x"})  # resent after a producer crash
+    batches.add(t, "c", (11, 0), after={"a": 1, "b": "x"})
+    batches.add(t, "c", (11, 0), after={"a": 1, "b": "x"})  # one record twice in a batch
+    batches.add(t, "r", (12, 0), after={"a": None, "b": None})
+    second = batches.frame().localCheckpoint()
+    batches.apply(1, second)
+    expected = Counter({(1, "x"): 2, (None, None): 1})
+    assert batches.multiset("public", "full_dups") == expected
+    path = batches.config.table_path("public", "full_dups")
+    history = DeltaTable.forPath(spark, path).history().orderBy("version").collect()
+    assert [r["operation"] for r in history] == ["CREATE TABLE", "WRITE", "WRITE"]
+    batches.apply(1, second, restarted=True)  # replayed by a restarted driver: appends nothing
+    assert batches.multiset("public", "full_dups") == expected
+    batches.add(t, "d", (13, 0), before={"a": 1, "b": "x"})
+    batches.apply(2)
+    assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 1, (None, None): 1})
+
+
 def test_multiset_folds_changes_of_one_batch(batches: Batches) -> None:
     t = FULL_DUPS
     batches.add(t, "c", (10, 0), after={"a": 1, "b": None})
@@ -226,6 +256,30 @@ def test_multiset_resent_and_replayed_records_apply_once(batches: Batches, spark
     batches.apply(2)
     assert batches.multiset("public", "full_dups") == expected
     assert _merges(spark, path) == 2
+
+
+def test_multiset_position_kept_by_an_older_job_is_read_once_and_moves_into_the_log(
+    batches: Batches, spark: Any
+) -> None:
+    """Jobs before positions moved into each table's commits kept them in
+    ``_pgbridge_positions``: a job taking over such a table must not count resends again."""
+    t = FULL_DUPS
+    batches.add(t, "c", (10, 0), after={"a": 1, "b": "x"})
+    batches.apply(0)
+    path = batches.config.table_path("public", "full_dups")
+    # The table as an older job left it: rows, no position in its log; the position beside it.
+    rows = spark.read.format("delta").load(path).localCheckpoint()
+    shutil.rmtree(path)
+    rows.write.format("delta").save(path)
+    spark.createDataFrame(
+        [(path, 10, 0, 0)], "table_path string, commit_lsn long, seq long, batch_id long"
+    ).write.format("delta").save(batches.config.positions_path)
+    assert read_fences(spark, path).partitions == {}
+    batches.add(t, "c", (10, 0), after={"a": 1, "b": "x"})  # resent
+    batches.add(t, "c", (11, 0), after={"a": 2, "b": "y"})
+    batches.apply(1, restarted=True)
+    assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 1, (2, "y"): 1})
+    assert read_fences(spark, path).partitions == {0: (11, 0)}
 
 
 def test_multiset_truncate_removes_older_rows(batches: Batches) -> None:
