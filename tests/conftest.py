@@ -108,7 +108,8 @@ _FAULT_TABLES: list[str] = []
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _FAULT_TABLES.extend(str(v) for name, v in report.user_properties if name == "fault_table")
+    if report.when == "call":  # the teardown's report carries the same properties again
+        _FAULT_TABLES.extend(str(v) for name, v in report.user_properties if name == "fault_table")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
