@@ -9,7 +9,6 @@ producer, confirms what Kafka acknowledged and exits 0.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from dataclasses import dataclass, replace
@@ -23,6 +22,7 @@ from bridge.errors import ConfigError, PgBridgeError
 from bridge.events import EventBuilder
 from bridge.failures import FailurePolicy
 from bridge.metrics import BridgeMetrics
+from bridge.native.switches import NATIVE, enabled
 from bridge.observe import MetricsObserver
 from bridge.pipeline import Pipeline, PipelineObserver, PipelineOptions
 from bridge.restarts import stream_with_restarts
@@ -374,7 +374,7 @@ def run(config: BridgeConfig, stop: threading.Event | None = None) -> int:
     metrics = BridgeMetrics()
     if config.metrics.port:
         metrics.serve(config.metrics.port, config.metrics.host)
-    if not native.ENABLED and os.environ.get("PGBRIDGE_NATIVE", "1") != "0":
+    if not native.ENABLED and enabled(NATIVE):  # not built, rather than switched off
         logger.warning(
             "the C accelerator (bridge.native) is not built: every row takes the pure-Python "
             "path, at 3-7 times the CPU per change; reinstall pgbridge where a C compiler is "

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from bridge.native.switches import SWITCHES
 from bridge.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -38,9 +39,7 @@ RESERVED_ENV: Final = frozenset(
         "PGBRIDGE_JAVA_HOME",
         "PGBRIDGE_PG_VERSIONS",
         "PGBRIDGE_CONFIG",
-        "PGBRIDGE_NATIVE",  # 0: the pure-Python path (bridge.native)
-        "PGBRIDGE_READER_THREAD",  # 0: the pipeline's thread reads the WAL (frame_reader)
-        "PGBRIDGE_NATIVE_BATCHES",  # 0: librdkafka batches through produce_batch
+        *SWITCHES,  # implementation switches (bridge.native.switches)
         "PGBRIDGE_STACK",  # the test fixtures' stack kind
         "PGBRIDGE_SPARK_MASTER",
         "PGBRIDGE_APPLY_PAUSE_AFTER_MERGE",  # a crash tests' failpoint

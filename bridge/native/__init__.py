@@ -29,9 +29,10 @@ the precise typed errors. ``PGBRIDGE_NATIVE=0`` turns them off, e.g. to compare 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
+
+from bridge.native.switches import NATIVE, enabled
 
 EncodeRow = Callable[
     [bytes, bytes, tuple[int, ...], bytes, bytes | None], tuple[bytes, bytes | None] | None
@@ -129,7 +130,7 @@ except ImportError:  # not built (no compiler at install time)
     encode_copy_rows = encode_source = decode_insert = configure_messages = None
     unpack_records = encode_insert_frames = None
 
-if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
+if not enabled(NATIVE):  # the pure-Python path, by choice (bridge.native.switches)
     encode_row = scan_tuple = encode_insert = scan_copy_row = encode_copy_row = None
     encode_copy_rows = encode_source = decode_insert = configure_messages = None
     unpack_records = encode_insert_frames = None

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from types import ModuleType
+
+from bridge.native.switches import NATIVE, enabled
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ def _loaded_libpq() -> str | None:
 def copy_data_reader() -> ModuleType | None:
     """The bound ``bridge.native._pqread`` module (``read_frames``), or ``None``: not built,
     ``PGBRIDGE_NATIVE=0``, or no libpq found in this process (then psycopg's calls are used)."""
-    if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
+    if not enabled(NATIVE):
         return None
     try:
         import psycopg  # noqa: F401 - loads libpq before the memory map is read

@@ -24,6 +24,8 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka import KafkaError, Message
 
+from bridge.native.switches import NATIVE_BATCHES, enabled
+
 logger = logging.getLogger(__name__)
 
 #: What the markers' proof needs from the producer (on top of its enable.idempotence):
@@ -34,9 +36,7 @@ PRODUCER_SETTINGS: dict[str, Any] = {"enable.gapless.guarantee": True}
 @functools.cache  # bound once per process
 def native_batches() -> ModuleType | None:
     """The bound ``bridge.native._kafka`` module, or ``None`` (then ``produce_batch``)."""
-    if os.environ.get("PGBRIDGE_NATIVE", "1") == "0":
-        return None
-    if os.environ.get("PGBRIDGE_NATIVE_BATCHES", "1") == "0":  # only this part off
+    if not enabled(NATIVE_BATCHES):  # off, or every C part off (bridge.native.switches)
         return None
     try:
         from bridge.native import _kafka

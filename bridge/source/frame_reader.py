@@ -19,7 +19,6 @@ order, after the frames before them, as the batch's status.
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from types import ModuleType
@@ -27,6 +26,7 @@ from types import ModuleType
 import psycopg
 
 from bridge.native.pq import copy_data_reader
+from bridge.native.switches import READER_THREAD, enabled
 
 #: A batch's status: the stream goes on, the server ended the COPY, the connection failed.
 STREAMING, ENDED, FAILED = 0, -1, -2
@@ -36,7 +36,7 @@ def frame_reading() -> ModuleType | None:
     """The bound ``bridge.native._pqread`` module, or ``None`` (the pipeline's thread reads):
     see :func:`bridge.native.pq.copy_data_reader`; ``PGBRIDGE_READER_THREAD=0`` also reads
     in line."""
-    if os.environ.get("PGBRIDGE_READER_THREAD", "1") == "0":
+    if not enabled(READER_THREAD):
         return None
     return copy_data_reader()
 
