@@ -208,7 +208,8 @@ class BatchApplier:
         # Only this job writes these tables' schemas, so the cache cannot go stale.
         self._known: dict[str, frozenset[tuple[str, str]]] = {}
         self._paths: dict[str, str] = {}  # topic -> its table's path (once known)
-        # Keyed tables' fences (bridge.spark.fences) as of their last MERGE by this job.
+        # Tables' fences (bridge.spark.fences; a keyless table's position is its partition 0
+        # fence) as of their last commit by this job.
         self._fences: dict[str, Fences] = {}
         # Keyless tables' positions as jobs before kept them, in a table of their own (read
         # once, only for a table whose log holds no position yet; see bridge.spark.multiset).
@@ -456,11 +457,11 @@ class BatchApplier:
             logger.info("%s: truncate of a table never applied; nothing to do", label)
             return
         merge_started = time.monotonic()
+        if not exists:  # created by this batch: no commit holds fences (no history to read)
+            with self._lock:
+                self._fences.setdefault(path, Fences())
         if not keys:
             self._ensure(spark, path, table, ())
-            if not exists:
-                with self._lock:
-                    self._fences.setdefault(path, Fences())
             fences = self._fences_of(spark, path)
             last = summary["last"]
             glance = MultisetBatch(
@@ -492,9 +493,6 @@ class BatchApplier:
         else:
             changes = changes.drop(tf.COUNT_DELTA) if tf.COUNT_DELTA in changes.columns else changes
             self._ensure(spark, path, table, keys)
-            if not exists:  # created just now: no commit holds fences (no history to read)
-                with self._lock:
-                    self._fences.setdefault(path, Fences())
             # Resends and changes a truncate already erased never reach the MERGE (fences).
             fences = self._fences_of(spark, path)
             if tf.PARTITION not in changes.columns:  # a batch of truncates only (row images)
