@@ -182,16 +182,20 @@ class EventBuilder:
         keyless: KeylessMode = "null_key",
         key_columns: Callable[[str, str], tuple[str, ...] | None] | None = None,
         failures: FailurePolicy | None = None,
+        column_numbers: Callable[[Relation], Mapping[str, int]] | None = None,
     ) -> None:
         """``hints`` by ``schema.table``; ``key_columns(schema, table)`` the configured message
         key columns of a table (``message.key.columns``), if any; ``failures`` decides what
-        happens to a change that cannot be converted (default: stop with the typed error)."""
+        happens to a change that cannot be converted (default: stop with the typed error);
+        ``column_numbers(relation)`` its columns' attribute numbers (empty: not known), read
+        from the catalog when a table version's schemas are built (renames are told by them)."""
         self.topic_prefix = topic_prefix
         self.mapper = mapper or TypeMapper()
         self.hints = hints or {}
         self.keyless: KeylessMode = keyless
         self.key_columns = key_columns
         self.failures = failures or FailurePolicy("fail")
+        self.column_numbers = column_numbers
         self.relations: dict[int, RelationSchemas] = {}
         self._topic_owners: dict[str, str] = {}  # topic -> the "schema.table" it belongs to
         self._tx: TxContext | None = None
@@ -321,6 +325,10 @@ class EventBuilder:
         key_columns = self.key_columns(schema, relation.relation_name) if self.key_columns else None
         if key_columns is not None:
             hints = replace(hints or TableHints(), key_columns=key_columns)
+        if self.column_numbers is not None:
+            numbers = self.column_numbers(relation)
+            if numbers:
+                hints = replace(hints or TableHints(), column_numbers=numbers)
         return relation_schemas(
             relation,
             self.mapper,

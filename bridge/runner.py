@@ -36,6 +36,7 @@ from bridge.snapshot.incremental import IncrementalSettings, IncrementalSnapshot
 from bridge.snapshot.incremental import state_file as incremental_state_file
 from bridge.snapshot.kafka_signals import KafkaSignals
 from bridge.snapshot.run import run_snapshot
+from bridge.source.column_numbers import ColumnNumbers
 from bridge.source.config import (
     PublicationConfig,
     PublicationMode,
@@ -164,6 +165,7 @@ def build_parts(config: BridgeConfig) -> PipelineParts:
         config.topic_prefix,
         TypeMapper(type_options(config)),
         key_columns=config.events.key_columns,
+        column_numbers=ColumnNumbers(config.database.conninfo()),
         failures=FailurePolicy(
             config.events.failure_handling_mode,  # type: ignore[arg-type]
             config.events.dead_letter_topic,

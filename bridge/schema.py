@@ -59,6 +59,13 @@ SCHEMAS_DIR: Final = Path(__file__).parent / "avro_schemas"
 #: The envelope field listing the columns whose unchanged TOASTed value was not sent.
 UNCHANGED_TOAST_FIELD: Final = "unchanged_toast_columns"
 
+#: Field properties of a ``Value`` column: its PostgreSQL name where the Avro name differs; its
+#: attribute number (``attnum``, kept through renames); the names it had before renames, oldest
+#: first (PostgreSQL's, beside Avro's own ``aliases`` with the Avro names).
+ORIGINAL_NAME: Final = "pgbridge.column"
+ATTNUM: Final = "pgbridge.attnum"
+RENAMED_FROM: Final = "pgbridge.renamed_from"
+
 #: The fields of the value envelope, in order (what :func:`relation_schemas` builds; the
 #: serializer's fast path relies on exactly this layout).
 ENVELOPE_FIELDS: Final = (
@@ -108,12 +115,16 @@ class TableHints:
       a REPLICA IDENTITY FULL table, like Debezium's ``message.key.columns``).
     - ``array_dimensions``: column name -> dimensions of an array column (``attndims``) when
       more than one; the Avro schema then nests arrays.
+    - ``column_numbers``: column name -> attribute number (``attnum``), emitted as the field's
+      ``pgbridge.attnum``: a column keeps its number through ``RENAME COLUMN``, so the next
+      version of the schema can say it was renamed (:func:`carry_renames`).
     """
 
     comments: Mapping[str, str] = field(default_factory=dict)
     table_comment: str | None = None
     key_columns: tuple[str, ...] | None = None
     array_dimensions: Mapping[str, int] = field(default_factory=dict)
+    column_numbers: Mapping[str, int] = field(default_factory=dict)
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -283,7 +294,10 @@ def relation_schemas(
             field_schema["doc"] = comment
         if name != column.name:
             # The real name: the Spark job names Delta columns by it, and so can any consumer.
-            field_schema["pgbridge.column"] = column.name
+            field_schema[ORIGINAL_NAME] = column.name
+        number = hints.column_numbers.get(column.name)
+        if number is not None:
+            field_schema[ATTNUM] = number
         fields.append(field_schema)
         columns.append(column_type)
         names.append(name)
@@ -571,6 +585,74 @@ def _row_record(schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
                 if isinstance(branch, dict) and branch.get("type") == "record":
                     return branch
     return None
+
+
+def carry_renames(previous: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` (a value schema of :func:`relation_schemas`) saying which of its columns were
+    renamed since ``previous`` (the subject's version before it), by attribute number.
+
+    A column whose ``pgbridge.attnum`` is that of a column of ``previous`` under another name
+    was renamed (``ALTER TABLE ... RENAME COLUMN``; a dropped and re-added column gets a new
+    number): its field gets Avro ``aliases`` (the old field names, so a reader with the new
+    schema reads old records' values under the new name, and the registry finds the change
+    compatible) and ``pgbridge.renamed_from`` (the old PostgreSQL names, for the Spark job to
+    rename the Delta column). Names from earlier renames are carried forward, except one a
+    column of ``new`` now has (a reader would then match it twice). Returns ``new`` itself when
+    nothing is to be said, else a copy."""
+    old_row, new_row = _row_record(previous or {}), _row_record(new)
+    if old_row is None or new_row is None:
+        return new
+    by_number = {f[ATTNUM]: f for f in old_row["fields"] if ATTNUM in f}
+    if not by_number:
+        return new
+    taken_fields = {f["name"] for f in new_row["fields"]}
+    taken_columns = {f.get(ORIGINAL_NAME, f["name"]) for f in new_row["fields"]}
+    renamed: dict[str, tuple[list[str], list[str]]] = {}
+    for f in new_row["fields"]:
+        old = by_number.get(f.get(ATTNUM))
+        if old is None:
+            continue
+        aliases = list(old.get("aliases", ()))
+        columns = list(old.get(RENAMED_FROM, ()))
+        if old["name"] != f["name"]:
+            aliases.append(old["name"])
+        old_column, column = old.get(ORIGINAL_NAME, old["name"]), f.get(ORIGINAL_NAME, f["name"])
+        if old_column != column:
+            columns.append(old_column)
+        aliases = [a for a in dict.fromkeys(aliases) if a not in taken_fields]
+        columns = [c for c in dict.fromkeys(columns) if c not in taken_columns]
+        if aliases or columns:
+            renamed[f["name"]] = (aliases, columns)
+    if not renamed:
+        return new
+    out = copy.deepcopy(new)
+    row = _row_record(out)
+    assert row is not None
+    for f in row["fields"]:
+        if f["name"] in renamed:
+            aliases, columns = renamed[f["name"]]
+            if aliases:
+                f["aliases"] = aliases
+            if columns:
+                f[RENAMED_FROM] = columns
+    return out
+
+
+def key_renames(key: Mapping[str, Any], value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A key schema with the ``aliases`` its fields have in ``value`` (the same table version's
+    value schema, after :func:`carry_renames`): a renamed key column then reads old keys, and
+    the key subject finds the change compatible too. ``key`` itself when none has any."""
+    value_row, key_row = _row_record(value), _row_record(key)
+    if value_row is None or key_row is None:
+        return key
+    aliases = {f["name"]: f["aliases"] for f in value_row["fields"] if f.get("aliases")}
+    if not any(f["name"] in aliases for f in key_row["fields"]):
+        return key
+    out = copy.deepcopy(dict(key))
+    for f in out["fields"]:
+        if f["name"] in aliases:
+            f["aliases"] = list(aliases[f["name"]])
+    return out
 
 
 def column_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -76,6 +76,9 @@ def spark(local_stack: StackInfo) -> Iterator[Any]:
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
             "spark.driver.memory": "2g",
+            # The tests' own Delta reads rebuild a table's state as the job does (job_conf):
+            # in one task per core, not Delta's 50.
+            "spark.databricks.delta.snapshotPartitions": "2",
         },
     )
     yield session

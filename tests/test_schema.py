@@ -24,6 +24,7 @@ from bridge.schema import (
     SchemaError,
     TableHints,
     avro_name,
+    carry_renames,
     column_changes,
     relation_schemas,
     static_schema,
@@ -454,3 +455,79 @@ def test_registry_client_default_timeout_is_set() -> None:
     from bridge.sink.registry import REQUEST_TIMEOUT_S, registry_client
 
     assert registry_client("http://127.0.0.1:1")._rest_client.timeout == REQUEST_TIMEOUT_S
+
+
+# --- renames, told by attribute numbers --------------------------------------------------------
+
+
+def _value_fields(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    before = next(f for f in schema["fields"] if f["name"] == "before")
+    record = next(b for b in before["type"] if isinstance(b, dict))
+    return {f["name"]: f for f in record["fields"]}
+
+
+def _version(numbers: dict[str, int], *columns: RelationColumn) -> dict[str, Any]:
+    rel = relation(col("id", 20, key=True), *columns)
+    hints = TableHints(column_numbers={"id": 1, **numbers})
+    return relation_schemas(rel, TypeMapper(), topic_prefix="pg", hints=hints).value_schema
+
+
+def test_fields_carry_their_attribute_numbers() -> None:
+    fields = _value_fields(_version({"vc": 2}, col("vc", 25)))
+    assert fields["id"]["pgbridge.attnum"] == 1
+    assert fields["vc"]["pgbridge.attnum"] == 2
+
+
+def test_a_column_with_the_number_of_one_under_another_name_was_renamed() -> None:
+    old = _version({"vc": 2}, col("vc", 25))
+    new = carry_renames(old, _version({"vc_renamed": 2}, col("vc_renamed", 25)))
+    field_ = _value_fields(new)["vc_renamed"]
+    assert field_["aliases"] == ["vc"]
+    assert field_["pgbridge.renamed_from"] == ["vc"]
+    # Old records read with the new schema keep their value under the new name (Avro aliases).
+    written = {"before": None, "after": {"id": 7, "vc": "kept"}, "op": "c", "ts_ms": None}
+    writer = fastavro.parse_schema(old)
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, writer, {**_envelope_defaults(), **written})
+    buf.seek(0)
+    read = fastavro.schemaless_reader(buf, writer, fastavro.parse_schema(new))
+    assert read["after"] == {"id": 7, "vc_renamed": "kept"}
+
+
+def _envelope_defaults() -> dict[str, Any]:
+    return {"source": source_block(), "transaction": None, "ts_us": None, "ts_ns": None}
+
+
+def test_a_dropped_and_added_column_is_not_a_rename() -> None:
+    old = _version({"vc": 2}, col("vc", 25))
+    new = _version({"other": 3}, col("other", 25))
+    assert carry_renames(old, new) is new
+    assert "aliases" not in _value_fields(new)["other"]
+
+
+def test_renames_chain_and_a_reused_name_is_not_an_alias() -> None:
+    v1 = _version({"a": 2}, col("a", 25))
+    v2 = carry_renames(v1, _version({"b": 2}, col("b", 25)))
+    v3 = carry_renames(v2, _version({"c": 2}, col("c", 25)))
+    assert _value_fields(v3)["c"]["aliases"] == ["a", "b"]
+    assert _value_fields(v3)["c"]["pgbridge.renamed_from"] == ["a", "b"]
+    # A new column takes the first name: an alias naming it would be read twice.
+    v4 = carry_renames(v3, _version({"c": 2, "a": 3}, col("c", 25), col("a", 25)))
+    assert _value_fields(v4)["c"]["aliases"] == ["b"]
+    assert "aliases" not in _value_fields(v4)["a"]
+
+
+def test_renames_use_postgresql_names_beside_avro_names() -> None:
+    old = _version({"Odd Name": 2}, col("Odd Name", 25))
+    new = carry_renames(old, _version({"new name": 2}, col("new name", 25)))
+    field_ = _value_fields(new)["new_name"]
+    assert field_["aliases"] == ["Odd_Name"]
+    assert field_["pgbridge.renamed_from"] == ["Odd Name"]
+
+
+def test_without_numbers_or_a_previous_version_nothing_is_said() -> None:
+    plain = relation_schemas(relation(col("id", 20, key=True)), TypeMapper(), topic_prefix="pg")
+    assert "pgbridge.attnum" not in _value_fields(plain.value_schema)["id"]
+    new = _version({"b": 2}, col("b", 25))
+    assert carry_renames(None, new) is new
+    assert carry_renames(plain.value_schema, new) is new

@@ -33,7 +33,7 @@ from confluent_kafka.schema_registry.error import OAuthTokenError, SchemaRegistr
 from bridge.config.settings import COMPATIBILITY_LEVELS
 from bridge.errors import ConfigError, PgBridgeError
 from bridge.retry import RetryPolicy
-from bridge.schema import RelationSchemas, column_changes
+from bridge.schema import ATTNUM, RelationSchemas, carry_renames, column_changes, key_renames
 
 logger = logging.getLogger(__name__)
 
@@ -219,6 +219,11 @@ class SchemaRegistrar:
         }
         self._ids: dict[tuple[str, str], int] = {}
         self._configured: set[str] = set()
+        # Value subjects' last version registered (or found) here, for telling renames; and
+        # each built schema's version as registered (with what carry_renames added), so the
+        # same table version is the same schema id whenever it comes back.
+        self._latest: dict[str, Mapping[str, Any] | None] = {}
+        self._annotated: dict[tuple[str, str], Mapping[str, Any]] = {}
         self.retry = retry or RetryPolicy(max_retries=0)
         self.on_wait: Callable[[], None] | None = None
 
@@ -300,11 +305,55 @@ class SchemaRegistrar:
     def register_relation(self, schemas: RelationSchemas) -> RegisteredSchemas:
         """Register a table's key and value schemas (key first: a value is never produced with
         a key schema that failed)."""
+        value = self._with_renames(schemas.value_subject, schemas.value_schema)
         key_id = None
         if schemas.key_schema is not None:
-            key_id = self.register(schemas.key_subject, schemas.key_schema, table=schemas.table)
-        value_id = self.register(schemas.value_subject, schemas.value_schema, table=schemas.table)
+            key = key_renames(schemas.key_schema, value)
+            key_id = self.register(schemas.key_subject, key, table=schemas.table)
+        value_id = self.register(schemas.value_subject, value, table=schemas.table)
+        self._latest[schemas.value_subject] = value
         return RegisteredSchemas(key_id, value_id)
+
+    def _with_renames(self, subject: str, schema: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``schema`` with the renames since the subject's previous version (see
+        :func:`bridge.schema.carry_renames`); as it was the first time for a schema seen
+        before. Schemas without column numbers are left as they are."""
+        built = (subject, canonical(schema))
+        known = self._annotated.get(built)
+        if known is not None:
+            return known
+        if '"' + ATTNUM + '"' not in built[1]:
+            return schema
+        if subject not in self._latest:
+            self._latest[subject] = self._latest_registered(subject)
+        annotated = carry_renames(self._latest[subject], dict(schema))
+        self._annotated[built] = annotated
+        return annotated
+
+    def _latest_registered(self, subject: str) -> Mapping[str, Any] | None:
+        """The subject's latest version in the registry (None: no such subject yet)."""
+
+        def fetch() -> Mapping[str, Any] | None:
+            try:
+                latest = self.client.get_latest_version(subject)
+            except SchemaRegistryError as exc:
+                if exc.http_status_code == 404:
+                    return None
+                raise RegistryError(subject, exc.error_message, exc.http_status_code) from exc
+            except OAuthTokenError as exc:
+                raise token_error(subject, exc) from exc
+            except Exception as exc:
+                raise transport_error(subject, exc) from exc
+            parsed = json.loads(latest.schema.schema_str or "null")
+            return parsed if isinstance(parsed, dict) else None
+
+        return self.retry.run(
+            "schema registry",
+            f"reading the latest version of {subject}",
+            fetch,
+            is_transient,
+            on_wait=self.on_wait,
+        )
 
     def _configure(self, subject: str) -> None:
         if subject in self._configured:

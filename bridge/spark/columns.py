@@ -23,7 +23,7 @@ null (the producer's precise mode).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import Column
@@ -32,6 +32,7 @@ from pyspark.sql import types as T
 
 __all__ = [
     "ORIGINAL_NAME_PROPERTY",
+    "RENAMED_FROM_PROPERTY",
     "VARIABLE_SCALE_DECIMAL",
     "RowColumn",
     "RowShape",
@@ -41,16 +42,19 @@ __all__ = [
 ]
 
 ORIGINAL_NAME_PROPERTY = "pgbridge.column"
+RENAMED_FROM_PROPERTY = "pgbridge.renamed_from"
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 
 
 @dataclass(frozen=True, slots=True)
 class RowColumn:
-    """One column of the row record: Avro field name, PostgreSQL name, Avro type (resolved)."""
+    """One column of the row record: Avro field name, PostgreSQL name, Avro type (resolved),
+    and the PostgreSQL names it had before renames (``RENAME COLUMN``), oldest first."""
 
     field: str
     name: str
     avro: Any
+    renamed_from: tuple[str, ...] = ()
 
 
 def _full_name(node: dict[str, Any], namespace: str | None) -> str:
@@ -111,6 +115,7 @@ def row_columns(schema_json: str) -> tuple[tuple[RowColumn, ...], dict[str, Any]
                             str(f["name"]),
                             str(f.get(ORIGINAL_NAME_PROPERTY) or f["name"]),
                             _resolve(f["type"], named),
+                            tuple(str(n) for n in f.get(RENAMED_FROM_PROPERTY) or ()),
                         )
                         for f in row.get("fields", [])
                     ),
@@ -259,6 +264,23 @@ class RowShape:
     def plain(cls, fields: T.StructType) -> RowShape:
         """Columns named as their fields, nothing to convert (schemas without annotations)."""
         return cls(tuple(RowColumn(f.name, f.name, None) for f in fields.fields), {}, (38, 18))
+
+    def renames(self) -> dict[str, str]:
+        """Old PostgreSQL name -> this version's name, for each renamed column (an old name a
+        column of this version has again is no rename)."""
+        names = {c.name for c in self.columns}
+        return {old: c.name for c in self.columns for old in c.renamed_from if old not in names}
+
+    def renamed(self, renames: dict[str, str]) -> RowShape:
+        """This (older) version with its columns under their names in a newer version."""
+        names = {c.name for c in self.columns}
+        columns = tuple(
+            replace(c, name=renames[c.name])
+            if c.name in renames and renames[c.name] not in names
+            else c
+            for c in self.columns
+        )
+        return replace(self, columns=columns)
 
     def name_of(self, field: str) -> str:
         """The PostgreSQL name of an Avro field name (itself when unknown)."""

@@ -172,6 +172,8 @@ class TableBatch:
     key_columns: tuple[str, ...]  # empty: a keyless table, or a batch with only truncates
     raw: DataFrame
     keyless: bool = False  # changes are row images (envelope_to_images)
+    # Columns renamed in the source (RENAME COLUMN): old name -> name now, for the table.
+    renames: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -399,6 +401,7 @@ def _table_batch(
 ) -> tuple[TableBatch, list[DataFrame]]:
     """One table's groups -> its TableBatch, and the dead letters of records it cannot use."""
     newest = max(table_groups, key=lambda g: g.schema_id)
+    renames = newest.shape.renames()
     keys = newest.key_columns or next((g.key_columns for g in table_groups if g.key_columns), ())
     # Only a truncate has a null key in a keyed table: any other change with a null key, and
     # no keyed record in the batch, is from a table without key columns (a multiset).
@@ -407,6 +410,8 @@ def _table_batch(
     shapes: list[T.StructType] = []
     dead: list[DataFrame] = []
     for group in table_groups:
+        # Older versions' records name a renamed column as it was: under its name now, here.
+        shape = group.shape.renamed(renames) if renames and group is not newest else group.shape
         if keyless:
             dead.append(
                 tf.dead_letters(
@@ -416,11 +421,11 @@ def _table_batch(
                     batch_id,
                 )
             )
-            changes = tf.envelope_to_images(group.decoded, group.shape)
+            changes = tf.envelope_to_images(group.decoded, shape)
         else:
-            changes = tf.envelope_to_changes(group.decoded, group.shape)
+            changes = tf.envelope_to_changes(group.decoded, shape)
         frames.append(changes)
-        shapes.append(T.StructType([changes.schema[c.name] for c in group.shape.columns]))
+        shapes.append(T.StructType([changes.schema[c.name] for c in shape.columns]))
     order = sorted(range(len(table_groups)), key=lambda i: -table_groups[i].schema_id)
     columns = _union_columns([shapes[i] for i in order])
     raw = _raw(table_groups[0].decoded)
@@ -433,6 +438,7 @@ def _table_batch(
         key_columns=keys,
         raw=raw,
         keyless=keyless,
+        renames=renames,
     )
     return table, dead
 

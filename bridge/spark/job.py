@@ -246,7 +246,14 @@ class BatchApplier:
             return
         extra = {"metadata": metadata} if metadata is not None else {}
         ensure_table(
-            spark, path, table.columns, keys, table.topic, properties=self._properties(), **extra
+            spark,
+            path,
+            table.columns,
+            keys,
+            table.topic,
+            properties=self._properties(),
+            renames=table.renames,
+            **extra,
         )
         with self._lock:
             self._known[path] = (known or frozenset()) | columns

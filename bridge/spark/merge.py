@@ -176,11 +176,13 @@ def ensure_table(
     topic: str,
     metadata: Sequence[T.StructField] = _META_FIELDS,
     properties: Mapping[str, str] | None = None,
+    renames: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Create the Delta table at ``path``, or add the columns it lacks; returns the added names.
 
     Columns are nullable whatever the source says: a column added later is null in old rows, and
-    a delete's row image may carry only the key.
+    a delete's row image may carry only the key. ``renames`` (old name -> name now, from
+    ``RENAME COLUMN`` in the source) rename the table's columns first, values kept.
     """
     from delta.tables import DeltaTable
 
@@ -203,6 +205,8 @@ def ensure_table(
         return []
     table = DeltaTable.forPath(spark, path)
     current = {f.name.lower(): f for f in table.toDF().schema.fields}
+    if renames:
+        current = _rename_columns(spark, path, table, current, renames, wanted)
     existing = set(current)
     added = [f for f in wanted.fields if f.name.lower() not in existing]
     _widen_columns(spark, path, topic, current, wanted)
@@ -225,6 +229,47 @@ def ensure_table(
         ).save(path)
         logger.info("%s: added columns %s", path, [f.name for f in added])
     return [f.name for f in added]
+
+
+def _rename_columns(
+    spark: Any,
+    path: str,
+    table: Any,
+    current: dict[str, T.StructField],
+    renames: Mapping[str, str],
+    wanted: T.StructType,
+) -> dict[str, T.StructField]:
+    """Rename the columns the source renamed (Delta column mapping: metadata only, the data
+    files keep their physical names), and the key columns property with them. A column the
+    table already has under its new name, or does not have under the old one, is left alone:
+    so a rename applied before is not applied twice, and of a chain (a -> b -> c) the name the
+    table has is the one renamed."""
+    wanted_names = {f.name for f in wanted.fields}
+    todo = [
+        (current[old.lower()].name, new)
+        for old, new in renames.items()
+        if new in wanted_names and new.lower() not in current and old.lower() in current
+    ]
+    if not todo:
+        return current
+    target = f"delta.{_quote(path)}"
+    detail = table.detail().select("properties").first()
+    properties_now = (detail["properties"] or {}) if detail else {}
+    if properties_now.get(COLUMN_MAPPING_PROPERTY, "none") == "none":
+        spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('{COLUMN_MAPPING_PROPERTY}' = 'name')")
+    keys = [k for k in str(properties_now.get(KEY_COLUMNS_PROPERTY, "")).split(",") if k]
+    renamed = dict(current)
+    for old, new in todo:
+        spark.sql(f"ALTER TABLE {target} RENAME COLUMN {_quote(old)} TO {_quote(new)}")
+        logger.info("%s: renamed column %s to %s (renamed in the source)", path, old, new)
+        renamed[new.lower()] = T.StructField(new, renamed.pop(old.lower()).dataType, True)
+        keys = [new if k == old else k for k in keys]
+    if keys != [k for k in str(properties_now.get(KEY_COLUMNS_PROPERTY, "")).split(",") if k]:
+        spark.sql(
+            f"ALTER TABLE {target} SET TBLPROPERTIES "
+            f"('{KEY_COLUMNS_PROPERTY}' = '{','.join(keys)}')"
+        )
+    return renamed
 
 
 #: Delta's type widening (4.0): the integral types in order of width, and decimal digits

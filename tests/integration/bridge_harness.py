@@ -171,6 +171,14 @@ def read_topic(
     """Every (key, value) of a topic, Avro-decoded with the registry's schemas (its URL or
     client settings); None for tombstones."""
     decode = _Decoder(registry_url, topic)
+    return [
+        (decode(key, MessageField.KEY), decode(value, MessageField.VALUE))
+        for key, value in raw_records(bootstrap, topic)
+    ]
+
+
+def raw_records(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    """Every (key, value) of a topic as bytes, partition by partition, in offset order."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -179,7 +187,7 @@ def read_topic(
         }
     )
     md = consumer.list_topics(topic, timeout=10).topics[topic]
-    records: list[tuple[Any, Any]] = []
+    records: list[tuple[bytes | None, bytes | None]] = []
     try:
         for partition in md.partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
@@ -195,8 +203,7 @@ def read_topic(
                     if msg.error():
                         raise RuntimeError(str(msg.error()))
                     seen += 1
-                    key = decode(msg.key(), MessageField.KEY)
-                    records.append((key, decode(msg.value(), MessageField.VALUE)))
+                    records.append((msg.key(), msg.value()))
     finally:
         consumer.close()
     return records

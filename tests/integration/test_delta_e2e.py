@@ -41,14 +41,22 @@ pytestmark = pytest.mark.integration
 META = ("_pgbridge_commit_lsn", "_pgbridge_seq", "_pgbridge_commit_ts")
 
 
-def schema_change_workload(dsn: str) -> None:
-    """A column added mid-stream, then used: the Delta table must evolve and keep old rows."""
+def schema_change_workload(dsn: str, settle: Callable[[], None] = lambda: None) -> None:
+    """A column added mid-stream, then used: the Delta table must evolve and keep old rows; then
+    (after ``settle``: the bridge has decoded the first change) a column renamed, to a name
+    Avro refuses, and used: Delta renames it, values kept. The bridge tells a rename when it
+    decodes the table's change before the table's next DDL (README, Renamed columns)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE customers ADD COLUMN tier text, ADD COLUMN score numeric(5,1)")
         conn.execute("UPDATE customers SET tier = 'gold', score = 9.5 WHERE id % 10 = 1")
         conn.execute(
             "INSERT INTO customers (id, name, tier) VALUES (500, 'new after alter', 'bronze')"
         )
+    settle()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute('ALTER TABLE customers RENAME COLUMN name TO "full name"')
+        conn.execute('UPDATE customers SET "full name" = \'renamed \' || id WHERE id % 7 = 0')
+        conn.execute('INSERT INTO customers (id, "full name") VALUES (501, \'after rename\')')
 
 
 def capture_workload(stack: StackInfo, dsn: str, prefix: str) -> None:
@@ -57,7 +65,7 @@ def capture_workload(stack: StackInfo, dsn: str, prefix: str) -> None:
     bridge = RunningBridge(bridge_config(stack, dsn, prefix))
     try:
         workload(dsn, big_rows=5_000)
-        schema_change_workload(dsn)
+        schema_change_workload(dsn, settle=lambda: bridge.wait_confirmed(mark(dsn)))
         bridge.wait_confirmed(mark(dsn))
     finally:
         bridge.stop()

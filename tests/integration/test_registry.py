@@ -16,7 +16,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from bridge.devstack.stack import StackInfo
 from bridge.pgoutput.messages import COLUMN_FLAG_KEY, Relation, RelationColumn, ReplicaIdentity
-from bridge.schema import RelationSchemas, relation_schemas
+from bridge.schema import RelationSchemas, TableHints, relation_schemas
 from bridge.sink.registry import (
     FORCED_SCHEMA_CHANGES,
     IncompatibleSchemaError,
@@ -180,6 +180,62 @@ def test_registry_rename_value_column_is_compatible_but_key_rename_is_not(
     assert info.value.subject == v1.key_subject
     assert ("item_id", "added") in info.value.columns
     assert ("id", "removed") in info.value.columns
+
+
+def numbered(prefix: str, numbers: dict[str, int], *columns: RelationColumn) -> RelationSchemas:
+    """A table version whose columns carry attribute numbers (as ``pgbridge run`` builds it)."""
+    rel = Relation(None, 16384, "public", "items", ReplicaIdentity.DEFAULT, columns)
+    hints = TableHints(column_numbers=numbers)
+    return relation_schemas(rel, TypeMapper(), topic_prefix=prefix, hints=hints)
+
+
+def _fields(client: CountingClient, subject: str) -> dict[str, dict[str, Any]]:
+    # The newest version by number: the client caches get_latest_version's answers.
+    newest = client.get_versions(subject)[-1]
+    latest = json.loads(client.get_version(subject, newest).schema.schema_str)
+    if latest["name"] == "Key":
+        return {f["name"]: f for f in latest["fields"]}
+    before = next(f for f in latest["fields"] if f["name"] == "before")
+    record = next(b for b in before["type"] if isinstance(b, dict))
+    return {f["name"]: f for f in record["fields"]}
+
+
+def test_registry_renamed_columns_are_aliased_compatible_and_told_after_a_restart(
+    client: CountingClient, prefix: str
+) -> None:
+    # Debezium's behaviour on refusals: any refused version here fails the test.
+    registrar = SchemaRegistrar(client, incompatible_changes="fail")
+    v1 = numbered(prefix, {"id": 1, "name": 2, "qty": 3}, *BASE)
+    registrar.register_relation(v1)
+    renamed = (col("item_id", 20, key=True), col("title", 25), BASE[2])
+    v2 = numbered(prefix, {"item_id": 1, "title": 2, "qty": 3}, *renamed)
+    ids = registrar.register_relation(v2)
+    assert client.get_versions(v1.value_subject) == [1, 2]
+    assert client.get_versions(v1.key_subject) == [1, 2]
+    value = _fields(client, v1.value_subject)
+    assert value["title"]["aliases"] == ["name"]
+    assert value["title"]["pgbridge.renamed_from"] == ["name"]
+    assert value["item_id"]["aliases"] == ["id"]
+    assert "aliases" not in value["qty"]
+    assert _fields(client, v1.key_subject)["item_id"]["aliases"] == ["id"]
+
+    # A restarted bridge reads the same table version: same schema ids, no new version.
+    assert SchemaRegistrar(client, incompatible_changes="fail").register_relation(v2) == ids
+    assert client.get_versions(v1.value_subject) == [1, 2]
+
+    # A rename made while the bridge was down is told from the registry's latest version.
+    after_restart = SchemaRegistrar(client, incompatible_changes="fail")
+    v3 = numbered(
+        prefix, {"item_id": 1, "label": 2, "qty": 3}, renamed[0], col("label", 25), BASE[2]
+    )
+    after_restart.register_relation(v3)
+    assert _fields(client, v1.value_subject)["label"]["aliases"] == ["name", "title"]
+    # Dropping a column and adding one of the old name is no rename.
+    v4 = numbered(
+        prefix, {"item_id": 1, "qty": 3, "label": 4}, renamed[0], BASE[2], col("label", 25)
+    )
+    after_restart.register_relation(v4)
+    assert "aliases" not in _fields(client, v1.value_subject)["label"]
 
 
 def test_registry_subject_compatibility_none_accepts_any_change(

@@ -746,3 +746,84 @@ def test_table_creation_killed_half_way_is_created_at_the_restart(batches: Batch
     assert applier.stats.dead_letters == 0
     assert _ids(batches) == {1: "a"}
     assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 1})
+
+
+def _renamed(name: str, type_: Any, *old: str) -> dict[str, Any]:
+    """A field as the producer writes a renamed column (bridge.schema.carry_renames)."""
+    return {**col(name, type_), "aliases": list(old), "pgbridge.renamed_from": list(old)}
+
+
+def test_renamed_column_is_renamed_in_delta_with_its_values(batches: Batches, spark: Any) -> None:
+    v1 = TableVersion(PREFIX, "public", "ren", [col("id", "int"), col("vc", OPT_STR)], ["id"])
+    v2 = TableVersion(
+        PREFIX, "public", "ren", [col("id", "int"), _renamed("vc_renamed", OPT_STR, "vc")], ["id"]
+    )
+    batches.add(v1, "c", (10, 0), after={"id": 1, "vc": "a"})
+    batches.add(v1, "c", (10, 1), after={"id": 2, "vc": "b"})
+    batches.apply(0)
+    # ALTER TABLE ren RENAME COLUMN vc TO vc_renamed, with changes of both versions in one
+    # batch: an old version's update (and its unchanged TOAST mark) lands in the new column.
+    batches.add(v1, "u", (11, 0), after={"id": 1, "vc": "a2"})
+    batches.add(v1, "u", (11, 1), after={"id": 2, "vc": "__debezium_unavailable_value"},
+                unchanged=["vc"])  # fmt: skip
+    batches.add(v2, "c", (12, 0), after={"id": 3, "vc_renamed": "c"})
+    applier = batches.apply(1)
+    assert applier.stats.dead_letters == 0
+    path = batches.config.table_path("public", "ren")
+    columns = [c for c in spark.read.format("delta").load(path).columns if "pgbridge" not in c]
+    assert columns == ["id", "vc_renamed"]
+    assert sorted(batches.rows("public", "ren"), key=lambda r: r["id"]) == [
+        {"id": 1, "vc_renamed": "a2"},
+        {"id": 2, "vc_renamed": "b"},
+        {"id": 3, "vc_renamed": "c"},
+    ]
+    from delta.tables import DeltaTable
+
+    operations = [r["operation"] for r in DeltaTable.forPath(spark, path).history().collect()]
+    assert "RENAME COLUMN" in operations
+
+
+def test_renames_made_while_the_job_was_down_and_a_renamed_key_column(
+    batches: Batches, spark: Any
+) -> None:
+    v1 = TableVersion(PREFIX, "public", "keyren", [col("id", "int"), col("a", OPT_STR)], ["id"])
+    batches.add(v1, "c", (10, 0), after={"id": 1, "a": "x"})
+    batches.apply(0)
+    # Two renames of `a` (a -> b -> c) and the key's rename, all while the job was down: the
+    # restarted job sees only the newest version.
+    v3 = TableVersion(
+        PREFIX,
+        "public",
+        "keyren",
+        [_renamed("item_id", "int", "id"), _renamed("c", OPT_STR, "a", "b")],
+        ["item_id"],
+    )
+    batches.add(v3, "u", (20, 0), after={"item_id": 1, "c": "y"})
+    batches.add(v3, "c", (20, 1), after={"item_id": 2, "c": "z"})
+    applier = batches.apply(1, restarted=True)
+    assert applier.stats.dead_letters == 0
+    assert sorted(batches.rows("public", "keyren"), key=lambda r: r["item_id"]) == [
+        {"item_id": 1, "c": "y"},
+        {"item_id": 2, "c": "z"},
+    ]
+    from bridge.spark.merge import table_key_columns
+
+    assert table_key_columns(spark, batches.config.table_path("public", "keyren")) == ("item_id",)
+    # A truncate uses the table's (renamed) key columns.
+    batches.add(v3, "t", (30, 0))
+    batches.apply(2)
+    assert batches.rows("public", "keyren") == []
+
+
+def test_renamed_column_of_a_keyless_table_keeps_its_values(batches: Batches) -> None:
+    v1 = TableVersion(PREFIX, "public", "logren", [col("a", OPT_INT), col("b", OPT_STR)], key=[])
+    v2 = TableVersion(
+        PREFIX, "public", "logren", [col("a", OPT_INT), _renamed("bb", OPT_STR, "b")], key=[]
+    )
+    batches.add(v1, "c", (10, 0), after={"a": 1, "b": "x"})
+    batches.apply(0)
+    batches.add(v1, "c", (11, 0), after={"a": 2, "b": "y"})
+    batches.add(v2, "c", (12, 0), after={"a": 3, "bb": "z"})
+    batches.add(v2, "d", (13, 0), before={"a": 1, "bb": "x"})
+    batches.apply(1)
+    assert batches.multiset("public", "logren") == Counter({(2, "y"): 1, (3, "z"): 1})
