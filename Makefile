@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test check lint unit integration matrix soak bench bench-decode bench-hotpath bench-pipeline bench-spark fuzz stack-up stack-down stack-status clean
+.PHONY: demo test test-long check lint unit integration matrix soak bench bench-decode bench-hotpath bench-pipeline bench-spark fuzz stack-up stack-down stack-status clean
 
 # Unit tests spread over the cores (pytest-xdist); property tests run derandomized (tests/conftest.py).
 UNIT := -m "not integration and not slow" -n auto -p no:cacheprovider -q
@@ -19,8 +19,9 @@ demo: $(VENV)/.installed .stack-prereqs
 ## pure-Python path a machine without a C compiler runs), then on one real local stack the
 ## integration tests, two at a time (a module's tests on one worker) with the 30
 ## slowest listed, and an end-to-end slice on the pure-Python path. The fuzz
-## run and the soak have their own targets. Under CI the stack is stopped afterwards.
-INTEGRATION := -m "integration and not slow" -n 2 --dist loadfile --durations=30
+## run, the soak and the long integration tests have their own targets. Under CI the stack is
+## stopped afterwards.
+INTEGRATION := -m "integration and not slow and not long" -n 2 --dist loadfile --durations=30
 test: lint .stack-prereqs
 	$(BIN)/pytest $(UNIT) $(PYTEST_ARGS)
 	PGBRIDGE_NATIVE=0 $(BIN)/pytest $(UNIT) --ignore=tests/native $(PYTEST_ARGS)
@@ -31,6 +32,13 @@ test: lint .stack-prereqs
 	  -p no:cacheprovider $(PYTEST_ARGS) || status=$$?; \
 	if [ -n "$$CI" ]; then $(BIN)/pgbridge dev down; fi; \
 	exit $$status
+
+## test-long: the integration tests whose guarantee a shorter test in `make test` also checks
+## (another crash point, 60 tables, every fault in one run): before a release, and for changes
+## to recovery, snapshots or the apply job
+test-long: $(VENV)/.installed .stack-prereqs
+	$(BIN)/pgbridge dev up
+	$(BIN)/pytest -m "integration and long" -n 2 --dist loadfile --durations=10 $(PYTEST_ARGS)
 
 ## check: the edit-test loop: ruff, mypy and the unit tests (no JDK, no Maven, no stack)
 check: $(VENV)/.installed

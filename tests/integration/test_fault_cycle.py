@@ -17,6 +17,9 @@ from tests.integration.soak import CYCLE_OUTAGES, report, run_cycle
 pytestmark = pytest.mark.integration
 
 
+# make test: each fault on its own (test_faults.py, test_pipeline_e2e.py kill -9,
+# source/test_source_replication.py walsender termination); here all of them in one run.
+@pytest.mark.long
 def test_fault_cycle_each_fault_once_under_a_writer_loses_nothing(
     local_stack: StackInfo, record_property: pytest.RecordProperty
 ) -> None:

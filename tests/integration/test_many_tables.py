@@ -142,6 +142,9 @@ def test_many_tables_every_table_rebuilt_from_its_topic_equals_source(
 DELTA_TABLES = 24
 
 
+# make test: the same tables rebuilt from their topics (test_many_tables_every_table_...), Delta
+# equal to the source for several tables per batch (test_spark_hostile.py, test_delta_e2e.py).
+@pytest.mark.long
 def test_many_tables_delta_tables_equal_source(
     local_stack: StackInfo, spark: Any, tmp_path: Path
 ) -> None:

@@ -284,6 +284,9 @@ def test_snapshot_existing_rows_with_concurrent_writes_rebuild_equals_source(
             assert_delta_equals_source(spark, config, dsn, KEYS)
 
 
+# make test: a snapshot stopped by SIGTERM resumes (test_snapshot_sigterm_...), an incremental one
+# resumes after SIGKILL (test_incremental_snapshot.py), streaming after kill -9 (test_pipeline_e2e).
+@pytest.mark.long
 def test_snapshot_sigkill_during_copy_resumes_and_still_equals_source(
     local_stack: StackInfo, tmp_path: Path
 ) -> None:

@@ -358,6 +358,9 @@ def _static_batches(spark: Any, scenario: Scenario, bootstrap: str) -> tuple[Any
     return everything.where(earlier).localCheckpoint(), everything.where(~earlier).localCheckpoint()
 
 
+# make test: the SIGKILL test replays a batch one of whose MERGEs had committed, and
+# tests/spark/test_apply_batches.py replays batches of keyed and keyless tables.
+@pytest.mark.long
 def test_batch_applier_replayed_batch_applies_once(
     local_stack: StackInfo, spark: Any, tmp_path: Path
 ) -> None:
@@ -396,6 +399,8 @@ class _CrashAfterFirstTable(BatchApplier):
             raise RuntimeError("simulated crash mid-batch")
 
 
+# make test: test_apply_job_killed_mid_batch_resumes_from_checkpoint, the same crash by SIGKILL.
+@pytest.mark.long
 def test_apply_job_restart_after_crash_mid_batch_applies_once(
     local_stack: StackInfo, spark: Any, tmp_path: Path
 ) -> None:
