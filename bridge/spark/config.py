@@ -86,6 +86,11 @@ class ApplyConfig:
     few rows of a file marks them instead of rewriting the file (readers need Delta reader
     version 3; turn it off for older readers).
 
+    ``dropped_columns``: what a column dropped in the source (absent from a table's newest
+    schema version, not renamed) does to its Delta column: ``keep`` (the default: the column
+    stays, with the values rows had, as a record of what was) or ``drop`` (the Delta column is
+    dropped too; older versions' records in the same batch lose it as well).
+
     ``mode``: ``merge`` (the default) MERGEs each table's changes at every micro-batch;
     ``changelog`` appends each micro-batch to one changelog table, serves current state through
     :func:`bridge.spark.changelog.current_state`, and compacts into the tables every
@@ -111,6 +116,7 @@ class ApplyConfig:
     parallel_tables: int = 2
     history: bool = False
     deletion_vectors: bool = True
+    dropped_columns: str = "keep"
     history_base: str = ""
     variable_decimal: tuple[int, int] = DEFAULT_VARIABLE_DECIMAL
     mode: str = "merge"
@@ -128,6 +134,8 @@ class ApplyConfig:
         for key in ("delta_base", "checkpoint_location", "dead_letter_location"):
             if not str(getattr(self, key)).strip():
                 raise ConfigError(key, "must not be empty")
+        if self.dropped_columns not in ("keep", "drop"):
+            raise ConfigError("dropped_columns", f"{self.dropped_columns!r} is not keep or drop")
         if len({self.delta_base.rstrip("/"), self.dead_letter_location.rstrip("/")}) == 1:
             raise ConfigError("dead_letter_location", "must differ from delta_base")
         for table in self.tables:

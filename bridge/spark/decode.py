@@ -313,7 +313,9 @@ def decode_batch(
         per_table.setdefault(topic, []).append(_Group(schema_id, decoded, shape, key_columns))
     for topic, table_groups in per_table.items():
         try:
-            table, dead = _table_batch(topic, table_groups, batch_id)
+            table, dead = _table_batch(
+                topic, table_groups, batch_id, newest_only=config.dropped_columns == "drop"
+            )
         except Exception as exc:  # e.g. versions Spark cannot conform: this table only
             for group in table_groups:
                 out.dead_letters.append(
@@ -397,9 +399,11 @@ def _group_dead_letters(
 
 
 def _table_batch(
-    topic: str, table_groups: list[_Group], batch_id: int
+    topic: str, table_groups: list[_Group], batch_id: int, newest_only: bool = False
 ) -> tuple[TableBatch, list[DataFrame]]:
-    """One table's groups -> its TableBatch, and the dead letters of records it cannot use."""
+    """One table's groups -> its TableBatch, and the dead letters of records it cannot use.
+    ``newest_only``: the columns are the newest version's (older versions' other columns are
+    left out: dropped in the source), not all versions'."""
     newest = max(table_groups, key=lambda g: g.schema_id)
     renames = newest.shape.renames()
     keys = newest.key_columns or next((g.key_columns for g in table_groups if g.key_columns), ())
@@ -427,7 +431,7 @@ def _table_batch(
         frames.append(changes)
         shapes.append(T.StructType([changes.schema[c.name] for c in shape.columns]))
     order = sorted(range(len(table_groups)), key=lambda i: -table_groups[i].schema_id)
-    columns = _union_columns([shapes[i] for i in order])
+    columns = _union_columns([shapes[i] for i in (order[:1] if newest_only else order)])
     raw = _raw(table_groups[0].decoded)
     for group in table_groups[1:]:
         raw = raw.unionByName(_raw(group.decoded))

@@ -240,9 +240,10 @@ class BatchApplier:
         """Create or evolve the table unless this job already saw it with these columns."""
         # Names and types: a changed type must reach ensure_table (to widen the column).
         columns = frozenset((f.name.lower(), f.dataType.simpleString()) for f in table.columns)
+        drop = self.config.dropped_columns == "drop"
         with self._lock:
             known = self._known.get(path)
-        if known is not None and columns <= known:
+        if known is not None and (columns == known if drop else columns <= known):
             return
         extra = {"metadata": metadata} if metadata is not None else {}
         ensure_table(
@@ -253,10 +254,11 @@ class BatchApplier:
             table.topic,
             properties=self._properties(),
             renames=table.renames,
+            drop_absent=drop,
             **extra,
         )
         with self._lock:
-            self._known[path] = (known or frozenset()) | columns
+            self._known[path] = columns if drop else (known or frozenset()) | columns
 
     def _fences_of(self, spark: Any, path: str) -> Fences:
         """The table's fences: as this job left them, else from its Delta log (at start)."""
@@ -1030,6 +1032,13 @@ def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
         help="create tables without Delta deletion vectors (for readers without them)",
     )
     parser.add_argument(
+        "--dropped-columns",
+        choices=("keep", "drop"),
+        default="keep",
+        help="a column dropped in the source: keep its Delta column and values (default) or "
+        "drop it in Delta too",
+    )
+    parser.add_argument(
         "--variable-decimal",
         default="38,18",
         metavar="P,S",
@@ -1109,6 +1118,7 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         history=args.history,
         history_base=args.history_base,
         deletion_vectors=args.deletion_vectors,
+        dropped_columns=args.dropped_columns,
         kafka_options=(*kafka_security, *_pairs(args.kafka_option, "kafka_options")),
         registry_options=(*registry_security, *_pairs(args.registry_option, "registry_options")),
         spark_conf=_pairs(getattr(args, "spark_conf", []), "spark_conf"),

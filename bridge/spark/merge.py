@@ -177,12 +177,15 @@ def ensure_table(
     metadata: Sequence[T.StructField] = _META_FIELDS,
     properties: Mapping[str, str] | None = None,
     renames: Mapping[str, str] | None = None,
+    drop_absent: bool = False,
 ) -> list[str]:
     """Create the Delta table at ``path``, or add the columns it lacks; returns the added names.
 
     Columns are nullable whatever the source says: a column added later is null in old rows, and
     a delete's row image may carry only the key. ``renames`` (old name -> name now, from
-    ``RENAME COLUMN`` in the source) rename the table's columns first, values kept.
+    ``RENAME COLUMN`` in the source) rename the table's columns first, values kept;
+    ``drop_absent`` drops the table's columns that ``columns`` lacks (dropped in the source),
+    but never ``metadata``.
     """
     from delta.tables import DeltaTable
 
@@ -207,6 +210,9 @@ def ensure_table(
     current = {f.name.lower(): f for f in table.toDF().schema.fields}
     if renames:
         current = _rename_columns(spark, path, table, current, renames, wanted)
+    if drop_absent:
+        keep = {f.name.lower() for f in (*wanted.fields, *metadata)}
+        current = _drop_columns(spark, path, table, current, keep)
     existing = set(current)
     added = [f for f in wanted.fields if f.name.lower() not in existing]
     _widen_columns(spark, path, topic, current, wanted)
@@ -270,6 +276,26 @@ def _rename_columns(
             f"('{KEY_COLUMNS_PROPERTY}' = '{','.join(keys)}')"
         )
     return renamed
+
+
+def _drop_columns(
+    spark: Any, path: str, table: Any, current: dict[str, T.StructField], keep: set[str]
+) -> dict[str, T.StructField]:
+    """Drop the table's columns not in ``keep`` (lower-case names), pgbridge's own excepted
+    (column mapping: a metadata-only commit; the data files keep the values until rewritten)."""
+    absent = [
+        f.name for key, f in current.items() if key not in keep and not key.startswith("_pgbridge_")
+    ]
+    if not absent:
+        return current
+    target = f"delta.{_quote(path)}"
+    detail = table.detail().select("properties").first()
+    properties_now = (detail["properties"] or {}) if detail else {}
+    if properties_now.get(COLUMN_MAPPING_PROPERTY, "none") == "none":
+        spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('{COLUMN_MAPPING_PROPERTY}' = 'name')")
+    spark.sql(f"ALTER TABLE {target} DROP COLUMNS ({', '.join(_quote(n) for n in absent)})")
+    logger.info("%s: dropped columns %s (dropped in the source)", path, absent)
+    return {key: f for key, f in current.items() if f.name not in absent}
 
 
 #: Delta's type widening (4.0): the integral types in order of width, and decimal digits

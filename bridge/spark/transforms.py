@@ -299,14 +299,22 @@ def images_without_before(decoded: DataFrame) -> DataFrame:
 def conform(frames: Sequence[DataFrame], columns: T.StructType) -> DataFrame:
     """Change rows decoded under several schema versions -> one DataFrame of ``columns``.
 
-    A column an older version lacks is null; a column whose type changed is cast to the type
-    in ``columns`` (the newest version's). Metadata columns pass through.
+    A column a version lacks is null; a column whose type changed is cast to the type in
+    ``columns`` (the newest version's). Metadata columns pass through. In change rows (not row
+    images), a column the version lacks is also marked unchanged, as an unchanged TOAST value
+    is: an update written before a column was added, or after one was dropped, leaves the
+    table's value of it as it is.
     """
     if not frames:
         raise ValueError("conform needs at least one frame")
     shaped: list[DataFrame] = []
     for frame_ in frames:
         present = set(frame_.columns)
+        absent = [f.name for f in columns.fields if f.name not in present]
+        meta: list[Column | str] = [c for c in frame_.columns if c.startswith("_pgbridge_")]
+        if absent and UNCHANGED in present and COUNT_DELTA not in present:
+            marked = F.array_union(F.col(UNCHANGED), F.array(*[F.lit(n) for n in absent]))
+            meta = [marked.alias(UNCHANGED) if c == UNCHANGED else c for c in meta]
         shaped.append(
             frame_.select(
                 *[
@@ -315,7 +323,7 @@ def conform(frames: Sequence[DataFrame], columns: T.StructType) -> DataFrame:
                     .alias(f.name)
                     for f in columns.fields
                 ],
-                *[c for c in frame_.columns if c.startswith("_pgbridge_")],
+                *meta,
             )
         )
     result = shaped[0]

@@ -827,3 +827,35 @@ def test_renamed_column_of_a_keyless_table_keeps_its_values(batches: Batches) ->
     batches.add(v2, "d", (13, 0), before={"a": 1, "bb": "x"})
     batches.apply(1)
     assert batches.multiset("public", "logren") == Counter({(2, "y"): 1, (3, "z"): 1})
+
+
+def test_dropped_column_is_kept_by_default_and_dropped_on_request(
+    batches: Batches, spark: Any
+) -> None:
+    from dataclasses import replace
+
+    def columns(table: str) -> list[str]:
+        df = spark.read.format("delta").load(batches.config.table_path("public", table))
+        return [c for c in df.columns if not c.startswith("_pgbridge_")]
+
+    for table, setting in (("kept", "keep"), ("dropped", "drop")):
+        batches.config = replace(batches.config, dropped_columns=setting)
+        batches.applier = None
+        v1 = TableVersion(
+            PREFIX, "public", table, [col("id", "int"), col("a", OPT_STR), col("b", OPT_STR)],
+            ["id"],
+        )  # fmt: skip
+        v2 = TableVersion(PREFIX, "public", table, [col("id", "int"), col("a", OPT_STR)], ["id"])
+        batches.add(v1, "c", (10, 0), after={"id": 1, "a": "x", "b": "old"})
+        batches.apply(0)
+        # ALTER TABLE ... DROP COLUMN b, with a record of each version in one batch.
+        batches.add(v1, "c", (11, 0), after={"id": 2, "a": "y", "b": "gone"})
+        batches.add(v2, "u", (12, 0), after={"id": 1, "a": "x2"})
+        batches.apply(1)
+        rows = sorted(batches.rows("public", table), key=lambda r: r["id"])
+        if setting == "keep":
+            assert columns(table) == ["id", "a", "b"]
+            assert rows == [{"id": 1, "a": "x2", "b": "old"}, {"id": 2, "a": "y", "b": "gone"}]
+        else:
+            assert columns(table) == ["id", "a"]
+            assert rows == [{"id": 1, "a": "x2"}, {"id": 2, "a": "y"}]
