@@ -216,17 +216,9 @@ def ensure_table(
     existing = set(current)
     added = [f for f in wanted.fields if f.name.lower() not in existing]
     _widen_columns(spark, path, topic, current, wanted)
-    if any(_NEEDS_MAPPING & set(f.name) for f in added):
-        detail = table.detail().select("properties").first()
-        properties_now = (detail["properties"] or {}) if detail else {}
-        if properties_now.get(COLUMN_MAPPING_PROPERTY, "none") == "none":
-            # A table created before pgbridge used column mapping: switch it on (a metadata-only
-            # commit; readers need Delta reader version 2).
-            spark.sql(
-                f"ALTER TABLE delta.{_quote(path)} SET TBLPROPERTIES "
-                f"('{COLUMN_MAPPING_PROPERTY}' = 'name')"
-            )
-            logger.info("%s: enabled column mapping for columns %s", path, [f.name for f in added])
+    needs_mapping = any(_NEEDS_MAPPING & set(f.name) for f in added)
+    if needs_mapping and _with_column_mapping(spark, path, table):
+        logger.info("%s: enabled column mapping for columns %s", path, [f.name for f in added])
     if added:
         # An empty append with mergeSchema: Delta's schema evolution with the exact Spark types
         # (no DDL strings to render for nested or decimal types).
@@ -259,10 +251,8 @@ def _rename_columns(
     if not todo:
         return current
     target = f"delta.{_quote(path)}"
-    detail = table.detail().select("properties").first()
-    properties_now = (detail["properties"] or {}) if detail else {}
-    if properties_now.get(COLUMN_MAPPING_PROPERTY, "none") == "none":
-        spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('{COLUMN_MAPPING_PROPERTY}' = 'name')")
+    properties_now = _properties(table)
+    _with_column_mapping(spark, path, table, properties_now)
     keys = [k for k in str(properties_now.get(KEY_COLUMNS_PROPERTY, "")).split(",") if k]
     renamed = dict(current)
     for old, new in todo:
@@ -289,13 +279,30 @@ def _drop_columns(
     if not absent:
         return current
     target = f"delta.{_quote(path)}"
-    detail = table.detail().select("properties").first()
-    properties_now = (detail["properties"] or {}) if detail else {}
-    if properties_now.get(COLUMN_MAPPING_PROPERTY, "none") == "none":
-        spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('{COLUMN_MAPPING_PROPERTY}' = 'name')")
+    _with_column_mapping(spark, path, table)
     spark.sql(f"ALTER TABLE {target} DROP COLUMNS ({', '.join(_quote(n) for n in absent)})")
     logger.info("%s: dropped columns %s (dropped in the source)", path, absent)
     return {key: f for key, f in current.items() if f.name not in absent}
+
+
+def _properties(table: Any) -> dict[str, str]:
+    detail = table.detail().select("properties").first()
+    return dict(detail["properties"] or {}) if detail else {}
+
+
+def _with_column_mapping(
+    spark: Any, path: str, table: Any, properties: Mapping[str, str] | None = None
+) -> bool:
+    """Switch column mapping on for a table created before pgbridge used it (a metadata-only
+    commit; readers need Delta reader version 2): renames, drops and names Parquet cannot hold
+    need it. True if it was off."""
+    properties = _properties(table) if properties is None else properties
+    if properties.get(COLUMN_MAPPING_PROPERTY, "none") != "none":
+        return False
+    spark.sql(
+        f"ALTER TABLE delta.{_quote(path)} SET TBLPROPERTIES ('{COLUMN_MAPPING_PROPERTY}' = 'name')"
+    )
+    return True
 
 
 #: Delta's type widening (4.0): the integral types in order of width, and decimal digits
