@@ -35,7 +35,12 @@ traceback's locals dump or :meth:`BridgeConfig.describe`. Each may also be read 
 """
 
 from bridge.config.keys import KEYS, KeySpec, is_secret_key
-from bridge.config.loader import load_client_security, load_config
+from bridge.config.loader import (
+    ClientSettings,
+    load_client_security,
+    load_client_settings,
+    load_config,
+)
 from bridge.config.settings import (
     ENV_PREFIX,
     RESERVED_ENV,
@@ -61,6 +66,7 @@ __all__ = [
     "KEYS",
     "RESERVED_ENV",
     "BridgeConfig",
+    "ClientSettings",
     "DatabaseConfig",
     "EventsConfig",
     "KafkaConfig",
@@ -78,5 +84,6 @@ __all__ = [
     "env_name",
     "is_secret_key",
     "load_client_security",
+    "load_client_settings",
     "load_config",
 ]

@@ -6,6 +6,7 @@ import difflib
 import logging
 import tomllib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -524,16 +525,34 @@ _CLIENT_SECURITY_KEYS = (
 )
 
 
-def load_client_security(
-    path: Path | None, env: Mapping[str, str]
-) -> tuple[tuple[tuple[str, str | Secret], ...], tuple[tuple[str, str | Secret], ...]]:
-    """The Kafka (Java client form, for Spark's Kafka source) and registry client settings of
-    a pgbridge configuration file and ``PGBRIDGE_*`` variables, checked as ``pgbridge run``
-    checks them; every other key of the file is ignored (it configures the bridge)."""
+#: The keys ``pgbridge apply`` shares with ``pgbridge run`` beside the security ones: where the
+#: topics are and what they are called.
+_CLIENT_LOCATION_KEYS = frozenset(
+    {"topic.prefix", "kafka.bootstrap.servers", "schema.registry.url"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """What the apply job takes from a pgbridge configuration: the topics' prefix, how to reach
+    Kafka (Java client form, for Spark's Kafka source) and the registry. ``None``: not set."""
+
+    topic_prefix: str | None
+    bootstrap_servers: str | None
+    registry_url: str | None
+    kafka: tuple[tuple[str, str | Secret], ...]
+    registry: tuple[tuple[str, str | Secret], ...]
+
+
+def load_client_settings(path: Path | None, env: Mapping[str, str]) -> ClientSettings:
+    """The client settings of a pgbridge configuration file and ``PGBRIDGE_*`` variables
+    (variables win over the file, as for ``pgbridge run``), checked as ``pgbridge run`` checks
+    them; every other key is ignored (it configures the bridge)."""
+    wanted = _CLIENT_SECURITY_KEYS | _CLIENT_LOCATION_KEYS
     raw: dict[str, tuple[object, str]] = {}
     if path is not None:
         for key, value in _read_toml(path).items():
-            if key.removesuffix(SECRET_FILE_SUFFIX) in _CLIENT_SECURITY_KEYS:
+            if key.removesuffix(SECRET_FILE_SUFFIX) in wanted:
                 raw[key] = (value, f"file {path}")
     for name, value in env.items():
         if name.startswith(ENV_PREFIX) and name not in RESERVED_ENV:
@@ -541,12 +560,12 @@ def load_client_security(
                 key = _env_key(name)
             except ConfigError:
                 continue  # not one of these keys: the apply job's environment has others
-            if key.removesuffix(SECRET_FILE_SUFFIX) in _CLIENT_SECURITY_KEYS:
+            if key.removesuffix(SECRET_FILE_SUFFIX) in wanted:
                 raw[key] = (value, f"env {name}")
     _resolve_secret_files(raw)
     values = {
         key: _SPECS[key].parse(key, raw[key][0]) if key in raw else _SPECS[key].default
-        for key in _CLIENT_SECURITY_KEYS
+        for key in wanted
     }
     registry: list[tuple[str, str | Secret]] = []
     user_info = values["schema.registry.basic.auth.user.info"]
@@ -556,4 +575,23 @@ def load_client_security(
         if values[key] is not None:
             registry.append((key.removeprefix("schema.registry."), str(values[key])))
     registry += registry_bearer_properties(values)
-    return java_properties(values), tuple(registry)
+
+    def text(key: str) -> str | None:
+        value = values[key]
+        return str(value) if value else None
+
+    return ClientSettings(
+        topic_prefix=text("topic.prefix"),
+        bootstrap_servers=text("kafka.bootstrap.servers"),
+        registry_url=text("schema.registry.url"),
+        kafka=java_properties(values),
+        registry=tuple(registry),
+    )
+
+
+def load_client_security(
+    path: Path | None, env: Mapping[str, str]
+) -> tuple[tuple[tuple[str, str | Secret], ...], tuple[tuple[str, str | Secret], ...]]:
+    """The Kafka and registry client settings of :func:`load_client_settings`."""
+    settings = load_client_settings(path, env)
+    return settings.kafka, settings.registry

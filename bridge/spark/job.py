@@ -976,12 +976,28 @@ def _stop_session(spark: Any) -> None:
 
 def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
     """The job's options, for ``spark-submit job.py`` and for ``pgbridge apply``."""
-    env = os.environ.get
     parser.add_argument(
-        "--topic-prefix", required=True, help="topics are <prefix>.<schema>.<table>"
+        "-c",
+        "--config",
+        "--security-config",
+        dest="config",
+        metavar="FILE",
+        help="the pgbridge configuration file pgbridge run reads: topic.prefix, "
+        "kafka.bootstrap.servers, schema.registry.url and the Kafka and registry security keys "
+        "(kafka.security.protocol, kafka.sasl.*, kafka.ssl.*, schema.registry.*; *.file "
+        "secrets) apply here too, as do their PGBRIDGE_* variables; flags win over both",
     )
-    parser.add_argument("--bootstrap-servers", default=env("PGBRIDGE_BOOTSTRAP_SERVERS"))
-    parser.add_argument("--registry-url", default=env("PGBRIDGE_REGISTRY_URL"))
+    parser.add_argument(
+        "--topic-prefix", help="topics are <prefix>.<schema>.<table> (default: topic.prefix)"
+    )
+    parser.add_argument(
+        "--bootstrap-servers",
+        help="Kafka brokers (default: kafka.bootstrap.servers, else PGBRIDGE_BOOTSTRAP_SERVERS)",
+    )
+    parser.add_argument(
+        "--registry-url",
+        help="the registry (default: schema.registry.url, else PGBRIDGE_REGISTRY_URL)",
+    )
     parser.add_argument("--delta-base", required=True, help="tables go to <base>/<schema>/<table>")
     parser.add_argument("--checkpoint", required=True, help="the streaming checkpoint location")
     parser.add_argument("--dead-letter", required=True, help="the dead-letter Delta table's path")
@@ -1046,13 +1062,6 @@ def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
         "null and dead-lettered); default 38,18",
     )
     parser.add_argument("--app-id", default="", help="Delta txnAppId (default: from --checkpoint)")
-    parser.add_argument(
-        "--security-config",
-        metavar="FILE",
-        help="a pgbridge configuration file whose kafka.security.protocol, kafka.sasl.*, "
-        "kafka.ssl.* and schema.registry.basic.auth.user.info keys (or PGBRIDGE_* variables, "
-        "*.file secrets) reach Kafka and the registry as they do for pgbridge run",
-    )
     parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--registry-option", action="append", default=[], metavar="KEY=VALUE")
 
@@ -1071,25 +1080,40 @@ def _pairs(items: Sequence[str], key: str) -> tuple[tuple[str, str], ...]:
 
 def config_from_args(args: argparse.Namespace) -> ApplyConfig:
     """An :class:`ApplyConfig` from :func:`add_apply_arguments`' options (validated)."""
-    from bridge.errors import ConfigError
-
-    if not args.bootstrap_servers:
-        raise ConfigError(
-            "bootstrap_servers", "give --bootstrap-servers or PGBRIDGE_BOOTSTRAP_SERVERS"
-        )
-    if not args.registry_url:
-        raise ConfigError("registry_url", "give --registry-url or PGBRIDGE_REGISTRY_URL")
-    # How to reach a secured Kafka and registry: the keys pgbridge run takes, from its file
-    # (--security-config) or PGBRIDGE_* variables; nothing set: plaintext, no credentials.
     from pathlib import Path
 
-    from bridge.config import load_client_security
+    from bridge.config import load_client_settings
     from bridge.config.settings import reveal
+    from bridge.errors import ConfigError
 
-    security_path = getattr(args, "security_config", None)
-    kafka, registry = load_client_security(
-        Path(security_path) if security_path else None, os.environ
+    # The configuration pgbridge run reads (file < PGBRIDGE_* variables), flags over it; the
+    # local stack's PGBRIDGE_BOOTSTRAP_SERVERS / PGBRIDGE_REGISTRY_URL last. Nothing set for
+    # security: plaintext, no credentials.
+    path = getattr(args, "config", None)
+    shared = load_client_settings(Path(path) if path else None, os.environ)
+    topic_prefix = args.topic_prefix or shared.topic_prefix
+    bootstrap_servers = (
+        args.bootstrap_servers
+        or shared.bootstrap_servers
+        or os.environ.get("PGBRIDGE_BOOTSTRAP_SERVERS")
     )
+    registry_url = (
+        args.registry_url or shared.registry_url or os.environ.get("PGBRIDGE_REGISTRY_URL")
+    )
+    if not topic_prefix:
+        raise ConfigError("topic.prefix", "give --topic-prefix, or topic.prefix in --config")
+    if not bootstrap_servers:
+        raise ConfigError(
+            "kafka.bootstrap.servers",
+            "give --bootstrap-servers, kafka.bootstrap.servers in --config, or "
+            "PGBRIDGE_KAFKA_BOOTSTRAP_SERVERS",
+        )
+    if not registry_url:
+        raise ConfigError(
+            "schema.registry.url",
+            "give --registry-url, schema.registry.url in --config, or PGBRIDGE_SCHEMA_REGISTRY_URL",
+        )
+    kafka, registry = shared.kafka, shared.registry
     # Spark's options are strings; Spark redacts sasl.jaas.config in its logs and UI.
     kafka_security = tuple(
         (k, reveal(v)) for k, v in kafka if (k, v) != ("security.protocol", "PLAINTEXT")
@@ -1100,9 +1124,9 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         raise ConfigError("variable_decimal", f"{args.variable_decimal!r} is not P,S")
     return ApplyConfig(
         variable_decimal=(int(precision), int(scale)),
-        topic_prefix=args.topic_prefix,
-        bootstrap_servers=args.bootstrap_servers,
-        registry_url=args.registry_url,
+        topic_prefix=topic_prefix,
+        bootstrap_servers=bootstrap_servers,
+        registry_url=registry_url,
         delta_base=args.delta_base,
         checkpoint_location=args.checkpoint,
         dead_letter_location=args.dead_letter,

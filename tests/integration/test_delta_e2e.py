@@ -245,9 +245,9 @@ def test_delta_apply_killed_mid_batch_and_restarted_equals_source(
 def test_apply_with_defaults_bounds_batches_by_memory_and_equals_source(
     local_stack: StackInfo, spark: Any, tmp_path: Path
 ) -> None:
-    """`pgbridge apply` as a user runs it, no batch setting given, on a topic longer than one
-    batch of its heap: it applies it in bounded batches (not one batch that dies of
-    OutOfMemoryError), quietly, and Delta equals the source."""
+    """`pgbridge apply` as a user runs it, with pgbridge run's configuration file and no batch
+    setting, on a topic longer than one batch of its heap: it applies it in bounded batches
+    (not one batch that dies of OutOfMemoryError), quietly, and Delta equals the source."""
     from bridge.spark.resources import batch_records_for, parse_memory
 
     heap = "512m"  # the heap's batch (~230,000 records) is shorter than the topic
@@ -276,13 +276,17 @@ def test_apply_with_defaults_bounds_batches_by_memory_and_equals_source(
         finally:
             bridge.stop()
         config = apply_config(local_stack, prefix, tmp_path)
+        # The topics, Kafka and the registry from the configuration file pgbridge run reads.
+        shared = tmp_path / "pgbridge.toml"
+        shared.write_text(
+            f'"database.dbname" = "unused"\n"topic.prefix" = "{prefix}"\n'
+            f'"kafka.bootstrap.servers" = "{local_stack.bootstrap_servers}"\n'
+            f'"schema.registry.url" = "{local_stack.registry_url}"\n'
+        )
         args = [
-            sys.executable, "-m", "bridge.cli", "apply", "--available-now",
-            "--topic-prefix", prefix, "--delta-base", config.delta_base,
-            "--checkpoint", config.checkpoint_location,
+            sys.executable, "-m", "bridge.cli", "apply", "--available-now", "-c", str(shared),
+            "--delta-base", config.delta_base, "--checkpoint", config.checkpoint_location,
             "--dead-letter", config.dead_letter_location,
-            "--bootstrap-servers", local_stack.bootstrap_servers,
-            "--registry-url", local_stack.registry_url,
             "--spark-conf", f"spark.driver.memory={heap}",
         ]  # fmt: skip
         env = {**os.environ, "PGBRIDGE_SPARK_MASTER": "local[2]"}

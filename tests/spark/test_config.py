@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from bridge.errors import ConfigError
@@ -18,7 +20,7 @@ def _config(**overrides: object) -> ApplyConfig:
         "dead_letter_location": "/data/dead",
     }
     settings.update(overrides)
-    return ApplyConfig(**settings)  # type: ignore[arg-type]
+    return ApplyConfig(**settings)
 
 
 @pytest.mark.parametrize(
@@ -192,3 +194,92 @@ def test_config_from_args_rejects_option_without_value() -> None:
     with pytest.raises(ConfigError) as info:
         config_from_args(args)
     assert info.value.key == "registry_options"
+
+
+def _apply_args(*argv: str) -> argparse.Namespace:
+
+    from bridge.spark.job import add_apply_arguments
+
+    parser = argparse.ArgumentParser()
+    add_apply_arguments(parser)
+    return parser.parse_args(["--delta-base", "/d", "--checkpoint", "/c", "--dead-letter", "/x",
+                              *argv])  # fmt: skip
+
+
+def _clear_pgbridge_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in [n for n in os.environ if n.startswith("PGBRIDGE_")]:
+        monkeypatch.delenv(name)
+
+
+def test_apply_reads_the_configuration_file_pgbridge_run_reads(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pathlib import Path
+
+    from bridge.config import load_config
+    from bridge.spark.job import config_from_args
+
+    _clear_pgbridge_environment(monkeypatch)
+    toml = Path(str(tmp_path)) / "pgbridge.toml"
+    toml.write_text(
+        '"database.dbname" = "shop"\n'
+        '"topic.prefix" = "shop"\n'
+        '"kafka.bootstrap.servers" = "b1:9092,b2:9092"\n'
+        '"schema.registry.url" = "http://registry:8081"\n'
+        '"kafka.security.protocol" = "SSL"\n'
+        '"snapshot.mode" = "no_data"\n'  # a bridge-only key: ignored by apply
+    )
+    run = load_config(toml, {}, {})
+    config = config_from_args(_apply_args("--config", str(toml)))
+    assert (
+        (config.topic_prefix, config.bootstrap_servers, config.registry_url)
+        == (
+            run.topic_prefix,
+            run.kafka.bootstrap_servers,
+            run.registry.url,
+        )
+        == ("shop", "b1:9092,b2:9092", "http://registry:8081")
+    )
+    assert dict(config.kafka_options)["security.protocol"] == "SSL"
+
+    # PGBRIDGE_* variables win over the file, as for pgbridge run; flags win over both.
+    monkeypatch.setenv("PGBRIDGE_TOPIC_PREFIX", "env-shop")
+    monkeypatch.setenv("PGBRIDGE_KAFKA_BOOTSTRAP_SERVERS", "env:9092")
+    monkeypatch.setenv("PGBRIDGE_SCHEMA_REGISTRY_URL", "http://env-registry")
+    monkeypatch.setenv("PGBRIDGE_BOOTSTRAP_SERVERS", "stack:1")  # the local stack's: last
+    config = config_from_args(_apply_args("-c", str(toml)))
+    assert (config.topic_prefix, config.bootstrap_servers, config.registry_url) == (
+        "env-shop", "env:9092", "http://env-registry")  # fmt: skip
+    config = config_from_args(
+        _apply_args(
+            "-c",
+            str(toml),
+            "--topic-prefix",
+            "flag",
+            "--bootstrap-servers",
+            "f:1",
+            "--registry-url",
+            "http://flag",
+        )
+    )
+    assert (config.topic_prefix, config.bootstrap_servers, config.registry_url) == (
+        "flag", "f:1", "http://flag")  # fmt: skip
+
+
+def test_apply_without_a_topic_prefix_names_the_ways_to_give_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bridge.spark.job import config_from_args
+
+    _clear_pgbridge_environment(monkeypatch)
+    args = _apply_args("--bootstrap-servers", "k:1", "--registry-url", "http://r")
+    with pytest.raises(ConfigError) as info:
+        config_from_args(args)
+    assert info.value.key == "topic.prefix" and "--topic-prefix" in str(info.value)
+    monkeypatch.setenv("PGBRIDGE_TOPIC_PREFIX", "shop")
+    with pytest.raises(ConfigError) as info:
+        config_from_args(_apply_args("--registry-url", "http://r"))
+    assert info.value.key == "kafka.bootstrap.servers"
+    assert "PGBRIDGE_KAFKA_BOOTSTRAP_SERVERS" in str(info.value)
