@@ -260,7 +260,7 @@ def _replication_connection(dsn: str, say: Any) -> None:
 def _kafka(config: BridgeConfig) -> Finding:
     from confluent_kafka.admin import AdminClient
 
-    from bridge.sink.publisher import admin_config
+    from bridge.sink.kafka_client import admin_config
 
     try:
         metadata = AdminClient(admin_config(config.kafka)).list_topics(timeout=TIMEOUT_S)

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from bridge.retry import WAITED_SECONDS, WAITING_FOR, RetryPolicy
-from bridge.sink.publisher import PERMANENT_TOPIC_CODES, DeliveryError, TopicCreationError
+from bridge.sink.kafka_errors import PERMANENT_TOPIC_CODES, DeliveryError, TopicCreationError
 from bridge.source.errors import SpillError
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.config import BridgeConfig
-from bridge.sink.publisher import admin_config
+from bridge.sink.kafka_client import admin_config
 from bridge.sink.registry import registry_client
 
 

@@ -12,7 +12,7 @@ from bridge.config import BridgeConfig, load_config
 from bridge.config.kafka_security import java_properties
 from bridge.config.settings import Secret
 from bridge.errors import ConfigError
-from bridge.sink.publisher import admin_config, producer_config
+from bridge.sink.kafka_client import admin_config, producer_config
 
 REQUIRED = {
     "database.dbname": "shop",

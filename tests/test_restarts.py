@@ -9,7 +9,7 @@ import pytest
 
 from bridge.restarts import stream_with_restarts, transient_fault, transient_kafka_fault
 from bridge.retry import WAITING_FOR, RetryPolicy
-from bridge.sink.publisher import DeliveryError, TopicCreationError
+from bridge.sink.kafka_errors import DeliveryError, TopicCreationError
 from bridge.source.errors import SpillError
 
 TIMED_OUT = DeliveryError("shop.public.orders", 0, "_MSG_TIMED_OUT", "Message timed out")

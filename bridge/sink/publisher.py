@@ -75,34 +75,24 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicCollection
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from bridge import native as accelerator
 from bridge.config import KafkaConfig, TopicCreationConfig
-from bridge.config.settings import reveal
-from bridge.errors import PgBridgeError
 from bridge.retry import RetryPolicy
+from bridge.sink.kafka_client import ClientLog, admin_config, is_refusal, producer_config
+from bridge.sink.kafka_errors import PROTOCOL_MISMATCH, DeliveryError, PublisherError
 from bridge.sink.native_batches import PRODUCER_SETTINGS, BatchReport, native_batches
+from bridge.sink.topic_admin import TopicAdmin
 
 logger = logging.getLogger(__name__)
-_librdkafka_logger = logging.getLogger("bridge.sink.librdkafka")
 
-__all__ = [
-    "DeliveryError",
-    "KafkaPublisher",
-    "PublisherError",
-    "TopicCreationError",
-    "admin_config",
-    "producer_config",
-]
+__all__ = ["KafkaPublisher"]
 
 # How long a single poll waits while the local queue is full: short enough to react to a
 # failure promptly, long enough not to spin.
@@ -112,194 +102,6 @@ _FULL_QUEUE_POLL_S = 0.1
 # poll(), flush() or send_pending(). Larger values take the single-record path.
 _BATCH_RECORDS = 256
 _BATCH_MAX_BYTES = 64 * 1024
-_ADMIN_TIMEOUT_S = 30.0
-
-
-class PublisherError(PgBridgeError):
-    """Base of the errors raised by the Kafka side of the bridge."""
-
-
-class DeliveryError(PublisherError):
-    """A record could not be delivered to Kafka; the bridge must stop.
-
-    ``topic`` and ``partition`` say where it was going (``partition`` is ``None`` when the
-    record was refused before a partition was chosen, e.g. too large for the producer),
-    ``code`` is the Kafka error's name (``MSG_SIZE_TOO_LARGE``, ``_MSG_TIMED_OUT``, …) and
-    ``reason`` its text. ``retriable`` and ``fatal`` are librdkafka's classification;
-    a fatal error means the producer itself is unusable.
-    """
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int | None,
-        code: str,
-        reason: str,
-        *,
-        retriable: bool = False,
-        fatal: bool = False,
-    ) -> None:
-        where = f"{topic} [partition {partition}]" if partition is not None else topic
-        super().__init__(f"delivery to {where} failed: {code}: {reason}")
-        self.topic = topic
-        self.partition = partition
-        self.code = code
-        self.reason = reason
-        self.retriable = retriable
-        self.fatal = fatal
-
-    @classmethod
-    def from_kafka(cls, topic: str, partition: int | None, error: KafkaError) -> DeliveryError:
-        return cls(
-            topic,
-            partition,
-            error.name(),
-            error.str(),
-            retriable=error.retriable(),
-            fatal=error.fatal(),
-        )
-
-
-class TopicCreationError(PublisherError):
-    """A missing topic could not be created (or its existence could not be checked)."""
-
-    def __init__(self, topic: str, code: str, reason: str) -> None:
-        super().__init__(f"creating topic {topic} failed: {code}: {reason}")
-        self.topic = topic
-        self.code = code
-        self.reason = reason
-
-
-#: Topic errors that waiting cannot fix (bridge.restarts keeps the list for deliveries too).
-PERMANENT_TOPIC_CODES = frozenset(
-    {
-        "TOPIC_AUTHORIZATION_FAILED",
-        "CLUSTER_AUTHORIZATION_FAILED",
-        "SASL_AUTHENTICATION_FAILED",
-        "_AUTHENTICATION",
-        "_SSL",
-        "POLICY_VIOLATION",
-        "INVALID_CONFIG",
-        "INVALID_REPLICATION_FACTOR",
-        "INVALID_PARTITIONS",
-        "INVALID_TOPIC_EXCEPTION",
-        "UNSUPPORTED_VERSION",
-        "_INVALID_ARG",
-        "SECURITY_PROTOCOL_MISMATCH",  # bridge's own code: see protocol_mismatch()
-    }
-)
-PROTOCOL_MISMATCH = "SECURITY_PROTOCOL_MISMATCH"
-
-
-def _is_refusal(err: KafkaError) -> bool:
-    """A broker's answer that no wait changes: authentication failed, or the TLS handshake
-    failed on the certificate (librdkafka retries these forever by itself)."""
-    if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
-        return True
-    return err.code() == KafkaError._SSL and "certificate verify failed" in err.str()
-
-
-#: How many times in a row a broker must close the connection the same way before the
-#: client's security.protocol is taken to be the cause (once can be a broker stopping).
-MISMATCH_REPEATS = 3
-
-
-def protocol_mismatch(protocol: str, line: str) -> str | None:
-    """What one of librdkafka's connection-failure lines says about ``security.protocol``
-    not matching the broker's listener, or ``None``.
-
-    librdkafka only names the case of TLS spoken to a plaintext listener; the other two are
-    recognised by where the broker hung up: a plaintext client's first request (ApiVersion)
-    answered by a close is a TLS listener's reaction to bytes that are not a TLS handshake,
-    and a TLS connection closed right after the handshake, before any answer, is a SASL
-    listener's to a client that never starts the SASL exchange.
-    """
-    tls = protocol.upper() in ("SSL", "SASL_SSL")
-    if tls and "connecting to a PLAINTEXT broker listener" in line:
-        return (
-            f"kafka.security.protocol is {protocol} but the broker's listener is not TLS "
-            "(PLAINTEXT or SASL_PLAINTEXT?)"
-        )
-    if not tls and "closed by peer" in line and "in state APIVERSION_QUERY" in line:
-        return (
-            f"kafka.security.protocol is {protocol} but the broker closes the connection at the "
-            "first request, as a TLS listener does (SSL or SASL_SSL?)"
-        )
-    if protocol.upper() == "SSL" and "SSL connection closed by peer" in line and "state UP" in line:
-        return (
-            "kafka.security.protocol is SSL but the broker closes the connection after the TLS "
-            "handshake, as a SASL listener does (SASL_SSL, with kafka.sasl.mechanism?)"
-        )
-    return None
-
-
-#: librdkafka's warnings about settings pgbridge makes on purpose (bridge.sink.native_batches
-#: explains why the gapless guarantee is on): logged at DEBUG, not on every start.
-EXPECTED_WARNINGS: tuple[str, ...] = (
-    "Configuration property enable.gapless.guarantee is experimental",
-)
-
-
-class ClientLog:
-    """The ``logger`` of a librdkafka client: its lines go to Python logging, and connection
-    failures that say ``security.protocol`` does not match the broker are reported (after
-    :data:`MISMATCH_REPEATS` in a row) to ``on_mismatch``, since librdkafka itself retries them
-    forever and tells its error callback no more than "all brokers are down"."""
-
-    def __init__(self, protocol: str, on_mismatch: Callable[[str], None]) -> None:
-        self._protocol = protocol
-        self._on_mismatch = on_mismatch
-        self._repeats = 0
-
-    def log(self, level: int, msg: str, *args: Any) -> None:
-        line = msg % args if args else msg
-        if any(expected in line for expected in EXPECTED_WARNINGS):
-            level = min(level, logging.DEBUG)
-        _librdkafka_logger.log(level, "%s", line)
-        if " FAIL " not in f" {line} " and not line.startswith("FAIL"):
-            return
-        hint = protocol_mismatch(self._protocol, line)
-        self._repeats = self._repeats + 1 if hint is not None else 0
-        if hint is not None and self._repeats >= MISMATCH_REPEATS:
-            self._on_mismatch(hint)
-
-
-def _transient_topic_error(exc: Exception) -> bool:
-    return isinstance(exc, TopicCreationError) and exc.code not in PERMANENT_TOPIC_CODES
-
-
-def admin_config(kafka: KafkaConfig) -> dict[str, Any]:
-    """librdkafka settings shared by every client: brokers, identity, security overrides."""
-    conf: dict[str, Any] = {
-        "bootstrap.servers": kafka.bootstrap_servers,
-        "client.id": kafka.client_id,
-        # librdkafka's own log lines go through Python logging (served by poll()), so they
-        # take the bridge's format (JSON lines included) instead of raw lines on stderr.
-        "logger": _librdkafka_logger,
-    }
-    # TLS/SASL, then the overrides (often security settings too): the admin client needs them.
-    conf.update({name: reveal(value) for name, value in kafka.security})
-    conf.update({name: reveal(value) for name, value in kafka.producer_overrides})
-    return conf
-
-
-def producer_config(kafka: KafkaConfig) -> dict[str, Any]:
-    """The producer's librdkafka configuration (contains secrets: never log it)."""
-    conf = admin_config(kafka)
-    conf.update(
-        {
-            "enable.idempotence": True,
-            "acks": "all",
-            "partitioner": "murmur2_random",
-            "compression.type": kafka.compression_type,
-            "linger.ms": kafka.linger_ms,
-            "batch.size": kafka.batch_size,
-            "delivery.timeout.ms": kafka.delivery_timeout_ms,
-            "queue.buffering.max.messages": kafka.max_queue_size,
-            "queue.buffering.max.kbytes": max(1, kafka.max_queue_size_in_bytes // 1024),
-        }
-    )
-    return conf
 
 
 @dataclass(slots=True)
@@ -354,19 +156,20 @@ class KafkaPublisher:
         if extra_config:
             conf.update(extra_config)
         self._kafka = kafka
-        self._topics = topics
         self.retry = retry or RetryPolicy()
         #: Runs between retries of a topic creation (the pipeline serves deliveries there).
         self.on_wait: Callable[[], None] | None = None
         self._producer = Producer(conf)
         # Per topic: the native topic handle and partition count, or None (produce_batch).
         self._native_topics: dict[str, tuple[object, int] | None] = {}
-        # Partition counts learnt when ensure_topic() described or created a topic.
-        self._partition_counts: dict[str, int] = {}
         # Fatal errors a batch marker took out of a poll (see _fatal()).
         self._cleared: list[BaseException] = []
-        self._admin: AdminClient | None = None
-        self._known_topics: set[str] = set()
+        self._topic_admin = TopicAdmin(
+            topics,
+            self._admin_client,
+            lambda: self._refused,
+            learn_partitions=self._native is not None,
+        )
         self._failures = _Failures()
         self._in_flight = 0
         self._closed = False
@@ -525,8 +328,7 @@ class KafkaPublisher:
     ) -> None:
         # Another topic or delivery target: what is batched goes first (order), and the
         # records of this route share one callback (not a closure per record).
-        if topic not in self._known_topics:
-            self.ensure_topic(topic)
+        self.ensure_topic(topic)  # once per topic: a set lookup after the first
         self.send_pending()
         self._route = (topic, on_delivered, on_failed)
         self._route_callback = self._delivery_callback(topic, on_delivered, on_failed)
@@ -683,7 +485,7 @@ class KafkaPublisher:
         if target is not None or topic in self._native_topics:
             return target
         assert self._native is not None
-        partitions = self._partition_counts.get(topic)
+        partitions = self._topic_admin.partition_counts.get(topic)
         if partitions is not None:
             try:
                 target = (self._native.topic_handle(self._producer, topic), partitions)
@@ -750,7 +552,7 @@ class KafkaPublisher:
     def _on_client_error(self, err: KafkaError) -> None:
         # Client-level errors (all brokers down, authentication) are retried by librdkafka; the
         # records they affect fail through their own delivery reports when they time out.
-        if _is_refusal(err):
+        if is_refusal(err):
             self._refused = (err.name(), err.str())
         if err.fatal():
             logger.error("Kafka producer fatal error: %s: %s", err.name(), err.str())
@@ -899,123 +701,13 @@ class KafkaPublisher:
     # -- topics -------------------------------------------------------------------------------
 
     def ensure_topic(self, topic: str) -> None:
-        """Create ``topic`` if it does not exist (once per topic per publisher).
-
-        Existence is checked with DescribeTopics, which unlike a metadata request from the
-        producer never triggers the broker's auto-creation (with the broker's defaults instead
-        of ours). An existing topic is used as it is.
-        """
-        if topic in self._known_topics:
-            return
-        if not self._topics.enable:
-            # Not ours to create: the broker says if it is missing (and without a description
-            # the partition count is unknown: these records go by produce_batch).
-            self._known_topics.add(topic)
-            return
-        admin = self._admin_client()
-
-        def ensure() -> None:
-            partitions = self._topic_partitions(admin, topic)
-            if partitions is None:
-                self._create_topic(admin, topic)
-                if self._native is not None:
-                    self._learn_partitions(admin, topic)
-            elif self._native is not None:
-                self._partition_counts[topic] = partitions
-
-        # A broker that is down, or just started and without a controller yet, answers in a
-        # while: wait under the one retry policy (bridge.retry) rather than exit.
-        self.retry.run(
-            "kafka",
-            f"creating topic {topic}",
-            ensure,
-            _transient_topic_error,
-            on_wait=self.on_wait,
-        )
-        self._known_topics.add(topic)
+        """Create ``topic`` if it does not exist (once per topic per publisher; see
+        :mod:`bridge.sink.topic_admin`), waiting under :attr:`retry` for brokers that do not
+        answer yet."""
+        self._topic_admin.ensure_topic(topic, self.retry, self.on_wait)
 
     def _admin_client(self) -> AdminClient:
-        if self._admin is None:
-            conf = admin_config(self._kafka)
-            conf["error_cb"] = self._on_client_error
-            conf["logger"] = self._client_log(conf)
-            self._admin = AdminClient(conf)
-        return self._admin
-
-    def _admin_result(self, admin: AdminClient, future: Any, topic: str) -> Any:
-        """``future.result()``, serving the admin client's error callbacks meanwhile: a refused
-        login or certificate ends the wait at once, as a permanent TopicCreationError, instead
-        of a timeout that would be retried."""
-        deadline = time.monotonic() + _ADMIN_TIMEOUT_S * 2
-        while not future.done():
-            admin.poll(0.1)
-            refused = self._refused
-            if refused is not None:
-                raise TopicCreationError(topic, *refused)
-            if time.monotonic() > deadline:
-                raise FutureTimeoutError()
-        return future.result(timeout=0)
-
-    def _learn_partitions(self, admin: AdminClient, topic: str) -> None:
-        """The partition count for the native batches (bridge.sink.native_batches), from a
-        description; none on any failure (that topic's records then go by produce_batch)."""
-        try:
-            partitions = self._topic_partitions(admin, topic, warn=False)
-        except TopicCreationError as exc:
-            logger.info("topic %s: records go by produce_batch (%s)", topic, exc)
-            return
-        if partitions is not None:
-            self._partition_counts[topic] = partitions
-
-    def _topic_partitions(self, admin: AdminClient, topic: str, *, warn: bool = True) -> int | None:
-        """The topic's partition count, or None if it does not exist."""
-        future = admin.describe_topics(TopicCollection([topic]), request_timeout=_ADMIN_TIMEOUT_S)[
-            topic
-        ]
-        try:
-            description = self._admin_result(admin, future, topic)
-        except FutureTimeoutError:
-            raise TopicCreationError(topic, "_TIMED_OUT", "no answer from the brokers") from None
-        except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                return None
-            raise TopicCreationError(topic, error.name(), error.str()) from None
-        wanted = self._topics.partitions
-        if warn and wanted != -1 and len(description.partitions) != wanted:
-            # Not changed: repartitioning moves keys, which only an operator may decide.
-            logger.warning(
-                "topic %s exists with %d partitions, not the configured %d; using it as it is",
-                topic,
-                len(description.partitions),
-                wanted,
-            )
-        return len(description.partitions)
-
-    def _create_topic(self, admin: AdminClient, topic: str) -> None:
-        settings = self._topics
-        new_topic = NewTopic(
-            topic,
-            num_partitions=settings.partitions,
-            replication_factor=settings.replication_factor,
-            config=settings.topic_config(),
-        )
-        future = admin.create_topics(
-            [new_topic], operation_timeout=_ADMIN_TIMEOUT_S, request_timeout=_ADMIN_TIMEOUT_S
-        )[topic]
-        try:
-            self._admin_result(admin, future, topic)
-        except FutureTimeoutError:
-            raise TopicCreationError(topic, "_TIMED_OUT", "no answer from the brokers") from None
-        except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:  # another bridge was quicker
-                return
-            raise TopicCreationError(topic, error.name(), error.str()) from None
-        logger.info(
-            "created topic %s (partitions %s, replication factor %s, %s)",
-            topic,
-            settings.partitions,
-            settings.replication_factor,
-            settings.topic_config(),
-        )
+        conf = admin_config(self._kafka)
+        conf["error_cb"] = self._on_client_error
+        conf["logger"] = self._client_log(conf)
+        return AdminClient(conf)

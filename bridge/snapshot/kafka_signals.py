@@ -25,7 +25,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from bridge.config import BridgeConfig
 from bridge.signals import Signal, SignalError, parse_signal
-from bridge.sink.publisher import admin_config
+from bridge.sink.kafka_client import admin_config
 
 logger = logging.getLogger(__name__)
 

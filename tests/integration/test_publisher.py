@@ -19,7 +19,8 @@ from confluent_kafka.admin._resource import ResourceType
 
 from bridge.config import KafkaConfig, TopicCreationConfig
 from bridge.devstack.stack import StackInfo
-from bridge.sink.publisher import DeliveryError, KafkaPublisher
+from bridge.sink.kafka_errors import DeliveryError
+from bridge.sink.publisher import KafkaPublisher
 from tests.rows import pack_records
 
 pytestmark = pytest.mark.integration

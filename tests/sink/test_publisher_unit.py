@@ -15,15 +15,9 @@ import pytest
 from confluent_kafka import KafkaError
 
 from bridge.config import KafkaConfig, Secret, TopicCreationConfig
-from bridge.sink.publisher import (
-    MISMATCH_REPEATS,
-    ClientLog,
-    DeliveryError,
-    KafkaPublisher,
-    PublisherError,
-    producer_config,
-    protocol_mismatch,
-)
+from bridge.sink.kafka_client import MISMATCH_REPEATS, ClientLog, producer_config, protocol_mismatch
+from bridge.sink.kafka_errors import DeliveryError, PublisherError
+from bridge.sink.publisher import KafkaPublisher
 
 
 def _closed_port() -> int:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from bridge.sink.publisher import DeliveryError
+from bridge.sink.kafka_errors import DeliveryError
 from bridge.snapshot import epochs as epochs_module
 from bridge.snapshot.epochs import AckEpochs
 
