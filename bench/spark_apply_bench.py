@@ -56,8 +56,9 @@ import fastavro
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bridge.devstack.stack import LocalStack
 from bridge.spark import changelog
+from bridge.spark.applier import BatchApplier
 from bridge.spark.config import ApplyConfig
-from bridge.spark.job import BatchApplier, start_apply
+from bridge.spark.job import start_apply
 from bridge.spark.session import build_spark_session
 from tests.spark.envelopes import TableVersion, create_topics
 

@@ -116,7 +116,8 @@ def _snapshot(args: argparse.Namespace) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
-    from bridge.spark.job import config_from_args, run_apply
+    from bridge.spark.arguments import config_from_args
+    from bridge.spark.job import run_apply
 
     run_apply(config_from_args(args))
     return 0
@@ -151,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=_run)
 
-    from bridge.spark.job import add_apply_arguments
+    from bridge.spark.arguments import add_apply_arguments
 
     apply = commands.add_parser(
         "apply", help="the Spark job: apply the change topics to Delta tables (local mode)"

@@ -186,7 +186,7 @@ def test_apply_job_takes_kafka_and_registry_security_from_a_pgbridge_file(
 ) -> None:
     import argparse
 
-    from bridge.spark.job import add_apply_arguments, config_from_args
+    from bridge.spark.arguments import add_apply_arguments, config_from_args
 
     secret = tmp_path / "pw"
     secret.write_text("k4fka-s3cret")

@@ -21,7 +21,7 @@ reader, compaction behind) and Databricks' ``APPLY CHANGES`` (a changelog behind
   misses one, and it reads the base at one version.
 * **Compaction** (:func:`start_compactor`): a second streaming query in the same session reads
   the changelog (Delta's streaming source) and applies it with the MERGE mode's
-  :class:`~bridge.spark.job.BatchApplier`, unchanged: its batches are as large as what
+  :class:`~bridge.spark.applier.BatchApplier`, unchanged: its batches are as large as what
   accumulated since the last one, so each table's MERGE cost is paid once per
   ``compaction_interval``, not per micro-batch. Records it has applied are then deleted from
   the changelog, one compaction round late (a view being read meanwhile still finds them).
@@ -44,11 +44,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from bridge.spark import transforms as tf
+from bridge.spark.applier import BatchApplier
 from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
 from bridge.spark.errors import ApplyError
 from bridge.spark.fences import Fences, read_fences
-from bridge.spark.job import BatchApplier, kafka_source, start_query
+from bridge.spark.job import kafka_source, start_query
 from bridge.spark.merge import before, table_key_columns
 
 __all__ = [

@@ -26,8 +26,9 @@ import pytest
 
 from bridge.devstack.stack import StackInfo
 from bridge.spark import transforms as tf
+from bridge.spark.applier import BatchApplier
 from bridge.spark.config import ApplyConfig
-from bridge.spark.job import BatchApplier, start_apply
+from bridge.spark.job import start_apply
 from bridge.spark.merge import KEY_COLUMNS_PROPERTY
 from tests.spark.envelopes import RegistryProducer, TableVersion, create_topics
 
@@ -438,7 +439,7 @@ def _merge_commits(table: Path) -> int:
 def test_apply_job_killed_mid_batch_resumes_from_checkpoint(
     local_stack: StackInfo, spark: Any, tmp_path: Path
 ) -> None:
-    from bridge.spark.job import PAUSE_AFTER_MERGE_ENV
+    from bridge.spark.applier import PAUSE_AFTER_MERGE_ENV
 
     scenario = Scenario(local_stack)
     config = scenario.config(tmp_path)

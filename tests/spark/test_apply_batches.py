@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from bridge.spark import transforms as tf
+from bridge.spark.applier import BatchApplier
 from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache
 from bridge.spark.fences import read_fences
-from bridge.spark.job import BatchApplier
 from tests.spark.envelopes import TableVersion, frame_avro
 
 pytestmark = pytest.mark.integration

@@ -127,7 +127,7 @@ def test_apply_config_table_paths_are_safe_and_unambiguous() -> None:
 def test_config_from_args_reads_options_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from bridge.spark.job import add_apply_arguments, config_from_args
+    from bridge.spark.arguments import add_apply_arguments, config_from_args
 
     monkeypatch.setenv("PGBRIDGE_BOOTSTRAP_SERVERS", "k:9092")
     monkeypatch.setenv("PGBRIDGE_REGISTRY_URL", "http://r:8081")
@@ -169,7 +169,7 @@ def test_config_from_args_reads_options_and_environment(monkeypatch: pytest.Monk
 def test_config_from_args_rejects_option_without_value() -> None:
     import argparse
 
-    from bridge.spark.job import add_apply_arguments, config_from_args
+    from bridge.spark.arguments import add_apply_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
     add_apply_arguments(parser)
@@ -198,7 +198,7 @@ def test_config_from_args_rejects_option_without_value() -> None:
 
 def _apply_args(*argv: str) -> argparse.Namespace:
 
-    from bridge.spark.job import add_apply_arguments
+    from bridge.spark.arguments import add_apply_arguments
 
     parser = argparse.ArgumentParser()
     add_apply_arguments(parser)
@@ -219,7 +219,7 @@ def test_apply_reads_the_configuration_file_pgbridge_run_reads(
     from pathlib import Path
 
     from bridge.config import load_config
-    from bridge.spark.job import config_from_args
+    from bridge.spark.arguments import config_from_args
 
     _clear_pgbridge_environment(monkeypatch)
     toml = Path(str(tmp_path)) / "pgbridge.toml"
@@ -271,7 +271,7 @@ def test_apply_reads_the_configuration_file_pgbridge_run_reads(
 def test_apply_without_a_topic_prefix_names_the_ways_to_give_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from bridge.spark.job import config_from_args
+    from bridge.spark.arguments import config_from_args
 
     _clear_pgbridge_environment(monkeypatch)
     args = _apply_args("--bootstrap-servers", "k:1", "--registry-url", "http://r")

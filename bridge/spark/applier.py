@@ -1,0 +1,631 @@
+"""The apply job's micro-batch: :class:`BatchApplier`, the ``foreachBatch`` function.
+
+Each micro-batch is applied by :class:`BatchApplier`: frame, decode per (topic, schema id),
+then per table one idempotent MERGE (keyed tables: :mod:`bridge.spark.merge`; tables without
+key columns, as multisets: :mod:`bridge.spark.multiset`), and the dead letters in one
+idempotent append. A table's MERGE is its only commit of the batch: the positions it reached
+(fences, :mod:`bridge.spark.fences`) travel in that commit's ``userMetadata``. Bad records
+are counted (log, Prometheus counter, :class:`ApplyStats`), never dropped silently.
+
+Where a batch's time goes, and why it is shaped so (the phases are logged per batch and
+exported as ``pgbridge_apply_batch_phase_seconds{phase}``, with commit-to-visible freshness as
+``pgbridge_apply_freshness_seconds`` and ``pgbridge_apply_commit_to_visible_seconds``):
+
+- **read**: Spark's Kafka source, framing, and one job grouping the batch by (topic, schema
+  id). The batch is coalesced to one partition per core first: it arrives in one partition per
+  Kafka topic-partition, and every frame derived from it would otherwise carry all of them,
+  multiplying every later job's tasks by the number of topics.
+- **summary**: one job over every table of the batch (counts, last truncate, unchanged TOAST,
+  identity, commit times), which also fills each table's cached changes; not one job per
+  table.
+- **merge**: one Delta MERGE per table that changed, ``parallel_tables`` at a time through one
+  session (each thread with its own SQL conf, for Delta's idempotent ``txnAppId`` /
+  ``txnVersion``). This is the cost that still grows with the number of tables: a Delta commit
+  is per table, and MERGE is Delta's only atomic upsert-and-delete. Deletion vectors (on by
+  default) make a MERGE touching few rows of a file mark them instead of rewriting the file.
+  A table the batch created is empty, so its first load is an append instead (what the MERGE
+  would leave: last change per key, deletes dropped), with no join against the target.
+- **dead_letters**: one aggregation over a single frame per (topic, schema id) carrying every
+  reason; rows are written only when there are any (usually there are none).
+
+For hundreds of busy tables or seconds of freshness there is the changelog mode
+(``--mode changelog``, :mod:`bridge.spark.changelog`): merge-on-read, as Hudi's merge-on-read
+tables and Iceberg's equality deletes do, and as Databricks' ``APPLY CHANGES`` hides behind a
+view. Each micro-batch is one append to one changelog table (one commit for all tables),
+current state is served by views that fold the changelog onto the tables, and this module's
+:class:`BatchApplier` compacts the changelog into the tables behind, in batches as large as
+what accumulated. It trades reader cost for writer cost.
+
+What a reader may see between batches (keyed tables): each key in a state it had in the
+source, never older than before. Besides the per-row ``(commit_lsn, seq)`` guard, the records of
+a resend and the changes a truncate erased are dropped before the MERGE by the table's fences
+(:mod:`bridge.spark.fences`: per Kafka partition the highest position delivered, and the last
+truncate), which each MERGE commits in its own ``userMetadata``; a new job reads them back from
+the Delta log, a running one keeps them in memory.
+
+One odd table never halts the job: when a table's batch cannot be applied (a schema Delta
+refuses, columns differing only in case, an incompatible type change, …) it is tried once more
+(a transient storage error passes), then its records of the batch go to the dead-letter table
+with the error as the reason, and the other tables go on. Only a registry that cannot answer
+fails the batch (it is retried from the checkpoint, nothing is set aside).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from bridge.spark import transforms as tf
+from bridge.spark.config import ApplyConfig
+from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
+from bridge.spark.errors import RegistryUnavailableError, TableApplyError
+from bridge.spark.fences import Fences, read_fences
+from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
+from bridge.spark.merge import (
+    MergePlan,
+    append_first_load,
+    ensure_table,
+    merge_changes,
+    table_key_columns,
+)
+from bridge.spark.multiset import MultisetBatch, Position, apply_multiset, read_positions
+from bridge.spark.summary import (
+    SUMMARY_PARTITION,
+    TABLE_INDEX,
+    combine_parts,
+    summary_aggregates,
+    summary_input,
+)
+
+__all__ = ["ApplyStats", "BatchApplier", "first_line", "job_conf"]
+
+logger = logging.getLogger(__name__)
+
+CHANGES_APPLIED = Counter(
+    "pgbridge_apply_changes", "Change records applied to Delta (before per-key folding)", ["table"]
+)
+DEAD_LETTERS = Counter("pgbridge_apply_dead_letters", "Records written to the dead-letter table")
+TABLE_LAG = Gauge(
+    "pgbridge_apply_table_lag_seconds",
+    "Per table: seconds from the PostgreSQL commit of the newest change its last MERGE applied "
+    "until that MERGE was done",
+    ["table"],
+)
+TABLE_FAILURES = Counter(
+    "pgbridge_apply_table_failures", "Table batches dead-lettered because they failed", ["table"]
+)
+_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+BATCH_PHASE_SECONDS = Histogram(
+    "pgbridge_apply_batch_phase_seconds",
+    "Wall time of each phase of an apply micro-batch (read: Kafka fetch, framing and grouping; "
+    "summary: one job over every table; merge: all tables' MERGEs; dead_letters)",
+    ["phase"],
+    buckets=_SECONDS_BUCKETS,
+)
+FRESHNESS = Gauge(
+    "pgbridge_apply_freshness_seconds",
+    "Seconds from the PostgreSQL commit of the newest change of the last batch until that "
+    "batch's Delta commits were done (commit-to-visible)",
+)
+COMMIT_TO_VISIBLE = Histogram(
+    "pgbridge_apply_commit_to_visible_seconds",
+    "Per batch: seconds from the PostgreSQL commit of its oldest change until the batch's Delta "
+    "commits were done (the worst commit-to-visible delay of the batch)",
+    buckets=_SECONDS_BUCKETS,
+)
+
+#: Failpoint for crash tests: seconds to pause after each table's MERGE, so a test can kill the
+#: process between the Delta commit and the checkpoint. Unset outside tests.
+PAUSE_AFTER_MERGE_ENV = "PGBRIDGE_APPLY_PAUSE_AFTER_MERGE"
+
+
+def job_conf(cores: int) -> dict[str, str]:
+    """Session settings the job wants beside those of ``build_spark_session``, for a session
+    with ``cores`` task slots.
+
+    Delta rebuilds a table's snapshot state (its log) in ``snapshotPartitions`` tasks before
+    each MERGE: Delta's 50 cost ~3 s per MERGE on 2 cores for a table of a few files (measured:
+    a 20-row MERGE 5.3 s with 50, 2.4 s with one partition per core). The state is one row per
+    file, so one partition per core serves even large tables.
+
+    Shuffles (last change per key, MERGE's join, summaries) likewise get one partition per
+    core, not Spark's 200: on 2 cores a stage of 200 tasks is 200 task launches for a handful
+    of rows each (adaptive execution coalesces them only after the map side has run).
+    """
+    partitions = str(max(1, cores))
+    return {
+        "spark.databricks.delta.snapshotPartitions": partitions,
+        "spark.sql.shuffle.partitions": partitions,
+    }
+
+
+@dataclass(slots=True)
+class ApplyStats:
+    """Running totals of one job (driver side)."""
+
+    batches: int = 0
+    changes: int = 0
+    dead_letters: int = 0
+    per_table: dict[str, int] = field(default_factory=dict)
+    failed_tables: dict[str, str] = field(default_factory=dict)  # topic -> last error
+
+
+class BatchApplier:
+    """The ``foreachBatch`` function. Calling it twice with the same batch id applies once."""
+
+    def __init__(self, config: ApplyConfig, schemas: SchemaCache | None = None) -> None:
+        self.config = config
+        self.schemas = schemas or SchemaCache.for_url(
+            config.registry_url, dict(config.registry_options)
+        )
+        self.stats = ApplyStats()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._pool: ThreadPoolExecutor | None = None
+        # Tables this job created or evolved, with their columns: a batch whose columns are
+        # all known skips the existence and schema checks (Delta log reads on the driver).
+        # Only this job writes these tables' schemas, so the cache cannot go stale.
+        self._known: dict[str, frozenset[tuple[str, str]]] = {}
+        self._paths: dict[str, str] = {}  # topic -> its table's path (once known)
+        # Tables' fences (bridge.spark.fences; a keyless table's position is its partition 0
+        # fence) as of their last commit by this job.
+        self._fences: dict[str, Fences] = {}
+        # Keyless tables' positions as jobs before kept them, in a table of their own (read
+        # once, only for a table whose log holds no position yet; see bridge.spark.multiset).
+        self._legacy_positions: dict[str, Position] | None = None
+
+    def _session(self, spark: Any) -> Any:
+        """This thread's own session (same SparkContext and cache, own SQL conf).
+
+        Delta's idempotent-DML settings are session conf: tables merged concurrently must not
+        see each other's, so each worker thread merges through a session of its own.
+        """
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = spark.newSession()
+            for key, value in job_conf(spark.sparkContext.defaultParallelism).items():
+                session.conf.set(key, value)
+            self._local.session = session
+        return session
+
+    def _ensure(
+        self,
+        spark: Any,
+        path: str,
+        table: TableBatch,
+        keys: Sequence[str],
+        metadata: Sequence[T.StructField] | None = None,
+    ) -> None:
+        """Create or evolve the table unless this job already saw it with these columns."""
+        # Names and types: a changed type must reach ensure_table (to widen the column).
+        columns = frozenset((f.name.lower(), f.dataType.simpleString()) for f in table.columns)
+        drop = self.config.dropped_columns == "drop"
+        with self._lock:
+            known = self._known.get(path)
+        if known is not None and (columns == known if drop else columns <= known):
+            return
+        extra = {"metadata": metadata} if metadata is not None else {}
+        ensure_table(
+            spark,
+            path,
+            table.columns,
+            keys,
+            table.topic,
+            properties=self._properties(),
+            renames=table.renames,
+            drop_absent=drop,
+            **extra,
+        )
+        with self._lock:
+            self._known[path] = columns if drop else (known or frozenset()) | columns
+
+    def _fences_of(self, spark: Any, path: str) -> Fences:
+        """The table's fences: as this job left them, else from its Delta log (at start)."""
+        with self._lock:
+            known = self._fences.get(path)
+        if known is None:
+            known = read_fences(spark, path)
+            with self._lock:
+                self._fences[path] = known
+        return known
+
+    def _properties(self) -> dict[str, str]:
+        """Delta properties of the tables the job creates."""
+        if self.config.deletion_vectors:
+            return {"delta.enableDeletionVectors": "true"}
+        return {}
+
+    def _apply_tables(
+        self, spark: Any, tables: Sequence[TableBatch], batch_id: int, batch: _BatchState
+    ) -> None:
+        if self.config.parallel_tables == 1 or len(tables) <= 1:
+            for table in tables:
+                self._apply_or_set_aside(self._session(spark), table, batch_id, batch)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                self.config.parallel_tables, thread_name_prefix="pgbridge-apply"
+            )
+        pool = self._pool
+        futures = [
+            pool.submit(
+                lambda t: self._apply_or_set_aside(self._session(spark), t, batch_id, batch), table
+            )
+            for table in tables
+        ]
+        # Wait for all before raising: a MERGE still running must not outlive the batch.
+        errors = [f.exception() for f in futures]
+        for error in errors:
+            if error is not None:
+                raise error
+
+    def _apply_or_set_aside(
+        self, spark: Any, table: TableBatch, batch_id: int, batch: _BatchState
+    ) -> None:
+        """Apply one table; if it fails twice, dead-letter its records instead of the batch."""
+        error: Exception | None = None
+        for attempt in (1, 2):
+            try:
+                self._apply_table(spark, table, batch_id, batch)
+                return
+            except RegistryUnavailableError:
+                raise  # transient and batch-wide: retried from the checkpoint
+            except Exception as exc:  # one odd table must not halt the others
+                error = exc
+                with self._lock:
+                    self._known.pop(self._paths.get(table.topic, ""), None)
+                    self._fences.pop(self._paths.get(table.topic, ""), None)
+                if isinstance(exc, TableApplyError):
+                    break  # a definite problem of the table's data: no use retrying
+                logger.warning("batch %d: %s failed (attempt %d): %s", batch_id, table.name,
+                               attempt, exc)  # fmt: skip
+        assert error is not None
+        reason = f"table not applied: {type(error).__name__}: {first_line(error)}"
+        logger.error("batch %d: %s: %s; its records go to the dead-letter table", batch_id,
+                     table.name, reason)  # fmt: skip
+        with self._lock:
+            batch.dead_letters.append(tf.dead_letters(table.raw, reason, batch_id))
+            self.stats.failed_tables[table.topic] = reason
+        TABLE_FAILURES.labels(table.topic).inc()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        phases = _PhaseTimer()
+        spark = batch.sparkSession
+        # One partition per core: a batch of many topics arrives in one Kafka partition per
+        # topic-partition, and every group's and table's frame would otherwise carry all of
+        # them (mostly empty), multiplying the tasks of each job by the number of topics.
+        # Cached by decode_batch only when the batch has several (topic, schema id) groups.
+        framed = tf.frame(batch).coalesce(max(1, spark.sparkContext.defaultParallelism))
+        decoded = None
+        tables: list[TableBatch] = []
+        try:
+            with phases.phase("read"):
+                decoded = decode_batch(framed, self.config, self.schemas, batch_id)
+            # Each table's changes are read by its summary and by its MERGE.
+            tables = [replace(t, changes=t.changes.persist()) for t in decoded.tables]
+            state = _BatchState()
+            with phases.phase("summary"):
+                state.summaries = self._summaries(tables, batch_id)
+            # Per-table MERGEs are mostly driver-side latency (log replay, planning, commit):
+            # running them side by side keeps the cores busy.
+            with phases.phase("merge"):
+                self._apply_tables(spark, tables, batch_id, state)
+            with phases.phase("dead_letters"):
+                self._write_dead_letters(
+                    spark, [*decoded.dead_letters, *state.dead_letters], batch_id
+                )
+            self.stats.batches += 1
+            self._report(batch_id, phases, state, len(tables))
+        finally:
+            for table in tables:
+                table.changes.unpersist()
+            for cached in decoded.cached if decoded else []:
+                cached.unpersist()
+            framed.unpersist()
+
+    def _applied_position(self, spark: Any, path: str, fences: Fences) -> Position | None:
+        """A keyless table's applied position: its partition 0 fence (all its records are in
+        partition 0), else where a job before this one kept it (``_pgbridge_positions``)."""
+        if 0 in fences.partitions:
+            return fences.partitions[0]
+        with self._lock:
+            legacy = self._legacy_positions
+        if legacy is None:
+            legacy = read_positions(spark, self.config.positions_path)
+            with self._lock:
+                self._legacy_positions = legacy
+        return legacy.get(path)
+
+    def _report(self, batch_id: int, phases: _PhaseTimer, state: _BatchState, tables: int) -> None:
+        """The batch's log line and metrics: phases, and commit-to-visible freshness."""
+        visible_ms = time.time() * 1000
+        for name, seconds in phases.seconds.items():
+            BATCH_PHASE_SECONDS.labels(name).observe(seconds)
+        freshness = ""
+        if state.commit_ms:
+            oldest, newest = min(state.commit_ms), max(state.commit_ms)
+            newest_s = max(0.0, (visible_ms - newest) / 1000)
+            oldest_s = max(0.0, (visible_ms - oldest) / 1000)
+            FRESHNESS.set(newest_s)
+            COMMIT_TO_VISIBLE.observe(oldest_s)
+            freshness = (
+                f"; commit to visible {newest_s:.1f} s (newest) .. {oldest_s:.1f} s (oldest)"
+            )
+        logger.info(
+            "batch %d: %d changes in %d tables, %.1f s (%s)%s",
+            batch_id,
+            sum(state.counts.values()),
+            tables,
+            phases.total,
+            ", ".join(f"{name} {seconds:.1f}" for name, seconds in phases.seconds.items()),
+            freshness,
+        )
+
+    def _summaries(self, tables: Sequence[TableBatch], batch_id: int) -> dict[str, Any]:
+        """Every table's summary (counts, truncate, identity) in one Spark job, not one each.
+
+        If that job fails (one table's values fail at run time, say), each table computes its
+        own summary in its apply, so the failure stays with that table.
+        """
+        if len(tables) <= 1:
+            return {}
+        narrow = [summary_input(t.changes).withColumn(TABLE_INDEX, F.lit(i))
+                  for i, t in enumerate(tables)]  # fmt: skip
+        union = narrow[0]
+        for other in narrow[1:]:
+            union = union.union(other)
+        try:
+            rows = (
+                union.groupBy(TABLE_INDEX, SUMMARY_PARTITION).agg(*summary_aggregates()).collect()
+            )
+        except Exception as exc:  # per-table summaries will locate it
+            logger.warning(
+                "batch %d: the summary of all tables failed (%s); summarising table by table",
+                batch_id,
+                first_line(exc),
+            )
+            return {}
+        per_table: dict[int, list[Any]] = {}
+        for row in rows:
+            per_table.setdefault(int(row[TABLE_INDEX]), []).append(row)
+        return {tables[i].topic: combine_parts(parts) for i, parts in per_table.items()}
+
+    def _apply_table(
+        self, spark: Any, table: TableBatch, batch_id: int, batch: _BatchState | None = None
+    ) -> None:
+        batch = batch if batch is not None else _BatchState()
+        started = time.monotonic()
+        changes = table.changes
+        merge_seconds = 0.0
+        summary = batch.summaries.get(table.topic)
+        if summary is None:
+            parts = summary_input(changes).groupBy(SUMMARY_PARTITION).agg(*summary_aggregates())
+            summary = combine_parts(parts.collect())
+        count = int(summary["n"]) if summary else 0
+        if summary is None or count == 0:
+            return
+        identity = (summary["schema"], summary["table"])
+        if identity != (summary["schema_max"], summary["table_max"]) or None in identity:
+            raise TableApplyError(
+                table.topic,
+                f"records of several tables in one topic: {identity} .. "
+                f"{(summary['schema_max'], summary['table_max'])}",
+            )
+        schema, name = str(identity[0]), str(identity[1])
+        path = self.config.table_path(schema, name)
+        with self._lock:
+            self._paths[table.topic] = path
+        label = f"{schema}.{name}"
+        changes = changes.drop(tf.SOURCE_SCHEMA, tf.SOURCE_TABLE)
+        truncate = summary["trunc"]
+        truncate_at = (int(truncate[0]), int(truncate[1])) if truncate else None
+        exists = path in self._known or _is_delta_table(spark, path)
+        keys = table.key_columns
+        if not keys and exists and int(summary["rows"]) == 0:
+            keys = table_key_columns(spark, path)  # only truncates: the table's own key
+        if not exists and int(summary["rows"]) == 0:
+            logger.info("%s: truncate of a table never applied; nothing to do", label)
+            return
+        merge_started = time.monotonic()
+        if not exists:  # created by this batch: no commit holds fences (no history to read)
+            with self._lock:
+                self._fences.setdefault(path, Fences())
+        if not keys:
+            self._ensure(spark, path, table, ())
+            fences = self._fences_of(spark, path)
+            last = summary["last"]
+            glance = MultisetBatch(
+                (int(last[0]), int(last[1])) if last is not None else None,
+                truncate_at,
+                inserts_only=int(summary["removals"]) == 0,
+            )
+            # The position travels with the rows, in the commit's userMetadata (multiset.py).
+            after = fences.advanced(
+                {0: glance.last} if glance.last is not None else {}, truncate_at
+            )
+            written = apply_multiset(
+                spark,
+                path,
+                changes,
+                table.columns,
+                self._applied_position(spark, path, fences),
+                glance,
+                self.config.txn_app_id,
+                batch_id,
+                empty=not exists,
+                commit_metadata=after.to_metadata(),
+            )
+            if written:
+                with self._lock:
+                    self._fences[path] = after
+            if self.config.history:
+                logger.info("%s: no history for a table without key columns", label)
+        else:
+            changes = changes.drop(tf.COUNT_DELTA) if tf.COUNT_DELTA in changes.columns else changes
+            self._ensure(spark, path, table, keys)
+            # Resends and changes a truncate already erased never reach the MERGE (fences).
+            fences = self._fences_of(spark, path)
+            if tf.PARTITION not in changes.columns:  # a batch of truncates only (row images)
+                changes = changes.withColumn(tf.PARTITION, F.lit(None).cast("int"))
+            changes = fences.filter(changes).drop(tf.PARTITION, tf.OFFSET)
+            if truncate_at is not None:
+                changes = tf.drop_before(changes, *truncate_at)
+            fold = bool(summary["toast"])
+            latest = tf.last_change_per_key(changes, keys, fold_unchanged=fold)
+            plan = MergePlan(
+                key_columns=tuple(keys),
+                value_columns=tuple(table.columns.fieldNames()),
+                truncate_at=truncate_at,
+                fold_unchanged=fold,
+            )
+            after = fences.advanced(summary["partitions"], truncate_at, summary["offsets"])
+            # A table created by this batch is empty: its first load is an append.
+            write = merge_changes if exists else append_first_load
+            write(
+                spark, path, latest, plan, self.config.txn_app_id, batch_id,
+                commit_metadata=after.to_metadata(),
+            )  # fmt: skip
+            with self._lock:
+                self._fences[path] = after
+        merge_seconds = time.monotonic() - merge_started
+        if os.environ.get(PAUSE_AFTER_MERGE_ENV):
+            time.sleep(float(os.environ[PAUSE_AFTER_MERGE_ENV]))
+        if self.config.history and keys:
+            self._apply_history(spark, table, schema, name, changes, keys, truncate,
+                                bool(summary["toast"]), batch_id)  # fmt: skip
+        with self._lock:
+            self.stats.changes += count
+            self.stats.per_table[label] = self.stats.per_table.get(label, 0) + count
+            batch.counts[table.topic] = count
+            batch.commit_ms.extend(
+                int(summary[k]) for k in ("oldest_ms", "newest_ms") if summary[k] is not None
+            )
+        CHANGES_APPLIED.labels(label).inc(count)
+        if summary["newest_ms"] is not None:
+            TABLE_LAG.labels(label).set(max(0.0, time.time() - int(summary["newest_ms"]) / 1000))
+        logger.info(
+            "batch %d: %s: %d changes%s in %.1f s (MERGE %.1f s)",
+            batch_id,
+            label,
+            count,
+            f", truncate at {truncate_at}" if truncate_at else "",
+            time.monotonic() - started,
+            merge_seconds,
+        )
+
+    def _apply_history(
+        self,
+        spark: Any,
+        table: TableBatch,
+        schema: str,
+        name: str,
+        changes: DataFrame,
+        keys: Sequence[str],
+        truncate: Any,
+        fold: bool,
+        batch_id: int,
+    ) -> None:
+        from delta.tables import DeltaTable
+
+        path = self.config.history_path(schema, name)
+        self._ensure(spark, path, table, keys, HISTORY_FIELDS)
+        current = None
+        if fold:
+            current = DeltaTable.forPath(spark, path).toDF().where(F.col(IS_CURRENT))
+        merge_history(
+            spark,
+            path,
+            history_versions(changes, keys, current),
+            keys,
+            table.columns.fieldNames(),
+            (int(truncate[0]), int(truncate[1]), truncate[2]) if truncate else None,
+            self.config.txn_app_id,
+            batch_id,
+        )
+
+    def _write_dead_letters(self, spark: Any, frames: list[DataFrame], batch_id: int) -> None:
+        """Append the batch's dead letters, idempotently; usually there are none.
+
+        One aggregation over all frames says whether there are any (and why); only then are
+        the rows read again and written. No cache: a batch without dead letters costs one job.
+        """
+        if not frames:
+            return
+        rows = frames[0]
+        for other in frames[1:]:
+            rows = rows.union(other)  # every frame has DEAD_LETTER_SCHEMA's columns, in order
+        reasons = {r["reason"]: int(r["count"]) for r in rows.groupBy("reason").count().collect()}
+        count = sum(reasons.values())
+        if count == 0:
+            return
+        # Idempotent append: a replayed batch does not write its dead letters twice.
+        (
+            rows.write.format("delta")
+            .mode("append")
+            .option("txnAppId", self.config.txn_app_id)
+            .option("txnVersion", str(batch_id))
+            .save(self.config.dead_letter_location)
+        )
+        self.stats.dead_letters += count
+        DEAD_LETTERS.inc(count)
+        logger.warning(
+            "batch %d: %d records dead-lettered to %s: %s",
+            batch_id,
+            count,
+            self.config.dead_letter_location,
+            reasons,
+        )
+
+
+@dataclass(slots=True)
+class _BatchState:
+    """What the tables of one batch share: summaries, counts, failed tables' rows."""
+
+    dead_letters: list[DataFrame] = field(default_factory=list)
+    summaries: dict[str, Any] = field(default_factory=dict)  # topic -> its summary row
+    counts: dict[str, int] = field(default_factory=dict)  # topic -> changes applied
+    commit_ms: list[int] = field(default_factory=list)  # oldest and newest commit per table
+
+
+class _PhaseTimer:
+    """Wall time per phase of a batch, in the order the phases ran."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - started
+
+    @property
+    def total(self) -> float:
+        return time.monotonic() - self.started
+
+
+def first_line(error: BaseException) -> str:
+    """The gist of an error (Spark's carry a JVM stack trace after the first lines)."""
+    text = str(error).strip() or repr(error)
+    return text.splitlines()[0][:500]
+
+
+def _is_delta_table(spark: Any, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
