@@ -554,3 +554,37 @@ def test_the_accelerator_switches_the_readme_documents_are_accepted(
             assert native_batches() is None  # produce_batch instead
         finally:
             native_batches.cache_clear()
+
+
+def _documented_variables() -> set[str]:
+    """Every ``PGBRIDGE_*`` name the docs, the example configuration, docker-compose.yml or the
+    package's own code mention (prefix forms such as ``PGBRIDGE_KAFKA_PRODUCER_`` excepted)."""
+    import re
+
+    texts = [
+        REPO / "README.md",
+        REPO / "CONTRIBUTING.md",
+        EXAMPLE,
+        REPO / "docker-compose.yml",
+        *(REPO / "docs").glob("*.md"),
+        *(REPO / "bridge").rglob("*.py"),
+    ]
+    names: set[str] = set()
+    for path in texts:
+        names.update(re.findall(r"\bPGBRIDGE_[A-Z0-9_]*[A-Z0-9]\b", path.read_text()))
+    return names
+
+
+def test_every_environment_variable_the_docs_or_code_name_is_accepted() -> None:
+    # pgbridge run refuses unknown PGBRIDGE_* variables (a typo must not pass silently), so a
+    # name the docs or the code use and the loader does not know would stop it at start.
+    names = _documented_variables()
+    assert {"PGBRIDGE_TOPIC_PREFIX", "PGBRIDGE_NATIVE", "PGBRIDGE_PG_DSN"} <= names
+    refused = []
+    for name in sorted(names):
+        try:
+            _load(env={name: "1"})
+        except ConfigError as exc:
+            if "unknown environment variable" in str(exc):
+                refused.append(name)
+    assert refused == []
