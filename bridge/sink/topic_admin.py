@@ -24,7 +24,7 @@ from bridge.sink.kafka_errors import PERMANENT_TOPIC_CODES, TopicCreationError
 
 __all__ = ["TopicAdmin"]
 
-logger = logging.getLogger("bridge.sink.publisher")
+logger = logging.getLogger(__name__)
 
 _ADMIN_TIMEOUT_S = 30.0
 

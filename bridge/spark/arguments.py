@@ -152,12 +152,11 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
             "schema.registry.url",
             "give --registry-url, schema.registry.url in --config, or PGBRIDGE_SCHEMA_REGISTRY_URL",
         )
-    kafka, registry = shared.kafka, shared.registry
     # Spark's options are strings; Spark redacts sasl.jaas.config in its logs and UI.
     kafka_security = tuple(
-        (k, reveal(v)) for k, v in kafka if (k, v) != ("security.protocol", "PLAINTEXT")
+        (k, reveal(v)) for k, v in shared.kafka if (k, v) != ("security.protocol", "PLAINTEXT")
     )
-    registry_security = tuple((k, reveal(v)) for k, v in registry)
+    registry_security = tuple((k, reveal(v)) for k, v in shared.registry)
     precision, _, scale = str(args.variable_decimal).partition(",")
     if not (precision.strip().isdigit() and scale.strip().isdigit()):
         raise ConfigError("variable_decimal", f"{args.variable_decimal!r} is not P,S")
