@@ -22,7 +22,9 @@ exported as ``pgbridge_apply_batch_phase_seconds{phase}``, with commit-to-visibl
   session (each thread with its own SQL conf, for Delta's idempotent ``txnAppId`` /
   ``txnVersion``). This is the cost that still grows with the number of tables: a Delta commit
   is per table, and MERGE is Delta's only atomic upsert-and-delete. Deletion vectors (on by
-  default) make a MERGE touching few rows of a file mark them instead of rewriting the file.
+  default) make a MERGE touching few rows of a large file mark them instead of rewriting the
+  file; a table under 32 MiB has its touched files rewritten instead, which spares eight
+  Spark jobs per MERGE (about 1.5 s on 2 cores).
   A table the batch created is empty, so its first load is an append instead (what the MERGE
   would leave: last change per key, deletes dropped), with no join against the target.
 - **dead_letters**: one aggregation over a single frame per (topic, schema id) carrying every

@@ -84,7 +84,8 @@ class ApplyConfig:
     ``history_base`` (default ``<delta_base>/_history``), see :mod:`bridge.spark.history`.
     ``deletion_vectors`` creates tables with Delta deletion vectors, so a MERGE that updates a
     few rows of a file marks them instead of rewriting the file (readers need Delta reader
-    version 3; turn it off for older readers).
+    version 3; turn it off for older readers). Tables under 32 MiB rewrite the files a MERGE
+    touches all the same, which costs less there (``merge.DELETION_VECTORS_MIN_TABLE_BYTES``).
 
     ``dropped_columns``: what a column dropped in the source (absent from a table's newest
     schema version, not renamed) does to its Delta column: ``keep`` (the default: the column

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
-from bridge.spark.merge import before, idempotent_writes
+from bridge.spark.merge import before, idempotent_writes, small_tables_rewrite
 
 __all__ = [
     "HISTORY_FIELDS",
@@ -162,5 +162,8 @@ def merge_history(
             condition=F.col(f"t.{IS_CURRENT}") & before("t", (lsn, seq)),
             set={VALID_TO: F.lit(at).cast("timestamp"), IS_CURRENT: F.lit(False)},
         )
-    with idempotent_writes(spark, app_id, batch_id):
+    with (
+        idempotent_writes(spark, app_id, batch_id),
+        small_tables_rewrite(spark, path),
+    ):
         builder.execute()

@@ -59,6 +59,7 @@ __all__ = [
     "idempotent_append",
     "idempotent_writes",
     "merge_changes",
+    "small_tables_rewrite",
     "type_change",
 ]
 
@@ -73,6 +74,14 @@ TOPIC_PROPERTY = "pgbridge.topic"
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+_MERGE_DELETION_VECTORS = "spark.databricks.delta.merge.deletionVectors.persistent"
+
+#: Below this table size a MERGE rewrites the files it touches instead of writing deletion
+#: vectors. A deletion vector spares rewriting a large file, but costs eight more Spark jobs
+#: per MERGE (~1.5 s of driver time on 2 cores), which a small file's rewrite does not.
+#: Measured (one-row MERGE, warm session, 2 cores): a table of a few kB 3.0 s rewriting vs
+#: 3.6 s with deletion vectors; one 37 MB file 3.2 vs 3.6 s; one 148 MB file 5.1 vs 3.1 s.
+DELETION_VECTORS_MIN_TABLE_BYTES = 32 * 1024 * 1024
 
 _META_FIELDS = (
     T.StructField(tf.COMMIT_LSN, T.LongType()),
@@ -108,6 +117,25 @@ def idempotent_writes(
         spark.conf.unset(_TXN_APP_ID)
         spark.conf.unset(_TXN_VERSION)
         spark.conf.unset(_USER_METADATA)
+
+
+@contextmanager
+def small_tables_rewrite(spark: Any, path: str) -> Iterator[None]:
+    """A MERGE inside rewrites the touched files of a table smaller than
+    ``DELETION_VECTORS_MIN_TABLE_BYTES`` instead of writing deletion vectors (tables with
+    deletion vectors on keep them for larger sizes).
+
+    The size is the table's latest snapshot, whose state the MERGE computes anyway (Delta
+    caches it on the snapshot), so asking costs no extra Spark job. The setting is per
+    session, and each applying thread has its own.
+    """
+    log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    small = log.unsafeVolatileSnapshot().sizeInBytes() < DELETION_VECTORS_MIN_TABLE_BYTES
+    spark.conf.set(_MERGE_DELETION_VECTORS, "false" if small else "true")
+    try:
+        yield
+    finally:
+        spark.conf.unset(_MERGE_DELETION_VECTORS)
 
 
 def clear_uncommitted_log(spark: Any, path: str) -> None:
@@ -494,5 +522,8 @@ def merge_changes(
     )
     if plan.truncate_at is not None:
         builder = builder.whenNotMatchedBySourceDelete(condition=before("t", plan.truncate_at))
-    with idempotent_writes(spark, app_id, batch_id, commit_metadata):
+    with (
+        idempotent_writes(spark, app_id, batch_id, commit_metadata),
+        small_tables_rewrite(spark, path),
+    ):
         builder.execute()

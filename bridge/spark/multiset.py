@@ -56,7 +56,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
-from bridge.spark.merge import before, idempotent_append, idempotent_writes
+from bridge.spark.merge import (
+    before,
+    idempotent_append,
+    idempotent_writes,
+    small_tables_rewrite,
+)
 
 __all__ = ["MultisetBatch", "Position", "apply_multiset", "read_positions"]
 
@@ -233,7 +238,10 @@ def apply_multiset(
         )
         if truncate is not None:
             builder = builder.whenNotMatchedBySourceDelete(condition=before("t", truncate))
-        with idempotent_writes(spark, app_id, batch_id, commit_metadata):
+        with (
+            idempotent_writes(spark, app_id, batch_id, commit_metadata),
+            small_tables_rewrite(spark, path),
+        ):
             builder.execute()
     finally:
         source.unpersist()

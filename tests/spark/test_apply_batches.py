@@ -701,6 +701,40 @@ def test_first_load_of_a_new_table_is_an_append_equal_to_a_merge(
     assert operations == ["CREATE TABLE", "WRITE", "MERGE"]
 
 
+def _last_merge_metrics(spark: Any, path: str) -> dict[str, str]:
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, path).history().where("operation = 'MERGE'")
+    return dict(history.orderBy("version", ascending=False).first()["operationMetrics"])
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small table", "large table"])
+def test_small_tables_rewrite_files_and_large_ones_write_deletion_vectors(
+    batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch, large: bool
+) -> None:
+    """A MERGE into a small table rewrites the file it touches (a deletion vector costs more
+    Spark jobs than rewriting a few kB); a large table's MERGE marks the changed rows with a
+    deletion vector instead of rewriting its files. The rows are the same either way."""
+    from bridge.spark import merge
+
+    if large:  # every table counts as large
+        monkeypatch.setattr(merge, "DELETION_VECTORS_MIN_TABLE_BYTES", 0)
+    for key in range(1, 4):
+        batches.add(KEYED, "c", (10, key), after={"id": key, "v": "a"})
+    batches.apply(0)  # the first load: an append
+    batches.add(KEYED, "u", (11, 0), after={"id": 2, "v": "b"})
+    batches.add(KEYED, "d", (11, 1), before={"id": 3})
+    batches.apply(1)
+    assert _ids(batches) == {1: "a", 2: "b"}
+    metrics = _last_merge_metrics(spark, batches.config.table_path("public", "keyed"))
+    assert metrics["numTargetRowsUpdated"] == "1" and metrics["numTargetRowsDeleted"] == "1"
+    if large:
+        assert int(metrics["numTargetDeletionVectorsAdded"]) >= 1
+    else:
+        assert metrics["numTargetDeletionVectorsAdded"] == "0"
+        assert int(metrics["numTargetFilesRemoved"]) >= 1
+
+
 def test_truncate_is_not_overtaken_by_a_late_change_from_another_partition(
     batches: Batches,
 ) -> None:
