@@ -16,12 +16,14 @@ import json
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -32,6 +34,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from bridge.config import BridgeConfig, load_config
+from bridge.devstack.postgres import PostgresCluster, ensure_postgres_binaries
 from bridge.devstack.stack import StackInfo
 from bridge.pgoutput.lsn import Lsn
 from bridge.pipeline import Pipeline
@@ -415,3 +418,31 @@ def streaming_bridge(values: Mapping[str, str], log_path: str) -> Iterator[Bridg
     finally:
         if process.proc.poll() is None:
             process.kill()
+
+
+class OtherPostgres:
+    """The stack with another PostgreSQL server in place of its own."""
+
+    def __init__(self, stack: StackInfo, cluster: PostgresCluster) -> None:
+        self.bootstrap_servers = stack.bootstrap_servers
+        self.registry_url = stack.registry_url
+        self._cluster = cluster
+
+    def postgres_dsn(self, dbname: str = "postgres") -> str:
+        return self._cluster.dsn(dbname)
+
+
+@contextmanager
+def postgres(stack: StackInfo, version: str) -> Iterator[Any]:
+    """The stack itself for its own PostgreSQL major, else a throwaway cluster of ``version``."""
+    if version in ("stack", stack.postgres_major):
+        yield stack
+        return
+    base = Path(tempfile.mkdtemp(prefix=f"pgbridge-pg{version}-", dir="/tmp"))
+    base.chmod(0o755)  # PostgreSQL runs as a non-root account
+    cluster = PostgresCluster(ensure_postgres_binaries(version), base_dir=base)
+    try:
+        cluster.start()
+        yield OtherPostgres(stack, cluster)
+    finally:
+        cluster.destroy()

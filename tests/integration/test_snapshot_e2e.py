@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from bridge.devstack.postgres import PostgresCluster, ensure_postgres_binaries
 from bridge.devstack.stack import StackInfo
 from bridge.snapshot.state import load_state
 from bridge.spark.job import run_apply
@@ -30,6 +26,7 @@ from tests.integration.bridge_harness import (
     bridge_settings,
     mark,
     normalized,
+    postgres,
     read_topic,
     rebuild_tables,
     scratch_database,
@@ -172,34 +169,6 @@ def snapshot_locked(dsn: str, table: str) -> bool:
             (table,),
         ).fetchone()
     return bool(row and row[0])
-
-
-class _Server:
-    """The stack with another PostgreSQL server in place of its own."""
-
-    def __init__(self, stack: StackInfo, cluster: PostgresCluster) -> None:
-        self.bootstrap_servers = stack.bootstrap_servers
-        self.registry_url = stack.registry_url
-        self._cluster = cluster
-
-    def postgres_dsn(self, dbname: str = "postgres") -> str:
-        return self._cluster.dsn(dbname)
-
-
-@contextmanager
-def postgres(stack: StackInfo, version: str) -> Iterator[Any]:
-    """The stack itself for its own PostgreSQL major, else a throwaway cluster of ``version``."""
-    if version in ("stack", stack.postgres_major):
-        yield stack
-        return
-    base = Path(tempfile.mkdtemp(prefix=f"pgbridge-snap-pg{version}-", dir="/tmp"))
-    base.chmod(0o755)  # PostgreSQL runs as a non-root account
-    cluster = PostgresCluster(ensure_postgres_binaries(version), base_dir=base)
-    try:
-        cluster.start()
-        yield _Server(stack, cluster)
-    finally:
-        cluster.destroy()
 
 
 @pytest.mark.pure_python_slice  # also run with PGBRIDGE_NATIVE=0 (make test)
