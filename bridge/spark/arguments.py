@@ -58,6 +58,11 @@ def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
         "2 KiB of heap, so a topic of any length is applied in bounded batches)",
     )
     parser.add_argument(
+        "--master",
+        help="the Spark master: spark://host:7077 for a standalone cluster, yarn, k8s://..., "
+        "local[N] (default: PGBRIDGE_SPARK_MASTER, else spark-submit's or local[*])",
+    )
+    parser.add_argument(
         "--spark-conf",
         action="append",
         default=[],
@@ -184,4 +189,5 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         kafka_options=(*kafka_security, *_pairs(args.kafka_option, "kafka_options")),
         registry_options=(*registry_security, *_pairs(args.registry_option, "registry_options")),
         spark_conf=_pairs(getattr(args, "spark_conf", []), "spark_conf"),
+        spark_master=getattr(args, "master", None),
     )

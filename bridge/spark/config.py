@@ -124,6 +124,8 @@ class ApplyConfig:
     compaction_interval: str = "60 seconds"
     # Settings of the session pgbridge apply builds itself (not of one it is given).
     spark_conf: tuple[tuple[str, str], ...] = ()
+    # The master of the session pgbridge apply builds; None: PGBRIDGE_SPARK_MASTER, else Spark's.
+    spark_master: str | None = None
 
     def __post_init__(self) -> None:
         if not self.topic_prefix or not _TOPIC_CHARS.match(self.topic_prefix):

@@ -241,7 +241,7 @@ def run_apply(
     """Run the job until it stops (``available_now``), fails, or is interrupted.
 
     Without ``spark``, builds a session with :func:`bridge.spark.session.build_spark_session`
-    (master from ``spark-submit`` or ``PGBRIDGE_SPARK_MASTER``, jars from
+    (master from ``--master``, ``PGBRIDGE_SPARK_MASTER`` or ``spark-submit``, jars from
     ``PGBRIDGE_SPARK_JARS`` or resolved from Maven).
     """
     own_session = spark is None
@@ -255,9 +255,8 @@ def run_apply(
             if config.mode == "changelog":
                 # Ingest jobs share the cores fairly with a running compaction.
                 conf.setdefault("spark.scheduler.mode", "FAIR")
-            spark = build_spark_session(
-                config.query_name, master=os.environ.get("PGBRIDGE_SPARK_MASTER"), conf=conf
-            )
+            master = config.spark_master or os.environ.get("PGBRIDGE_SPARK_MASTER")
+            spark = build_spark_session(config.query_name, master=master, conf=conf)
     config = with_batch_bound(spark, config)
     queries: list[Any] = []
 

@@ -283,3 +283,15 @@ def test_apply_without_a_topic_prefix_names_the_ways_to_give_one(
         config_from_args(_apply_args("--registry-url", "http://r"))
     assert info.value.key == "kafka.bootstrap.servers"
     assert "PGBRIDGE_KAFKA_BOOTSTRAP_SERVERS" in str(info.value)
+
+
+def test_apply_master_option_names_the_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--master spark://…`` is the session's master; without it the environment's or
+    spark-submit's (None here)."""
+    from bridge.spark.arguments import config_from_args
+
+    _clear_pgbridge_environment(monkeypatch)
+    flags = ("--topic-prefix", "pg", "--bootstrap-servers", "b:9092", "--registry-url", "http://r")
+    config = config_from_args(_apply_args(*flags, "--master", "spark://10.0.0.5:7077"))
+    assert config.spark_master == "spark://10.0.0.5:7077"
+    assert config_from_args(_apply_args(*flags)).spark_master is None

@@ -1,0 +1,96 @@
+"""``pgbridge apply --master spark://…`` on a Spark standalone cluster (#32): one master and two
+workers from the PySpark distribution on loopback, the job's jars shipped by ``spark.jars``, its
+executors on both workers; Delta equals the source on every table of the workload (keyed,
+keyless, TOAST, a column added then renamed mid-stream)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.devstack.spark_cluster import SparkMaster, SparkWorker
+from bridge.devstack.stack import StackInfo
+from tests.integration.bridge_harness import scratch_database
+from tests.integration.test_delta_e2e import (
+    apply_config,
+    assert_delta_equals_source,
+    capture_workload,
+)
+
+pytestmark = pytest.mark.integration
+
+WORKERS = 2
+
+
+@pytest.fixture
+def spark_cluster(tmp_path: Path) -> Iterator[tuple[SparkMaster, list[SparkWorker]]]:
+    base = tmp_path / "spark-cluster"
+    master = SparkMaster(base / "master")
+    workers = [
+        SparkWorker(base / f"worker{i}", master, cores=1, memory="1g") for i in range(WORKERS)
+    ]
+    try:
+        master.start()
+        for worker in workers:
+            worker.launch()
+        deadline = time.monotonic() + 120
+        while master.alive_workers() < WORKERS:
+            assert time.monotonic() < deadline, f"{WORKERS} workers not registered: see {base}"
+            time.sleep(0.5)
+        yield master, workers
+    finally:
+        for worker in workers:
+            worker.stop()
+        master.stop()
+
+
+def test_apply_on_a_standalone_cluster_with_two_workers_equals_the_source(
+    local_stack: StackInfo,
+    spark: Any,
+    spark_cluster: tuple[SparkMaster, list[SparkWorker]],
+    tmp_path: Path,
+) -> None:
+    master, workers = spark_cluster
+    prefix = f"cluster{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        capture_workload(local_stack, dsn, prefix)
+        config = apply_config(local_stack, prefix, tmp_path / "apply")
+        shared = tmp_path / "pgbridge.toml"
+        shared.write_text(
+            f'"database.dbname" = "unused"\n"topic.prefix" = "{prefix}"\n'
+            f'"kafka.bootstrap.servers" = "{local_stack.bootstrap_servers}"\n'
+            f'"schema.registry.url" = "{local_stack.registry_url}"\n'
+        )
+        args = [
+            sys.executable, "-m", "bridge.cli", "apply", "--available-now", "-c", str(shared),
+            "--master", master.url,
+            "--delta-base", config.delta_base, "--checkpoint", config.checkpoint_location,
+            "--dead-letter", config.dead_letter_location,
+            "--spark-conf", "spark.executor.memory=512m",
+            "--spark-conf", "spark.driver.host=127.0.0.1",
+        ]  # fmt: skip
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+        env.pop("PGBRIDGE_SPARK_MASTER", None)  # --master alone says where it runs
+        done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+        log = done.stdout + done.stderr
+        assert done.returncode == 0, log[-3000:]
+        assert "spark.executor.memory=512m" in log, log[-3000:]  # batches sized for a cluster
+
+        # The cluster ran it: an executor of the application on each worker.
+        for worker in workers:
+            executors = list((worker.base_dir / "work").glob("app-*/*/stderr"))
+            assert executors, f"no executor ran on {worker.base_dir}"
+        apps = master.status().get("completedapps", [])
+        assert isinstance(apps, list) and any(
+            app.get("name") == "pgbridge-apply" for app in apps
+        ), apps
+
+        assert_delta_equals_source(spark, config, dsn)
