@@ -114,6 +114,7 @@ _LONGEST_FIRST = (
     "tests/integration/test_spark_apply.py",
     "tests/spark/test_changelog.py",
     "tests/integration/test_delta_e2e.py",
+    "tests/integration/test_spark_cluster.py",
     "tests/integration/test_snapshot_e2e.py",
     "tests/integration/test_incremental_snapshot.py",
 )
