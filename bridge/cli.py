@@ -88,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from bridge.status import collect
 
-    status = collect(_load_config(args))
+    status = collect(_load_config(args), apply_checkpoint=args.apply_checkpoint)
     print(json.dumps(status.as_dict(), indent=2) if args.json else status.render())
     return 0 if not status.problems and status.slot.exists else 3
 
@@ -166,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="slot position and lag, topics, subjects")
     _add_config_options(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument(
+        "--apply-checkpoint",
+        metavar="PATH",
+        help="the Spark apply job's --checkpoint: also show its per-table lag (Kafka records "
+        "not applied yet)",
+    )
     status.set_defaults(handler=_status)
 
     check = commands.add_parser(

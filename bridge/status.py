@@ -6,6 +6,7 @@ topics under the prefix, the registry subjects. Works whether or not ``pgbridge 
 
 from __future__ import annotations
 
+import re
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -65,6 +66,9 @@ class BridgeStatus:
     #: What the running bridge waits for (dependency names), read from its metrics endpoint;
     #: None when that cannot be known (metrics.port unset, or the bridge is not running).
     waiting_for: list[str] | None = None
+    #: The Spark apply job's position (``--apply-checkpoint``): its last committed batch and,
+    #: per table topic, the Kafka records it has not applied yet (bridge.apply_status).
+    apply: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +109,8 @@ class BridgeStatus:
                 + (f" ({t['reason']})" if t["reason"] else "")
                 for t in incr["tables"]
             ]
+        if self.apply is not None:
+            lines += _render_apply(self.apply)
         if self.waiting_for:
             lines.append(f"waiting for: {', '.join(self.waiting_for)} (a transient fault)")
         lines += [f"problem: {p}" for p in self.problems]
@@ -129,7 +135,9 @@ def slot_query(server_version: int) -> str:
     return _SLOT_QUERY.format(failover=failover)
 
 
-def collect(config: BridgeConfig) -> BridgeStatus:
+def collect(config: BridgeConfig, apply_checkpoint: str | None = None) -> BridgeStatus:
+    """Everything ``pgbridge status`` shows; ``apply_checkpoint``: the Spark apply job's
+    streaming checkpoint, for its per-table lag."""
     rep = config.replication
     status = BridgeStatus(SlotStatus(rep.slot_name, False), rep.publication_name, False)
     try:
@@ -159,7 +167,81 @@ def collect(config: BridgeConfig) -> BridgeStatus:
     _snapshot_status(config, status)
     _incremental_status(config, status)
     status.waiting_for = waiting_for(config)
+    if apply_checkpoint is not None:
+        _apply_status(config, apply_checkpoint, status)
     return status
+
+
+def _apply_status(config: BridgeConfig, checkpoint: str, status: BridgeStatus) -> None:
+    from bridge.apply_status import ApplyCheckpointError, apply_lag, read_apply_position
+
+    try:
+        position = read_apply_position(checkpoint)
+    except ApplyCheckpointError as exc:
+        status.problems.append(str(exc))
+        return
+    tables = [
+        t for t in status.topics if _TABLE_TOPIC.fullmatch(t.removeprefix(config.topic_prefix))
+    ]
+    try:
+        watermarks = _watermarks(config, tables)
+    except Exception as exc:  # the client raises KafkaException or plain errors
+        status.problems.append(f"Kafka (apply lag): {exc}")
+        return
+    lag = apply_lag(position, watermarks)
+    status.apply = {
+        "checkpoint": checkpoint,
+        "batch": position.batch,
+        "batch_time_ms": position.batch_time_ms,
+        "lag_records": sum(lag.values()),
+        "tables": lag,
+    }
+
+
+#: A table's topic after the prefix, as the apply job subscribes (bridge.spark.config).
+_TABLE_TOPIC = re.compile(r"\..+\..+")
+
+
+def _watermarks(config: BridgeConfig, topics: list[str]) -> dict[str, dict[int, tuple[int, int]]]:
+    """Earliest and end offset of every partition of ``topics``."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+    admin = AdminClient(admin_config(config.kafka))
+    metadata = admin.list_topics(timeout=10)
+    parts = [
+        TopicPartition(topic, partition)
+        for topic in topics
+        if topic in metadata.topics
+        for partition in metadata.topics[topic].partitions
+    ]
+    result: dict[str, dict[int, tuple[int, int]]] = {t: {} for t in topics if t in metadata.topics}
+    if not parts:
+        return result
+    first, end = OffsetSpec.earliest(), OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    earliest = admin.list_offsets({p: first for p in parts}, request_timeout=10)
+    latest = admin.list_offsets({p: end for p in parts}, request_timeout=10)
+    for part in parts:
+        low = earliest[part].result().offset
+        high = latest[part].result().offset
+        result[part.topic][part.partition] = (low, high)
+    return result
+
+
+def _render_apply(apply: dict[str, Any]) -> list[str]:
+    behind = {t: n for t, n in apply["tables"].items() if n}
+    head = (
+        f"apply job ({apply['checkpoint']}): "
+        + (
+            "no batch committed yet"
+            if apply["batch"] is None
+            else f"batch {apply['batch']} committed"
+        )
+        + f", {apply['lag_records']} records behind in {len(behind)} of "
+        f"{len(apply['tables'])} tables"
+    )
+    worst = sorted(behind.items(), key=lambda item: -item[1])[:10]
+    return [head, *(f"  {topic}: {records} records behind" for topic, records in worst)]
 
 
 def waiting_for(config: BridgeConfig, timeout: float = 2.0) -> list[str] | None:

@@ -42,6 +42,9 @@ class _SparkDaemon(Service):
         env["SPARK_LOG_DIR"] = str(self.base_dir)
         env["SPARK_LOCAL_IP"] = "127.0.0.1"
         env.setdefault("SPARK_DAEMON_MEMORY", "256m")
+        # The master and workers only coordinate (the work runs in executors they start): the
+        # client JIT and a serial GC keep them from taking cores the job needs.
+        env.setdefault("SPARK_DAEMON_JAVA_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         return env
 
     def _spark_class(self, main: str, *args: str) -> list[str]:

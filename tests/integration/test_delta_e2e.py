@@ -26,6 +26,7 @@ from bridge.devstack.stack import StackInfo
 from bridge.spark import changelog
 from bridge.spark.config import ApplyConfig
 from bridge.spark.job import run_apply
+from bridge.status import collect
 from tests.integration.bridge_harness import (
     RunningBridge,
     bridge_config,
@@ -298,6 +299,13 @@ def test_apply_with_defaults_bounds_batches_by_memory_and_equals_source(
         assert len(batches) >= 2, log[-3000:]  # more than one batch: the bound held
         assert "[Stage" not in log  # no progress bars in a log
         assert "Traceback" not in log and "Py4JException" not in log  # a clean shutdown
+        # pgbridge status --apply-checkpoint: the job's last batch is committed, nothing behind.
+        status = collect(
+            bridge_config(local_stack, dsn, prefix), apply_checkpoint=config.checkpoint_location
+        )
+        assert status.apply is not None, status.problems
+        assert status.apply["batch"] is not None and status.apply["batch"] >= len(batches) - 1
+        assert status.apply["tables"] == {f"{prefix}.public.wide_load": 0}
         # Row by row, as a sum of per-row digests each side (comparing 280,000 rows in Python
         # or through one sorted string takes longer than the apply).
         with psycopg.connect(dsn) as conn:
