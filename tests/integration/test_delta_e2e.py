@@ -85,6 +85,16 @@ def apply_config(stack: StackInfo, prefix: str, work: Path, **extra: Any) -> App
     )
 
 
+def run_configuration_file(stack: StackInfo, prefix: str, path: Path) -> Path:
+    """The part of a ``pgbridge run`` configuration file ``pgbridge apply -c`` reads."""
+    path.write_text(
+        f'"database.dbname" = "unused"\n"topic.prefix" = "{prefix}"\n'
+        f'"kafka.bootstrap.servers" = "{stack.bootstrap_servers}"\n'
+        f'"schema.registry.url" = "{stack.registry_url}"\n'
+    )
+    return path
+
+
 def comparable(value: Any) -> Any:
     """PostgreSQL's and Spark's Python values in one form, keeping the type visible."""
     if isinstance(value, dt.datetime):
@@ -278,12 +288,7 @@ def test_apply_with_defaults_bounds_batches_by_memory_and_equals_source(
             bridge.stop()
         config = apply_config(local_stack, prefix, tmp_path)
         # The topics, Kafka and the registry from the configuration file pgbridge run reads.
-        shared = tmp_path / "pgbridge.toml"
-        shared.write_text(
-            f'"database.dbname" = "unused"\n"topic.prefix" = "{prefix}"\n'
-            f'"kafka.bootstrap.servers" = "{local_stack.bootstrap_servers}"\n'
-            f'"schema.registry.url" = "{local_stack.registry_url}"\n'
-        )
+        shared = run_configuration_file(local_stack, prefix, tmp_path / "pgbridge.toml")
         args = [
             sys.executable, "-m", "bridge.cli", "apply", "--available-now", "-c", str(shared),
             "--delta-base", config.delta_base, "--checkpoint", config.checkpoint_location,

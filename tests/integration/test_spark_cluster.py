@@ -23,6 +23,7 @@ from tests.integration.test_delta_e2e import (
     apply_config,
     assert_delta_equals_source,
     capture_workload,
+    run_configuration_file,
 )
 
 pytestmark = pytest.mark.integration
@@ -63,12 +64,7 @@ def test_apply_on_a_standalone_cluster_with_two_workers_equals_the_source(
     with scratch_database(local_stack) as dsn:
         capture_workload(local_stack, dsn, prefix)
         config = apply_config(local_stack, prefix, tmp_path / "apply")
-        shared = tmp_path / "pgbridge.toml"
-        shared.write_text(
-            f'"database.dbname" = "unused"\n"topic.prefix" = "{prefix}"\n'
-            f'"kafka.bootstrap.servers" = "{local_stack.bootstrap_servers}"\n'
-            f'"schema.registry.url" = "{local_stack.registry_url}"\n'
-        )
+        shared = run_configuration_file(local_stack, prefix, tmp_path / "pgbridge.toml")
         args = [
             sys.executable, "-m", "bridge.cli", "apply", "--available-now", "-c", str(shared),
             "--master", master.url,
