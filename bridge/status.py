@@ -6,7 +6,6 @@ topics under the prefix, the registry subjects. Works whether or not ``pgbridge 
 
 from __future__ import annotations
 
-import re
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -154,8 +153,11 @@ def collect(config: BridgeConfig, apply_checkpoint: str | None = None) -> Bridge
         status.problems.append(f"PostgreSQL: {exc}".strip())
     if status.slot.wal_status == "lost":
         status.problems.append("the slot is invalidated (WAL it needed was removed): re-snapshot")
+    admin: AdminClient | None = None
+    md: Any = None  # the cluster's metadata, also for the apply job's lag
     try:
-        md = AdminClient(admin_config(config.kafka)).list_topics(timeout=10)
+        admin = AdminClient(admin_config(config.kafka))
+        md = admin.list_topics(timeout=10)
         status.topics = sorted(t for t in md.topics if t.startswith(config.topic_prefix + "."))
     except Exception as exc:  # the client raises KafkaException or plain errors
         status.problems.append(f"Kafka: {exc}")
@@ -168,23 +170,30 @@ def collect(config: BridgeConfig, apply_checkpoint: str | None = None) -> Bridge
     _incremental_status(config, status)
     status.waiting_for = waiting_for(config)
     if apply_checkpoint is not None:
-        _apply_status(config, apply_checkpoint, status)
+        _apply_status(config, apply_checkpoint, admin, md, status)
     return status
 
 
-def _apply_status(config: BridgeConfig, checkpoint: str, status: BridgeStatus) -> None:
+def _apply_status(
+    config: BridgeConfig,
+    checkpoint: str,
+    admin: AdminClient | None,
+    metadata: Any,
+    status: BridgeStatus,
+) -> None:
     from bridge.apply_status import ApplyCheckpointError, apply_lag, read_apply_position
+    from bridge.spark.config import is_table_topic
 
     try:
         position = read_apply_position(checkpoint)
     except ApplyCheckpointError as exc:
         status.problems.append(str(exc))
         return
-    tables = [
-        t for t in status.topics if _TABLE_TOPIC.fullmatch(t.removeprefix(config.topic_prefix))
-    ]
+    if admin is None or metadata is None:
+        return  # Kafka is unreachable: already a problem of its own
+    tables = [t for t in status.topics if is_table_topic(config.topic_prefix, t)]
     try:
-        watermarks = _watermarks(config, tables)
+        watermarks = _watermarks(admin, metadata, tables)
     except Exception as exc:  # the client raises KafkaException or plain errors
         status.problems.append(f"Kafka (apply lag): {exc}")
         return
@@ -198,17 +207,13 @@ def _apply_status(config: BridgeConfig, checkpoint: str, status: BridgeStatus) -
     }
 
 
-#: A table's topic after the prefix, as the apply job subscribes (bridge.spark.config).
-_TABLE_TOPIC = re.compile(r"\..+\..+")
-
-
-def _watermarks(config: BridgeConfig, topics: list[str]) -> dict[str, dict[int, tuple[int, int]]]:
-    """Earliest and end offset of every partition of ``topics``."""
+def _watermarks(
+    admin: AdminClient, metadata: Any, topics: list[str]
+) -> dict[str, dict[int, tuple[int, int]]]:
+    """Earliest and end offset of every partition of ``topics`` (in ``metadata``)."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
-    admin = AdminClient(admin_config(config.kafka))
-    metadata = admin.list_topics(timeout=10)
     parts = [
         TopicPartition(topic, partition)
         for topic in topics

@@ -219,4 +219,10 @@ class ApplyConfig:
 
     def is_table_topic(self, topic: str) -> bool:
         """Whether ``topic`` is a table's change topic under the prefix (as subscribed)."""
-        return re.fullmatch(re.escape(self.topic_prefix) + _TABLE_TOPIC_TAIL, topic) is not None
+        return is_table_topic(self.topic_prefix, topic)
+
+
+def is_table_topic(topic_prefix: str, topic: str) -> bool:
+    """Whether ``topic`` is a table's change topic under ``topic_prefix``, as the apply job
+    subscribes (``<prefix>.<schema>.<table>``, not the prefix's other topics)."""
+    return re.fullmatch(re.escape(topic_prefix) + _TABLE_TOPIC_TAIL, topic) is not None
