@@ -44,12 +44,15 @@ from bridge.pgoutput.messages import (
     Update,
 )
 from bridge.schema import (
+    ATTNUM,
     KeylessMode,
     RelationSchemas,
     SchemaError,
     TableHints,
     relation_schemas,
+    row_record,
 )
+from bridge.source.column_numbers import ColumnFacts
 from bridge.types import TypeMapper
 from bridge.types.errors import ConversionError
 
@@ -182,13 +185,14 @@ class EventBuilder:
         keyless: KeylessMode = "null_key",
         key_columns: Callable[[str, str], tuple[str, ...] | None] | None = None,
         failures: FailurePolicy | None = None,
-        column_numbers: Callable[[Relation], Mapping[str, int]] | None = None,
+        column_numbers: Callable[[Relation], ColumnFacts] | None = None,
     ) -> None:
         """``hints`` by ``schema.table``; ``key_columns(schema, table)`` the configured message
         key columns of a table (``message.key.columns``), if any; ``failures`` decides what
         happens to a change that cannot be converted (default: stop with the typed error);
-        ``column_numbers(relation)`` its columns' attribute numbers (empty: not known), read
-        from the catalog when a table version's schemas are built (renames are told by them)."""
+        ``column_numbers(relation)`` its columns' attribute numbers and missing values (empty:
+        not known), read from the catalog when a table version's schemas are built (renames
+        are told by the numbers; a column added with a default gets it as its Avro default)."""
         self.topic_prefix = topic_prefix
         self.mapper = mapper or TypeMapper()
         self.hints = hints or {}
@@ -326,9 +330,14 @@ class EventBuilder:
         if key_columns is not None:
             hints = replace(hints or TableHints(), key_columns=key_columns)
         if self.column_numbers is not None:
-            numbers = self.column_numbers(relation)
-            if numbers:
-                hints = replace(hints or TableHints(), column_numbers=numbers)
+            facts = self.column_numbers(relation)
+            self._warn_of_rewritten_rows(relation, facts)
+            if facts.numbers:
+                hints = replace(
+                    hints or TableHints(),
+                    column_numbers=facts.numbers,
+                    missing_values=facts.missing,
+                )
         return relation_schemas(
             relation,
             self.mapper,
@@ -336,6 +345,32 @@ class EventBuilder:
             hints=hints,
             keyless=self.keyless,
         )
+
+    def _warn_of_rewritten_rows(self, relation: Relation, facts: ColumnFacts) -> None:
+        """A column added with a default PostgreSQL had to compute per row (a volatile one:
+        ``random()``, ``clock_timestamp()``) rewrote the table without sending its rows: they
+        hold values no consumer saw. Said once, when the new version is built, with the fix.
+        (A column added without a default and given one later looks the same here, hence
+        "if".)"""
+        known = self.relations.get(relation.relation_oid)
+        if known is None or not facts.defaulted:
+            return
+        row = row_record(known.value_schema)
+        before = {f.get(ATTNUM) for f in row["fields"]} if row else set()
+        added = sorted(
+            name
+            for name in facts.defaulted - facts.missing.keys()
+            if facts.numbers.get(name) not in before
+        )
+        if added and None not in before:
+            logger.warning(
+                "%s: columns %s were added with a default and rows written before hold no "
+                "value of it in the change events; if the default was volatile (PostgreSQL "
+                "then rewrote the rows without sending them), run an incremental snapshot of "
+                "the table to bring consumers up to date (README, Incremental snapshots)",
+                known.table,
+                added,
+            )
 
     def _update(self, message: Update) -> list[Output]:
         table = self._table(message.relation_oid, "Update")

@@ -19,6 +19,14 @@ messages do not say which columns are ``NOT NULL``, ``before`` of a DEFAULT-iden
 only the key, and a field with a default is what makes adding a column a BACKWARD-compatible
 change. Column comments, which are not in Relation messages, come from :class:`TableHints`.
 
+Except one kind: a column added by ``ALTER TABLE ... ADD COLUMN ... DEFAULT`` without a table
+rewrite, whose older rows PostgreSQL serves with the value computed at the ``ALTER``
+(``attmissingval``, in :attr:`TableHints.missing_values`). Its field is ``[T, "null"]`` with that
+value as the Avro default (as Confluent's AvroData writes a non-null default), so a consumer
+reading a record written before the column existed with the new schema reads what PostgreSQL
+shows for that row; the field property ``pgbridge.missing`` holds the value's PostgreSQL text
+(also where Avro cannot carry it as a default: records, NaN).
+
 Unchanged TOAST
 ---------------
 When an UPDATE does not change a TOASTed value the server does not send it. pgbridge marks such
@@ -39,6 +47,7 @@ import logging
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import cache
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -60,6 +69,8 @@ SCHEMAS_DIR: Final = Path(__file__).parent / "avro_schemas"
 UNCHANGED_TOAST_FIELD: Final = "unchanged_toast_columns"
 
 #: Field properties of a ``Value`` column: its PostgreSQL name where the Avro name differs; its
+#: The PostgreSQL text of the value rows written before ``ADD COLUMN ... DEFAULT`` hold.
+MISSING: Final = "pgbridge.missing"
 #: attribute number (``attnum``, kept through renames); the names it had before renames, oldest
 #: first (PostgreSQL's, beside Avro's own ``aliases`` with the Avro names).
 ORIGINAL_NAME: Final = "pgbridge.column"
@@ -118,6 +129,9 @@ class TableHints:
     - ``column_numbers``: column name -> attribute number (``attnum``), emitted as the field's
       ``pgbridge.attnum``: a column keeps its number through ``RENAME COLUMN``, so the next
       version of the schema can say it was renamed (:func:`carry_renames`).
+    - ``missing_values``: column name -> the text (as the walsender renders values) of the value
+      rows written before ``ADD COLUMN ... DEFAULT`` hold for it (``attmissingval``): the
+      field's Avro default and ``pgbridge.missing``.
     """
 
     comments: Mapping[str, str] = field(default_factory=dict)
@@ -125,6 +139,7 @@ class TableHints:
     key_columns: tuple[str, ...] | None = None
     array_dimensions: Mapping[str, int] = field(default_factory=dict)
     column_numbers: Mapping[str, int] = field(default_factory=dict)
+    missing_values: Mapping[str, str] = field(default_factory=dict)
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -275,6 +290,7 @@ def relation_schemas(
     names: list[str] = []
     fields: list[dict[str, Any]] = []
     by_column: dict[str, tuple[str, ColumnType]] = {}
+    null_second: set[int] = set()  # fields whose union is [T, "null"]
     for column in relation.columns:
         column_type = mapper.column_type(
             column.type_oid,
@@ -289,6 +305,14 @@ def relation_schemas(
             "type": ["null", column_type.avro],
             "default": None,
         }
+        missing = hints.missing_values.get(column.name)
+        if missing is not None:
+            default = _missing_default(column_type, missing, table, column.name)
+            if default is not _NO_DEFAULT:
+                field_schema["type"] = [column_type.avro, "null"]
+                field_schema["default"] = default
+                null_second.add(len(fields))
+            field_schema[MISSING] = missing
         comment = hints.comments.get(column.name)
         if comment:
             field_schema["doc"] = comment
@@ -355,6 +379,7 @@ def relation_schemas(
         tuple(columns),
         key_indexes=tuple(key_names[name] for name in key_fields),
         key_optional=key_optional,
+        null_second=frozenset(null_second),
     )
     return RelationSchemas(
         relation=relation,
@@ -369,6 +394,70 @@ def relation_schemas(
         columns=tuple(columns),
         encoder=encoder,
     )
+
+
+_NO_DEFAULT: Final = object()
+
+
+def _missing_default(column_type: ColumnType, text: str, table: str, column: str) -> Any:
+    """The Avro default (JSON) of a column's missing value, or ``_NO_DEFAULT`` where Avro
+    cannot carry it (a value the converter refuses, NaN, types without a JSON default form)."""
+    try:
+        value = column_type.from_text(text.encode())
+        return _json_default(column_type.avro, value)
+    except (ConversionError, ValueError, TypeError) as exc:
+        logger.info(
+            "%s.%s: the value rows written before the column was added hold (%r) has no Avro "
+            "default form (%s); it is in the field's %s only",
+            table,
+            column,
+            text,
+            exc,
+            MISSING,
+        )
+        return _NO_DEFAULT
+
+
+_JSON_PRIMITIVES: Final = {"int", "long", "float", "double", "boolean", "string", "bytes"}
+
+
+def _json_default(avro: Any, value: Any) -> Any:
+    """``value`` (an Avro datum of schema ``avro``) in Avro's JSON default encoding; raises
+    ``ValueError`` for what has none here (records, unions, named references)."""
+    kind = avro.get("type") if isinstance(avro, dict) else avro
+    if value is None:
+        raise ValueError("a null default")
+    if kind in ("float", "double"):
+        if (
+            not isinstance(value, (int, float))
+            or value != value
+            or value
+            in (
+                float("inf"),
+                float("-inf"),
+            )
+        ):
+            raise ValueError(f"{value!r} is not a JSON number")
+        return float(value)
+    if kind in ("int", "long") and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind == "boolean" and isinstance(value, bool):
+        return value
+    if kind == "string" and isinstance(value, str):
+        return value
+    if kind in ("bytes", "fixed") and isinstance(value, Decimal):
+        unscaled = int(value.scaleb(int(avro.get("scale", 0))))
+        size = unscaled.bit_length() // 8 + 1
+        value = unscaled.to_bytes(size, "big", signed=True)  # Avro's decimal: two's complement
+    if kind in ("bytes", "fixed") and isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("latin-1")  # Avro: one code point per byte
+    if kind == "enum" and isinstance(value, str):
+        return value
+    if kind == "array" and isinstance(value, list) and not isinstance(avro["items"], list):
+        # Items that are unions (["null", T]: PostgreSQL arrays may hold NULLs) have no
+        # portable JSON form: Avro readers disagree on which branch a union default names.
+        return [_json_default(avro["items"], item) for item in value]
+    raise ValueError(f"no default form for Avro type {kind!r}")
 
 
 def _key_schema(
@@ -486,9 +575,11 @@ class RowEncoder:
         *,
         key_indexes: tuple[int, ...] = (),
         key_optional: bool = False,
+        null_second: frozenset[int] = frozenset(),
     ) -> None:
         """``key_indexes``: the columns of the ``Key`` record in its field order (none for a
-        keyless table), ``key_optional``: whether its fields are ``["null", T]`` unions."""
+        keyless table), ``key_optional``: whether its fields are ``["null", T]`` unions;
+        ``null_second``: the columns whose value field is ``[T, "null"]`` instead."""
         self.table = table
         self._names = names
         self._columns = columns
@@ -496,12 +587,14 @@ class RowEncoder:
         self._binary = tuple(c.from_binary for c in columns)
         self._placeholders = tuple(c.toast_placeholder for c in columns)
         self._size = len(columns)
-        # Value fields are all ["null", T] (see the module doc); plans exist only if the C
-        # encoder is built and covers every column of the row and of the key.
+        # Value fields are ["null", T] but for null_second's (see the module doc); plans exist
+        # only if the C encoder is built and covers every column of the row and of the key.
         self._row_plan: bytes | None = None
         self._key_plan: bytes | None = None
         if native.encode_row is not None:
-            row_plan = record_plan(columns, range(len(columns)), nullable=True)
+            row_plan = record_plan(
+                columns, range(len(columns)), nullable=True, null_second=null_second
+            )
             key_plan = record_plan(columns, key_indexes, nullable=key_optional)
             if row_plan is not None and key_plan is not None:
                 self._row_plan = row_plan
@@ -575,7 +668,7 @@ class RowEncoder:
 # --- comparing schema versions -------------------------------------------------------------
 
 
-def _row_record(schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def row_record(schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The record holding the columns: the envelope's ``Value`` or the ``Key`` itself."""
     if schema.get("name") == "Key":
         return schema
@@ -599,7 +692,7 @@ def carry_renames(previous: Mapping[str, Any] | None, new: dict[str, Any]) -> di
     rename the Delta column). Names from earlier renames are carried forward, except one a
     column of ``new`` now has (a reader would then match it twice). Returns ``new`` itself when
     nothing is to be said, else a copy."""
-    old_row, new_row = _row_record(previous or {}), _row_record(new)
+    old_row, new_row = row_record(previous or {}), row_record(new)
     if old_row is None or new_row is None:
         return new
     by_number = {f[ATTNUM]: f for f in old_row["fields"] if ATTNUM in f}
@@ -626,7 +719,7 @@ def carry_renames(previous: Mapping[str, Any] | None, new: dict[str, Any]) -> di
     if not renamed:
         return new
     out = copy.deepcopy(new)
-    row = _row_record(out)
+    row = row_record(out)
     assert row is not None
     for f in row["fields"]:
         if f["name"] in renamed:
@@ -642,7 +735,7 @@ def key_renames(key: Mapping[str, Any], value: Mapping[str, Any]) -> Mapping[str
     """A key schema with the ``aliases`` its fields have in ``value`` (the same table version's
     value schema, after :func:`carry_renames`): a renamed key column then reads old keys, and
     the key subject finds the change compatible too. ``key`` itself when none has any."""
-    value_row, key_row = _row_record(value), _row_record(key)
+    value_row, key_row = row_record(value), row_record(key)
     if value_row is None or key_row is None:
         return key
     aliases = {f["name"]: f["aliases"] for f in value_row["fields"] if f.get("aliases")}
@@ -658,7 +751,7 @@ def key_renames(key: Mapping[str, Any], value: Mapping[str, Any]) -> Mapping[str
 def column_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(field, change) pairs between two key or value schemas built by this module: ``added``,
     ``removed`` or ``type changed``. Used to name the columns of an incompatible change."""
-    old_row, new_row = _row_record(old), _row_record(new)
+    old_row, new_row = row_record(old), row_record(new)
     if old_row is None or new_row is None:
         return []
     old_fields = {f["name"]: f for f in old_row["fields"]}

@@ -254,3 +254,29 @@ def test_event_builder_two_tables_sharing_a_topic_is_a_typed_error() -> None:
     b.feed(relation(oid=1, name="a b"))  # the same table again is fine
     with pytest.raises(SchemaError, match=r"also the topic of table public\.a b"):
         b.feed(relation(oid=2, name="a_b"))
+
+
+@pytest.mark.parametrize(
+    ("missing", "warned"), [({}, True), ({"added": "5"}, False)], ids=["volatile", "constant"]
+)
+def test_a_column_added_with_a_default_older_rows_never_received_is_warned_of(
+    caplog: pytest.LogCaptureFixture, missing: dict[str, str], warned: bool
+) -> None:
+    """ADD COLUMN ... DEFAULT clock_timestamp() rewrites the table without sending its rows:
+    the log says so, and what to do; a constant default (a missing value) is carried instead."""
+    from bridge.source.column_numbers import ColumnFacts
+
+    v1 = relation()
+    v2 = relation(columns=(("id", INT4, True), ("body", TEXT, False), ("added", INT4, False)))
+    facts = {
+        v1: ColumnFacts({"id": 1, "body": 2}),
+        v2: ColumnFacts({"id": 1, "body": 2, "added": 3}, missing, frozenset({"added"})),
+    }
+    b = EventBuilder("app", column_numbers=lambda r: facts[r])
+    _run(b, v1, BEGIN, Insert(None, 16384, tuple_data("1", "a")), COMMIT)
+    with caplog.at_level("WARNING", logger="bridge.events"):
+        _run(b, v2)
+    messages = [r.getMessage() for r in caplog.records if "incremental snapshot" in r.getMessage()]
+    assert bool(messages) is warned
+    if warned:
+        assert "public.items" in messages[0] and "['added']" in messages[0]

@@ -28,7 +28,8 @@
  *
  * Plan layout (bytes, PLAN_STRIDE per field, in the record's field order):
  *   [0..1] column index, big-endian   [2] op for text values   [3] op for binary values
- *   [4] 1 if the field is the union ["null", T]   [5] decimal scale   [6] decimal precision
+ *   [4] 0: not a union, 1: the union ["null", T], 2: [T, "null"]   [5] decimal scale
+ *   [6] decimal precision
  *   [7] an array's item op for text values   [8] its item op for binary values   [9] unused
  * (an array of decimals keeps its items' scale and precision in [5] and [6]).
  */
@@ -53,11 +54,13 @@ static int write_record(Out *o, const Tuple *t, const unsigned char *plan, Py_ss
         const unsigned char *e = plan + f;
         Py_ssize_t col = (e[0] << 8) | e[1];
         int nullable = e[4];
+        /* The union branch bytes (zigzag varints): null and the value, by the union's order. */
+        unsigned char null_branch = nullable == 2 ? 2 : 0, value_branch = nullable == 2 ? 0 : 2;
         if (col >= t->ncols) return 0;
         char kind = t->kinds[col];
         if (kind == 'n') {
             if (!nullable) return 0;
-            if (!out_byte(o, 0)) return -1;
+            if (!out_byte(o, null_branch)) return -1;
             continue;
         }
         if (kind != 't' && kind != 'b') return 0; /* 'u': unchanged TOAST, the Python path */
@@ -74,7 +77,7 @@ static int write_record(Out *o, const Tuple *t, const unsigned char *plan, Py_ss
             if ((start == -1 || end == -1) && PyErr_Occurred()) return -1;
         }
         if (start < 0 || end < start || end > t->buf_len) return 0;
-        if (nullable && !out_byte(o, 2)) return -1;
+        if (nullable && !out_byte(o, value_branch)) return -1;
         int r = write_value(o, op, binary ? e[8] : e[7], binary, t->buf + start, end - start,
                             e[5], e[6]);
         if (r != 1) return r;

@@ -10,7 +10,7 @@ Python converters anyway (NULL in a non-null key field, unchanged TOAST, ``NaN``
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bridge.native import ops
@@ -39,8 +39,13 @@ def _decimal_fits(column: ColumnType) -> tuple[int, int] | None:
     return params
 
 
-def field_plan(index: int, column: ColumnType, nullable: bool) -> bytes | None:
-    """The plan entry of one field, or ``None`` if the column type has no native form."""
+#: Byte [4] of a field's plan: not a union, ["null", T], or [T, "null"].
+NOT_NULLABLE, NULL_FIRST, NULL_SECOND = 0, 1, 2
+
+
+def field_plan(index: int, column: ColumnType, nullable: int) -> bytes | None:
+    """The plan entry of one field, or ``None`` if the column type has no native form;
+    ``nullable`` is one of ``NOT_NULLABLE``, ``NULL_FIRST``, ``NULL_SECOND``."""
     text_op, binary_op = column.native
     if text_op == ops.NONE and binary_op == ops.NONE:
         return None
@@ -65,15 +70,25 @@ def field_plan(index: int, column: ColumnType, nullable: bool) -> bytes | None:
             return None
         scale, precision = params
     return _FIELD.pack(
-        index, text_op, binary_op, int(nullable), scale, precision, item_text, item_binary
+        index, text_op, binary_op, nullable, scale, precision, item_text, item_binary
     )
 
 
 def record_plan(
-    columns: Sequence[ColumnType], indexes: Sequence[int], nullable: bool
+    columns: Sequence[ColumnType],
+    indexes: Sequence[int],
+    nullable: bool,
+    null_second: Collection[int] = (),
 ) -> bytes | None:
-    """The plan of a record made of ``columns[i]`` for ``i`` in ``indexes``, in that order."""
-    parts = [field_plan(i, columns[i], nullable) for i in indexes]
+    """The plan of a record made of ``columns[i]`` for ``i`` in ``indexes``, in that order;
+    with ``nullable``, each field is ``["null", T]``, or ``[T, "null"]`` for ``null_second``."""
+
+    def union(i: int) -> int:
+        if not nullable:
+            return NOT_NULLABLE
+        return NULL_SECOND if i in null_second else NULL_FIRST
+
+    parts = [field_plan(i, columns[i], union(i)) for i in indexes]
     if any(p is None for p in parts):
         return None
     return b"".join(p for p in parts if p is not None)

@@ -12,12 +12,19 @@ only when the table's columns now are the message's (the same names and types, i
 publication may leave some out), that is when the stream is not behind a later change of the
 table. Otherwise the version gets no numbers, and a rename next to it reads as a dropped and
 an added column, as before pgbridge told renames: never a wrong rename.
+
+The same read gives the value rows written before ``ALTER TABLE ... ADD COLUMN ... DEFAULT``
+hold for the new column: PostgreSQL does not rewrite them, it serves them the value computed at
+the ``ALTER`` (``pg_attribute.attmissingval``; ``pg_attrdef`` may have changed since, so it is
+not the source of truth). It is read as text, as the walsender renders it, under the same
+"the catalog still describes the message" rule.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import psycopg
 
@@ -25,25 +32,58 @@ from bridge.pgoutput.messages import Relation, RelationColumn
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CatalogColumn", "ColumnNumbers", "catalog_columns", "matching_numbers"]
+__all__ = [
+    "CatalogColumn",
+    "ColumnFacts",
+    "ColumnNumbers",
+    "catalog_columns",
+    "matching_numbers",
+    "missing_values",
+]
 
+# attmissingval is a one-element array of the column's type: its text form parsed as text[]
+# gives the element's text (an array column's element is the array's own text). Types whose
+# array delimiter is not a comma (box) are left out rather than split wrongly.
 _QUERY = (
-    "SELECT attname, attnum::int, atttypid::int FROM pg_attribute "
-    "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+    "SELECT a.attname, a.attnum::int, a.atttypid::int, "
+    "CASE WHEN a.atthasmissing AND t.typdelim = ',' "
+    "THEN (a.attmissingval::text::text[])[1] END, "
+    "a.atthasdef AND a.attgenerated = '' "
+    "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+    "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
 )
 
-#: (name, attnum, type OID) of a column as the catalog has it now.
-CatalogColumn = tuple[str, int, int]
+#: (name, attnum, type OID, missing value's text or None) of a column as the catalog has it now.
+CatalogColumn = tuple[str, int, int, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnFacts:
+    """What the catalog adds to a Relation message's columns (empty when it no longer
+    describes them): attribute numbers, and the text of the value PostgreSQL serves for a
+    column added with a default to rows written before it (``attmissingval``)."""
+
+    numbers: dict[str, int] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+    #: Columns with a default expression (not generated columns).
+    defaulted: frozenset[str] = frozenset()
 
 
 def catalog_columns(
     conn: psycopg.Connection[tuple[object, ...]], relation_oid: int
 ) -> list[CatalogColumn]:
     """The columns of the table with OID ``relation_oid`` as it is now, by attribute number."""
-    return [
-        (str(name), int(str(number)), int(str(type_oid)))
-        for name, number, type_oid in conn.execute(_QUERY, (relation_oid,))
-    ]
+    return [_catalog_column(row) for row in conn.execute(_QUERY, (relation_oid,))]
+
+
+def _catalog_column(row: tuple[object, ...]) -> CatalogColumn:
+    name, number, type_oid, missing = row[:4]
+    return (
+        str(name),
+        int(str(number)),
+        int(str(type_oid)),
+        None if missing is None else str(missing),
+    )
 
 
 def matching_numbers(
@@ -55,7 +95,7 @@ def matching_numbers(
     numbers: dict[str, int] = {}
     rest = iter(catalog)
     for column in columns:
-        for name, number, type_oid in rest:
+        for name, number, type_oid, _missing in rest:
             if name == column.name:
                 if type_oid != column.type_oid:
                     return {}
@@ -66,20 +106,52 @@ def matching_numbers(
     return numbers
 
 
+def missing_values(
+    columns: Sequence[RelationColumn], catalog: Sequence[CatalogColumn]
+) -> dict[str, str]:
+    """Column name -> the text of its missing value (``attmissingval``), for the columns of
+    ``columns`` that have one, when the catalog still describes them (:func:`matching_numbers`)."""
+    if not matching_numbers(columns, catalog):
+        return {}
+    wanted = {column.name for column in columns}
+    return {
+        name: missing
+        for name, _number, _type_oid, missing in catalog
+        if missing is not None and name in wanted
+    }
+
+
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace(" ", "\\ ")
+
+
 class ColumnNumbers:
-    """Reads a table's column numbers with a short connection per table version (Relation
-    messages are rare: one per table and stream start, and one after each DDL)."""
+    """Reads a table's column numbers and missing values with a short connection per table
+    version (Relation messages are rare: one per table and stream start, one after each DDL)."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, settings: Sequence[tuple[str, str]] = ()) -> None:
+        """``settings``: the walsender's session settings (bridge.runner.WALSENDER_SETTINGS), so
+        that missing values read as text as the stream's values are sent."""
         self.dsn = dsn
+        # libpq's options: a space inside a value is escaped with a backslash.
+        self.options = " ".join(f"-c {name}={_escaped(value)}" for name, value in settings)
 
-    def __call__(self, relation: Relation) -> dict[str, int]:
+    def __call__(self, relation: Relation) -> ColumnFacts:
         try:
             with psycopg.connect(
-                self.dsn, autocommit=True, application_name="pgbridge-column-numbers"
+                self.dsn,
+                autocommit=True,
+                application_name="pgbridge-column-numbers",
+                options=self.options,
             ) as conn:
-                catalog = catalog_columns(conn, relation.relation_oid)
-            return matching_numbers(relation.columns, catalog)
+                rows = list(conn.execute(_QUERY, (relation.relation_oid,)))
+            catalog = [_catalog_column(row) for row in rows]
+            numbers = matching_numbers(relation.columns, catalog)
+            return ColumnFacts(
+                numbers,
+                missing_values(relation.columns, catalog),
+                frozenset(str(row[0]) for row in rows if row[4] and numbers) & set(numbers),
+            )
         except psycopg.Error as exc:
             # Without numbers the schema says nothing of renames: a rename made now reaches
             # consumers as a dropped and an added column, as it did before pgbridge told them.
@@ -89,4 +161,4 @@ class ColumnNumbers:
                 relation.relation_oid,
                 exc,
             )
-            return {}
+            return ColumnFacts()

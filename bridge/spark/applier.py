@@ -228,6 +228,8 @@ class BatchApplier:
             properties=self._properties(),
             renames=table.renames,
             drop_absent=drop,
+            missing=table.missing,
+            decimal=self.config.variable_decimal,
             **extra,
         )
         with self._lock:

@@ -36,15 +36,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from prometheus_client import Gauge, Histogram
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from bridge.spark import transforms as tf
 from bridge.spark.applier import BatchApplier
+from bridge.spark.columns import missing_literal
 from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
 from bridge.spark.errors import ApplyError
@@ -291,7 +293,7 @@ def current_state(
         path = config.table_path(str(identity[0]), str(identity[1]))
         # Computed now, as of this moment (a read, not a live query); the decoded changelog's
         # cached frames are released right after.
-        return _fold(spark, path, tables[0]).localCheckpoint(eager=True)
+        return _fold(spark, path, tables[0], config.variable_decimal).localCheckpoint(eager=True)
     finally:
         for cached in decoded.cached:
             cached.unpersist()
@@ -332,7 +334,9 @@ def _base_of_topic(spark: Any, config: ApplyConfig, topic: str) -> str | None:
     return None
 
 
-def _fold(spark: Any, path: str, table: TableBatch) -> DataFrame:
+def _fold(
+    spark: Any, path: str, table: TableBatch, decimal: tuple[int, int] = (38, 18)
+) -> DataFrame:
     """``table``'s changes not covered by the base at ``path``, folded onto it."""
     from delta.tables import DeltaTable
 
@@ -368,7 +372,9 @@ def _fold(spark: Any, path: str, table: TableBatch) -> DataFrame:
         changes = tf.drop_before(changes, *truncate_at)
     fold = bool(summary and summary["toast"])
     latest = tf.last_change_per_key(changes, keys, fold_unchanged=fold)
-    return _overlay(base, latest, keys, list(table.columns.fieldNames()), truncate_at)
+    # A base not compacted since a column was added with a default: its rows hold the value.
+    missing = {name: missing_literal(reader, decimal) for name, reader in table.missing.items()}
+    return _overlay(base, latest, keys, list(table.columns.fieldNames()), truncate_at, missing)
 
 
 def _overlay(
@@ -377,9 +383,12 @@ def _overlay(
     keys: tuple[str, ...],
     columns: list[str],
     truncate_at: tuple[int, int] | None,
+    missing: Mapping[str, Column] | None = None,
 ) -> DataFrame:
     """The MERGE of :func:`bridge.spark.merge.merge_changes`, as a query: the base's rows
-    (those a truncate left) with each key's latest change applied when it is newer."""
+    (those a truncate left) with each key's latest change applied when it is newer. A column
+    the base lacks is null in its rows, or the value of ``missing`` (added with a default)."""
+    missing = missing or {}
     meta = list(tf.PERSISTED_META)
     if base is None:
         rows = latest.where(F.col(tf.OP) != "d")
@@ -408,7 +417,7 @@ def _overlay(
     selected = []
     for name in out_columns:
         in_s, in_t = name in columns, name in base_columns
-        from_t = F.col(f"t.{tf.quote(name)}") if in_t else F.lit(None)
+        from_t = F.col(f"t.{tf.quote(name)}") if in_t else missing.get(name, F.lit(None))
         if in_s:
             from_s: Any = F.col(f"s.{tf.quote(name)}")
             if name not in keys and tf.UNCHANGED in latest.columns:

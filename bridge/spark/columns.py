@@ -31,17 +31,22 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 __all__ = [
+    "MISSING_PROPERTY",
     "ORIGINAL_NAME_PROPERTY",
     "RENAMED_FROM_PROPERTY",
     "VARIABLE_SCALE_DECIMAL",
     "RowColumn",
     "RowShape",
     "convert",
+    "missing_literal",
     "row_columns",
     "variable_decimal",
 ]
 
 ORIGINAL_NAME_PROPERTY = "pgbridge.column"
+#: Set on a field of a column added with ``ADD COLUMN ... DEFAULT``: the value rows written
+#: before hold (its PostgreSQL text; the field's Avro default, where Avro can carry it).
+MISSING_PROPERTY = "pgbridge.missing"
 RENAMED_FROM_PROPERTY = "pgbridge.renamed_from"
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 
@@ -49,12 +54,15 @@ VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 @dataclass(frozen=True, slots=True)
 class RowColumn:
     """One column of the row record: Avro field name, PostgreSQL name, Avro type (resolved),
-    and the PostgreSQL names it had before renames (``RENAME COLUMN``), oldest first."""
+    the PostgreSQL names it had before renames (``RENAME COLUMN``), oldest first, and, for a
+    column added with a default, the one-field Avro record schema (JSON) whose default is the
+    value rows written before the column hold (:func:`missing_literal`)."""
 
     field: str
     name: str
     avro: Any
     renamed_from: tuple[str, ...] = ()
+    missing: str | None = None
 
 
 def _full_name(node: dict[str, Any], namespace: str | None) -> str:
@@ -100,6 +108,23 @@ def _resolve(node: Any, named: dict[str, Any]) -> Any:
     return node
 
 
+_MISSING_WRITER = json.dumps({"type": "record", "name": "Missing", "fields": []})
+
+
+def _missing_reader(field_: dict[str, Any], named: dict[str, Any]) -> str | None:
+    """The reader schema that turns an empty record into ``field_``'s non-null Avro default."""
+    if MISSING_PROPERTY not in field_ or field_.get("default") is None:
+        return None
+    kind = _resolve(field_["type"], named)
+    return json.dumps(
+        {
+            "type": "record",
+            "name": "Missing",
+            "fields": [{"name": "v", "type": [kind, "null"], "default": field_["default"]}],
+        }
+    )
+
+
 def row_columns(schema_json: str) -> tuple[tuple[RowColumn, ...], dict[str, Any]]:
     """The row record's columns of a change envelope schema, and its named types."""
     envelope = json.loads(schema_json)
@@ -116,6 +141,7 @@ def row_columns(schema_json: str) -> tuple[tuple[RowColumn, ...], dict[str, Any]
                             str(f.get(ORIGINAL_NAME_PROPERTY) or f["name"]),
                             _resolve(f["type"], named),
                             tuple(str(n) for n in f.get(RENAMED_FROM_PROPERTY) or ()),
+                            _missing_reader(f, named),
                         )
                         for f in row.get("fields", [])
                     ),
@@ -296,6 +322,10 @@ class RowShape:
         converted = self._converted(image, column)
         return image[column.field] if converted is None else converted[0]
 
+    def missing_values(self) -> dict[str, str]:
+        """PostgreSQL name -> :attr:`RowColumn.missing`, for the columns added with a default."""
+        return {c.name: c.missing for c in self.columns if c.missing is not None}
+
     def unfit_columns(self, image: Column) -> Column | None:
         """An array of the names of the columns whose value in ``image`` did not fit (empty if
         all did), or ``None`` when no column needs a conversion that can fail."""
@@ -304,3 +334,16 @@ class RowShape:
         if not names:
             return None
         return F.array_compact(F.array(*names))
+
+
+def missing_literal(reader: str, decimal: tuple[int, int]) -> Column:
+    """The value, as Delta holds the column's values, that rows written before a column was
+    added with a default hold: ``reader`` (:attr:`RowColumn.missing`) resolves an empty record
+    into its default, by Avro's own schema resolution in ``from_avro`` (the ``avroSchema``
+    option), then the column's usual conversion. A constant: no Spark job."""
+    from pyspark.sql.avro.functions import from_avro
+
+    kind = json.loads(reader)["fields"][0]["type"][0]
+    record = from_avro(F.lit(bytearray()), _MISSING_WRITER, {"avroSchema": reader})
+    column = RowColumn("v", "v", kind)
+    return RowShape((column,), {}, decimal).value(record, column)

@@ -33,7 +33,7 @@ from pyspark.sql import types as T
 from bridge.retry import RetryPolicy
 from bridge.sink.registry import registry_client
 from bridge.spark import transforms as tf
-from bridge.spark.columns import RowShape
+from bridge.spark.columns import RowShape, missing_literal
 from bridge.spark.config import ApplyConfig
 from bridge.spark.errors import RegistryUnavailableError, TableApplyError
 from bridge.spark.semantic import restore_logical_types
@@ -174,6 +174,9 @@ class TableBatch:
     keyless: bool = False  # changes are row images (envelope_to_images)
     # Columns renamed in the source (RENAME COLUMN): old name -> name now, for the table.
     renames: dict[str, str] = field(default_factory=dict)
+    # Columns added with a default (ADD COLUMN ... DEFAULT): name -> the reader schema of the
+    # value older rows hold (bridge.spark.columns.missing_literal), to backfill the table.
+    missing: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -435,14 +438,19 @@ def _table_batch(
     raw = _raw(table_groups[0].decoded)
     for group in table_groups[1:]:
         raw = raw.unionByName(_raw(group.decoded))
+    missing = newest.shape.missing_values()
+    literals = {
+        name: missing_literal(reader, newest.shape.decimal) for name, reader in missing.items()
+    }
     table = TableBatch(
         topic=topic,
-        changes=tf.conform(frames, columns),
+        changes=tf.conform(frames, columns, literals),
         columns=columns,
         key_columns=keys,
         raw=raw,
         keyless=keyless,
         renames=renames,
+        missing=missing,
     )
     return table, dead
 

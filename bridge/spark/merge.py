@@ -37,6 +37,8 @@ Tables without key columns are applied as multisets by :mod:`bridge.spark.multis
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -48,6 +50,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
+from bridge.spark.columns import missing_literal
 from bridge.spark.errors import TableApplyError
 
 __all__ = [
@@ -70,6 +73,10 @@ logger = logging.getLogger(__name__)
 KEY_COLUMNS_PROPERTY = "pgbridge.keyColumns"
 COLUMN_MAPPING_PROPERTY = "delta.columnMapping.mode"
 TOPIC_PROPERTY = "pgbridge.topic"
+#: Columns added with a default whose older rows still wait for the value (base64 of a JSON
+#: object: name -> the reader schema of bridge.spark.columns.missing_literal). Set before the
+#: columns are added, removed after the backfill: a crash in between redoes the backfill.
+PENDING_BACKFILL_PROPERTY = "pgbridge.pendingBackfill"
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -206,6 +213,8 @@ def ensure_table(
     properties: Mapping[str, str] | None = None,
     renames: Mapping[str, str] | None = None,
     drop_absent: bool = False,
+    missing: Mapping[str, str] | None = None,
+    decimal: tuple[int, int] = (38, 18),
 ) -> list[str]:
     """Create the Delta table at ``path``, or add the columns it lacks; returns the added names.
 
@@ -213,7 +222,10 @@ def ensure_table(
     a delete's row image may carry only the key. ``renames`` (old name -> name now, from
     ``RENAME COLUMN`` in the source) rename the table's columns first, values kept;
     ``drop_absent`` drops the table's columns that ``columns`` lacks (dropped in the source),
-    but never ``metadata``.
+    but never ``metadata``. A column of ``missing`` (added in the source with a default: name
+    -> bridge.spark.columns.missing_literal's reader schema) that is added here is set, in the
+    rows the table holds, to the value PostgreSQL shows for them (crash-safe: see
+    :data:`PENDING_BACKFILL_PROPERTY`).
     """
     from delta.tables import DeltaTable
 
@@ -243,6 +255,11 @@ def ensure_table(
         current = _drop_columns(spark, path, table, current, keep)
     existing = set(current)
     added = [f for f in wanted.fields if f.name.lower() not in existing]
+    pending = _pending_backfill(spark, path)
+    backfill = {f.name: missing[f.name] for f in added if missing and f.name in missing}
+    if backfill:
+        pending = {**pending, **backfill}
+        _set_pending_backfill(spark, path, pending)
     _widen_columns(spark, path, topic, current, wanted)
     needs_mapping = any(_NEEDS_MAPPING & set(f.name) for f in added)
     if needs_mapping and _with_column_mapping(spark, path, table):
@@ -254,7 +271,46 @@ def ensure_table(
             "mergeSchema", "true"
         ).save(path)
         logger.info("%s: added columns %s", path, [f.name for f in added])
+    if pending:
+        _backfill(spark, path, pending, decimal)
     return [f.name for f in added]
+
+
+def _pending_backfill(spark: Any, path: str) -> dict[str, str]:
+    """The table's pending backfill (:data:`PENDING_BACKFILL_PROPERTY`), from the snapshot's
+    metadata the caller already loaded (no Spark job)."""
+    log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    value = log.unsafeVolatileSnapshot().metadata().configuration().get(PENDING_BACKFILL_PROPERTY)
+    if not value.isDefined():
+        return {}
+    return dict(json.loads(base64.b64decode(str(value.get())).decode()))
+
+
+def _set_pending_backfill(spark: Any, path: str, pending: Mapping[str, str]) -> None:
+    encoded = base64.b64encode(json.dumps(dict(pending)).encode()).decode()
+    spark.sql(
+        f"ALTER TABLE delta.{_quote(path)} SET TBLPROPERTIES "
+        f"('{PENDING_BACKFILL_PROPERTY}' = '{encoded}')"
+    )
+
+
+def _backfill(spark: Any, path: str, pending: Mapping[str, str], decimal: tuple[int, int]) -> None:
+    """Set the columns of ``pending`` to their missing value in every row, then clear it. Runs
+    before any MERGE writes the columns: every row the table holds was written before them."""
+    from delta.tables import DeltaTable
+
+    DeltaTable.forPath(spark, path).update(
+        set={_quote(name): missing_literal(reader, decimal) for name, reader in pending.items()}
+    )
+    spark.sql(
+        f"ALTER TABLE delta.{_quote(path)} UNSET TBLPROPERTIES ('{PENDING_BACKFILL_PROPERTY}')"
+    )
+    logger.info(
+        "%s: set columns %s in the rows written before they were added to the value "
+        "PostgreSQL shows for them (ADD COLUMN ... DEFAULT)",
+        path,
+        sorted(pending),
+    )
 
 
 def _rename_columns(

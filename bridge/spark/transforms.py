@@ -19,7 +19,7 @@ Dead letters leave stages 1 and 2 through :func:`dead_letters` in one fixed shap
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
@@ -296,21 +296,29 @@ def images_without_before(decoded: DataFrame) -> DataFrame:
     )
 
 
-def conform(frames: Sequence[DataFrame], columns: T.StructType) -> DataFrame:
+def conform(
+    frames: Sequence[DataFrame],
+    columns: T.StructType,
+    missing: Mapping[str, Column] | None = None,
+) -> DataFrame:
     """Change rows decoded under several schema versions -> one DataFrame of ``columns``.
 
     A column a version lacks is null; a column whose type changed is cast to the type in
     ``columns`` (the newest version's). Metadata columns pass through. In change rows (not row
     images), a column the version lacks is also marked unchanged, as an unchanged TOAST value
     is: an update written before a column was added, or after one was dropped, leaves the
-    table's value of it as it is.
+    table's value of it as it is. Except the columns of ``missing`` (added with a default):
+    rows written before hold its value (:func:`bridge.spark.columns.missing_literal`), as
+    PostgreSQL shows them.
     """
     if not frames:
         raise ValueError("conform needs at least one frame")
+    missing = missing or {}
     shaped: list[DataFrame] = []
     for frame_ in frames:
         present = set(frame_.columns)
-        absent = [f.name for f in columns.fields if f.name not in present]
+        filled = {f.name: missing[f.name] for f in columns.fields if f.name in missing}
+        absent = [f.name for f in columns.fields if f.name not in present and f.name not in filled]
         meta: list[Column | str] = [c for c in frame_.columns if c.startswith("_pgbridge_")]
         if absent and UNCHANGED in present and COUNT_DELTA not in present:
             marked = F.array_union(F.col(UNCHANGED), F.array(*[F.lit(n) for n in absent]))
@@ -318,7 +326,7 @@ def conform(frames: Sequence[DataFrame], columns: T.StructType) -> DataFrame:
         shaped.append(
             frame_.select(
                 *[
-                    (F.col(quote(f.name)) if f.name in present else F.lit(None))
+                    (F.col(quote(f.name)) if f.name in present else filled.get(f.name, F.lit(None)))
                     .cast(f.dataType)
                     .alias(f.name)
                     for f in columns.fields

@@ -43,12 +43,17 @@ META = ("_pgbridge_commit_lsn", "_pgbridge_seq", "_pgbridge_commit_ts")
 
 
 def schema_change_workload(dsn: str, settle: Callable[[], None] = lambda: None) -> None:
-    """A column added mid-stream, then used: the Delta table must evolve and keep old rows; then
-    (after ``settle``: the bridge has decoded the first change) a column renamed, to a name
-    Avro refuses, and used: Delta renames it, values kept. The bridge tells a rename when it
-    decodes the table's change before the table's next DDL (README, Renamed columns)."""
+    """Columns added mid-stream, then used: the Delta table must evolve and keep old rows, which
+    hold what PostgreSQL shows for them: null, or the value of ``ADD COLUMN ... DEFAULT``
+    (``attmissingval``: a constant, and ``now()`` computed at the ALTER); then (after
+    ``settle``: the bridge has decoded the first change) a column renamed, to a name Avro
+    refuses, and used: Delta renames it, values kept. The bridge tells a rename when it decodes
+    the table's change before the table's next DDL (README, Renamed columns)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("ALTER TABLE customers ADD COLUMN tier text, ADD COLUMN score numeric(5,1)")
+        conn.execute(
+            "ALTER TABLE customers ADD COLUMN tier text DEFAULT 'basic', "
+            "ADD COLUMN score numeric(5,1), ADD COLUMN since timestamptz DEFAULT now()"
+        )
         conn.execute("UPDATE customers SET tier = 'gold', score = 9.5 WHERE id % 10 = 1")
         conn.execute(
             "INSERT INTO customers (id, name, tier) VALUES (500, 'new after alter', 'bronze')"

@@ -842,3 +842,24 @@ def assert_taken_as_python_writes(table: Table, tup: TupleData) -> None:
 def test_renderers_print_like_postgresql(render: Callable[[], Any], expected: Any) -> None:
     """The test's own renderings follow PostgreSQL's output functions."""
     assert render() == expected
+
+
+# --- 6. columns added with a default: [T, "null"] unions ---------------------------------------
+
+
+@native_only
+@pytest.mark.parametrize("value", [None, ("t", b"42")])
+def test_a_column_added_with_a_default_encodes_its_union_in_that_order(value: Value) -> None:
+    """A column whose older rows hold a value (``ADD COLUMN ... DEFAULT``) is the union
+    ``[T, "null"]`` with that default: the C encoder writes its branch bytes in that order,
+    as the Python writer does, for values and NULLs, beside ``["null", T]`` columns."""
+    table = Table.build(
+        [("id", INT8, -1), ("added", INT4, -1), ("note", TEXT, -1)],
+        keys=["id"],
+        hints=TableHints(missing_values={"added": "7"}),
+    )
+    fields = {f["name"]: f for f in table.schemas.value_schema["fields"][0]["type"][1]["fields"]}
+    assert fields["added"]["type"] == ["int", "null"] and fields["added"]["default"] == 7
+    assert fields["note"]["type"] == ["null", "string"]
+    encoded = assert_native_matches(table, tuple_data(("t", b"1"), value, ("t", b"x")))
+    assert encoded["added"] == (None if value is None else 42)

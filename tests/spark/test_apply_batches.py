@@ -893,3 +893,93 @@ def test_dropped_column_is_kept_by_default_and_dropped_on_request(
         else:
             assert columns(table) == ["id", "a"]
             assert rows == [{"id": 1, "a": "x2"}, {"id": 2, "a": "y"}]
+
+
+def _added_with_default(name: str, type_: Any, default: Any, text: str) -> dict[str, Any]:
+    """A field as the producer writes a column added by ADD COLUMN ... DEFAULT (bridge.schema:
+    the union [T, "null"] with the value older rows hold as its default)."""
+    return {"name": name, "type": [type_, "null"], "default": default, "pgbridge.missing": text}
+
+
+DATE: Any = {"type": "int", "logicalType": "date"}
+
+
+def _with_defaults(table: str, key: list[str]) -> tuple[TableVersion, TableVersion]:
+    v1 = TableVersion(PREFIX, "public", table, [col("id", "int"), col("a", OPT_STR)], key)
+    v2 = TableVersion(
+        PREFIX,
+        "public",
+        table,
+        [
+            col("id", "int"),
+            col("a", OPT_STR),
+            _added_with_default("n", "int", 5, "5"),
+            _added_with_default("d", DATE, 19000, "2022-01-08"),
+        ],
+        key,
+    )
+    return v1, v2
+
+
+def test_column_added_with_a_default_holds_it_in_older_rows(batches: Batches, spark: Any) -> None:
+    """ALTER TABLE ... ADD COLUMN n int DEFAULT 5, d date DEFAULT '2022-01-08': rows the table
+    held before, and older records in the same batch, read 5 and 2022-01-08 (as PostgreSQL
+    shows them); rows written after hold their own values, an explicit NULL included."""
+    v1, v2 = _with_defaults("dflt", ["id"])
+    batches.add(v1, "c", (10, 0), after={"id": 1, "a": "x"})
+    batches.add(v1, "c", (10, 1), after={"id": 2, "a": "y"})
+    batches.apply(0)
+    batches.add(v1, "u", (11, 0), after={"id": 2, "a": "y2"})
+    batches.add(v1, "c", (11, 1), after={"id": 3, "a": "z"})
+    batches.add(v2, "c", (12, 0), after={"id": 4, "a": "w", "n": 9, "d": 1})
+    batches.add(v2, "c", (12, 1), after={"id": 5, "a": "v", "n": None, "d": None})
+    assert batches.apply(1).stats.dead_letters == 0
+    day = dt.date(2022, 1, 8)
+    assert sorted(batches.rows("public", "dflt"), key=lambda r: r["id"]) == [
+        {"id": 1, "a": "x", "n": 5, "d": day},
+        {"id": 2, "a": "y2", "n": 5, "d": day},
+        {"id": 3, "a": "z", "n": 5, "d": day},
+        {"id": 4, "a": "w", "n": 9, "d": dt.date(1970, 1, 2)},
+        {"id": 5, "a": "v", "n": None, "d": None},
+    ]
+    # Keyless tables too (their rows are appended images).
+    k1, k2 = _with_defaults("dflt_log", [])
+    batches.add(k1, "c", (10, 0), after={"id": 1, "a": "x"})
+    batches.apply(2)
+    batches.add(k2, "c", (12, 0), after={"id": 2, "a": "y", "n": None, "d": None})
+    batches.apply(3)
+    assert batches.multiset("public", "dflt_log") == Counter(
+        {(1, "x", 5, day): 1, (2, "y", None, None): 1}
+    )
+
+
+def test_backfill_interrupted_after_the_column_was_added_is_finished_at_the_restart(
+    batches: Batches, spark: Any
+) -> None:
+    """A job killed between adding the column and setting older rows to the missing value: the
+    restarted job finishes it before applying anything else."""
+    from pyspark.sql import types as T
+
+    from bridge.spark.columns import RowShape
+    from bridge.spark.merge import PENDING_BACKFILL_PROPERTY, _set_pending_backfill
+
+    v1, v2 = _with_defaults("dflt_crash", ["id"])
+    batches.add(v1, "c", (10, 0), after={"id": 1, "a": "x"})
+    batches.apply(0)
+    path = batches.config.table_path("public", "dflt_crash")
+    missing = RowShape.from_schema(json.dumps(v2.value_schema()), (38, 18)).missing_values()
+    _set_pending_backfill(spark, path, missing)
+    added = T.StructType([T.StructField("n", T.IntegerType()), T.StructField("d", T.DateType())])
+    spark.createDataFrame([], added).write.format("delta").mode("append").option(
+        "mergeSchema", "true"
+    ).save(path)
+    batches.add(v2, "c", (12, 0), after={"id": 2, "a": "y", "n": 1, "d": 0})
+    batches.apply(1, restarted=True)
+    assert sorted(batches.rows("public", "dflt_crash"), key=lambda r: r["id"]) == [
+        {"id": 1, "a": "x", "n": 5, "d": dt.date(2022, 1, 8)},
+        {"id": 2, "a": "y", "n": 1, "d": dt.date(1970, 1, 1)},
+    ]
+    from delta.tables import DeltaTable
+
+    detail = DeltaTable.forPath(spark, path).detail().first()
+    assert detail is not None and PENDING_BACKFILL_PROPERTY not in detail["properties"]
