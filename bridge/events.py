@@ -50,8 +50,8 @@ from bridge.schema import (
     SchemaError,
     TableHints,
     relation_schemas,
-    row_record,
 )
+from bridge.schema_versions import row_record
 from bridge.source.column_numbers import ColumnFacts
 from bridge.types import TypeMapper
 from bridge.types.errors import ConversionError
@@ -329,15 +329,12 @@ class EventBuilder:
         key_columns = self.key_columns(schema, relation.relation_name) if self.key_columns else None
         if key_columns is not None:
             hints = replace(hints or TableHints(), key_columns=key_columns)
-        if self.column_numbers is not None:
-            facts = self.column_numbers(relation)
-            self._warn_of_rewritten_rows(relation, facts)
-            if facts.numbers:
-                hints = replace(
-                    hints or TableHints(),
-                    column_numbers=facts.numbers,
-                    missing_values=facts.missing,
-                )
+        facts = self.column_numbers(relation) if self.column_numbers else ColumnFacts()
+        self._warn_of_rewritten_rows(relation, facts)
+        if facts.numbers:
+            hints = replace(
+                hints or TableHints(), column_numbers=facts.numbers, missing_values=facts.missing
+            )
         return relation_schemas(
             relation,
             self.mapper,
@@ -347,13 +344,27 @@ class EventBuilder:
         )
 
     def _warn_of_rewritten_rows(self, relation: Relation, facts: ColumnFacts) -> None:
-        """A column added with a default PostgreSQL had to compute per row (a volatile one:
-        ``random()``, ``clock_timestamp()``) rewrote the table without sending its rows: they
-        hold values no consumer saw. Said once, when the new version is built, with the fix.
-        (A column added without a default and given one later looks the same here, hence
-        "if".)"""
+        """DDL that rewrites a table without sending its rows: a column added with a default
+        PostgreSQL computes per row (a volatile one: ``random()``, ``clock_timestamp()``), or a
+        column's type changed. The rows then hold values no consumer saw. Said once, when the
+        new version is built, with the fix. (A column added without a default and given one
+        later looks the same here, hence "if".)"""
         known = self.relations.get(relation.relation_oid)
-        if known is None or not facts.defaulted:
+        if known is None:
+            return
+        if (known.relation.namespace, known.relation.relation_name) != (
+            relation.namespace,
+            relation.relation_name,
+        ):
+            logger.warning(
+                "table %s is now %s.%s (ALTER TABLE ... RENAME TO / SET SCHEMA): its changes go "
+                "to a new topic from here; the rows it held are in topic %s (and that Delta "
+                "table): run an incremental snapshot of the table to copy them over",
+                known.table,
+                relation.namespace,
+                relation.relation_name,
+                known.topic,
+            )
             return
         row = row_record(known.value_schema)
         before = {f.get(ATTNUM) for f in row["fields"]} if row else set()
@@ -362,12 +373,27 @@ class EventBuilder:
             for name in facts.defaulted - facts.missing.keys()
             if facts.numbers.get(name) not in before
         )
+        retyped = sorted(
+            column.name
+            for column in relation.columns
+            for old in known.relation.columns
+            if old.name == column.name
+            and old.type_oid != column.type_oid  # a modifier alone keeps the values
+        )
+        if retyped:
+            logger.warning(
+                "%s: columns %s changed type; consumers hold their old values cast (the Spark "
+                "job casts them) until a row changes: if the ALTER's USING computed something "
+                "else, run an incremental snapshot of the table (docs/snapshots.md)",
+                known.table,
+                retyped,
+            )
         if added and None not in before:
             logger.warning(
                 "%s: columns %s were added with a default and rows written before hold no "
                 "value of it in the change events; if the default was volatile (PostgreSQL "
                 "then rewrote the rows without sending them), run an incremental snapshot of "
-                "the table to bring consumers up to date (README, Incremental snapshots)",
+                "the table to bring consumers up to date (docs/snapshots.md)",
                 known.table,
                 added,
             )

@@ -19,13 +19,10 @@ messages do not say which columns are ``NOT NULL``, ``before`` of a DEFAULT-iden
 only the key, and a field with a default is what makes adding a column a BACKWARD-compatible
 change. Column comments, which are not in Relation messages, come from :class:`TableHints`.
 
-Except one kind: a column added by ``ALTER TABLE ... ADD COLUMN ... DEFAULT`` without a table
-rewrite, whose older rows PostgreSQL serves with the value computed at the ``ALTER``
-(``attmissingval``, in :attr:`TableHints.missing_values`). Its field is ``[T, "null"]`` with that
-value as the Avro default (as Confluent's AvroData writes a non-null default), so a consumer
-reading a record written before the column existed with the new schema reads what PostgreSQL
-shows for that row; the field property ``pgbridge.missing`` holds the value's PostgreSQL text
-(also where Avro cannot carry it as a default: records, NaN).
+Except a column added by ``ADD COLUMN ... DEFAULT``, whose older rows hold the value computed at
+the ``ALTER`` (``attmissingval``: :attr:`TableHints.missing_values`): ``[T, "null"]`` with it as
+the default (as Confluent's AvroData writes one), so a reader with the new schema reads old
+records as PostgreSQL shows them; ``pgbridge.missing`` holds its text (where Avro cannot too).
 
 Unchanged TOAST
 ---------------
@@ -47,7 +44,6 @@ import logging
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from functools import cache
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -57,6 +53,7 @@ from bridge.errors import PgBridgeError
 from bridge.native.plan import record_plan
 from bridge.pgoutput.messages import Relation, ReplicaIdentity, TupleData
 from bridge.types import ColumnType, TypeMapper
+from bridge.types.defaults import avro_default
 from bridge.types.errors import ConversionError
 
 logger = logging.getLogger(__name__)
@@ -128,7 +125,7 @@ class TableHints:
       more than one; the Avro schema then nests arrays.
     - ``column_numbers``: column name -> attribute number (``attnum``), emitted as the field's
       ``pgbridge.attnum``: a column keeps its number through ``RENAME COLUMN``, so the next
-      version of the schema can say it was renamed (:func:`carry_renames`).
+      version of the schema can say it was renamed (:func:`bridge.schema_versions.carry_renames`).
     - ``missing_values``: column name -> the text (as the walsender renders values) of the value
       rows written before ``ADD COLUMN ... DEFAULT`` hold for it (``attmissingval``): the
       field's Avro default and ``pgbridge.missing``.
@@ -300,28 +297,9 @@ def relation_schemas(
             column=column.name,
         )
         name = unique_field_name(column.name, names)
-        field_schema: dict[str, Any] = {
-            "name": name,
-            "type": ["null", column_type.avro],
-            "default": None,
-        }
-        missing = hints.missing_values.get(column.name)
-        if missing is not None:
-            default = _missing_default(column_type, missing, table, column.name)
-            if default is not _NO_DEFAULT:
-                field_schema["type"] = [column_type.avro, "null"]
-                field_schema["default"] = default
-                null_second.add(len(fields))
-            field_schema[MISSING] = missing
-        comment = hints.comments.get(column.name)
-        if comment:
-            field_schema["doc"] = comment
-        if name != column.name:
-            # The real name: the Spark job names Delta columns by it, and so can any consumer.
-            field_schema[ORIGINAL_NAME] = column.name
-        number = hints.column_numbers.get(column.name)
-        if number is not None:
-            field_schema[ATTNUM] = number
+        field_schema = _value_field(name, column.name, column_type, hints, table)
+        if field_schema["type"][-1] == "null":
+            null_second.add(len(fields))
         fields.append(field_schema)
         columns.append(column_type)
         names.append(name)
@@ -396,68 +374,34 @@ def relation_schemas(
     )
 
 
-_NO_DEFAULT: Final = object()
-
-
-def _missing_default(column_type: ColumnType, text: str, table: str, column: str) -> Any:
-    """The Avro default (JSON) of a column's missing value, or ``_NO_DEFAULT`` where Avro
-    cannot carry it (a value the converter refuses, NaN, types without a JSON default form)."""
-    try:
-        value = column_type.from_text(text.encode())
-        return _json_default(column_type.avro, value)
-    except (ConversionError, ValueError, TypeError) as exc:
-        logger.info(
-            "%s.%s: the value rows written before the column was added hold (%r) has no Avro "
-            "default form (%s); it is in the field's %s only",
-            table,
-            column,
-            text,
-            exc,
-            MISSING,
-        )
-        return _NO_DEFAULT
-
-
-_JSON_PRIMITIVES: Final = {"int", "long", "float", "double", "boolean", "string", "bytes"}
-
-
-def _json_default(avro: Any, value: Any) -> Any:
-    """``value`` (an Avro datum of schema ``avro``) in Avro's JSON default encoding; raises
-    ``ValueError`` for what has none here (records, unions, named references)."""
-    kind = avro.get("type") if isinstance(avro, dict) else avro
-    if value is None:
-        raise ValueError("a null default")
-    if kind in ("float", "double"):
-        if (
-            not isinstance(value, (int, float))
-            or value != value
-            or value
-            in (
-                float("inf"),
-                float("-inf"),
-            )
-        ):
-            raise ValueError(f"{value!r} is not a JSON number")
-        return float(value)
-    if kind in ("int", "long") and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if kind == "boolean" and isinstance(value, bool):
-        return value
-    if kind == "string" and isinstance(value, str):
-        return value
-    if kind in ("bytes", "fixed") and isinstance(value, Decimal):
-        unscaled = int(value.scaleb(int(avro.get("scale", 0))))
-        size = unscaled.bit_length() // 8 + 1
-        value = unscaled.to_bytes(size, "big", signed=True)  # Avro's decimal: two's complement
-    if kind in ("bytes", "fixed") and isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("latin-1")  # Avro: one code point per byte
-    if kind == "enum" and isinstance(value, str):
-        return value
-    if kind == "array" and isinstance(value, list) and not isinstance(avro["items"], list):
-        # Items that are unions (["null", T]: PostgreSQL arrays may hold NULLs) have no
-        # portable JSON form: Avro readers disagree on which branch a union default names.
-        return [_json_default(avro["items"], item) for item in value]
-    raise ValueError(f"no default form for Avro type {kind!r}")
+def _value_field(
+    name: str, column: str, column_type: ColumnType, hints: TableHints, table: str
+) -> dict[str, Any]:
+    """The ``Value`` record's field of one column (see the module doc)."""
+    field_schema: dict[str, Any] = {
+        "name": name,
+        "type": ["null", column_type.avro],
+        "default": None,
+    }
+    missing = hints.missing_values.get(column)
+    if missing is not None:
+        try:
+            field_schema["default"] = avro_default(column_type, missing)
+            field_schema["type"] = [column_type.avro, "null"]
+        except ValueError as exc:
+            logger.info("%s.%s: %r has no Avro default form (%s): in %s only",
+                        table, column, missing, exc, MISSING)  # fmt: skip
+        field_schema[MISSING] = missing
+    comment = hints.comments.get(column)
+    if comment:
+        field_schema["doc"] = comment
+    if name != column:
+        # The real name: the Spark job names Delta columns by it, and so can any consumer.
+        field_schema[ORIGINAL_NAME] = column
+    number = hints.column_numbers.get(column)
+    if number is not None:
+        field_schema[ATTNUM] = number
+    return field_schema
 
 
 def _key_schema(
@@ -663,106 +607,3 @@ class RowEncoder:
                 raw=buffer[spans[2 * i] : spans[2 * i + 1]],
             ) from exc
         return row, unchanged
-
-
-# --- comparing schema versions -------------------------------------------------------------
-
-
-def row_record(schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The record holding the columns: the envelope's ``Value`` or the ``Key`` itself."""
-    if schema.get("name") == "Key":
-        return schema
-    for f in schema.get("fields", ()):
-        if f.get("name") == "before":
-            for branch in f["type"]:
-                if isinstance(branch, dict) and branch.get("type") == "record":
-                    return branch
-    return None
-
-
-def carry_renames(previous: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
-    """``new`` (a value schema of :func:`relation_schemas`) saying which of its columns were
-    renamed since ``previous`` (the subject's version before it), by attribute number.
-
-    A column whose ``pgbridge.attnum`` is that of a column of ``previous`` under another name
-    was renamed (``ALTER TABLE ... RENAME COLUMN``; a dropped and re-added column gets a new
-    number): its field gets Avro ``aliases`` (the old field names, so a reader with the new
-    schema reads old records' values under the new name, and the registry finds the change
-    compatible) and ``pgbridge.renamed_from`` (the old PostgreSQL names, for the Spark job to
-    rename the Delta column). Names from earlier renames are carried forward, except one a
-    column of ``new`` now has (a reader would then match it twice). Returns ``new`` itself when
-    nothing is to be said, else a copy."""
-    old_row, new_row = row_record(previous or {}), row_record(new)
-    if old_row is None or new_row is None:
-        return new
-    by_number = {f[ATTNUM]: f for f in old_row["fields"] if ATTNUM in f}
-    if not by_number:
-        return new
-    taken_fields = {f["name"] for f in new_row["fields"]}
-    taken_columns = {f.get(ORIGINAL_NAME, f["name"]) for f in new_row["fields"]}
-    renamed: dict[str, tuple[list[str], list[str]]] = {}
-    for f in new_row["fields"]:
-        old = by_number.get(f.get(ATTNUM))
-        if old is None:
-            continue
-        aliases = list(old.get("aliases", ()))
-        columns = list(old.get(RENAMED_FROM, ()))
-        if old["name"] != f["name"]:
-            aliases.append(old["name"])
-        old_column, column = old.get(ORIGINAL_NAME, old["name"]), f.get(ORIGINAL_NAME, f["name"])
-        if old_column != column:
-            columns.append(old_column)
-        aliases = [a for a in dict.fromkeys(aliases) if a not in taken_fields]
-        columns = [c for c in dict.fromkeys(columns) if c not in taken_columns]
-        if aliases or columns:
-            renamed[f["name"]] = (aliases, columns)
-    if not renamed:
-        return new
-    out = copy.deepcopy(new)
-    row = row_record(out)
-    assert row is not None
-    for f in row["fields"]:
-        if f["name"] in renamed:
-            aliases, columns = renamed[f["name"]]
-            if aliases:
-                f["aliases"] = aliases
-            if columns:
-                f[RENAMED_FROM] = columns
-    return out
-
-
-def key_renames(key: Mapping[str, Any], value: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A key schema with the ``aliases`` its fields have in ``value`` (the same table version's
-    value schema, after :func:`carry_renames`): a renamed key column then reads old keys, and
-    the key subject finds the change compatible too. ``key`` itself when none has any."""
-    value_row, key_row = row_record(value), row_record(key)
-    if value_row is None or key_row is None:
-        return key
-    aliases = {f["name"]: f["aliases"] for f in value_row["fields"] if f.get("aliases")}
-    if not any(f["name"] in aliases for f in key_row["fields"]):
-        return key
-    out = copy.deepcopy(dict(key))
-    for f in out["fields"]:
-        if f["name"] in aliases:
-            f["aliases"] = list(aliases[f["name"]])
-    return out
-
-
-def column_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(field, change) pairs between two key or value schemas built by this module: ``added``,
-    ``removed`` or ``type changed``. Used to name the columns of an incompatible change."""
-    old_row, new_row = row_record(old), row_record(new)
-    if old_row is None or new_row is None:
-        return []
-    old_fields = {f["name"]: f for f in old_row["fields"]}
-    new_fields = {f["name"]: f for f in new_row["fields"]}
-    changes: list[tuple[str, str]] = []
-    for name, f in new_fields.items():
-        if name not in old_fields:
-            changes.append((name, "added"))
-        elif json.dumps(f["type"], sort_keys=True) != json.dumps(
-            old_fields[name]["type"], sort_keys=True
-        ):
-            changes.append((name, "type changed"))
-    changes.extend((name, "removed") for name in old_fields if name not in new_fields)
-    return changes

@@ -280,3 +280,31 @@ def test_a_column_added_with_a_default_older_rows_never_received_is_warned_of(
     assert bool(messages) is warned
     if warned:
         assert "public.items" in messages[0] and "['added']" in messages[0]
+
+
+def test_a_column_whose_type_changed_is_warned_of_with_the_fix(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """ALTER COLUMN ... TYPE rewrites the table without sending its rows."""
+    b = EventBuilder("app")
+    _run(b, relation(), BEGIN, Insert(None, 16384, tuple_data("1", "a")), COMMIT)
+    with caplog.at_level("WARNING", logger="bridge.events"):
+        _run(b, relation(columns=(("id", INT4, True), ("body", INT4, False))))
+    (message,) = [r.getMessage() for r in caplog.records if "changed type" in r.getMessage()]
+    assert "public.items" in message and "['body']" in message
+    assert "incremental snapshot" in message
+
+
+def test_a_renamed_table_is_warned_of_with_its_old_topic(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """ALTER TABLE items RENAME TO things: a new topic from here on; the log names the old."""
+    b = EventBuilder("app")
+    _run(b, relation(), BEGIN, Insert(None, 16384, tuple_data("1", "a")), COMMIT)
+    with caplog.at_level("WARNING", logger="bridge.events"):
+        out = _run(b, relation(name="things"), BEGIN, Insert(None, 16384, tuple_data("2", "b")),
+                   COMMIT)  # fmt: skip
+    (message,) = [r.getMessage() for r in caplog.records if "RENAME TO" in r.getMessage()]
+    assert "public.items is now public.things" in message and "app.public.items" in message
+    changes = [e for e in out if isinstance(e, ChangeEvent)]
+    assert changes[0].table.topic == "app.public.things"

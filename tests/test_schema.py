@@ -24,13 +24,12 @@ from bridge.schema import (
     SchemaError,
     TableHints,
     avro_name,
-    carry_renames,
-    column_changes,
     relation_schemas,
     static_schema,
     subject_names,
     topic_name,
 )
+from bridge.schema_versions import carry_renames, column_changes
 from bridge.types import DEBEZIUM_UNAVAILABLE, ConversionError, TypeMapper, TypeOptions
 
 NUMERIC_10_2 = ((10 << 16) | 2) + 4

@@ -33,7 +33,8 @@ from confluent_kafka.schema_registry.error import OAuthTokenError, SchemaRegistr
 from bridge.config.settings import COMPATIBILITY_LEVELS
 from bridge.errors import ConfigError, PgBridgeError
 from bridge.retry import RetryPolicy
-from bridge.schema import ATTNUM, RelationSchemas, carry_renames, column_changes, key_renames
+from bridge.schema import ATTNUM, RelationSchemas
+from bridge.schema_versions import carry_renames, column_changes, key_renames
 
 logger = logging.getLogger(__name__)
 
@@ -316,7 +317,7 @@ class SchemaRegistrar:
 
     def _with_renames(self, subject: str, schema: Mapping[str, Any]) -> Mapping[str, Any]:
         """``schema`` with the renames since the subject's previous version (see
-        :func:`bridge.schema.carry_renames`); as it was the first time for a schema seen
+        :func:`bridge.schema_versions.carry_renames`); as it was the first time for a schema seen
         before. Schemas without column numbers are left as they are."""
         built = (subject, canonical(schema))
         known = self._annotated.get(built)

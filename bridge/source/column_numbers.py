@@ -4,8 +4,8 @@ A Relation message names a table's columns, in order, but not their ``attnum``. 
 what tells ``ALTER TABLE ... RENAME COLUMN a TO b`` (same number, new name) from dropping ``a``
 and adding ``b`` (a new number), which the two Relation messages alone cannot: both read
 ``[..., a]`` then ``[..., b]``. The builder asks for the numbers whenever it builds a table
-version's schemas (a new Relation), and :func:`bridge.schema.carry_renames` compares them with
-the previous version's.
+version's schemas (a new Relation), and :func:`bridge.schema_versions.carry_renames` compares
+them with the previous version's.
 
 The catalog answers for now, not for the WAL position being decoded: the numbers are trusted
 only when the table's columns now are the message's (the same names and types, in order; the

@@ -248,6 +248,7 @@ def ensure_table(
         return []
     table = DeltaTable.forPath(spark, path)
     current = {f.name.lower(): f for f in table.toDF().schema.fields}
+    current = _finish_retypes(spark, path, current, wanted)
     if renames:
         current = _rename_columns(spark, path, table, current, renames, wanted)
     if drop_absent:
@@ -260,7 +261,7 @@ def ensure_table(
     if backfill:
         pending = {**pending, **backfill}
         _set_pending_backfill(spark, path, pending)
-    _widen_columns(spark, path, topic, current, wanted)
+    _widen_columns(spark, path, table, current, wanted)
     needs_mapping = any(_NEEDS_MAPPING & set(f.name) for f in added)
     if needs_mapping and _with_column_mapping(spark, path, table):
         logger.info("%s: enabled column mapping for columns %s", path, [f.name for f in added])
@@ -441,11 +442,12 @@ def _decimal_holds(wide: T.DecimalType, narrow: T.DecimalType) -> bool:
 def _widen_columns(
     spark: Any,
     path: str,
-    topic: str,
+    table: Any,
     current: Mapping[str, T.StructField],
     wanted: T.StructType,
 ) -> None:
-    """Widen the existing columns whose source type grew (see :func:`type_change`)."""
+    """Widen the existing columns whose source type grew (see :func:`type_change`), and give
+    the others whose type changed their new type (:func:`_retype_column`)."""
     changes = []
     for f in wanted.fields:
         existing = current.get(f.name.lower())
@@ -453,12 +455,7 @@ def _widen_columns(
             continue
         verdict = type_change(existing.dataType, f.dataType)
         if verdict == "refuse":
-            raise TableApplyError(
-                topic,
-                f"column {f.name!r} changed type from {existing.dataType.simpleString()} to "
-                f"{f.dataType.simpleString()}, which Delta cannot change in place; recreate "
-                f"the table (a new snapshot into a new delta base) to take the new type",
-            )
+            _retype_column(spark, path, table, existing, f.dataType)
         if verdict == "widen":
             changes.append((existing.name, f.dataType))
     if not changes:
@@ -470,6 +467,82 @@ def _widen_columns(
             f"ALTER TABLE {target} ALTER COLUMN {_quote(name)} TYPE {data_type.simpleString()}"
         )
         logger.info("%s: widened column %s to %s", path, name, data_type.simpleString())
+
+
+#: The name a column whose type changes in a way Delta cannot widen has while its values move
+#: to the new type (:func:`_retype_column`); one left behind by a crash is finished at the
+#: next start (:func:`_finish_retypes`).
+RETYPED_PREFIX = "_pgbridge_retyped_"
+
+
+def _retype_column(
+    spark: Any, path: str, table: Any, existing: T.StructField, new_type: T.DataType
+) -> None:
+    """``ALTER COLUMN ... TYPE`` that Delta cannot apply in place (``int`` to ``text``, a
+    narrower decimal, ``text`` to ``int``): through column mapping, the column moves aside,
+    a column of the new type takes its name, its values are the old ones cast (null where the
+    cast fails: PostgreSQL's ``USING`` may have computed them otherwise, and a change of the
+    row, or an incremental snapshot of the table, brings the exact value), then the old
+    column is dropped. Each step is its own commit; a crash between them is finished at the
+    next start."""
+    _with_column_mapping(spark, path, table)
+    aside = RETYPED_PREFIX + existing.name
+    spark.sql(
+        f"ALTER TABLE delta.{_quote(path)} RENAME COLUMN {_quote(existing.name)} TO {_quote(aside)}"
+    )
+    logger.warning(
+        "%s: column %s changed type from %s to %s, which Delta cannot change in place: its "
+        "values are cast to the new type (null where they do not cast; an incremental snapshot "
+        "of the table brings the values PostgreSQL computed)",
+        path,
+        existing.name,
+        existing.dataType.simpleString(),
+        new_type.simpleString(),
+    )
+    _finish_retype(spark, path, existing.name, new_type)
+
+
+def _finish_retype(spark: Any, path: str, name: str, new_type: T.DataType) -> None:
+    from delta.tables import DeltaTable
+    from pyspark.errors import AnalysisException
+
+    aside = RETYPED_PREFIX + name
+    columns = {f.name for f in DeltaTable.forPath(spark, path).toDF().schema.fields}
+    if name not in columns:  # in the old column's place: right after it, which then goes
+        spark.sql(
+            f"ALTER TABLE delta.{_quote(path)} ADD COLUMNS "
+            f"({_quote(name)} {new_type.simpleString()} AFTER {_quote(aside)})"
+        )
+    table = DeltaTable.forPath(spark, path)
+    try:
+        table.update(set={_quote(name): F.col(_quote(aside)).try_cast(new_type)})
+    except AnalysisException:  # no cast between the two types at all (a struct to a string…)
+        logger.warning("%s: %s's values cannot be cast to %s: null until changed", path, name,
+                       new_type.simpleString())  # fmt: skip
+    spark.sql(f"ALTER TABLE delta.{_quote(path)} DROP COLUMNS ({_quote(aside)})")
+
+
+def _finish_retypes(
+    spark: Any, path: str, current: dict[str, T.StructField], wanted: T.StructType
+) -> dict[str, T.StructField]:
+    """Finish the type changes a crash interrupted (a column still named ``RETYPED_PREFIX``…)."""
+    types = {f.name: f.dataType for f in wanted.fields}
+    left = [f.name[len(RETYPED_PREFIX) :] for f in current.values()
+            if f.name.startswith(RETYPED_PREFIX)]  # fmt: skip
+    for name in left:
+        if name in types:
+            _finish_retype(spark, path, name, types[name])
+        else:  # renamed or dropped since: keep the values under the name the column had
+            spark.sql(
+                f"ALTER TABLE delta.{_quote(path)} RENAME COLUMN "
+                f"{_quote(RETYPED_PREFIX + name)} TO {_quote(name)}"
+            )
+    if not left:
+        return current
+    from delta.tables import DeltaTable
+
+    schema = DeltaTable.forPath(spark, path).toDF().schema
+    return {f.name.lower(): f for f in schema.fields}
 
 
 def before(alias: str, position: tuple[int, int]) -> Column:

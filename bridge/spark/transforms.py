@@ -304,12 +304,12 @@ def conform(
     """Change rows decoded under several schema versions -> one DataFrame of ``columns``.
 
     A column a version lacks is null; a column whose type changed is cast to the type in
-    ``columns`` (the newest version's). Metadata columns pass through. In change rows (not row
-    images), a column the version lacks is also marked unchanged, as an unchanged TOAST value
-    is: an update written before a column was added, or after one was dropped, leaves the
-    table's value of it as it is. Except the columns of ``missing`` (added with a default):
-    rows written before hold its value (:func:`bridge.spark.columns.missing_literal`), as
-    PostgreSQL shows them.
+    ``columns`` (the newest version's; null where the value does not cast). Metadata columns
+    pass through. In change rows (not row images), a column the version lacks is also marked
+    unchanged, as an unchanged TOAST value is: an update written before a column was added,
+    or after one was dropped, leaves the table's value of it as it is. Except the columns of
+    ``missing`` (added with a default): rows written before hold its value
+    (:func:`bridge.spark.columns.missing_literal`), as PostgreSQL shows them.
     """
     if not frames:
         raise ValueError("conform needs at least one frame")
@@ -327,7 +327,7 @@ def conform(
             frame_.select(
                 *[
                     (F.col(quote(f.name)) if f.name in present else filled.get(f.name, F.lit(None)))
-                    .cast(f.dataType)
+                    .try_cast(f.dataType)
                     .alias(f.name)
                     for f in columns.fields
                 ],
