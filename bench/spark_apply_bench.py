@@ -145,8 +145,16 @@ class FastProducer:
 class Workload:
     """Deterministic changes: inserts, updates of earlier keys, deletes; tracks the live rows."""
 
-    def __init__(self, prefix: str, tables: int, seed: int = 7, large_share: float = 0.0) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        tables: int,
+        seed: int = 7,
+        large_share: float = 0.0,
+        snapshot: bool = False,
+    ) -> None:
         self.large_share = large_share  # of the changes going to table t0, the rest spread
+        self.snapshot = snapshot  # every change an initial snapshot's read (op r) of a new key
         self.versions = [
             TableVersion(prefix, "public", f"t{i}", COLUMNS, ["id"]) for i in range(tables)
         ]
@@ -166,7 +174,10 @@ class Workload:
             self.lsn += 1000
             self.seq = 0
         roll = self.random.random()
-        if roll < 0.70 or len(live) < 10:
+        if self.snapshot:
+            op, key = "r", self.next_id[t]
+            self.next_id[t] += 1
+        elif roll < 0.70 or len(live) < 10:
             op, key = "c", self.next_id[t]
             self.next_id[t] += 1
         else:
@@ -200,9 +211,15 @@ def _row(key: int, name: str) -> dict[str, Any]:
 
 
 def produce(
-    stack: Any, prefix: str, tables: int, partitions: int, changes: int, large_share: float = 0.0
+    stack: Any,
+    prefix: str,
+    tables: int,
+    partitions: int,
+    changes: int,
+    large_share: float = 0.0,
+    snapshot: bool = False,
 ) -> tuple[Workload, float]:
-    workload = Workload(prefix, tables, large_share=large_share)
+    workload = Workload(prefix, tables, large_share=large_share, snapshot=snapshot)
     create_topics(stack.bootstrap_servers, [v.topic for v in workload.versions], partitions)
     producer = FastProducer(stack.bootstrap_servers, stack.registry_url)
     for version in workload.versions:
@@ -430,7 +447,7 @@ def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
     prefix = f"bench{uuid.uuid4().hex[:6]}"
     print(f"producing {args.changes} changes: {args.tables} tables x {args.partitions} partitions")
     workload, produce_s = produce(
-        stack, prefix, args.tables, args.partitions, args.changes, args.large_share
+        stack, prefix, args.tables, args.partitions, args.changes, args.large_share, args.snapshot
     )
     print(f"  produced in {produce_s:.1f} s ({args.changes / produce_s:,.0f} changes/s)")
     config = _config(
