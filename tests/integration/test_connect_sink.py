@@ -32,7 +32,7 @@ from tests.integration.bridge_harness import RunningBridge, bridge_config, mark,
 
 pytestmark = pytest.mark.integration
 
-#: What a Debezium consumer needs from pgbridge (README, "Debezium consumers").
+#: What a Debezium consumer needs from pgbridge (docs/debezium-consumers.md).
 CONNECT_SETTINGS = {"schema.logical.types": "connect", "timestamptz.handling.mode": "string"}
 
 SCHEMA = """

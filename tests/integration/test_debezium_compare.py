@@ -6,7 +6,7 @@ compared field by field: envelope and ``source`` fields, record names, each colu
 type, ``connect.name``/``connect.parameters`` and logical type, and the decoded values.
 
 Where the two differ, the difference is listed in :data:`EXTENSIONS` (fields pgbridge adds,
-documented in the README's "Debezium consumers"; anything else fails the test, values included
+documented in docs/debezium-consumers.md; anything else fails the test, values included
 (``source.lsn`` and ``source.sequence`` too).
 """
 

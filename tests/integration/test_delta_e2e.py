@@ -48,7 +48,7 @@ def schema_change_workload(dsn: str, settle: Callable[[], None] = lambda: None) 
     (``attmissingval``: a constant, and ``now()`` computed at the ALTER); then (after
     ``settle``: the bridge has decoded the first change) a column renamed, to a name Avro
     refuses, and used: Delta renames it, values kept. The bridge tells a rename when it decodes
-    the table's change before the table's next DDL (README, Renamed columns)."""
+    the table's change before the table's next DDL (docs/wire-format.md, Renamed columns)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "ALTER TABLE customers ADD COLUMN tier text DEFAULT 'basic', "

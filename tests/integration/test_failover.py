@@ -224,9 +224,9 @@ class Pair:
 
 @contextmanager
 def primary_and_standby(stack: StackInfo) -> Iterator[Pair]:
-    """The README's failover setup on two throwaway clusters, with the database ``shop`` and
-    its table ``steady`` (id bigint PRIMARY KEY, v text); errors, never skips, if either
-    cannot start."""
+    """The failover setup of docs/guarantees.md on two throwaway clusters, with the database
+    ``shop`` and its table ``steady`` (id bigint PRIMARY KEY, v text); errors, never skips, if
+    either cannot start."""
     bindir = ensure_postgres_binaries(failover_major(stack))
     base = Path(tempfile.mkdtemp(prefix="pgbridge-failover-"))
     base.chmod(0o755)

@@ -218,8 +218,8 @@ def test_a_refused_registry_connection_stops_promptly_with_the_cause(
 def test_least_privilege_role_snapshots_and_streams_over_the_secured_stack(
     secure_stack: SecureStack, tmp_path: Path
 ) -> None:
-    """The README's least-privilege role, exactly: REPLICATION, CONNECT, SELECT on the table,
-    the publication and signal table made by an administrator. Over TLS with SCRAM it passes
+    """docs/configuration.md's least-privilege role, exactly: REPLICATION, CONNECT, SELECT on the
+    table, the publication and signal table made by an administrator. Over TLS with SCRAM it passes
     ``pgbridge check``, snapshots, streams and runs an incremental snapshot through the signal
     table, and a consumer rebuilds the source from the topic."""
     prefix = f"lp{uuid.uuid4().hex[:8]}"
