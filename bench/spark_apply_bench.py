@@ -58,7 +58,7 @@ from bridge.devstack.stack import LocalStack
 from bridge.spark import changelog
 from bridge.spark.applier import BatchApplier
 from bridge.spark.config import ApplyConfig
-from bridge.spark.job import start_apply
+from bridge.spark.job import start_apply, with_batch_bound
 from bridge.spark.session import build_spark_session
 from tests.spark.envelopes import TableVersion, create_topics
 
@@ -461,6 +461,8 @@ def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
     )
     if args.warmup:
         warm_up(spark, stack, work, args)
+    config = with_batch_bound(spark, config)  # the job's default batches, for both runs
+    print(f"  micro-batches of at most {config.max_offsets_per_trigger:,} records")
     records = _records(spark, config)
     pid = jvm_pid(spark)
     cpu0 = cpu_seconds(pid)
@@ -521,7 +523,17 @@ def main() -> None:
         help="share of the changes that go to one large table (the rest spread evenly), e.g. "
         "0.5 with --tables 60 for a database of one busy table and many small ones",
     )
-    parser.add_argument("--max-offsets-per-trigger", type=int, default=250_000)
+    parser.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="every change an initial snapshot's read (op r) of a new key: a snapshot-sized topic",
+    )
+    parser.add_argument(
+        "--max-offsets-per-trigger",
+        type=int,
+        default=None,
+        help="records per micro-batch (default: the job's own, sized from Spark's memory)",
+    )
     parser.add_argument("--fresh-seconds", type=int, default=30)
     parser.add_argument("--fresh-rate", type=int, default=2000)
     parser.add_argument("--skip-freshness", action="store_true")

@@ -61,7 +61,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -317,8 +317,11 @@ class BatchApplier:
         try:
             with phases.phase("read"):
                 decoded = decode_batch(framed, self.config, self.schemas, batch_id)
-            # Each table's changes are read by its summary and by its MERGE.
-            tables = [replace(t, changes=t.changes.persist()) for t in decoded.tables]
+            # Each table's changes are read by its summary and by its MERGE, both from the
+            # decoded records' cache (decode_batch): the changes are projections of them, and
+            # caching them too cost more than computing them twice (measured: a 1.5M-row
+            # snapshot batch 19.0 -> 15.4 s, a 4-table mix 17.3 -> 16.0 s).
+            tables = list(decoded.tables)
             state = _BatchState()
             with phases.phase("summary"):
                 state.summaries = self._summaries(tables, batch_id)
@@ -333,8 +336,6 @@ class BatchApplier:
             self.stats.batches += 1
             self._report(batch_id, phases, state, len(tables))
         finally:
-            for table in tables:
-                table.changes.unpersist()
             for cached in decoded.cached if decoded else []:
                 cached.unpersist()
             framed.unpersist()
