@@ -302,9 +302,7 @@ class Pipeline:
         elif type(message) is Type and self.describe_type is not None:
             resolved = self.describe_type(message.type_oid)
             if resolved is not None:
-                self.builder.mapper.observe_resolved(
-                    resolved.oid, resolved.namespace, resolved.name, resolved.typmod
-                )
+                resolved.tell(self.builder.mapper)
         for output in self.builder.feed(message):
             if type(output) is ChangeEvent:  # the common case, without the dispatch call
                 self._publish_change(output)

@@ -87,9 +87,7 @@ class TableCatalog:
         for message in self.types:
             mapper.observe(message)
         for resolved in self.resolved_types:
-            mapper.observe_resolved(
-                resolved.oid, resolved.namespace, resolved.name, resolved.typmod
-            )
+            resolved.tell(mapper)
 
 
 def published_tables(conn: Conn, publication: str) -> list[PublishedTable]:

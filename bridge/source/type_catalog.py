@@ -19,8 +19,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psycopg
+
+if TYPE_CHECKING:
+    from bridge.types.mapper import TypeMapper
 
 logger = logging.getLogger(__name__)
 
@@ -32,12 +36,23 @@ Conn = psycopg.Connection[tuple[object, ...]]
 @dataclass(frozen=True, slots=True)
 class ResolvedType:
     """Type ``oid`` stands for the named type ``namespace.name`` (namespace ``""`` for
-    pg_catalog, as the protocol spells it) with modifier ``typmod``."""
+    pg_catalog, as the protocol spells it) with modifier ``typmod`` (a domain, or an array of
+    one: ``domain``); ``enum`` is the (namespace, name, labels in order) of the enum it is,
+    holds (an array) or stands for (a domain over one)."""
 
     oid: int
     namespace: str
     name: str
     typmod: int
+    enum: tuple[str, str, tuple[str, ...]] | None = None
+    domain: bool = True
+
+    def tell(self, mapper: TypeMapper) -> None:
+        """Give ``mapper`` what the catalog adds to the Type message."""
+        if self.enum is not None:
+            mapper.observe_enum(*self.enum)
+        if self.domain:
+            mapper.observe_resolved(self.oid, self.namespace, self.name, self.typmod)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +67,9 @@ class _Row:
 
 
 def describe_types(conn: Conn, oids: Iterable[int]) -> dict[int, ResolvedType]:
-    """The domains and arrays of domains among ``oids``, resolved; other types are left out
-    (their Type message says all there is)."""
+    """The domains and arrays of domains among ``oids``, resolved, and the enums and arrays of
+    enums with their labels (Debezium's ``io.debezium.data.Enum`` lists them); other types are
+    left out (their Type message says all there is)."""
     rows: dict[int, _Row] = {}
 
     def fetch(wanted: set[int]) -> None:
@@ -81,14 +97,22 @@ def describe_types(conn: Conn, oids: Iterable[int]) -> dict[int, ResolvedType]:
     fetch(wanted)
     fetch({rows[o].element for o in wanted if o in rows and rows[o].element})
     resolved: dict[int, ResolvedType] = {}
+    enum: tuple[str, str, tuple[str, ...]] | None
     for oid in sorted(wanted):
         row = rows.get(oid)
         if row is None:
             continue
         start = row.element or oid
+        if rows.get(start) is not None and rows[start].typtype == "e":
+            enum = (rows[start].namespace, rows[start].name, _enum_labels(conn, start))
+            resolved[oid] = ResolvedType(oid, row.namespace, row.name, -1, enum, domain=False)
+            continue
         if rows.get(start) is None or rows[start].typtype != "d":
             continue
         base, typmod = _walk_domains(start, rows, fetch)
+        over, enum = rows[base], None
+        if over.typtype == "e":  # a domain over an enum
+            enum = (over.namespace, over.name, _enum_labels(conn, base))
         if row.element:
             array = rows[base].array
             fetch({array})
@@ -96,8 +120,17 @@ def describe_types(conn: Conn, oids: Iterable[int]) -> dict[int, ResolvedType]:
                 continue
             base = array
         target = rows[base]
-        resolved[oid] = ResolvedType(oid, target.namespace, target.name, typmod)
+        resolved[oid] = ResolvedType(oid, target.namespace, target.name, typmod, enum)
     return resolved
+
+
+def _enum_labels(conn: Conn, oid: int) -> tuple[str, ...]:
+    return tuple(
+        str(label)
+        for (label,) in conn.execute(
+            "SELECT enumlabel FROM pg_enum WHERE enumtypid = %s ORDER BY enumsortorder", (oid,)
+        )
+    )
 
 
 def _walk_domains(
@@ -123,19 +156,25 @@ class TypeDescriber:
         self._described: dict[int, ResolvedType | None] = {}
 
     def describe(self, oid: int) -> ResolvedType | None:
-        if oid not in self._described:
-            try:
-                with psycopg.connect(
-                    self.dsn, autocommit=True, application_name="pgbridge-type-catalog"
-                ) as conn:
-                    self._described[oid] = describe_types(conn, [oid]).get(oid)
-            except psycopg.Error as exc:
-                # Not remembered: the next Type message for it (a reconnect's) asks again.
-                logger.warning(
-                    "could not read type %d from the catalog (a domain's modifier is then "
-                    "unknown until the next look): %s",
-                    oid,
-                    exc,
-                )
-                return None
-        return self._described[oid]
+        """The catalog's word on type ``oid``. A domain's is remembered (it never changes); an
+        enum's labels are read again each time (``ALTER TYPE ... ADD VALUE``): Type messages
+        are rare (one per type and stream start)."""
+        if oid in self._described:
+            return self._described[oid]
+        try:
+            with psycopg.connect(
+                self.dsn, autocommit=True, application_name="pgbridge-type-catalog"
+            ) as conn:
+                described = describe_types(conn, [oid]).get(oid)
+        except psycopg.Error as exc:
+            # Not remembered: the next Type message for it (a reconnect's) asks again.
+            logger.warning(
+                "could not read type %d from the catalog (a domain's modifier or an enum's "
+                "labels are then unknown until the next look): %s",
+                oid,
+                exc,
+            )
+            return None
+        if described is None or described.enum is None:
+            self._described[oid] = described
+        return described

@@ -114,6 +114,14 @@ class TypeMapper:
             self._resolved[oid] = resolved
             self._cache = {k: v for k, v in self._cache.items() if k[0] != oid}
 
+    def observe_enum(self, namespace: str, name: str, labels: tuple[str, ...]) -> None:
+        """The enum ``namespace.name`` has ``labels`` (from the catalog: pgoutput's Type message
+        does not carry them); a change (``ALTER TYPE ... ADD VALUE``) drops cached mappings,
+        so the next Relation gets the new ``allowed`` list."""
+        qualified = name if namespace in _CATALOG_NAMESPACES else f"{namespace}.{name}"
+        if self.options.enum_labels.get(qualified) != labels:
+            self.set_enum_labels({**self.options.enum_labels, qualified: labels})
+
     def set_enum_labels(self, labels: Mapping[str, tuple[str, ...]]) -> None:
         """Replace the enum labels (after ``ALTER TYPE ... ADD VALUE``, say): mappings built
         from the old labels are dropped, so the next Relation gets the new ``allowed`` list."""

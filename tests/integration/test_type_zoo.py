@@ -45,7 +45,7 @@ from bridge.schema import UNCHANGED_TOAST_FIELD, RelationSchemas, TableHints, re
 from bridge.sink.registry import registry_client
 from bridge.snapshot.catalog import published_tables, read_table
 from bridge.source.type_catalog import describe_types
-from bridge.types import DEBEZIUM_UNAVAILABLE, ConversionError, TypeMapper, TypeOptions
+from bridge.types import DEBEZIUM_UNAVAILABLE, ConversionError, TypeMapper
 from bridge.types.lossy import LOSSY_VALUES
 from bridge.types.temporal import (
     INT32_MAX,
@@ -363,12 +363,14 @@ def peek(zoo: Zoo, *, binary: bool) -> list[bytes]:
 def stream(zoo: Zoo, table: str, *, binary: bool) -> list[Change]:
     """Peek the slot's changes and run those of ``table`` through decoder, mapper, encoder."""
     decoder = Decoder(1)
-    mapper = TypeMapper(TypeOptions(enum_labels=zoo.enum_labels))
+    mapper = TypeMapper()  # enum labels and domain modifiers from the catalog, as the bridge
     relations: dict[int, RelationSchemas] = {}
     out = []
     for data in peek(zoo, binary=binary):
         message = decoder.decode(data)
         if isinstance(message, Type):
+            for resolved in describe_types(zoo.conn, [message.type_oid]).values():
+                resolved.tell(mapper)
             mapper.observe(message)
         elif isinstance(message, Relation):
             hints = TableHints(array_dimensions=zoo.array_dimensions)
@@ -391,16 +393,15 @@ def test_type_zoo_snapshot_catalog_maps_every_column_as_the_stream_does(zoo: Zoo
     # name in the first (text fallback) and its base type in the second, so any later ALTER
     # registered an "incompatible" change and stopped the capture.
     decoder = Decoder(1)
-    streamed_mapper = TypeMapper(TypeOptions(enum_labels=zoo.enum_labels))
+    streamed_mapper = TypeMapper()
     streamed: dict[str, RelationSchemas] = {}
     for data in peek(zoo, binary=False):
         message = decoder.decode(data)
         if isinstance(message, Type):
-            # As the pipeline does: the catalog's word on a domain first (its modifier).
+            # As the pipeline does: the catalog's word first (a domain's modifier, an enum's
+            # labels).
             for resolved in describe_types(zoo.conn, [message.type_oid]).values():
-                streamed_mapper.observe_resolved(
-                    resolved.oid, resolved.namespace, resolved.name, resolved.typmod
-                )
+                resolved.tell(streamed_mapper)
             streamed_mapper.observe(message)
         elif isinstance(message, Relation):
             streamed[message.relation_name] = relation_schemas(
@@ -410,7 +411,7 @@ def test_type_zoo_snapshot_catalog_maps_every_column_as_the_stream_does(zoo: Zoo
     assert {t.name for t in published} == set(streamed) >= {"zoo", "doms"}
     for table in published:
         catalog = read_table(zoo.conn, table)
-        copied_mapper = TypeMapper(TypeOptions(enum_labels=zoo.enum_labels))
+        copied_mapper = TypeMapper()
         catalog.describe_to(copied_mapper)
         copied = relation_schemas(catalog.relation, copied_mapper, topic_prefix="zoo")
         assert copied.relation.columns == streamed[table.name].relation.columns, table.name
@@ -423,6 +424,11 @@ def test_type_zoo_snapshot_catalog_maps_every_column_as_the_stream_does(zoo: Zoo
     assert doms["a"] == doms["p"] == plain["n"]
     assert doms["aa"][1]["items"] == plain["n"]
     assert doms["pi"] == ["null", "int"] and doms["l"] == ["null", "string"]
+    # Enums are Debezium's io.debezium.data.Enum with their labels (read from the catalog:
+    # the Type message has none), a domain over one too.
+    for enum in (plain["e"][1], doms["f"][1]):
+        assert enum["connect.name"] == "io.debezium.data.Enum"
+        assert enum["connect.parameters"] == {"allowed": "sad,ok,happy"}
 
 
 def envelope(change: Change) -> dict[str, Any]:
