@@ -494,6 +494,7 @@ class BatchApplier:
                 value_columns=tuple(table.columns.fieldNames()),
                 truncate_at=truncate_at,
                 fold_unchanged=fold,
+                inserts_only=int(summary["creates"]) == count,
             )
             after = fences.advanced(summary["partitions"], truncate_at, summary["offsets"])
             # A table created by this batch is empty: its first load is an append.

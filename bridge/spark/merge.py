@@ -99,12 +99,16 @@ _META_FIELDS = (
 
 @dataclass(frozen=True, slots=True)
 class MergePlan:
-    """What one MERGE does. ``truncate_at``: the batch's last truncate position, if any."""
+    """What one MERGE does. ``truncate_at``: the batch's last truncate position, if any;
+    ``inserts_only``: every change is an insert (op ``c``), so no row of the table can need an
+    update or a delete (a key an insert finds is a resend of it, or of an older change a later
+    one already overwrote)."""
 
     key_columns: tuple[str, ...]
     value_columns: tuple[str, ...]
     truncate_at: tuple[int, int] | None = None
     fold_unchanged: bool = False
+    inserts_only: bool = False
 
 
 @contextmanager
@@ -642,13 +646,19 @@ def merge_changes(
     for meta in tf.PERSISTED_META:
         updates[meta] = F.col(f"s.{meta}")
     inserts: dict[str, str | Column] = {_quote(n): c for n, c in _inserted(plan).items()}
-    builder = (
-        target.alias("t")
-        .merge(latest.alias("s"), on)
-        .whenMatchedDelete(condition=is_delete & newer)
-        .whenMatchedUpdate(condition=~is_delete & newer, set=updates)
-        .whenNotMatchedInsert(condition=~is_delete, values=inserts)
-    )
+    if plan.inserts_only and plan.truncate_at is None:
+        # Delta's insert-only MERGE: an anti join, no touched files to find or rewrite.
+        builder = (
+            target.alias("t").merge(latest.alias("s"), on).whenNotMatchedInsert(values=inserts)
+        )
+    else:
+        builder = (
+            target.alias("t")
+            .merge(latest.alias("s"), on)
+            .whenMatchedDelete(condition=is_delete & newer)
+            .whenMatchedUpdate(condition=~is_delete & newer, set=updates)
+            .whenNotMatchedInsert(condition=~is_delete, values=inserts)
+        )
     if plan.truncate_at is not None:
         builder = builder.whenNotMatchedBySourceDelete(condition=before("t", plan.truncate_at))
     with (

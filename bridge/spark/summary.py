@@ -49,6 +49,7 @@ def summary_aggregates() -> list[Any]:
         F.count(F.lit(1)).alias("n"),
         F.count(F.when(F.col(tf.OP) != "t", F.lit(1))).alias("rows"),
         F.count(F.when(F.col(tf.OP).isin("u", "d"), F.lit(1))).alias("removals"),
+        F.count(F.when(F.col(tf.OP) == "c", F.lit(1))).alias("creates"),
         F.max(F.when(F.col(tf.OP) == "t", F.struct(tf.COMMIT_LSN, tf.SEQ, tf.COMMIT_TS))).alias(
             "trunc"
         ),
@@ -89,6 +90,7 @@ def combine_parts(parts: Sequence[Any]) -> dict[str, Any] | None:
         "n": sum(int(p["n"]) for p in parts),
         "rows": sum(int(p["rows"]) for p in parts),
         "removals": sum(int(p["removals"]) for p in parts),
+        "creates": sum(int(p["creates"]) for p in parts),
         "trunc": high("trunc"),
         "toast": any(bool(p["toast"]) for p in parts),
         "schema": low("schema"),

@@ -1009,3 +1009,29 @@ def test_backfill_interrupted_after_the_column_was_added_is_finished_at_the_rest
 
     detail = DeltaTable.forPath(spark, path).detail().first()
     assert detail is not None and PENDING_BACKFILL_PROPERTY not in detail["properties"]
+
+
+def _last_merge_parameters(spark: Any, path: str) -> dict[str, str]:
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, path).history().where("operation = 'MERGE'")
+    row = history.orderBy("version", ascending=False).first()
+    assert row is not None
+    return dict(row["operationParameters"])
+
+
+def test_a_batch_of_inserts_only_is_an_insert_only_merge(batches: Batches, spark: Any) -> None:
+    """Inserts never need a row updated or deleted: Delta's insert-only MERGE (an anti join)
+    applies them; a batch with an update takes the full MERGE again."""
+    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
+    batches.apply(0)  # the first load: an append
+    batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
+    batches.add(KEYED, "c", (11, 1), after={"id": 3, "v": "c"})
+    batches.apply(1)
+    path = batches.config.table_path("public", "keyed")
+    assert _last_merge_parameters(spark, path)["matchedPredicates"] == "[]"
+    batches.add(KEYED, "u", (12, 0), after={"id": 2, "v": "b2"})
+    batches.add(KEYED, "c", (12, 1), after={"id": 4, "v": "d"})
+    batches.apply(2)
+    assert _last_merge_parameters(spark, path)["matchedPredicates"] != "[]"
+    assert _ids(batches) == {1: "a", 2: "b2", 3: "c", 4: "d"}
