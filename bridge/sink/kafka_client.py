@@ -4,6 +4,7 @@ failures that say ``security.protocol`` does not match the broker's listener."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -74,6 +75,9 @@ EXPECTED_WARNINGS: tuple[str, ...] = (
 )
 
 
+_SUPPRESSED = re.compile(r"(\d+) identical error\(s\) suppressed")
+
+
 class ClientLog:
     """The ``logger`` of a librdkafka client: its lines go to Python logging, and connection
     failures that say ``security.protocol`` does not match the broker are reported (after
@@ -93,7 +97,12 @@ class ClientLog:
         if " FAIL " not in f" {line} " and not line.startswith("FAIL"):
             return
         hint = protocol_mismatch(self._protocol, line)
-        self._repeats = self._repeats + 1 if hint is not None else 0
+        suppressed = _SUPPRESSED.search(line)  # librdkafka's count of the repeats it held back
+        self._repeats = (
+            self._repeats + 1 + (int(suppressed.group(1)) if suppressed else 0)
+            if hint is not None
+            else 0
+        )
         if hint is not None and self._repeats >= MISMATCH_REPEATS:
             self._on_mismatch(hint)
 

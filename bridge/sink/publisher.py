@@ -143,7 +143,11 @@ class KafkaPublisher:
         self._refused: tuple[str, str] | None = None
         conf = producer_config(kafka)
         conf["error_cb"] = self._on_client_error
-        conf["logger"] = self._client_log(conf)
+        # One log for the producer and the admin client: librdkafka reports a connection failure
+        # once per client and then suppresses repeats for 30 s, so only together do they show
+        # a mismatch promptly.
+        self._client_log = self._new_client_log(conf)
+        conf["logger"] = self._client_log
         # Batches with two delivery reports per partition (bridge.sink.native_batches) where
         # this process can; else produce_batch with a report per record, or none but the
         # failures' when the caller acknowledges by drain (report_successes=False).
@@ -559,7 +563,7 @@ class KafkaPublisher:
         else:
             logger.warning("Kafka client error: %s: %s", err.name(), err.str())
 
-    def _client_log(self, conf: Mapping[str, Any]) -> ClientLog:
+    def _new_client_log(self, conf: Mapping[str, Any]) -> ClientLog:
         servers = conf["bootstrap.servers"]
 
         def mismatch(hint: str) -> None:
@@ -709,5 +713,5 @@ class KafkaPublisher:
     def _admin_client(self) -> AdminClient:
         conf = admin_config(self._kafka)
         conf["error_cb"] = self._on_client_error
-        conf["logger"] = self._client_log(conf)
+        conf["logger"] = self._client_log
         return AdminClient(conf)

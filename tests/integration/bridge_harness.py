@@ -378,7 +378,7 @@ def run_until_exit(values: Mapping[str, str], timeout: float = 60) -> tuple[int,
 
 
 def assert_refused(
-    values: Mapping[str, str], expected: str, secrets: Iterable[str] = (), within: float = 120
+    values: Mapping[str, str], expected: str, secrets: Iterable[str] = (), within: float = 30
 ) -> str:
     """``pgbridge run`` with ``values`` stops by itself within ``within`` seconds, failing,
     with ``expected`` in its output and neither a traceback nor any of ``secrets``."""

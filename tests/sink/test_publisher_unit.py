@@ -240,6 +240,21 @@ def test_a_mismatch_is_reported_only_when_the_broker_repeats_it() -> None:
     assert len(hints) == 1 and "TLS listener" in hints[0]
 
 
+def test_repeats_librdkafka_suppressed_count_toward_a_mismatch() -> None:
+    """librdkafka logs a client's connection failure once, then holds identical ones back for
+    30 s and says how many it held: those count, so a mismatch is not reported 30 s late."""
+    hints: list[str] = []
+    log = ClientLog("PLAINTEXT", hints.append)
+    log.log(20, "%s [%s] %s", *_PLAINTEXT_TO_TLS.split(" ", 2))
+    assert hints == []
+    suppressed = _PLAINTEXT_TO_TLS.replace(
+        "APIVERSION_QUERY)", f"APIVERSION_QUERY, {MISMATCH_REPEATS} identical error(s) suppressed)"
+    )
+    assert suppressed != _PLAINTEXT_TO_TLS
+    log.log(20, "%s [%s] %s", *suppressed.split(" ", 2))
+    assert len(hints) == 1
+
+
 def test_expected_librdkafka_warnings_are_debug_lines(caplog: pytest.LogCaptureFixture) -> None:
     """The gapless guarantee pgbridge sets on purpose is not a warning on every start; other
     configuration warnings still are."""
