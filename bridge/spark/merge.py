@@ -140,13 +140,19 @@ def small_tables_rewrite(spark: Any, path: str) -> Iterator[None]:
     caches it on the snapshot), so asking costs no extra Spark job. The setting is per
     session, and each applying thread has its own.
     """
-    log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    small = log.unsafeVolatileSnapshot().sizeInBytes() < DELETION_VECTORS_MIN_TABLE_BYTES
+    small = _latest_snapshot(spark, path).sizeInBytes() < DELETION_VECTORS_MIN_TABLE_BYTES
     spark.conf.set(_MERGE_DELETION_VECTORS, "false" if small else "true")
     try:
         yield
     finally:
         spark.conf.unset(_MERGE_DELETION_VECTORS)
+
+
+def _latest_snapshot(spark: Any, path: str) -> Any:
+    """The Delta table's latest loaded snapshot (a JVM object), as Delta caches it: reading its
+    size or metadata starts no Spark job."""
+    log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    return log.unsafeVolatileSnapshot()
 
 
 def clear_uncommitted_log(spark: Any, path: str) -> None:
@@ -284,8 +290,7 @@ def ensure_table(
 def _pending_backfill(spark: Any, path: str) -> dict[str, str]:
     """The table's pending backfill (:data:`PENDING_BACKFILL_PROPERTY`), from the snapshot's
     metadata the caller already loaded (no Spark job)."""
-    log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    value = log.unsafeVolatileSnapshot().metadata().configuration().get(PENDING_BACKFILL_PROPERTY)
+    value = _latest_snapshot(spark, path).metadata().configuration().get(PENDING_BACKFILL_PROPERTY)
     if not value.isDefined():
         return {}
     return dict(json.loads(base64.b64decode(str(value.get())).decode()))
@@ -503,16 +508,19 @@ def _retype_column(
         existing.dataType.simpleString(),
         new_type.simpleString(),
     )
-    _finish_retype(spark, path, existing.name, new_type)
+    _finish_retype(spark, path, existing.name, new_type, added=False)
 
 
-def _finish_retype(spark: Any, path: str, name: str, new_type: T.DataType) -> None:
+def _finish_retype(
+    spark: Any, path: str, name: str, new_type: T.DataType, *, added: bool
+) -> None:
+    """Steps two to four of :func:`_retype_column`; ``added``: the column of the new type
+    exists already (a crash came after step two)."""
     from delta.tables import DeltaTable
     from pyspark.errors import AnalysisException
 
     aside = RETYPED_PREFIX + name
-    columns = {f.name for f in DeltaTable.forPath(spark, path).toDF().schema.fields}
-    if name not in columns:  # in the old column's place: right after it, which then goes
+    if not added:  # in the old column's place: right after it, which then goes
         spark.sql(
             f"ALTER TABLE delta.{_quote(path)} ADD COLUMNS "
             f"({_quote(name)} {new_type.simpleString()} AFTER {_quote(aside)})"
@@ -535,7 +543,7 @@ def _finish_retypes(
             if f.name.startswith(RETYPED_PREFIX)]  # fmt: skip
     for name in left:
         if name in types:
-            _finish_retype(spark, path, name, types[name])
+            _finish_retype(spark, path, name, types[name], added=name.lower() in current)
         else:  # renamed or dropped since: keep the values under the name the column had
             spark.sql(
                 f"ALTER TABLE delta.{_quote(path)} RENAME COLUMN "
