@@ -51,8 +51,8 @@ from bridge.schema import (
     TableHints,
     relation_schemas,
 )
-from bridge.schema_versions import row_record
-from bridge.source.column_numbers import ColumnFacts
+from bridge.schema_versions import numbered_columns, row_record
+from bridge.source.column_numbers import ColumnFacts, inferred_numbers
 from bridge.types import TypeMapper
 from bridge.types.errors import ConversionError
 
@@ -330,6 +330,15 @@ class EventBuilder:
         if key_columns is not None:
             hints = replace(hints or TableHints(), key_columns=key_columns)
         facts = self.column_numbers(relation) if self.column_numbers else ColumnFacts()
+        known = self.relations.get(relation.relation_oid)
+        if not facts.numbers and facts.catalog and known is not None:
+            # The catalog moved on since this message (DDL in a burst): what can be proved.
+            numbers = inferred_numbers(
+                numbered_columns(known.value_schema),
+                [column.name for column in relation.columns],
+                facts.catalog,
+            )
+            facts = replace(facts, numbers=numbers)
         self._warn_of_rewritten_rows(relation, facts)
         if facts.numbers:
             hints = replace(

@@ -10,7 +10,7 @@ from typing import Any
 
 from bridge.schema import ATTNUM, ORIGINAL_NAME, RENAMED_FROM
 
-__all__ = ["carry_renames", "column_changes", "key_renames", "row_record"]
+__all__ = ["carry_renames", "column_changes", "key_renames", "numbered_columns", "row_record"]
 
 
 def row_record(schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -23,6 +23,17 @@ def row_record(schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
                 if isinstance(branch, dict) and branch.get("type") == "record":
                     return branch
     return None
+
+
+def numbered_columns(schema: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """(PostgreSQL name, attribute number) of a value schema's columns that have a number, in
+    the table's column order."""
+    row = row_record(schema)
+    return [
+        (f.get(ORIGINAL_NAME, f["name"]), int(f[ATTNUM]))
+        for f in (row["fields"] if row else ())
+        if ATTNUM in f
+    ]
 
 
 def carry_renames(previous: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:

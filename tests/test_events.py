@@ -308,3 +308,26 @@ def test_a_renamed_table_is_warned_of_with_its_old_topic(
     assert "public.items is now public.things" in message and "app.public.items" in message
     changes = [e for e in out if isinstance(e, ChangeEvent)]
     assert changes[0].table.topic == "app.public.things"
+
+
+def test_a_rename_in_a_burst_of_ddl_is_still_a_rename() -> None:
+    """RENAME COLUMN body TO text2, then more DDL before the stream decodes the next change: the
+    catalog no longer describes the message, yet its number for text2 is body's, so the value
+    schema gives text2 body's number, and the registry step (carry_renames) says text2 was body
+    (aliases, pgbridge.renamed_from), not a drop and an add."""
+    from bridge.schema_versions import carry_renames, row_record
+    from bridge.source.column_numbers import ColumnFacts
+
+    v1 = relation()
+    v2 = relation(columns=(("id", INT4, True), ("text2", TEXT, False)))
+    moved_on = (("id", 1, INT4, None), ("text2", 2, TEXT, None), ("later", 3, INT4, None))
+    facts = {v1: ColumnFacts({"id": 1, "body": 2}), v2: ColumnFacts(catalog=moved_on)}
+    b = EventBuilder("app", column_numbers=lambda r: facts[r])
+    _run(b, v1, BEGIN, Insert(None, 16384, tuple_data("1", "a")), COMMIT)
+    first = b.relations[16384].value_schema
+    _run(b, v2)
+    new = b.relations[16384].value_schema
+    row = row_record(carry_renames(first, new))
+    assert row is not None
+    (field,) = [f for f in row["fields"] if f["name"] == "text2"]
+    assert field["aliases"] == ["body"] and field["pgbridge.renamed_from"] == ["body"]

@@ -10,8 +10,10 @@ them with the previous version's.
 The catalog answers for now, not for the WAL position being decoded: the numbers are trusted
 only when the table's columns now are the message's (the same names and types, in order; the
 publication may leave some out), that is when the stream is not behind a later change of the
-table. Otherwise the version gets no numbers, and a rename next to it reads as a dropped and
-an added column, as before pgbridge told renames: never a wrong rename.
+table. Otherwise (a burst of DDL: the stream decodes a change made between two ALTERs)
+:func:`inferred_numbers` tells the renames it can prove from the previous version's numbers,
+the message's column order and the catalog, and a column it cannot place reads as a dropped
+and an added column, as before pgbridge told renames: never a wrong rename.
 
 The same read gives the value rows written before ``ALTER TABLE ... ADD COLUMN ... DEFAULT``
 hold for the new column: PostgreSQL does not rewrite them, it serves them the value computed at
@@ -37,6 +39,7 @@ __all__ = [
     "ColumnFacts",
     "ColumnNumbers",
     "catalog_columns",
+    "inferred_numbers",
     "matching_numbers",
     "missing_values",
 ]
@@ -67,6 +70,8 @@ class ColumnFacts:
     missing: dict[str, str] = field(default_factory=dict)
     #: Columns with a default expression (not generated columns).
     defaulted: frozenset[str] = frozenset()
+    #: The table's columns as the catalog has them now (read even when they no longer match).
+    catalog: tuple[CatalogColumn, ...] = ()
 
 
 def catalog_columns(
@@ -104,6 +109,59 @@ def matching_numbers(
         else:
             return {}
     return numbers
+
+
+def inferred_numbers(
+    previous: Sequence[tuple[str, int]], columns: Sequence[str], catalog: Sequence[CatalogColumn]
+) -> dict[str, int]:
+    """Column name -> attribute number for a Relation message's ``columns`` (names, in order)
+    when the catalog has moved on since it (:func:`matching_numbers` found nothing), from
+    ``previous``: the table's previous version's (name, number) pairs, in order.
+
+    What makes it sound: a Relation lists columns in attribute-number order, a column added
+    later gets a number above every existing one, and numbers are never reused. So a column of
+    the same name keeps its number (as everywhere in pgbridge), and the other columns between
+    two such anchors are old columns between them: renamed ones. A column is given an old
+    column's number when the catalog now has it under that number (and no longer has the old
+    name), or, between two anchors, when as many columns are new there as old ones went, none
+    of whose names the catalog contradicts. Columns after the last anchor are told only by the
+    catalog (they may be added ones). Whatever cannot be proved gets no number."""
+    old_names = {number: name for name, number in previous}
+    numbers = {name: number for name, number in previous if name in set(columns)}
+    anchors = [numbers[name] for name in columns if name in numbers]
+    if anchors != sorted(set(anchors)):
+        return {}
+    live = {name: number for name, number, _type_oid, _missing in catalog}
+    lower, segment = 0, []
+    for name in [*columns, None]:
+        if name is not None and name not in numbers:
+            segment.append(name)
+            continue
+        upper = numbers[name] if name is not None else None
+        gone = [
+            number
+            for number in sorted(old_names)
+            if number > lower and (upper is None or number < upper)
+            and old_names[number] not in columns and old_names[number] not in live
+        ]  # fmt: skip
+        numbers.update(_renamed(segment, gone, live, between_anchors=upper is not None))
+        if upper is not None:
+            lower, segment = upper, []
+    placed = [numbers[name] for name in columns if name in numbers]
+    return numbers if placed == sorted(set(placed)) else {}
+
+
+def _renamed(
+    new: list[str], gone: list[int], live: dict[str, int], *, between_anchors: bool
+) -> dict[str, int]:
+    """Numbers for the ``new`` names of one stretch between anchors, from the numbers of the
+    old columns there whose names are ``gone`` (see :func:`inferred_numbers`)."""
+    told = {name: live[name] for name in new if live.get(name) in gone}
+    if told or not between_anchors or len(new) != len(gone):
+        return told
+    if any(name in live for name in new):  # the catalog has it under another number
+        return {}
+    return dict(zip(new, gone, strict=True))
 
 
 def missing_values(
@@ -151,6 +209,7 @@ class ColumnNumbers:
                 numbers,
                 missing_values(relation.columns, catalog),
                 frozenset(str(row[0]) for row in rows if row[4] and numbers) & set(numbers),
+                tuple(catalog),
             )
         except psycopg.Error as exc:
             # Without numbers the schema says nothing of renames: a rename made now reaches

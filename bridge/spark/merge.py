@@ -511,9 +511,7 @@ def _retype_column(
     _finish_retype(spark, path, existing.name, new_type, added=False)
 
 
-def _finish_retype(
-    spark: Any, path: str, name: str, new_type: T.DataType, *, added: bool
-) -> None:
+def _finish_retype(spark: Any, path: str, name: str, new_type: T.DataType, *, added: bool) -> None:
     """Steps two to four of :func:`_retype_column`; ``added``: the column of the new type
     exists already (a crash came after step two)."""
     from delta.tables import DeltaTable

@@ -10,6 +10,10 @@ altered; hostile names are renamed. The bridge runs throughout and must never st
 raises whatever stopped it). Then each row is touched once more, so its
 last change event is written with its table's newest schema, and an independent consumer's
 rebuild from Kafka equals every table, with hostile names, domains and enums.
+
+The Spark job applies the same topics to Delta, which must equal the source table by table
+(columns, types, values): in make test once at the end, on PostgreSQL 18 (one batch that holds
+every schema version); in make test-long after every step, on both majors.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import pytest
 
 from bridge.devstack.stack import StackInfo
 from bridge.schema import avro_name
+from bridge.spark.job import run_apply
 from tests.integration.bridge_harness import (
     RunningBridge,
     bridge_config,
@@ -34,6 +39,7 @@ from tests.integration.bridge_harness import (
     scratch_database,
     source_rows,
 )
+from tests.integration.test_delta_e2e import apply_config, comparable
 
 pytestmark = pytest.mark.integration
 
@@ -47,6 +53,10 @@ CREATE UNIQUE INDEX pairs_u ON pairs (u);
 CREATE TABLE meas (id int, region text, v int, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
 CREATE TABLE meas_eu PARTITION OF meas FOR VALUES IN ('eu');
 CREATE TABLE "Odd ""Name"" x" ("Key" int PRIMARY KEY, "väl ue" text);
+"""
+
+# The first rows, written once the bridge streams (its pipeline here has no initial snapshot).
+SEED = """
 INSERT INTO items SELECT g, 'ok', g * 1.125, 'l' || g, 'n' || g, g FROM generate_series(1, 20) g;
 INSERT INTO pairs SELECT g, 1000 + g, 'p' || g FROM generate_series(1, 10) g;
 INSERT INTO meas SELECT g, 'eu', g FROM generate_series(1, 10) g;
@@ -119,32 +129,90 @@ TABLES = {
 }
 
 
+#: Delta's tables by the source's SQL name -> (schema, table) and key (pairs by its primary key,
+#: which the Delta table keeps whatever the replica identity).
+DELTA_TABLES = {
+    **{sql: ("public", sql, key) for sql, key in (("items", ("id",)), ("meas", ("id", "region")),
+                                                  ("pairs", ("id",)), ("late", ("id",)))},
+    '"Odd ""Name"" x"': ("public", 'Odd "Name" x', ("Key",)),
+}  # fmt: skip
+#: Columns Delta keeps after PostgreSQL dropped them (DROP COLUMN keeps them by default).
+KEPT_IN_DELTA = {"items": {"l"}}
+#: After ALTER ... TYPE ... USING, Delta holds the old values cast (try_cast), not what USING
+#: computed, until the rows change (the TOUCH step) or an incremental snapshot reads them.
+USING_STEP = 5
+RECOMPUTED = {"late": {"v"}}
+
+
+def _assert_delta_equals_source(
+    spark: Any, config: Any, dsn: str, differ: dict[str, set[str]]
+) -> None:
+    with psycopg.connect(dsn) as conn:
+        for sql, (schema, table, key) in DELTA_TABLES.items():
+            if conn.execute("SELECT to_regclass(%s) IS NULL", [sql]).fetchone() == (True,):
+                continue  # created by a later step
+            cur = conn.cursor(row_factory=psycopg.rows.dict_row)
+            source = cur.execute(f"SELECT * FROM {sql}").fetchall()
+            delta = spark.read.format("delta").load(config.table_path(schema, table))
+            columns = [d.name for d in cur.description or []]
+            extra = {c for c in delta.columns if not c.startswith("_pgbridge_")} - set(columns)
+            kept = KEPT_IN_DELTA.get(sql, set()) - set(columns)  # once PostgreSQL dropped them
+            assert extra == kept, f"{sql}: Delta's columns {extra}"
+            compared = [c for c in columns if c not in differ.get(sql, set())]
+            got = _by_key([r.asDict() for r in delta.collect()], key, compared)
+            assert got == _by_key(source, key, compared), sql
+
+
+def _by_key(rows: list[dict[str, Any]], key: tuple[str, ...], columns: list[str]) -> Any:
+    return {tuple(r[k] for k in key): {c: comparable(r[c]) for c in columns} for r in rows}
+
+
 def _run(conn: psycopg.Connection[Any], script: str) -> None:
     for statement in script.split(";"):
         if statement.strip():
             conn.execute(statement)
 
 
-@pytest.mark.parametrize("version", ["stack", "13"])
-def test_ddl_mid_stream_never_stops_the_capture_and_kafka_equals_the_source(
-    local_stack: StackInfo, version: str
+@pytest.mark.parametrize(
+    ("version", "delta_each_step"),
+    [
+        ("stack", False),
+        ("13", False),
+        pytest.param("stack", True, marks=pytest.mark.long),
+        pytest.param("13", True, marks=pytest.mark.long),
+    ],
+)
+def test_ddl_mid_stream_never_stops_the_capture_and_kafka_and_delta_equal_the_source(
+    local_stack: StackInfo, spark: Any, tmp_path: Any, version: str, delta_each_step: bool
 ) -> None:
     prefix = f"tort{uuid.uuid4().hex[:8]}"
     with postgres(local_stack, version) as server, scratch_database(server) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             _run(conn, SETUP)
         bridge = RunningBridge(bridge_config(server, dsn, prefix))  # the defaults
+        apply = apply_config(server, prefix, tmp_path)
+
+        def delta_equals_source(differ: dict[str, set[str]]) -> None:
+            run_apply(apply, spark=spark)
+            _assert_delta_equals_source(spark, apply, dsn, differ)
+
         try:
-            bridge.wait_confirmed(mark(dsn))  # the snapshot, and the stream after it
-            for step in STEPS:
+            bridge.wait_confirmed(mark(dsn))  # streaming
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                _run(conn, SEED)
+            for number, step in enumerate(STEPS):
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     _run(conn, step)
                 bridge.wait_confirmed(mark(dsn))
+                if delta_each_step:
+                    delta_equals_source(RECOMPUTED if number >= USING_STEP else {})
             with psycopg.connect(dsn, autocommit=True) as conn:
                 _run(conn, TOUCH)
             bridge.wait_confirmed(mark(dsn))
         finally:
             bridge.stop()  # raises what stopped the pipeline, if anything did
+        if delta_each_step or version == "stack":
+            delta_equals_source({})
 
         rebuilt = rebuild_tables(server.bootstrap_servers, server.registry_url, prefix)
         for name, (table, key) in TABLES.items():
@@ -156,6 +224,6 @@ def test_ddl_mid_stream_never_stops_the_capture_and_kafka_equals_the_source(
 
         # The key follows the replica identity: the primary key, the unique index, the key.
         pairs = read_topic(server.bootstrap_servers, server.registry_url, f"{prefix}.public.pairs")
-        keys = [tuple(k) for k, v in pairs if v is not None and v["op"] != "r"]
+        keys = [tuple(k) for k, v in pairs if v is not None]
         firsts = [keys[0], *(b for a, b in itertools.pairwise(keys) if a != b)]
-        assert firsts == [("u",), ("id",)], keys
+        assert firsts == [("id",), ("u",), ("id",)], keys

@@ -47,8 +47,8 @@ def schema_change_workload(dsn: str, settle: Callable[[], None] = lambda: None) 
     hold what PostgreSQL shows for them: null, or the value of ``ADD COLUMN ... DEFAULT``
     (``attmissingval``: a constant, and ``now()`` computed at the ALTER); then (after
     ``settle``: the bridge has decoded the first change) a column renamed, to a name Avro
-    refuses, and used: Delta renames it, values kept. The bridge tells a rename when it decodes
-    the table's change before the table's next DDL (docs/wire-format.md, Renamed columns)."""
+    refuses, and used: Delta renames it, values kept. (A rename in a burst of DDL, which the
+    bridge decodes after the catalog moved on, is tests/integration/test_ddl_torture.py's.)"""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "ALTER TABLE customers ADD COLUMN tier text DEFAULT 'basic', "
