@@ -105,6 +105,32 @@ def keycloak() -> Iterator[Any]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def connect_worker(
+    local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """A Kafka Connect worker (bridge.devstack.connect) with Debezium's connectors and
+    Apicurio's converter, on the stack's broker; an error, not a skip, when it cannot start."""
+    from bridge.devstack.connect import ConnectWorker
+
+    worker = ConnectWorker(tmp_path_factory.mktemp("connect"), local_stack.bootstrap_servers)
+    worker.start()  # raises StackError naming the part and its log: the test errors
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+#: Modules that share a session fixture starting a JVM of its own run on one pytest-xdist
+#: worker (`--dist loadgroup`), so it starts once: Keycloak and a Connect worker each cost
+#: 15-30 s of a core to start. Every other module is a group of its own (as `--dist loadfile`).
+_SHARED_WORKER = {
+    "tests/integration/test_kafka_oauth.py": "keycloak",
+    "tests/integration/test_registry_bearer.py": "keycloak",
+    "tests/integration/test_connect_sink.py": "connect",
+    "tests/integration/test_debezium_compare.py": "connect",
+}
+
 #: The longest test modules (worker-minutes in CI's `--durations`), scheduled first: pytest-xdist
 #: hands out whole modules in collection order (`--dist loadfile`), and one of these started
 #: last kept one worker busy for minutes after the other had finished (measured: the last
@@ -120,12 +146,16 @@ _LONGEST_FIRST = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         path = item.nodeid.split("::", 1)[0]
         return _LONGEST_FIRST.index(path) if path in _LONGEST_FIRST else len(_LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: every module keeps its own order
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(_SHARED_WORKER.get(path, path)))
 
 
 #: The fault cycle's tables (tests/integration/test_fault_cycle.py), from its reports: they

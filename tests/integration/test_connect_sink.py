@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -39,18 +38,6 @@ SCHEMA = """
 CREATE TABLE items (id bigint PRIMARY KEY, name text, born date, price numeric(12,2),
                     seen_at timestamptz, note text)
 """
-
-
-@pytest.fixture(scope="module")
-def connect_worker(
-    local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ConnectWorker]:
-    worker = ConnectWorker(tmp_path_factory.mktemp("connect"), local_stack.bootstrap_servers)
-    worker.start()  # raises StackError naming the part and its log: the test errors
-    try:
-        yield worker
-    finally:
-        worker.stop()
 
 
 def sink_config(stack: StackInfo, topic: str, sink_dsn_db: str, table: str) -> dict[str, str]:

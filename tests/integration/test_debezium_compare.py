@@ -17,7 +17,6 @@ import json
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import fastavro
@@ -54,18 +53,6 @@ CHANGES = (
 
 #: Fields pgbridge adds (documented extensions).
 EXTENSIONS = {"source.commit_lsn", "source.seq", "unchanged_toast_columns"}
-
-
-@pytest.fixture(scope="module")
-def connect_worker(
-    local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ConnectWorker]:
-    worker = ConnectWorker(tmp_path_factory.mktemp("connect-src"), local_stack.bootstrap_servers)
-    worker.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
 
 
 def _schema(registry_url: str, schema_id: int) -> Any:
