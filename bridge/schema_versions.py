@@ -104,6 +104,15 @@ def key_renames(key: Mapping[str, Any], value: Mapping[str, Any]) -> Mapping[str
     return out
 
 
+def _type_key(avro_type: Any) -> Any:
+    """A field's type for comparing: a union's branches in any order are one type (a column
+    added with a default is ``[T, "null"]`` until a table rewrite clears its missing value,
+    then ``["null", T]``: the same column type)."""
+    if isinstance(avro_type, list):
+        return sorted(json.dumps(branch, sort_keys=True) for branch in avro_type)
+    return json.dumps(avro_type, sort_keys=True)
+
+
 def column_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(field, change) pairs between two key or value schemas built by this module: ``added``,
     ``removed`` or ``type changed``. Used to name the columns of an incompatible change."""
@@ -116,9 +125,7 @@ def column_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple
     for name, f in new_fields.items():
         if name not in old_fields:
             changes.append((name, "added"))
-        elif json.dumps(f["type"], sort_keys=True) != json.dumps(
-            old_fields[name]["type"], sort_keys=True
-        ):
+        elif _type_key(f["type"]) != _type_key(old_fields[name]["type"]):
             changes.append((name, "type changed"))
     changes.extend((name, "removed") for name in old_fields if name not in new_fields)
     return changes

@@ -131,3 +131,18 @@ def test_missing_values_are_read_only_while_the_catalog_describes_the_message() 
     assert missing_values(columns, catalog) == {"added": "dflt"}
     # The table changed since the message (a later column's type differs): nothing is trusted.
     assert missing_values(columns, [("id", 1, INT4, None), ("added", 3, INT8, "5")]) == {}
+
+
+def test_a_rewrite_clearing_the_missing_value_is_no_type_change() -> None:
+    """A later table rewrite (ALTER ... TYPE of another column) clears attmissingval: the field
+    goes from [int, "null"] with a default to ["null", int]. The column's type is the same, so
+    a refused change names only the columns that changed (bridge.schema_versions)."""
+    from bridge.schema_versions import column_changes
+
+    added = RelationColumn(0, "w", INT4, -1)
+    with_default, cleared = _schemas(added, {"w": "7"}), _schemas(added, {})
+    assert _after_field(with_default, "w")["type"] != _after_field(cleared, "w")["type"]
+    assert column_changes(with_default, cleared) == []
+    assert column_changes(with_default, _schemas(RelationColumn(0, "w", TEXT, -1), {})) == [
+        ("w", "type changed")
+    ]
