@@ -59,16 +59,11 @@ from bridge.source import slots
 from bridge.source.assembler import StreamAssembler, in_stream_decoder
 from bridge.source.config import SourceConfig
 from bridge.source.errors import (
-    PublicationMissingError,
     ReplicationConnectionLost,
-    ReplicationPrivilegeError,
     ServerInRecoveryError,
     SlotInUseError,
-    SlotInvalidatedError,
-    SlotMissingError,
     SourceError,
-    WalLevelError,
-    access_refusal,
+    classify_server_error,
 )
 from bridge.source.failover import check_not_in_recovery, enable_failover
 from bridge.source.frame_reader import STREAMING, FrameReader, frame_reading
@@ -77,7 +72,7 @@ from bridge.source.protocol import StreamOptions, negotiate
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LogicalReplicationSource", "SourceStats", "classify_server_error"]
+__all__ = ["LogicalReplicationSource", "SourceStats"]
 
 _T = TypeVar("_T")
 
@@ -96,48 +91,6 @@ class SourceStats:
     status_updates: int = 0
     duplicates_dropped: int = 0
     heartbeats: int = 0
-
-
-def classify_server_error(
-    slot: str,
-    publication: str,
-    sqlstate: str | None,
-    message: str,
-    detail: str = "",
-    user: str | None = None,
-) -> SourceError:
-    """The typed error for an error the server (or libpq) reported on the replication path.
-
-    :class:`ReplicationConnectionLost` (and :class:`SlotInUseError`) are the retryable ones.
-    """
-    text = f"{message} {detail}".strip()
-    lowered = text.lower()
-    if sqlstate == "55006":
-        return SlotInUseError(slot, _active_pid(text), message)
-    if sqlstate == "42501" or "replication role" in lowered or "replication privilege" in lowered:
-        return ReplicationPrivilegeError(user, message, sqlstate)
-    if sqlstate == "42704" and "publication" in lowered:
-        return PublicationMissingError(publication, sqlstate)
-    if sqlstate == "42704" and "replication slot" in lowered:
-        return SlotMissingError(slot)
-    if "wal_level" in lowered:
-        return WalLevelError("(not logical)")
-    if sqlstate == "55000" and ("invalidated" in lowered or "can no longer get changes" in lowered):
-        return SlotInvalidatedError(slot, text, sqlstate)
-    refusal = access_refusal(text, sqlstate)
-    if refusal is not None:
-        return refusal  # not worth another attempt: a setting must change
-    if sqlstate is None or sqlstate.startswith(("08", "57")):
-        # Connection exceptions (08xxx) and operator intervention (57xxx: admin shutdown,
-        # pg_terminate_backend, crash recovery, cannot connect now) are worth another attempt.
-        return ReplicationConnectionLost(text or "connection closed", sqlstate)
-    return SourceError(f"replication failed: {text}", sqlstate=sqlstate)
-
-
-def _active_pid(text: str) -> int | None:
-    # "replication slot "s" is active for PID 1234"
-    tail = text.rpartition("PID ")[2].split()
-    return int(tail[0]) if tail and tail[0].isdigit() else None
 
 
 class LogicalReplicationSource:

@@ -26,10 +26,9 @@ from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
 from bridge.pgoutput.lsn import Lsn
-from bridge.source.errors import SourceError
+from bridge.source.errors import SourceError, classify_server_error
 from bridge.source.failover import check_failover_supported, check_not_in_recovery
 from bridge.source.protocol import quote_ident
-from bridge.source.replication import classify_server_error
 
 logger = logging.getLogger(__name__)
 

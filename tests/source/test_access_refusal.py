@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.source.errors import DatabaseAccessError, access_refusal
-from bridge.source.replication import ReplicationConnectionLost, classify_server_error
+from bridge.source.errors import (
+    DatabaseAccessError,
+    ReplicationConnectionLost,
+    access_refusal,
+    classify_server_error,
+)
 
 
 @pytest.mark.parametrize(

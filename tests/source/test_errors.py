@@ -14,8 +14,8 @@ from bridge.source.errors import (
     SlotMissingError,
     SourceError,
     WalLevelError,
+    classify_server_error,
 )
-from bridge.source.replication import classify_server_error
 
 
 def classify(sqlstate: str | None, message: str, detail: str = "") -> SourceError:
