@@ -494,9 +494,15 @@ class BatchApplier:
                 value_columns=tuple(table.columns.fieldNames()),
                 truncate_at=truncate_at,
                 fold_unchanged=fold,
-                inserts_only=int(summary["creates"]) == count,
+                inserts_only=_inserts_only(summary, count, fences),
             )
-            after = fences.advanced(summary["partitions"], truncate_at, summary["offsets"])
+            after = fences.advanced(
+                summary["partitions"],
+                truncate_at,
+                summary["offsets"],
+                summary["lowest_lsn"],
+                first_load=not exists,
+            )
             # A table created by this batch is empty: its first load is an append.
             write = merge_changes if exists else append_first_load
             write(
@@ -635,3 +641,13 @@ def _is_delta_table(spark: Any, path: str) -> bool:
     from delta.tables import DeltaTable
 
     return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def _inserts_only(summary: dict[str, Any], count: int, fences: Fences) -> bool:
+    """Every change of a keyed table's batch can only add rows: inserts (``c``), and snapshot
+    reads (``r``) at or below the table's floor (bridge.spark.fences: no row it holds is older,
+    so a read finds a resend of itself or a newer row, which a MERGE would keep)."""
+    reads = int(summary["reads"])
+    if int(summary["creates"]) + reads != count:
+        return False
+    return reads == 0 or (fences.floor is not None and int(summary["reads_lsn"]) <= fences.floor)

@@ -26,6 +26,13 @@ as its ``userMetadata`` (``{"pgbridge_fences": …}``), so they are committed at
 rows they describe, skipped with them when Delta's idempotent DML skips a replayed batch, and
 read back (:func:`read_fences`) from the newest commit that has them when the job starts.
 
+Each commit also records the table's **floor**: the lowest commit LSN of any change ever
+applied to it (its first load's, then lowered by every batch), so no row the table holds was
+written by an older change. Snapshot rows at or below the floor can then only find a resend of
+themselves or a newer row, which the MERGE guard would keep: they need no update clause
+(bridge.spark.merge, ``MergePlan.inserts_only``). Tables whose commits predate the floor have
+none (no shortcut).
+
 Beside them each commit records, per Kafka partition, the highest offset of the table's
 records it covered (``offsets``): the exact line between what the table holds and what it does
 not yet, which the current-state views of the changelog mode (:mod:`bridge.spark.changelog`)
@@ -65,6 +72,8 @@ class Fences:
     partitions: Mapping[int, Position] = field(default_factory=dict)
     truncate: Position | None = None
     offsets: Mapping[int, int] = field(default_factory=dict)
+    #: The lowest commit LSN of any change applied to the table (None: not known).
+    floor: int | None = None
 
     def admits(self) -> Column | None:
         """The condition a change must meet to be applied (None: every change is)."""
@@ -114,8 +123,13 @@ class Fences:
         partitions: Mapping[int, Position],
         truncate: Position | None,
         offsets: Mapping[int, int] | None = None,
+        lowest: int | None = None,
+        *,
+        first_load: bool = False,
     ) -> Fences:
-        """These fences moved up to a batch's highest positions (they never move back)."""
+        """These fences moved up to a batch's highest positions (they never move back), the
+        floor down to its ``lowest`` commit LSN (set by a table's ``first_load``; unknown
+        stays unknown)."""
         merged = dict(self.partitions)
         for number, position in partitions.items():
             merged[number] = max(merged.get(number, position), position)
@@ -125,7 +139,10 @@ class Fences:
         covered = dict(self.offsets)
         for number, offset in (offsets or {}).items():
             covered[number] = max(covered.get(number, offset), offset)
-        return Fences(merged, last, covered)
+        floor = lowest if first_load else self.floor
+        if floor is not None and lowest is not None:
+            floor = min(floor, lowest)
+        return Fences(merged, last, covered, floor)
 
     def to_metadata(self) -> str:
         return json.dumps(
@@ -134,6 +151,7 @@ class Fences:
                     "partitions": {str(p): list(pos) for p, pos in sorted(self.partitions.items())},
                     "truncate": list(self.truncate) if self.truncate is not None else None,
                     "offsets": {str(p): o for p, o in sorted(self.offsets.items())},
+                    **({"floor": self.floor} if self.floor is not None else {}),
                 }
             },
             separators=(",", ":"),
@@ -150,8 +168,12 @@ class Fences:
             truncate = data["truncate"]
             # Absent in commits written before offsets were recorded: nothing known covered.
             offsets = {int(p): int(o) for p, o in data.get("offsets", {}).items()}
+            floor = data.get("floor")
             return cls(
-                partitions, (int(truncate[0]), int(truncate[1])) if truncate else None, offsets
+                partitions,
+                (int(truncate[0]), int(truncate[1])) if truncate else None,
+                offsets,
+                None if floor is None else int(floor),
             )
         except (ValueError, KeyError, TypeError, IndexError):
             return None

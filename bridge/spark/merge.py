@@ -100,9 +100,10 @@ _META_FIELDS = (
 @dataclass(frozen=True, slots=True)
 class MergePlan:
     """What one MERGE does. ``truncate_at``: the batch's last truncate position, if any;
-    ``inserts_only``: every change is an insert (op ``c``), so no row of the table can need an
-    update or a delete (a key an insert finds is a resend of it, or of an older change a later
-    one already overwrote)."""
+    ``inserts_only``: every change is an insert (op ``c``) or a snapshot read no row of the
+    table is older than (bridge.spark.fences, the floor), so no row can need an update or a
+    delete (a key an insert finds is a resend of it, or of an older change a later one already
+    overwrote; a key a read finds holds that read or something newer)."""
 
     key_columns: tuple[str, ...]
     value_columns: tuple[str, ...]

@@ -50,6 +50,9 @@ def summary_aggregates() -> list[Any]:
         F.count(F.when(F.col(tf.OP) != "t", F.lit(1))).alias("rows"),
         F.count(F.when(F.col(tf.OP).isin("u", "d"), F.lit(1))).alias("removals"),
         F.count(F.when(F.col(tf.OP) == "c", F.lit(1))).alias("creates"),
+        F.count(F.when(F.col(tf.OP) == "r", F.lit(1))).alias("reads"),
+        F.max(F.when(F.col(tf.OP) == "r", F.col(tf.COMMIT_LSN))).alias("reads_lsn"),
+        F.min(tf.COMMIT_LSN).alias("lowest_lsn"),
         F.max(F.when(F.col(tf.OP) == "t", F.struct(tf.COMMIT_LSN, tf.SEQ, tf.COMMIT_TS))).alias(
             "trunc"
         ),
@@ -91,6 +94,9 @@ def combine_parts(parts: Sequence[Any]) -> dict[str, Any] | None:
         "rows": sum(int(p["rows"]) for p in parts),
         "removals": sum(int(p["removals"]) for p in parts),
         "creates": sum(int(p["creates"]) for p in parts),
+        "reads": sum(int(p["reads"]) for p in parts),
+        "reads_lsn": high("reads_lsn"),
+        "lowest_lsn": low("lowest_lsn"),
         "trunc": high("trunc"),
         "toast": any(bool(p["toast"]) for p in parts),
         "schema": low("schema"),

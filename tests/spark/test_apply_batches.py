@@ -1020,6 +1020,30 @@ def _last_merge_parameters(spark: Any, path: str) -> dict[str, str]:
     return dict(row["operationParameters"])
 
 
+def test_snapshot_reads_at_the_floor_are_an_insert_only_merge(batches: Batches, spark: Any) -> None:
+    """A snapshot topic longer than a batch: its first batch is the table's first load (an
+    append), which sets the floor to the snapshot's LSN; the later batches' reads at that LSN,
+    a resend among them, can only add rows: the insert-only MERGE. A read above the floor (a
+    later snapshot) may be newer than a row: the full MERGE, and it wins over an older row."""
+    batches.add(KEYED, "r", (5, 0), after={"id": 1, "v": "a"})
+    batches.add(KEYED, "r", (5, 1), after={"id": 2, "v": "b"})
+    batches.apply(0)  # the first load: an append
+    path = batches.config.table_path("public", "keyed")
+    batches.add(KEYED, "r", (5, 1), after={"id": 2, "v": "b"})  # resent
+    batches.add(KEYED, "r", (5, 2), after={"id": 3, "v": "c"})
+    batches.add(KEYED, "c", (6, 0), after={"id": 4, "v": "d"})
+    batches.apply(1)
+    assert _last_merge_parameters(spark, path)["matchedPredicates"] == "[]"
+    assert _ids(batches) == {1: "a", 2: "b", 3: "c", 4: "d"}
+    batches.add(KEYED, "u", (7, 0), after={"id": 1, "v": "a7"})
+    batches.apply(2)
+    batches.add(KEYED, "r", (9, 0), after={"id": 2, "v": "b9"})  # a later snapshot's read
+    batches.add(KEYED, "r", (5, 0), after={"id": 1, "v": "a"})  # older than id 1's row
+    batches.apply(3)
+    assert _last_merge_parameters(spark, path)["matchedPredicates"] != "[]"
+    assert _ids(batches) == {1: "a7", 2: "b9", 3: "c", 4: "d"}
+
+
 def test_a_batch_of_inserts_only_is_an_insert_only_merge(batches: Batches, spark: Any) -> None:
     """Inserts never need a row updated or deleted: Delta's insert-only MERGE (an anti join)
     applies them; a batch with an update takes the full MERGE again."""

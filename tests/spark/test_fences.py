@@ -26,3 +26,15 @@ def test_fences_only_move_up() -> None:
     after = fences.advanced({0: (99, 9), 1: (60, 0), 2: (5, 5)}, truncate=(80, 0))
     assert after == Fences({0: (100, 3), 1: (60, 0), 2: (5, 5)}, truncate=(90, 1))
     assert Fences().advanced({}, (10, 0)).truncate == (10, 0)
+
+
+def test_the_floor_is_set_by_the_first_load_and_only_moves_down() -> None:
+    """The lowest commit LSN ever applied: set by a table's first load, lowered by any batch,
+    committed with the fences; a table whose first load predates it never gets one."""
+    first = Fences().advanced({0: (100, 3)}, None, lowest=40, first_load=True)
+    assert first.floor == 40
+    assert first.advanced({0: (120, 0)}, None, lowest=110).floor == 40
+    assert first.advanced({0: (120, 0)}, None, lowest=30).floor == 30
+    assert Fences.from_metadata(first.to_metadata()) == first
+    older = Fences({0: (100, 3)})  # written by a job before floors
+    assert older.advanced({0: (120, 0)}, None, lowest=110).floor is None
