@@ -7,7 +7,7 @@ same changes, with ``pg_recvlogical`` as the common baseline.
 On the local stack (real PostgreSQL, Kafka, Apicurio; started if needed) plus a Kafka Connect
 worker (``ConnectStandalone`` of the stack's Kafka version, heap 1 GB) with Debezium's
 PostgreSQL connector 3.3 from Maven Central, Avro through the stack's registry with Apicurio's
-converter in Confluent framing (as ``tests/integration/test_debezium_compare.py``):
+converter in Confluent framing (as ``tests/integration/test_connect_interop.py``):
 
 1. **throughput**: ``--rows`` inserts into the 6-column table of ``bench/pipeline_bench.py``
    in 1,000-row transactions, written before anything reads them; per round three slots

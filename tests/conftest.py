@@ -110,7 +110,10 @@ def connect_worker(
     local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Any]:
     """A Kafka Connect worker (bridge.devstack.connect) with Debezium's connectors and
-    Apicurio's converter, on the stack's broker; an error, not a skip, when it cannot start."""
+    Apicurio's converter, on the stack's broker; an error, not a skip, when it cannot start.
+
+    Its tests, like Keycloak's, are in one module: pytest-xdist places whole modules
+    (``--dist loadfile``), so a JVM like these starts once per run, not once per worker."""
     from bridge.devstack.connect import ConnectWorker
 
     worker = ConnectWorker(tmp_path_factory.mktemp("connect"), local_stack.bootstrap_servers)
@@ -120,16 +123,6 @@ def connect_worker(
     finally:
         worker.stop()
 
-
-#: Modules that share a session fixture starting a JVM of its own run on one pytest-xdist
-#: worker (`--dist loadgroup`), so it starts once: Keycloak and a Connect worker each cost
-#: 15-30 s of a core to start. Every other module is a group of its own (as `--dist loadfile`).
-_SHARED_WORKER = {
-    "tests/integration/test_kafka_oauth.py": "keycloak",
-    "tests/integration/test_registry_bearer.py": "keycloak",
-    "tests/integration/test_connect_sink.py": "connect",
-    "tests/integration/test_debezium_compare.py": "connect",
-}
 
 #: The longest test modules (worker-minutes in CI's `--durations`), scheduled first: pytest-xdist
 #: hands out whole modules in collection order (`--dist loadfile`), and one of these started
@@ -146,16 +139,12 @@ _LONGEST_FIRST = (
 )
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         path = item.nodeid.split("::", 1)[0]
         return _LONGEST_FIRST.index(path) if path in _LONGEST_FIRST else len(_LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: every module keeps its own order
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(_SHARED_WORKER.get(path, path)))
 
 
 #: The fault cycle's tables (tests/integration/test_fault_cycle.py), from its reports: they

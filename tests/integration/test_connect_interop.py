@@ -1,0 +1,434 @@
+"""pgbridge beside Kafka Connect 4.1 (standalone, the stack's Kafka version; one worker for the
+module), every part from Maven Central, Avro through the stack's registry with Apicurio's
+converter in Confluent framing. Nothing is mocked: if the worker or a connector cannot start,
+the test fails.
+
+Debezium's own consumer over pgbridge's topics: pgbridge streams a table through a mixed
+workload (upserts, deletes, a truncate, a key change, an added column; date, numeric,
+timestamptz, text) and Debezium's JDBC sink connector writes it into a second database, which
+must equal the source.
+
+The same row changes captured by Debezium's PostgreSQL connector (3.3) and by pgbridge in its
+Debezium dialect (``schema.logical.types=connect``, ``timestamptz.handling.mode=string``), both
+decoded from Kafka with the registry's schemas, compared field by field: envelope and
+``source`` fields, record names, each column's Avro type, ``connect.name``/``connect.parameters``
+and logical type, and the decoded values. Where the two differ, the difference is listed in
+:data:`EXTENSIONS` (fields pgbridge adds, documented in docs/debezium-consumers.md); anything
+else fails the test, values included (``source.lsn`` and ``source.sequence`` too).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import urllib.request
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import fastavro
+import psycopg
+import pytest
+from confluent_kafka import Consumer
+
+from bridge.devstack.connect import (
+    APICURIO_CONVERTER,
+    JDBC_SINK_CONNECTOR,
+    POSTGRES_SOURCE_CONNECTOR,
+    ConnectWorker,
+    apicurio_converter,
+)
+from bridge.devstack.stack import StackInfo
+from bridge.errors import StackError
+from tests.integration.bridge_harness import RunningBridge, bridge_config, mark, scratch_database
+
+pytestmark = pytest.mark.integration
+
+
+#: What a Debezium consumer needs from pgbridge (docs/debezium-consumers.md).
+CONNECT_SETTINGS = {"schema.logical.types": "connect", "timestamptz.handling.mode": "string"}
+
+SINK_SCHEMA = """
+CREATE TABLE items (id bigint PRIMARY KEY, name text, born date, price numeric(12,2),
+                    seen_at timestamptz, note text)
+"""
+
+
+def sink_config(stack: StackInfo, topic: str, sink_dsn_db: str, table: str) -> dict[str, str]:
+    return {
+        "connector.class": JDBC_SINK_CONNECTOR,
+        "tasks.max": "1",
+        "topics": topic,
+        "connection.url": f"jdbc:postgresql://{stack.postgres_host}:{stack.postgres_port}/"
+        f"{sink_dsn_db}",
+        "connection.username": "postgres",
+        "connection.password": stack.postgres_password or "unused-trust-auth",
+        "insert.mode": "upsert",
+        "delete.enabled": "true",
+        "truncate.enabled": "true",
+        "primary.key.mode": "record_key",
+        "schema.evolution": "basic",
+        "collection.name.format": table,
+        **apicurio_converter(stack.registry_url, "key.converter"),
+        **apicurio_converter(stack.registry_url, "value.converter"),
+    }
+
+
+def workload(dsn: str, truncate: bool = True) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if truncate:
+            conn.execute(
+                "INSERT INTO items SELECT i, 'first ' || i, date '2024-01-01' + i, i * 1.5, "
+                "timestamptz '2024-05-01 12:00:00.123456+02' + i * interval '1 hour', NULL "
+                "FROM generate_series(1, 30) i"
+            )
+            conn.execute("TRUNCATE items")
+        with conn.transaction():
+            conn.execute(
+                "INSERT INTO items SELECT i, 'item ' || i, date '1999-12-31' + i * 17, "
+                "(i * 12.34 - 300)::numeric(12,2), "
+                "timestamptz '2024-02-29 23:59:59.999999+00' - i * interval '13 days 1 second', "
+                "repeat('ü', i % 4) FROM generate_series(1, 50) i"
+            )
+            conn.execute(
+                "INSERT INTO items VALUES (51, NULL, NULL, NULL, NULL, NULL), "
+                "(52, '', date '1970-01-01', 0, timestamptz '1970-01-01 00:00:00+00', '')"
+            )
+        conn.execute("UPDATE items SET price = price + 1, note = 'upd' WHERE id % 3 = 0")
+        conn.execute("UPDATE items SET id = 1003, name = 'moved' WHERE id = 3")  # key change
+        conn.execute("DELETE FROM items WHERE id % 10 = 0")
+        conn.execute("ALTER TABLE items ADD COLUMN extra text")
+        conn.execute("UPDATE items SET extra = 'x' || id WHERE id % 4 = 0")
+        conn.execute(
+            "INSERT INTO items VALUES (2000, 'late', date '2030-06-15', 99999.99, now(), 'n', 'e')"
+        )
+
+
+def rows(dsn: str, columns: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(f"SELECT {columns} FROM items ORDER BY id").fetchall()
+
+
+def wait_equal(worker: ConnectWorker, name: str, source: str, sink: str, columns: str) -> None:
+    expected = rows(source, columns)
+    deadline = time.monotonic() + 180
+    got: list[tuple[Any, ...]] | str = "no table yet"
+    while time.monotonic() < deadline:
+        worker.raise_if_failed(name)
+        try:
+            got = rows(sink, columns)
+        except psycopg.errors.UndefinedTable:
+            got = "no table yet"
+        except psycopg.errors.UndefinedColumn:
+            got = "column not added yet"
+        if got == expected:
+            return
+        time.sleep(1)
+    assert got == expected
+
+
+def test_connect_worker_loads_debezium_jdbc_sink_and_apicurio_converter(
+    connect_worker: ConnectWorker,
+) -> None:
+    plugins = connect_worker.plugins()
+    assert JDBC_SINK_CONNECTOR in plugins
+    # Converters are not listed as connector plugins by default; ask for every type.
+    every = connect_worker._request("GET", "/connector-plugins?connectorsOnly=false")
+    assert APICURIO_CONVERTER in {p["class"] for p in every}
+
+
+def test_connect_jdbc_sink_applies_pgbridge_topic_equal_to_source(
+    local_stack: StackInfo, connect_worker: ConnectWorker
+) -> None:
+    _sink_equals_source(local_stack, connect_worker, unwrap=False)
+
+
+def test_connect_extract_new_record_state_then_jdbc_sink_equal_to_source(
+    local_stack: StackInfo, connect_worker: ConnectWorker
+) -> None:
+    """Debezium's ExtractNewRecordState transform flattens pgbridge's envelope (deletes become
+    tombstones) and the JDBC sink applies the flat rows."""
+    _sink_equals_source(local_stack, connect_worker, unwrap=True)
+
+
+def _sink_equals_source(
+    local_stack: StackInfo, connect_worker: ConnectWorker, unwrap: bool
+) -> None:
+    prefix = f"cx{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as source, scratch_database(local_stack) as sink:
+        with psycopg.connect(source, autocommit=True) as conn:
+            conn.execute(SINK_SCHEMA)
+        bridge = RunningBridge(bridge_config(local_stack, source, prefix, **CONNECT_SETTINGS))
+        try:
+            # ExtractNewRecordState has no flat form of a truncate: that case is the envelope's.
+            workload(source, truncate=not unwrap)
+            bridge.wait_confirmed(mark(source))
+        finally:
+            bridge.stop()
+        sink_db = psycopg.conninfo.conninfo_to_dict(sink)["dbname"]
+        name = f"jdbc-{prefix}"
+        config = sink_config(local_stack, f"{prefix}.public.items", str(sink_db), "items")
+        if unwrap:
+            config |= {
+                "transforms": "unwrap",
+                "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
+                "transforms.unwrap.delete.tombstone.handling.mode": "tombstone",
+            }
+        connect_worker.put_connector(name, config)
+        try:
+            connect_worker.wait_running(name)
+            columns = "id, name, born, price, seen_at, note, extra"
+            wait_equal(connect_worker, name, source, sink, columns)
+        finally:
+            connect_worker.delete_connector(name)
+        got = {r[0]: r for r in rows(sink, columns)}
+        # Spot checks that the comparison is not vacuous.
+        assert 3 not in got and got[1003][1] == "moved" and 10 not in got
+        assert got[52][2:5] == (
+            datetime(1970, 1, 1).date(),
+            Decimal("0.00"),
+            datetime(1970, 1, 1, tzinfo=UTC),
+        )
+        assert got[8][6] == "x8" and got[2000][6] == "e"
+        with psycopg.connect(sink) as conn:
+            types = dict(
+                conn.execute(
+                    "SELECT column_name, data_type FROM information_schema.columns "
+                    "WHERE table_name = 'items'"
+                ).fetchall()
+            )
+        assert types["born"] == "date"
+        assert types["seen_at"] == "timestamp with time zone"
+        assert types["price"] == "numeric"
+
+
+def test_connect_refuses_default_avro_logical_types_on_a_date_column(
+    local_stack: StackInfo, connect_worker: ConnectWorker
+) -> None:
+    """Why a Debezium consumer needs ``schema.logical.types=connect``: with the default
+    (``logicalType: date`` beside ``connect.name: io.debezium.time.Date``) Kafka Connect's Avro
+    data mapping refuses the record and the sink task fails."""
+    prefix = f"cd{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as source, scratch_database(local_stack) as sink:
+        with psycopg.connect(source, autocommit=True) as conn:
+            conn.execute("CREATE TABLE items (id int PRIMARY KEY, born date)")
+            conn.execute("INSERT INTO items VALUES (1, '2024-01-01')")
+        bridge = RunningBridge(bridge_config(local_stack, source, prefix))
+        try:
+            with psycopg.connect(source, autocommit=True) as conn:
+                conn.execute("INSERT INTO items VALUES (2, '2024-01-02')")
+            bridge.wait_confirmed(mark(source))
+        finally:
+            bridge.stop()
+        sink_db = psycopg.conninfo.conninfo_to_dict(sink)["dbname"]
+        name = f"jdbc-{prefix}"
+        connect_worker.put_connector(
+            name, sink_config(local_stack, f"{prefix}.public.items", str(sink_db), "items")
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    connect_worker.raise_if_failed(name)
+                except StackError as exc:
+                    assert "Mismatched names" in str(exc), str(exc)
+                    break
+                assert time.monotonic() < deadline, "the sink task did not fail"
+                time.sleep(0.5)
+        finally:
+            connect_worker.delete_connector(name)
+
+
+COMPARED_SCHEMA = """
+CREATE TABLE cmp (
+    id bigint PRIMARY KEY, name text, born date, price numeric(12,2), seen_at timestamptz,
+    local_at timestamp, flag bool, doc jsonb, small smallint, ratio double precision,
+    u uuid, raw bytea, at_time time
+)
+"""
+
+CHANGES = (
+    "INSERT INTO cmp VALUES (1, 'ada', '1815-12-10', 12.50, '2024-05-06 07:08:09.123456+02', "
+    "'2024-05-06 07:08:09.5', true, '{\"a\": [1, 2]}', -3, 0.25, "
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '\\x00ff', '13:14:15.000001')",
+    "UPDATE cmp SET name = 'ada l.', price = 99.99 WHERE id = 1",
+    "DELETE FROM cmp WHERE id = 1",
+)
+
+#: Fields pgbridge adds (documented extensions).
+EXTENSIONS = {"source.commit_lsn", "source.seq", "unchanged_toast_columns"}
+
+
+def _schema(registry_url: str, schema_id: int) -> Any:
+    url = f"{registry_url.rstrip('/')}/schemas/ids/{schema_id}"
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return json.loads(json.loads(resp.read())["schema"])
+
+
+def _records(stack: StackInfo, topic: str, count: int) -> list[tuple[Any, Any, Any, Any]]:
+    """``count`` records of ``topic``: (key schema, key, value schema, value), decoded."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": stack.bootstrap_servers,
+            "group.id": f"cmp-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    out: list[tuple[Any, Any, Any, Any]] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(out) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            value = msg.value()
+            if value is None:
+                continue  # tombstones: compared by count below
+            decoded: list[Any] = []
+            for data in (msg.key(), value):
+                assert data is not None and data[0] == 0, f"{topic}: not Confluent-framed"
+                schema = _schema(stack.registry_url, int.from_bytes(data[1:5], "big"))
+                parsed = fastavro.parse_schema(schema)
+                decoded += [schema, fastavro.schemaless_reader(io.BytesIO(data[5:]), parsed)]
+            out.append((decoded[0], decoded[1], decoded[2], decoded[3]))
+    finally:
+        consumer.close()
+    assert len(out) == count, f"{topic}: {len(out)} of {count} change records"
+    return out
+
+
+def _fields(schema: Any) -> dict[str, Any]:
+    return {f["name"]: f for f in schema["fields"]}
+
+
+def _branch(field_type: Any) -> Any:
+    """A field's type without its null branch."""
+    if isinstance(field_type, list):
+        rest = [t for t in field_type if t != "null"]
+        return rest[0] if len(rest) == 1 else rest
+    return field_type
+
+
+_FORM = ("type", "logicalType", "precision", "scale", "connect.name", "connect.parameters")
+
+
+def _column_form(field: dict[str, Any]) -> dict[str, Any]:
+    """What a consumer reads about a column: its type, logical type and Connect names."""
+    t = _branch(field["type"])
+    if isinstance(t, dict):
+        return {k: t.get(k) for k in _FORM if k in t}
+    return {"type": t}
+
+
+def _record_name(schema: Any, prefix: str) -> str:
+    return str(schema.get("name", "")).replace(prefix, "<prefix>", 1)
+
+
+def test_debezium_and_pgbridge_publish_the_same_change_events(
+    local_stack: StackInfo, connect_worker: ConnectWorker
+) -> None:
+    ours, theirs = f"pgb{uuid.uuid4().hex[:6]}", f"dbz{uuid.uuid4().hex[:6]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(COMPARED_SCHEMA)
+        dbname = str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+        name = f"dbz-{theirs}"
+        connect_worker.put_connector(
+            name,
+            {
+                "connector.class": POSTGRES_SOURCE_CONNECTOR,
+                "tasks.max": "1",
+                "plugin.name": "pgoutput",
+                "database.hostname": local_stack.postgres_host,
+                "database.port": str(local_stack.postgres_port),
+                "database.user": "postgres",
+                "database.password": local_stack.postgres_password or "unused-trust-auth",
+                "database.dbname": dbname,
+                "topic.prefix": theirs,
+                "slot.name": f"{theirs}_slot",
+                "publication.name": f"{theirs}_pub",
+                "publication.autocreate.mode": "filtered",
+                "table.include.list": "public.cmp",
+                "snapshot.mode": "no_data",
+                # The stack's broker creates no topics on its own: Connect does.
+                "topic.creation.default.replication.factor": "1",
+                "topic.creation.default.partitions": "1",
+                **apicurio_converter(local_stack.registry_url, "key.converter", register=True),
+                **apicurio_converter(local_stack.registry_url, "value.converter", register=True),
+            },
+        )
+        try:
+            connect_worker.wait_running(name)
+            _wait_slot_active(dsn, f"{theirs}_slot")
+            bridge = RunningBridge(bridge_config(local_stack, dsn, ours, **CONNECT_SETTINGS))
+            try:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    for statement in CHANGES:
+                        conn.execute(statement)
+                bridge.wait_confirmed(mark(dsn))
+            finally:
+                bridge.stop()
+            debezium = _records(local_stack, f"{theirs}.public.cmp", len(CHANGES))
+        finally:
+            connect_worker.delete_connector(name)
+        pgbridge = _records(local_stack, f"{ours}.public.cmp", len(CHANGES))
+
+    for (dk_schema, dkey, dv_schema, dvalue), (pk_schema, pkey, pv_schema, pvalue) in zip(
+        debezium, pgbridge, strict=True
+    ):
+        # Keys: the same record, the same fields and values.
+        assert _record_name(pk_schema, ours) == _record_name(dk_schema, theirs)
+        assert pkey == dkey
+        assert {n: _column_form(f) for n, f in _fields(pk_schema).items()} == {
+            n: _column_form(f) for n, f in _fields(dk_schema).items()
+        }
+        # Envelope: Debezium's fields, pgbridge's extensions beside them.
+        assert _record_name(pv_schema, ours) == _record_name(dv_schema, theirs)
+        d_env, p_env = _fields(dv_schema), _fields(pv_schema)
+        assert set(d_env) <= set(p_env), f"missing envelope fields {set(d_env) - set(p_env)}"
+        assert set(p_env) - set(d_env) <= EXTENSIONS
+        # Columns: type, logical type, Connect name and parameters, one by one.
+        # "before" defines the row record, "after" names it (Avro's named types).
+        d_row = _branch(d_env["before"]["type"])
+        p_row = _branch(p_env["before"]["type"])
+        assert _record_name(p_row, ours) == _record_name(d_row, theirs)
+        d_cols, p_cols = _fields(d_row), _fields(p_row)
+        assert list(p_cols) == list(d_cols)
+        for column in d_cols:
+            assert _column_form(p_cols[column]) == _column_form(d_cols[column]), column
+        # source: Debezium's fields, in Debezium's forms.
+        d_src, p_src = (
+            _fields(_branch(d_env["source"]["type"])),
+            _fields(_branch(p_env["source"]["type"])),
+        )
+        assert set(d_src) <= set(p_src), f"missing source fields {set(d_src) - set(p_src)}"
+        assert {f"source.{n}" for n in set(p_src) - set(d_src)} <= EXTENSIONS
+        for field in d_src:
+            assert _column_form(p_src[field]) == _column_form(d_src[field]), f"source.{field}"
+        # Values.
+        assert pvalue["op"] == dvalue["op"]
+        assert pvalue["before"] == dvalue["before"]
+        assert pvalue["after"] == dvalue["after"]
+        ds, ps = dvalue["source"], pvalue["source"]
+        for field in ("connector", "db", "schema", "table", "txId", "snapshot", "ts_ms"):
+            assert ps[field] == ds[field], f"source.{field}: {ps[field]!r} != {ds[field]!r}"
+        # The change's own LSN, and Debezium's sequence [last commit's end LSN, change LSN].
+        assert ps["lsn"] == ds["lsn"]
+        assert ps["sequence"] == ds["sequence"], (ps["sequence"], ds["sequence"])
+        assert ps["xmin"] is None and ds["xmin"] is None
+
+
+def _wait_slot_active(dsn: str, slot: str) -> None:
+    deadline = time.monotonic() + 120
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+            ).fetchone()
+            if row is not None and row[0]:
+                return
+            time.sleep(0.5)
+    raise AssertionError(f"Debezium's slot {slot} never became active")
