@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError
 
 from bridge.config import KafkaConfig
 from bridge.config.settings import reveal
+from bridge.sink.kafka_errors import PROTOCOL_MISMATCH
 
 __all__ = [
     "EXPECTED_WARNINGS",
     "MISMATCH_REPEATS",
+    "BrokerRefusals",
     "ClientLog",
     "admin_config",
     "is_refusal",
@@ -105,6 +107,37 @@ class ClientLog:
         )
         if hint is not None and self._repeats >= MISMATCH_REPEATS:
             self._on_mismatch(hint)
+
+
+class BrokerRefusals:
+    """What the brokers refused the clients of one publisher (a failed login, an untrusted
+    certificate, a ``security.protocol`` the listener does not speak), as (code, reason): the
+    answer to a request that would otherwise time out. Its error callback and its client log
+    serve all of the publisher's clients: librdkafka reports a connection failure once per
+    client and then suppresses repeats for 30 s, so only together do they show a mismatch
+    promptly. Messages go to ``log`` (the publisher's logger)."""
+
+    def __init__(self, conf: Mapping[str, Any], log: logging.Logger) -> None:
+        self.refused: tuple[str, str] | None = None
+        self._log = log
+        self._servers = conf["bootstrap.servers"]
+        self.client_log = ClientLog(str(conf.get("security.protocol", "PLAINTEXT")), self._mismatch)
+
+    def on_error(self, err: KafkaError) -> None:
+        """librdkafka's ``error_cb``. Client-level errors (all brokers down, authentication)
+        are retried by librdkafka; the records they affect fail through their own delivery
+        reports when they time out."""
+        if is_refusal(err):
+            self.refused = (err.name(), err.str())
+        if err.fatal():
+            self._log.error("Kafka producer fatal error: %s: %s", err.name(), err.str())
+        else:
+            self._log.warning("Kafka client error: %s: %s", err.name(), err.str())
+
+    def _mismatch(self, hint: str) -> None:
+        if self.refused is None:
+            self._log.error("Kafka at %s: %s", self._servers, hint)
+        self.refused = (PROTOCOL_MISMATCH, hint)
 
 
 def admin_config(kafka: KafkaConfig) -> dict[str, Any]:

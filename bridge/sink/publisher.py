@@ -85,8 +85,8 @@ from confluent_kafka.admin import AdminClient
 from bridge import native as accelerator
 from bridge.config import KafkaConfig, TopicCreationConfig
 from bridge.retry import RetryPolicy
-from bridge.sink.kafka_client import ClientLog, admin_config, is_refusal, producer_config
-from bridge.sink.kafka_errors import PROTOCOL_MISMATCH, DeliveryError, PublisherError
+from bridge.sink.kafka_client import BrokerRefusals, admin_config, producer_config
+from bridge.sink.kafka_errors import DeliveryError, PublisherError
 from bridge.sink.native_batches import PRODUCER_SETTINGS, BatchReport, native_batches
 from bridge.sink.topic_admin import TopicAdmin
 
@@ -137,17 +137,10 @@ class KafkaPublisher:
         retry: RetryPolicy | None = None,
         report_successes: bool = True,
     ) -> None:
-        #: The last refusal a client of this publisher heard from the brokers (a failed login,
-        #: an untrusted certificate, a security.protocol the listener does not speak), as
-        #: (code, reason): the answer to a request that would otherwise time out.
-        self._refused: tuple[str, str] | None = None
         conf = producer_config(kafka)
-        conf["error_cb"] = self._on_client_error
-        # One log for the producer and the admin client: librdkafka reports a connection failure
-        # once per client and then suppresses repeats for 30 s, so only together do they show
-        # a mismatch promptly.
-        self._client_log = self._new_client_log(conf)
-        conf["logger"] = self._client_log
+        self._refusals = BrokerRefusals(conf, logger)
+        conf["error_cb"] = self._refusals.on_error
+        conf["logger"] = self._refusals.client_log
         # Batches with two delivery reports per partition (bridge.sink.native_batches) where
         # this process can; else produce_batch with a report per record, or none but the
         # failures' when the caller acknowledges by drain (report_successes=False).
@@ -171,7 +164,7 @@ class KafkaPublisher:
         self._topic_admin = TopicAdmin(
             topics,
             self._admin_client,
-            lambda: self._refused,
+            lambda: self._refusals.refused,
             learn_partitions=self._native is not None,
         )
         self._failures = _Failures()
@@ -553,26 +546,6 @@ class KafkaPublisher:
 
         return delivered
 
-    def _on_client_error(self, err: KafkaError) -> None:
-        # Client-level errors (all brokers down, authentication) are retried by librdkafka; the
-        # records they affect fail through their own delivery reports when they time out.
-        if is_refusal(err):
-            self._refused = (err.name(), err.str())
-        if err.fatal():
-            logger.error("Kafka producer fatal error: %s: %s", err.name(), err.str())
-        else:
-            logger.warning("Kafka client error: %s: %s", err.name(), err.str())
-
-    def _new_client_log(self, conf: Mapping[str, Any]) -> ClientLog:
-        servers = conf["bootstrap.servers"]
-
-        def mismatch(hint: str) -> None:
-            if self._refused is None:
-                logger.error("Kafka at %s: %s", servers, hint)
-            self._refused = (PROTOCOL_MISMATCH, hint)
-
-        return ClientLog(str(conf.get("security.protocol", "PLAINTEXT")), mismatch)
-
     # -- driving the client -------------------------------------------------------------------
 
     def poll(self, timeout: float = 0.0) -> int:
@@ -673,7 +646,7 @@ class KafkaPublisher:
             raise failures.callback_error
         first = failures.first
         if first is not None:
-            refused = self._refused
+            refused = self._refusals.refused
             if refused is not None and first.code == "_MSG_TIMED_OUT":
                 # Timed out because the brokers refuse this client: say so, as a permanent
                 # error (bridge.restarts stops on it instead of restarting into it again).
@@ -712,6 +685,6 @@ class KafkaPublisher:
 
     def _admin_client(self) -> AdminClient:
         conf = admin_config(self._kafka)
-        conf["error_cb"] = self._on_client_error
-        conf["logger"] = self._client_log
+        conf["error_cb"] = self._refusals.on_error
+        conf["logger"] = self._refusals.client_log
         return AdminClient(conf)
