@@ -18,7 +18,7 @@ demo: $(VENV)/.installed .stack-prereqs
 ## test: lint, type-check, check docker-compose.yml, the unit tests (C accelerator, then the
 ## pure-Python path a machine without a C compiler runs), then on one real local stack the
 ## integration tests, two at a time (a module's tests on one worker) with the 30
-## slowest listed, and an end-to-end slice on the pure-Python path. The fuzz
+## slowest listed, and beside them an end-to-end slice on the pure-Python path. The fuzz
 ## run, the soak and the long integration tests have their own targets. Under CI the stack is
 ## stopped afterwards.
 INTEGRATION := -m "integration and not slow and not long" -n 2 --dist loadfile --durations=30
@@ -26,10 +26,13 @@ test: lint .stack-prereqs
 	$(BIN)/pytest $(UNIT) $(PYTEST_ARGS)
 	PGBRIDGE_NATIVE=0 $(BIN)/pytest $(UNIT) --ignore=tests/native $(PYTEST_ARGS)
 	$(BIN)/pgbridge dev up
-	status=0; \
-	$(BIN)/pytest $(INTEGRATION) $(PYTEST_ARGS) || status=$$?; \
+	status=0; slice_log=$$(mktemp); \
 	PGBRIDGE_NATIVE=0 $(BIN)/pytest -m "integration and pure_python_slice" -q \
-	  -p no:cacheprovider $(PYTEST_ARGS) || status=$$?; \
+	  -p no:cacheprovider $(PYTEST_ARGS) > $$slice_log 2>&1 & slice=$$!; \
+	$(BIN)/pytest $(INTEGRATION) $(PYTEST_ARGS) || status=$$?; \
+	wait $$slice || status=$$?; \
+	echo "== the pure-Python slice (PGBRIDGE_NATIVE=0), run beside the integration tests:"; \
+	cat $$slice_log; rm -f $$slice_log; \
 	if [ -n "$$CI" ]; then $(BIN)/pgbridge dev down; fi; \
 	exit $$status
 

@@ -114,7 +114,7 @@ def wait_streaming(dsn: str, slot: str, bridge: BridgeProcess) -> None:
 
 
 #: Longer than the test's delivery timeout, so deliveries fail and the bridge must restart.
-BROKER_OUTAGE_S = 25
+BROKER_OUTAGE_S = 15
 
 
 def test_faults_kafka_broker_down_past_the_delivery_timeout_restarts_streaming_without_loss(
