@@ -19,6 +19,7 @@ every schema version); in make test-long after every step, on both majors.
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 from typing import Any
 
@@ -27,6 +28,8 @@ import pytest
 
 from bridge.devstack.stack import StackInfo
 from bridge.schema import avro_name
+from bridge.schema_versions import column_changes
+from bridge.sink.registry import registry_client
 from bridge.spark.job import run_apply
 from tests.integration.bridge_harness import (
     RunningBridge,
@@ -221,6 +224,24 @@ def test_ddl_mid_stream_never_stops_the_capture_and_kafka_and_delta_equal_the_so
                 for k, row in source_rows(dsn, table, key).items()
             }
             assert normalized(rebuilt[name]) == source, name
+
+        # One subject version per real change: each version changes a column (added, removed,
+        # its type, nullability, enum labels), never only how the same columns are written.
+        client = registry_client(server.registry_url)
+        compared = 0
+        for subject in (
+            f"{prefix}.public.{table}-{part}"
+            for table in ("items", "pairs", "meas", "late")
+            for part in ("key", "value")
+        ):
+            schemas = [
+                json.loads(client.get_version(subject, v).schema.schema_str or "{}")
+                for v in client.get_versions(subject)
+            ]
+            for number, (old, new) in enumerate(itertools.pairwise(schemas), start=2):
+                assert column_changes(old, new), f"{subject} version {number}: no change"
+                compared += 1
+        assert compared >= 8, compared  # the steps made that many versions at least
 
         # The key follows the replica identity: the primary key, the unique index, the key.
         pairs = read_topic(server.bootstrap_servers, server.registry_url, f"{prefix}.public.pairs")
