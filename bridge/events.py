@@ -339,7 +339,7 @@ class EventBuilder:
                 facts.catalog,
             )
             facts = replace(facts, numbers=numbers)
-        self._warn_of_rewritten_rows(relation, facts)
+        self._warn_of_rewritten_rows(relation, facts, known)
         if facts.numbers:
             hints = replace(
                 hints or TableHints(), column_numbers=facts.numbers, missing_values=facts.missing
@@ -352,13 +352,14 @@ class EventBuilder:
             keyless=self.keyless,
         )
 
-    def _warn_of_rewritten_rows(self, relation: Relation, facts: ColumnFacts) -> None:
+    def _warn_of_rewritten_rows(
+        self, relation: Relation, facts: ColumnFacts, known: RelationSchemas | None
+    ) -> None:
         """DDL that rewrites a table without sending its rows: a column added with a default
         PostgreSQL computes per row (a volatile one: ``random()``, ``clock_timestamp()``), or a
         column's type changed. The rows then hold values no consumer saw. Said once, when the
         new version is built, with the fix. (A column added without a default and given one
         later looks the same here, hence "if".)"""
-        known = self.relations.get(relation.relation_oid)
         if known is None:
             return
         if (known.relation.namespace, known.relation.relation_name) != (
