@@ -140,7 +140,6 @@ def apply_multiset(
     table was created by this batch (its rows are appended, nothing read; so are a batch's
     rows when every record is an insert). ``commit_metadata``: the commit's ``userMetadata``.
     """
-    from delta.tables import DeltaTable
 
     if batch.last is None or (applied is not None and batch.last <= applied):
         logger.info("%s: batch %d holds only records applied before", path, batch_id)
@@ -177,6 +176,33 @@ def apply_multiset(
         )
         .where(F.col(_NET) != 0)
     )
+    # Cached: counting reads it twice (the semi-join's keys, and the join back).
+    net.persist()
+    try:
+        _merge_net(spark, path, net, columns, keys, names, truncate, app_id, batch_id,
+                   empty, commit_metadata)  # fmt: skip
+    finally:
+        net.unpersist()
+    return True
+
+
+def _merge_net(
+    spark: Any,
+    path: str,
+    net: DataFrame,
+    columns: T.StructType,
+    keys: list[str],
+    names: list[str],
+    truncate: Position | None,
+    app_id: str,
+    batch_id: int,
+    empty: bool,
+    commit_metadata: str | None,
+) -> None:
+    """Steps 4 and 5: the final multiplicity of each image of ``net``, and one MERGE (or the
+    append of a first load) that brings the table to it."""
+    from delta.tables import DeltaTable
+
     # The empty table of a first load is neither read nor merged into: no snapshot to load.
     target = None if empty else DeltaTable.forPath(spark, path)
     if truncate is None and target is not None:
@@ -212,19 +238,21 @@ def apply_multiset(
         F.col(f"{_LAST}.{tf.SEQ}").alias(tf.SEQ),
         F.col(f"{_LAST}.{tf.COMMIT_TS}").alias(tf.COMMIT_TS),
     ]
-    deletes = counted.where(shrinks).select(*values, *meta, F.lit("delete").alias(_KIND))
+    # One row per action, from one pass over ``counted`` (a union of a "deletes" and an
+    # "inserts" frame planned the joins above twice: measured 60 Spark jobs for a 4-change
+    # batch, 6.6 s): where the multiplicity shrinks, a "delete all copies" row, then as many
+    # "insert" rows as copies must be added (all of the final copies after a delete-all).
     copies = F.when(shrinks, final).otherwise(final - F.col(_CURRENT)).cast("int")
-    inserts = (
-        counted.where(copies > 0)
-        .select(*values, *meta, F.explode(F.array_repeat(F.lit(0), copies)).alias("_copy"))
-        .drop("_copy")
-        .withColumn(_KIND, F.lit("insert"))
+    kinds = F.concat(
+        F.when(shrinks, F.array(F.lit("delete"))).otherwise(F.array().cast("array<string>")),
+        F.array_repeat(F.lit("insert"), copies),
     )
+    actions = counted.select(*values, *meta, F.explode(kinds).alias(_KIND))
     if target is None:  # nothing to delete or count: the first load is an append, no join
-        idempotent_append(inserts.drop(_KIND), path, app_id, batch_id, commit_metadata)
-        return True
+        idempotent_append(actions.drop(_KIND), path, app_id, batch_id, commit_metadata)
+        return
     # Materialised: the source reads the target, which the MERGE then rewrites.
-    source = deletes.unionByName(inserts).persist()
+    source = actions.persist()
     try:
         source.count()
         on = (F.col(f"s.{_KIND}") == "delete") & _matches("t", "s", columns)
@@ -245,7 +273,6 @@ def apply_multiset(
             builder.execute()
     finally:
         source.unpersist()
-    return True
 
 
 def read_positions(spark: Any, path: str) -> dict[str, Position]:
