@@ -83,6 +83,7 @@ from bridge.spark.merge import (
     table_key_columns,
 )
 from bridge.spark.multiset import MultisetBatch, Position, apply_multiset, read_positions
+from bridge.spark.resources import is_resource_failure
 from bridge.spark.summary import (
     SUMMARY_PARTITION,
     TABLE_INDEX,
@@ -287,6 +288,10 @@ class BatchApplier:
             except RegistryUnavailableError:
                 raise  # transient and batch-wide: retried from the checkpoint
             except Exception as exc:  # one odd table must not halt the others
+                if is_resource_failure(exc):
+                    # Memory or the JVM, not the data: setting the records aside would lose
+                    # them from Delta for good. The batch fails; the job says what to change.
+                    raise
                 error = exc
                 with self._lock:
                     self._known.pop(self._paths.get(table.topic, ""), None)

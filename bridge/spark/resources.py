@@ -86,7 +86,7 @@ def jvm_failure(spark: Any, error: BaseException, max_records: int | None) -> Ap
         "; lower --max-offsets-per-trigger or give Spark more memory "
         "(--spark-conf spark.driver.memory=4g locally, spark.executor.memory on a cluster)"
     )
-    oom = re.search(r"java\.lang\.OutOfMemoryError[^\n]*", text)
+    oom = _OUT_OF_MEMORY.search(text)
     if oom is not None:
         return SparkResourceError(f"Spark ran out of memory ({oom.group(0).strip()}) with {advice}")
     if exit_code == SPARK_OOM_EXIT_CODE:
@@ -102,6 +102,24 @@ def jvm_failure(spark: Any, error: BaseException, max_records: int | None) -> Ap
     if isinstance(error, ConnectionError) or type(error).__name__ == "Py4JNetworkError":
         return SparkResourceError(f"lost the connection to the Spark JVM ({text}) with {advice}")
     return None
+
+
+#: The JVM's heap exhausted, or Spark's memory manager unable to give a task what it needs.
+_OUT_OF_MEMORY = re.compile(
+    r"(java\.lang\.OutOfMemoryError|SparkOutOfMemoryError|UNABLE_TO_ACQUIRE_MEMORY)[^\n]*"
+)
+
+
+def is_resource_failure(error: BaseException) -> bool:
+    """Whether ``error`` (of one table's apply, say) is Spark running out of memory or losing
+    its JVM rather than anything about the data: such an error must fail the batch (to be
+    retried from the checkpoint with the user's fix), never set the records aside."""
+    text = f"{type(error).__name__}: {error}"
+    return (
+        _OUT_OF_MEMORY.search(text) is not None
+        or isinstance(error, ConnectionError)
+        or type(error).__name__ == "Py4JNetworkError"
+    )
 
 
 def _jvm_exit_code(spark: Any) -> int | None:
