@@ -71,6 +71,9 @@ def test_apply_on_a_standalone_cluster_with_two_workers_equals_the_source(
             "--delta-base", config.delta_base, "--checkpoint", config.checkpoint_location,
             "--dead-letter", config.dead_letter_location,
             "--spark-conf", "spark.executor.memory=512m",
+            # Short-lived executors: the JIT options the tests give drivers (tests/conftest.py).
+            "--spark-conf",
+            f"spark.executor.extraJavaOptions={os.environ.get('SPARK_SUBMIT_OPTS', '')}",
             "--spark-conf", "spark.driver.host=127.0.0.1",
         ]  # fmt: skip
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
