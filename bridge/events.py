@@ -216,6 +216,11 @@ class EventBuilder:
         #: The end LSN of the last transaction committed on the stream: None until the first
         #: Commit, as in Debezium's ``source.sequence`` after a fresh start.
         self.last_commit_lsn: Lsn | None = None
+        #: Told ``(schema.table, id)`` when DDL rewrote a table's rows without sending them
+        #: (a column's type changed, a column added with a volatile default, the table renamed
+        #: or moved to another schema): the id is the same whenever the stream is replayed
+        #: (the table's OID and the WAL position of its new Relation message).
+        self.on_rewrite: Callable[[str, str], None] | None = None
         self._handlers: dict[type, Callable[[Any], list[Output]]] = {
             Insert: self._insert,
             Update: self._update,
@@ -300,7 +305,7 @@ class EventBuilder:
         known = self.relations.get(relation.relation_oid)
         if known is not None and replace(known.relation, xid=None) == replace(relation, xid=None):
             return []  # the server repeats Relation messages (reconnects, streams): no change
-        schemas = self._schemas(relation)
+        schemas = self._schemas(relation, report_rewrite=True)
         owner = self._topic_owners.setdefault(schemas.topic, table)
         if owner != table:
             # Two tables whose names differ only in characters Kafka refuses ("a b" and a_b):
@@ -323,7 +328,7 @@ class EventBuilder:
             return known
         return self._schemas(relation)
 
-    def _schemas(self, relation: Relation) -> RelationSchemas:
+    def _schemas(self, relation: Relation, *, report_rewrite: bool = False) -> RelationSchemas:
         schema = relation.namespace or "pg_catalog"
         hints = self.hints.get(f"{schema}.{relation.relation_name}")
         key_columns = self.key_columns(schema, relation.relation_name) if self.key_columns else None
@@ -339,7 +344,11 @@ class EventBuilder:
                 facts.catalog,
             )
             facts = replace(facts, numbers=numbers)
-        self._warn_of_rewritten_rows(relation, facts, known)
+        resnapshot = report_rewrite and self.on_rewrite is not None
+        rewritten = self._warn_of_rewritten_rows(relation, facts, known, resnapshot)
+        if rewritten and resnapshot and self.on_rewrite is not None:
+            table = f"{relation.namespace or 'pg_catalog'}.{relation.relation_name}"
+            self.on_rewrite(table, f"rewrite-{relation.relation_oid}-{self.message_lsn}")
         if facts.numbers:
             hints = replace(
                 hints or TableHints(), column_numbers=facts.numbers, missing_values=facts.missing
@@ -353,15 +362,27 @@ class EventBuilder:
         )
 
     def _warn_of_rewritten_rows(
-        self, relation: Relation, facts: ColumnFacts, known: RelationSchemas | None
-    ) -> None:
-        """DDL that rewrites a table without sending its rows: a column added with a default
-        PostgreSQL computes per row (a volatile one: ``random()``, ``clock_timestamp()``), or a
-        column's type changed. The rows then hold values no consumer saw. Said once, when the
-        new version is built, with the fix. (A column added without a default and given one
+        self,
+        relation: Relation,
+        facts: ColumnFacts,
+        known: RelationSchemas | None,
+        resnapshot: bool = False,
+    ) -> bool:
+        """Whether DDL rewrote the table without sending its rows: a column added with a
+        default PostgreSQL computes per row (a volatile one: ``random()``,
+        ``clock_timestamp()``), a column's type changed, or the table was renamed or moved
+        (its rows stay in the old topic). The rows then hold values no consumer saw. Said once,
+        when the new version is built, with the fix; ``resnapshot``: the caller requests an
+        incremental snapshot of the table. (A column added without a default and given one
         later looks the same here, hence "if".)"""
         if known is None:
-            return
+            return False
+        fix = (
+            "an incremental snapshot of the table is requested (snapshot.rewritten.tables)"
+            if resnapshot
+            else "run an incremental snapshot of the table (or set snapshot.rewritten.tables = "
+            "incremental; docs/snapshots.md)"
+        )
         if (known.relation.namespace, known.relation.relation_name) != (
             relation.namespace,
             relation.relation_name,
@@ -369,13 +390,14 @@ class EventBuilder:
             logger.warning(
                 "table %s is now %s.%s (ALTER TABLE ... RENAME TO / SET SCHEMA): its changes go "
                 "to a new topic from here; the rows it held are in topic %s (and that Delta "
-                "table): run an incremental snapshot of the table to copy them over",
+                "table): %s to copy them over",
                 known.table,
                 relation.namespace,
                 relation.relation_name,
                 known.topic,
+                fix,
             )
-            return
+            return True
         row = row_record(known.value_schema)
         before = {f.get(ATTNUM) for f in row["fields"]} if row else set()
         added = sorted(
@@ -394,19 +416,22 @@ class EventBuilder:
             logger.warning(
                 "%s: columns %s changed type; consumers hold their old values cast (the Spark "
                 "job casts them) until a row changes: if the ALTER's USING computed something "
-                "else, run an incremental snapshot of the table (docs/snapshots.md)",
+                "else, %s",
                 known.table,
                 retyped,
+                fix,
             )
-        if added and None not in before:
+        volatile = bool(added) and None not in before
+        if volatile:
             logger.warning(
                 "%s: columns %s were added with a default and rows written before hold no "
                 "value of it in the change events; if the default was volatile (PostgreSQL "
-                "then rewrote the rows without sending them), run an incremental snapshot of "
-                "the table to bring consumers up to date (docs/snapshots.md)",
+                "then rewrote the rows without sending them), %s",
                 known.table,
                 added,
+                fix,
             )
+        return bool(retyped) or volatile
 
     def _update(self, message: Update) -> list[Output]:
         table = self._table(message.relation_oid, "Update")

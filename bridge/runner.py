@@ -207,6 +207,8 @@ def build_pipeline(
     source.open()
     parts = parts or build_parts(config)
     incremental = incremental_snapshotter(config, parts.builder)
+    if incremental is not None and config.snapshot.rewritten_tables == "incremental":
+        parts.builder.on_rewrite = incremental.snapshot_rewritten
     watch = TableWatch(
         config.database.conninfo(),
         source_config(config).publication,

@@ -186,6 +186,9 @@ def test_load_config_pass_through_producer_and_topic_settings(tmp_path: Path) ->
         ("kafka.producer.acks", "1", "acks=all is required"),
         ("kafka.producer.enable.idempotence", "false", "always on"),
         ("kafka.producer.linger.ms", "5", "use kafka.linger.ms"),
+        ("snapshot.new.tables", "parallel", "set signal.data.collection"),
+        ("snapshot.rewritten.tables", "incremental", "set signal.data.collection"),
+        ("snapshot.rewritten.tables", "always", "off, incremental"),
     ],
 )
 def test_load_config_invalid_value_names_the_key(key: str, value: str, message: str) -> None:
@@ -193,6 +196,17 @@ def test_load_config_invalid_value_names_the_key(key: str, value: str, message: 
     assert error.key == key
     assert message in str(error)
     assert str(error).startswith(f"{key}: ")
+
+
+def test_load_config_rewritten_tables_defaults_off_and_takes_incremental_with_signals() -> None:
+    assert _load().snapshot.rewritten_tables == "off"
+    config = _load(
+        overrides={
+            "snapshot.rewritten.tables": "incremental",
+            "signal.data.collection": "public.dbz_signal",
+        }
+    )
+    assert config.snapshot.rewritten_tables == "incremental"
 
 
 def test_load_config_slot_failover_defaults_off_and_reaches_the_source() -> None:

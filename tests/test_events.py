@@ -20,6 +20,7 @@ from bridge.pgoutput.messages import (
     Insert,
     Message,
     Origin,
+    Relation,
     ReplicaIdentity,
     Truncate,
     Update,
@@ -308,6 +309,54 @@ def test_a_renamed_table_is_warned_of_with_its_old_topic(
     assert "public.items is now public.things" in message and "app.public.items" in message
     changes = [e for e in out if isinstance(e, ChangeEvent)]
     assert changes[0].table.topic == "app.public.things"
+
+
+@pytest.mark.parametrize(
+    ("second", "table"),
+    [
+        (relation(columns=(("id", INT4, True), ("body", INT4, False))), "public.items"),
+        (relation(name="things"), "public.things"),
+        (relation(columns=(("id", INT4, True), ("body", TEXT, True))), None),  # identity only
+        (relation(), None),  # the same version again
+    ],
+    ids=["type changed", "renamed", "not rewritten", "repeated"],
+)
+def test_a_rewritten_table_is_reported_once_under_an_id_a_replay_repeats(
+    caplog: pytest.LogCaptureFixture, second: Relation, table: str | None
+) -> None:
+    """snapshot.rewritten.tables = incremental: the builder tells on_rewrite which table to copy
+    again, under an id made of its OID and the new Relation's WAL position (a replay of the
+    stream makes the same id, so the signal table holds one request); the warning says the
+    snapshot is requested instead of asking for one."""
+
+    def replay() -> list[tuple[str, str]]:
+        told: list[tuple[str, str]] = []
+        b = EventBuilder("app")
+        b.on_rewrite = lambda name, signal_id: told.append((name, signal_id))
+        _run(b, relation(), BEGIN, Insert(None, 16384, tuple_data("1", "a")), COMMIT)
+        b.message_lsn = 0x5000
+        _run(b, second)
+        return told
+
+    with caplog.at_level("WARNING", logger="bridge.events"):
+        told = replay()
+    if table is None:
+        assert told == []
+        return
+    assert told == [(table, "rewrite-16384-20480")]
+    assert replay() == told
+    assert any("is requested (snapshot.rewritten.tables)" in r.getMessage() for r in caplog.records)
+
+
+def test_schemas_for_a_snapshot_reader_never_requests_a_snapshot() -> None:
+    """The incremental snapshot's reader asks for a newer version's schemas (schemas_for): that
+    is no DDL seen by the stream, so nothing is requested."""
+    told: list[tuple[str, str]] = []
+    b = EventBuilder("app")
+    b.on_rewrite = lambda name, signal_id: told.append((name, signal_id))
+    _run(b, relation(), BEGIN, Insert(None, 16384, tuple_data("1", "a")), COMMIT)
+    b.schemas_for(relation(columns=(("id", INT4, True), ("body", INT4, False))))
+    assert told == []
 
 
 def test_a_rename_in_a_burst_of_ddl_is_still_a_rename() -> None:

@@ -237,6 +237,15 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "(parallel, needs signal.data.collection) or not (off)",
     ),
     KeySpec(
+        "snapshot.rewritten.tables",
+        _choice("off", "incremental"),
+        "off",
+        "tables whose rows DDL rewrote without sending them (a column's type changed, a "
+        "column added with a volatile default, the table renamed): copy their rows again by "
+        "an incremental snapshot (incremental, needs signal.data.collection) or only say so "
+        "(off)",
+    ),
+    KeySpec(
         "signal.data.collection",
         _optional_text,
         None,

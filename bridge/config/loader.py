@@ -452,11 +452,18 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         state_file=typed("snapshot.state.file", Path),
         state_dir=typed("state.dir", Path) or DEFAULT_STATE_DIR,
         new_tables=str(values["snapshot.new.tables"]),
+        rewritten_tables=str(values["snapshot.rewritten.tables"]),
     )
     if snapshot.new_tables == "parallel" and signal_table is None:
         raise ConfigError(
             "snapshot.new.tables",
             "parallel copies new tables by incremental snapshots: set signal.data.collection",
+        )
+    if snapshot.rewritten_tables == "incremental" and signal_table is None:
+        raise ConfigError(
+            "snapshot.rewritten.tables",
+            "incremental copies rewritten tables by incremental snapshots: set "
+            "signal.data.collection",
         )
 
     return BridgeConfig(

@@ -342,6 +342,9 @@ class SnapshotConfig:
     state_dir: Path = DEFAULT_STATE_DIR
     #: Tables published while running: "parallel" snapshots each incrementally, "off" not.
     new_tables: str = "off"
+    #: Tables whose rows DDL rewrote without sending them: "incremental" snapshots each
+    #: again (bridge.events.EventBuilder.on_rewrite), "off" only logs what to do.
+    rewritten_tables: str = "off"
 
 
 @dataclass(frozen=True, slots=True)

@@ -266,6 +266,32 @@ class IncrementalSnapshotter:
                 if_absent=True,
             )
 
+    def snapshot_rewritten(self, table: str, signal_id: str) -> None:
+        """A table whose rows DDL rewrote without sending them (bridge.events: on_rewrite):
+        an ``execute-snapshot`` signal through the signal table (durable), under ``signal_id``
+        (the same when the stream is replayed, so it is sent once)."""
+        if table == self._self() or not self.settings.captured(*table.split(".", 1)):
+            return
+        logger.info("%s: requesting an incremental snapshot (%s)", table, signal_id)
+        try:
+            send_signal(
+                self._connection(),
+                self.settings.signal_table,
+                EXECUTE,
+                {"data-collections": [table], "type": "incremental"},
+                signal_id,
+                if_absent=True,
+            )
+        except psycopg.Error as exc:  # the stream goes on; the fix stays a command away
+            self._drop_connection()
+            logger.warning(
+                "%s: could not request its incremental snapshot (%s): run `pgbridge snapshot "
+                "%s` once the database answers",
+                table,
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                table,
+            )
+
     def saw(self, key: bytes | None, xid: int) -> None:
         """The stream published a change of the watched table with this key, in ``xid``."""
         chunk = self._chunk
