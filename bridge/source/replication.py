@@ -15,6 +15,8 @@ One thread, one connection at a time. Around the loop:
   ones (bounded memory, spill to disk);
 - :class:`~bridge.source.progress.Progress` decides the status values and drops what the server
   resends after a reconnect.
+- :mod:`bridge.source.copy_both` builds the replication conninfo and ends the copy politely;
+  :mod:`bridge.source.heartbeat` runs ``heartbeat.action.query`` on a connection of its own.
 
 Reconnects: a broken connection, a terminated walsender (``pg_terminate_backend``, SQLSTATE
 57P01) or a server restart is retried with exponential backoff from the flush position; errors
@@ -43,7 +45,6 @@ from typing import TypeVar
 
 import psycopg
 from psycopg import pq
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from bridge.pgoutput.copyboth import (
     PrimaryKeepalive,
@@ -58,6 +59,7 @@ from bridge.retry import WAITED_SECONDS, WAITING_FOR
 from bridge.source import slots
 from bridge.source.assembler import StreamAssembler, in_stream_decoder
 from bridge.source.config import SourceConfig
+from bridge.source.copy_both import end_copy, replication_conninfo, text
 from bridge.source.errors import (
     ReplicationConnectionLost,
     ServerInRecoveryError,
@@ -67,6 +69,7 @@ from bridge.source.errors import (
 )
 from bridge.source.failover import check_not_in_recovery, enable_failover
 from bridge.source.frame_reader import STREAMING, FrameReader, frame_reading
+from bridge.source.heartbeat import HeartbeatQuery
 from bridge.source.progress import Progress
 from bridge.source.protocol import StreamOptions, negotiate
 
@@ -115,7 +118,11 @@ class LogicalReplicationSource:
         self._clock = clock
         self._sleep = sleep
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
-        self._heartbeat_conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._heartbeat = (
+            HeartbeatQuery(config.dsn, config.heartbeat_query)
+            if config.heartbeat_query is not None
+            else None
+        )
         self._server: slots.ServerInfo | None = None
         self._options: StreamOptions | None = None
         self._progress: Progress | None = None
@@ -253,13 +260,12 @@ class LogicalReplicationSource:
         if self._conn is not None and self._progress is not None:
             try:
                 self._send_status()
-                self._end_copy(self._conn.pgconn)
+                end_copy(self._conn.pgconn, self._clock)
             except (SourceError, psycopg.Error, OSError) as exc:
                 logger.info("replication stream not ended cleanly: %s", exc)
         self._disconnect()
-        if self._heartbeat_conn is not None:
-            self._heartbeat_conn.close()
-            self._heartbeat_conn = None
+        if self._heartbeat is not None:
+            self._heartbeat.close()
         if self._assembler is not None:
             self._assembler.close()
 
@@ -318,16 +324,7 @@ class LogicalReplicationSource:
     # -- connection -----------------------------------------------------------------------------
 
     def _replication_conninfo(self) -> str:
-        cfg = self.config
-        params = conninfo_to_dict(cfg.dsn)
-        options = str(params.get("options") or "")
-        extra = " ".join(f"-c {k}={_escape_option(v)}" for k, v in cfg.server_options)
-        return make_conninfo(
-            cfg.dsn,
-            replication="database",
-            application_name=cfg.application_name,
-            options=f"{options} {extra}".strip() or None,
-        )
+        return replication_conninfo(self.config)
 
     def _connect_with_retry(self, *, first: bool, cause: SourceError | None = None) -> None:
         policy = self.config.reconnect
@@ -422,36 +419,6 @@ class LogicalReplicationSource:
         self._next_status = now  # tell the server where we are right away
         self._next_heartbeat = now + cfg.heartbeat_interval
 
-    def _end_copy(self, pgconn: pq.abc.PGconn, timeout: float = 5.0) -> None:
-        """End COPY BOTH politely so the server has processed the last status update.
-
-        The walsender answers our CopyDone with its own and then CommandComplete; waiting for
-        that (bounded) means the confirmed position is visible in pg_replication_slots when
-        close() returns, instead of whenever the walsender notices the socket closed.
-        """
-        deadline = self._clock() + timeout
-        pgconn.put_copy_end()
-        pgconn.flush()
-        while True:
-            nbytes, _ = pgconn.get_copy_data(1)
-            if nbytes == -1:
-                break
-            if nbytes > 0:
-                continue  # data after our last acknowledgement: the next start resends it
-            remaining = deadline - self._clock()
-            if remaining <= 0:
-                raise ReplicationConnectionLost("no CopyDone from the server in time")
-            select.select([pgconn.socket], [], [], remaining)
-            pgconn.consume_input()
-        while pgconn.is_busy():
-            remaining = deadline - self._clock()
-            if remaining <= 0:
-                raise ReplicationConnectionLost("no CommandComplete from the server in time")
-            select.select([pgconn.socket], [], [], remaining)
-            pgconn.consume_input()
-        while pgconn.get_result() is not None:
-            pass
-
     def _disconnect(self) -> None:
         self._stop_reader()
         if self._conn is not None:
@@ -463,7 +430,7 @@ class LogicalReplicationSource:
 
     def _result_error(self, result: pq.abc.PGresult | None, pgconn: pq.abc.PGconn) -> SourceError:
         if result is None:
-            return ReplicationConnectionLost(_text(pgconn.get_error_message()))
+            return ReplicationConnectionLost(text(pgconn.get_error_message()))
         sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE)
         message = result.error_field(pq.DiagnosticField.MESSAGE_PRIMARY)
         detail = result.error_field(pq.DiagnosticField.MESSAGE_DETAIL)
@@ -471,8 +438,8 @@ class LogicalReplicationSource:
             self.config.slot_name,
             self.config.publication.name,
             sqlstate.decode() if sqlstate else None,
-            _text(message or result.error_message or pgconn.get_error_message()),
-            _text(detail or b""),
+            text(message or result.error_message or pgconn.get_error_message()),
+            text(detail or b""),
             self._server.user if self._server else None,
         )
 
@@ -690,14 +657,15 @@ class LogicalReplicationSource:
             result = None
         if result is not None and result.status == pq.ExecStatus.FATAL_ERROR:
             return self._result_error(result, pgconn)
-        detail = str(exc) if exc is not None else _text(pgconn.get_error_message())
+        detail = str(exc) if exc is not None else text(pgconn.get_error_message())
         return ReplicationConnectionLost(detail or "the server ended the replication stream")
 
     def _housekeeping(self, now: float) -> None:
         if now >= self._next_status:
             self._send_status()
-        if self.config.heartbeat_query is not None and now >= self._next_heartbeat:
-            self._heartbeat()
+        if self._heartbeat is not None and now >= self._next_heartbeat:
+            if self._heartbeat.run():
+                self.stats.heartbeats += 1
             self._next_heartbeat = now + self.config.heartbeat_interval
 
     def _send_status(self) -> None:
@@ -724,34 +692,8 @@ class LogicalReplicationSource:
         except psycopg.OperationalError as exc:
             raise self._stream_error(pgconn, exc) from exc
 
-    def _heartbeat(self) -> None:
-        query = self.config.heartbeat_query
-        assert query is not None
-        try:
-            if self._heartbeat_conn is None or self._heartbeat_conn.closed:
-                self._heartbeat_conn = psycopg.connect(self.config.dsn, autocommit=True)
-            self._heartbeat_conn.execute(query.encode())
-            self.stats.heartbeats += 1
-        except psycopg.Error as exc:
-            # A failed heartbeat must not stop streaming; the next one tries a new connection.
-            logger.warning("heartbeat query failed: %s", exc)
-            if self._heartbeat_conn is not None:
-                self._heartbeat_conn.close()
-                self._heartbeat_conn = None
-
     @staticmethod
     def _require(value: _T | None, what: str) -> _T:
         if value is None:
             raise SourceError(f"the source is not open ({what} unknown); call open() first")
         return value
-
-
-def _escape_option(value: str) -> str:
-    # libpq splits the "options" parameter at spaces unless they are backslash-escaped.
-    return value.replace("\\", "\\\\").replace(" ", "\\ ")
-
-
-def _text(raw: bytes | str) -> str:
-    if isinstance(raw, bytes):
-        return raw.decode("utf-8", "replace").strip()
-    return raw.strip()
