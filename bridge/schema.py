@@ -318,7 +318,37 @@ def relation_schemas(
     }
     if hints.table_comment:
         value_record["doc"] = hints.table_comment
-    envelope: dict[str, Any] = {
+    envelope = _envelope(namespace, value_record)
+    # A private copy: the column types' schema dicts are shared through the mapper's cache.
+    value_schema = _dedupe_named(copy.deepcopy(envelope), set())
+    key_names = {by_column[c.name][0]: i for i, c in enumerate(relation.columns)}
+    encoder = RowEncoder(
+        table,
+        tuple(names),
+        tuple(columns),
+        key_indexes=tuple(key_names[name] for name in key_fields),
+        key_optional=key_optional,
+        null_second=frozenset(null_second),
+    )
+    return RelationSchemas(
+        relation=relation,
+        table=table,
+        topic=topic,
+        key_subject=key_subject,
+        value_subject=value_subject,
+        key_schema=key_schema,
+        value_schema=value_schema,
+        field_names=tuple(names),
+        key_fields=key_fields,
+        columns=tuple(columns),
+        encoder=encoder,
+    )
+
+
+def _envelope(namespace: str, value_record: dict[str, Any]) -> dict[str, Any]:
+    """Debezium's change envelope around a table's ``Value`` record, plus pgbridge's
+    ``unchanged_toast_columns``."""
+    return {
         "type": "record",
         "name": "Envelope",
         "namespace": namespace,
@@ -348,30 +378,6 @@ def relation_schemas(
         "connect.version": 2,
         "connect.name": f"{namespace}.Envelope",
     }
-    # A private copy: the column types' schema dicts are shared through the mapper's cache.
-    value_schema = _dedupe_named(copy.deepcopy(envelope), set())
-    key_names = {by_column[c.name][0]: i for i, c in enumerate(relation.columns)}
-    encoder = RowEncoder(
-        table,
-        tuple(names),
-        tuple(columns),
-        key_indexes=tuple(key_names[name] for name in key_fields),
-        key_optional=key_optional,
-        null_second=frozenset(null_second),
-    )
-    return RelationSchemas(
-        relation=relation,
-        table=table,
-        topic=topic,
-        key_subject=key_subject,
-        value_subject=value_subject,
-        key_schema=key_schema,
-        value_schema=value_schema,
-        field_names=tuple(names),
-        key_fields=key_fields,
-        columns=tuple(columns),
-        encoder=encoder,
-    )
 
 
 def _value_field(
