@@ -8,12 +8,11 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from bridge.config import sections
 from bridge.config.kafka_security import (
     KAFKA_SECURITY_KEYS,
     java_properties,
-    librdkafka_properties,
 )
 from bridge.config.keys import (
     _ENV_TO_KEY,
@@ -27,10 +26,6 @@ from bridge.config.keys import (
 )
 from bridge.config.registry_auth import REGISTRY_BEARER_KEYS, registry_bearer_properties
 from bridge.config.settings import (
-    _SLOT_NAME,
-    _T,
-    _TOPIC_NAME,
-    DEFAULT_STATE_DIR,
     ENV_PREFIX,
     PRODUCER_PREFIX,
     RESERVED_ENV,
@@ -38,23 +33,11 @@ from bridge.config.settings import (
     SELECT_OVERRIDE_PREFIX,
     TOPIC_CONFIG_PREFIX,
     BridgeConfig,
-    DatabaseConfig,
-    EventsConfig,
-    KafkaConfig,
-    LoggingConfig,
-    MetricsConfig,
-    RegistryConfig,
-    ReplicationConfig,
     Secret,
     Setting,
-    SignalConfig,
-    SnapshotConfig,
-    TableFilter,
-    TopicCreationConfig,
     env_name,
 )
 from bridge.errors import ConfigError
-from bridge.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -232,17 +215,54 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
             parsed, origin = spec.default, "default"
         values[spec.key] = parsed
         settings.append(Setting(spec.key, parsed, origin))
+    producer, topic_extra, statements = _passthrough(raw, settings)
 
-    producer: list[tuple[str, str | Secret]] = []
+    v = sections.Values(values)
+    prefix, messages_topic, dead_letter_topic = sections.topic_names(v)
+    # The derived defaults of messages.topic and the dead-letter topic: show the values used.
+    derived = {
+        "messages.topic": messages_topic,
+        "errors.deadletterqueue.topic.name": dead_letter_topic,
+    }
+    settings = [
+        Setting(s.key, derived[s.key], s.origin) if s.key in derived else s for s in settings
+    ]
+    signal = sections.signal(v, prefix)
+    overrides = _select_overrides(
+        v.typed("snapshot.select.statement.overrides", tuple) or (), statements
+    )
+    return BridgeConfig(
+        topic_prefix=prefix,
+        database=sections.database(v),
+        replication=sections.replication(v),
+        filters=sections.filters(v, signal),
+        events=sections.events(v, messages_topic, dead_letter_topic),
+        kafka=sections.kafka(v, producer),
+        topic_creation=sections.topic_creation(v, topic_extra),
+        registry=sections.registry(v),
+        metrics=sections.metrics(v),
+        logging=sections.logging_config(v),
+        retry=sections.retry(v),
+        snapshot=sections.snapshot(v, overrides, signal),
+        signal=signal,
+        settings=tuple(sorted(settings, key=lambda s: s.key)),
+    )
+
+
+def _passthrough(
+    raw: Mapping[str, tuple[object, str]], settings: list[Setting]
+) -> tuple[sections.Producer, list[tuple[str, str]], dict[str, str]]:
+    """The keys not in KEYS: ``kafka.producer.*`` (librdkafka properties), topic configs, and
+    ``snapshot.select.statement.overrides.<table>`` statements; each is added to ``settings``."""
+    producer: sections.Producer = []
     topic_extra: list[tuple[str, str]] = []
     statements: dict[str, str] = {}
     for key in sorted(k for k in raw if k not in _SPECS):
         value, origin = raw[key]
         if key.startswith(SELECT_OVERRIDE_PREFIX):
-            statements[key.removeprefix(SELECT_OVERRIDE_PREFIX)] = _text(key, value).strip()
-            settings.append(
-                Setting(key, statements[key.removeprefix(SELECT_OVERRIDE_PREFIX)], origin)
-            )
+            statement = _text(key, value).strip()
+            statements[key.removeprefix(SELECT_OVERRIDE_PREFIX)] = statement
+            settings.append(Setting(key, statement, origin))
             continue
         text = _passthrough_value(key, value)
         if key.startswith(PRODUCER_PREFIX):
@@ -255,267 +275,7 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         else:
             topic_extra.append((key.removeprefix(TOPIC_CONFIG_PREFIX), text))
             settings.append(Setting(key, text, origin))
-
-    def typed(key: str, kind: type[_T]) -> _T | None:
-        value = values[key]
-        # The parsers in KEYS produce these types; a mismatch is a bug in the table.
-        assert value is None or isinstance(value, kind), (key, value)
-        return value
-
-    def required(key: str) -> Any:
-        value = values[key]
-        if value is None or value == "":
-            raise ConfigError(key, f"is required (set it in the file or {env_name(key)})")
-        return value
-
-    def at_least(key: str, minimum: int) -> int:
-        value = values[key]
-        assert isinstance(value, int)
-        if value < minimum:
-            raise ConfigError(key, f"must be at least {minimum}, got {value}")
-        return value
-
-    def between(key: str, minimum: int, maximum: int) -> int:
-        value = at_least(key, minimum)
-        if value > maximum:
-            raise ConfigError(key, f"must be at most {maximum}, got {value}")
-        return value
-
-    def partitions_like(key: str) -> int:
-        value = values[key]
-        assert isinstance(value, int)
-        if value == 0 or value < -1:
-            raise ConfigError(key, f"must be -1 (broker default) or at least 1, got {value}")
-        return value
-
-    prefix = required("topic.prefix")
-    _check_topic_name("topic.prefix", prefix)
-    messages_topic = values["messages.topic"] or f"{prefix}.messages"
-    _check_topic_name("messages.topic", str(messages_topic))
-    dead_letter_topic = values["errors.deadletterqueue.topic.name"] or f"{prefix}.dead_letter"
-    _check_topic_name("errors.deadletterqueue.topic.name", str(dead_letter_topic))
-
-    database = DatabaseConfig(
-        hostname=typed("database.hostname", str),
-        port=typed("database.port", int),
-        user=typed("database.user", str),
-        password=typed("database.password", Secret),
-        dbname=typed("database.dbname", str),
-        dsn=typed("database.dsn", Secret),
-        sslmode=typed("database.sslmode", str),
-        sslrootcert=typed("database.sslrootcert", Path),
-        sslcert=typed("database.sslcert", Path),
-        sslkey=typed("database.sslkey", Path),
-        sslpassword=typed("database.sslpassword", Secret),
-    )
-    if database.dsn is None and database.dbname is None:
-        raise ConfigError("database.dbname", "is required unless database.dsn is given")
-    if database.port is not None and not 1 <= database.port <= 65535:
-        raise ConfigError("database.port", f"{database.port} is not a TCP port")
-
-    slot = str(values["slot.name"])
-    if not _SLOT_NAME.match(slot):
-        raise ConfigError("slot.name", f"{slot!r}: use 1-63 lower-case letters, digits, _")
-    if not values["publication.name"]:
-        raise ConfigError("publication.name", "must not be empty")
-    heartbeat_ms = at_least("heartbeat.interval.ms", 0)
-    if values["heartbeat.action.query"] and heartbeat_ms == 0:
-        raise ConfigError("heartbeat.interval.ms", "must be set for heartbeat.action.query")
-    replication = ReplicationConfig(
-        slot_name=slot,
-        slot_failover=bool(values["slot.failover"]),
-        publication_name=str(values["publication.name"]),
-        publication_autocreate_mode=str(values["publication.autocreate.mode"]),
-        publication_refresh_interval_ms=at_least("publication.refresh.interval.ms", 100),
-        plugin_name=str(values["plugin.name"]),
-        pgoutput_binary=bool(values["pgoutput.binary"]),
-        status_update_interval_ms=at_least("status.update.interval.ms", 1),
-        heartbeat_interval_ms=heartbeat_ms,
-        heartbeat_action_query=typed("heartbeat.action.query", str),
-        spill_threshold_bytes=at_least("streaming.spill.threshold.bytes", 0),
-        spill_dir=typed("streaming.spill.dir", Path),
-    )
-
-    for include, exclude in (
-        ("table.include.list", "table.exclude.list"),
-        ("schema.include.list", "schema.exclude.list"),
-    ):
-        if values[include] and values[exclude]:
-            raise ConfigError(exclude, f"cannot be combined with {include}")
-    signal_table = _signal_table(values["signal.data.collection"])
-    channels = typed("signal.enabled.channels", tuple) or ()
-    for channel in channels:
-        if channel not in ("source", "kafka"):
-            raise ConfigError("signal.enabled.channels", f"unknown channel {channel!r}")
-    signal = SignalConfig(
-        data_collection=signal_table,
-        enabled_channels=channels,
-        kafka_topic=str(values["signal.kafka.topic"] or f"{prefix}-signal"),
-        table_autocreate=bool(values["signal.table.autocreate"]),
-        incremental_chunk_size=between("incremental.snapshot.chunk.size", 1, 1_000_000),
-    )
-    filters = TableFilter(
-        table_include=typed("table.include.list", tuple) or (),
-        table_exclude=typed("table.exclude.list", tuple) or (),
-        schema_include=typed("schema.include.list", tuple) or (),
-        schema_exclude=typed("schema.exclude.list", tuple) or (),
-        never=(signal_table,) if signal_table else (),
-    )
-
-    events = EventsConfig(
-        messages_topic=str(messages_topic),
-        tombstones_on_delete=bool(values["tombstones.on.delete"]),
-        decimal_handling_mode=str(values["decimal.handling.mode"]),
-        unconstrained_numeric_handling_mode=str(values["unconstrained.numeric.handling.mode"]),
-        money_fraction_digits=between("money.fraction.digits", 0, 10),
-        interval_handling_mode=str(values["interval.handling.mode"]),
-        time_precision_mode=str(values["time.precision.mode"]),
-        timestamptz_handling_mode=str(values["timestamptz.handling.mode"]),
-        schema_logical_types=str(values["schema.logical.types"]),
-        binary_handling_mode=str(values["binary.handling.mode"]),
-        hstore_handling_mode=str(values["hstore.handling.mode"]),
-        provide_transaction_metadata=bool(values["provide.transaction.metadata"]),
-        truncate_events=bool(values["truncate.events"]),
-        message_key_columns=typed("message.key.columns", tuple) or (),
-        failure_handling_mode=str(values["event.processing.failure.handling.mode"]),
-        dead_letter_topic=str(dead_letter_topic),
-    )
-
-    kafka = KafkaConfig(
-        bootstrap_servers=required("kafka.bootstrap.servers"),
-        compression_type=str(values["kafka.compression.type"]),
-        linger_ms=at_least("kafka.linger.ms", 0),
-        batch_size=at_least("kafka.batch.size", 1),
-        delivery_timeout_ms=at_least("kafka.delivery.timeout.ms", 1),
-        max_queue_size=at_least("max.queue.size", 1),
-        max_queue_size_in_bytes=at_least("max.queue.size.in.bytes", 1024),
-        client_id=str(values["kafka.client.id"]),
-        producer_overrides=tuple(producer),
-        security=_kafka_security(values, producer),
-    )
-
-    topic_creation = TopicCreationConfig(
-        enable=bool(values["topic.creation.enable"]),
-        partitions=partitions_like("topic.creation.default.partitions"),
-        replication_factor=partitions_like("topic.creation.default.replication.factor"),
-        cleanup_policy=str(values["topic.creation.default.cleanup.policy"]),
-        extra=tuple(topic_extra),
-    )
-
-    registry = RegistryConfig(
-        url=required("schema.registry.url"),
-        basic_auth_user_info=typed("schema.registry.basic.auth.user.info", Secret),
-        ssl_ca_location=typed("schema.registry.ssl.ca.location", Path),
-        ssl_certificate_location=typed("schema.registry.ssl.certificate.location", Path),
-        ssl_key_location=typed("schema.registry.ssl.key.location", Path),
-        compatibility_level=typed("schema.compatibility.level", str),
-        incompatible_change_handling=str(values["schema.incompatible.change.handling.mode"]),
-        bearer_auth=registry_bearer_properties(values),
-    )
-
-    retry_max = values["errors.max.retries"]
-    assert isinstance(retry_max, int)
-    if retry_max < -1:
-        raise ConfigError("errors.max.retries", f"must be -1 (no limit) or at least 0: {retry_max}")
-    initial_ms = at_least("errors.retry.delay.initial.ms", 1)
-    max_ms = at_least("errors.retry.delay.max.ms", 1)
-    if initial_ms > max_ms:
-        raise ConfigError(
-            "errors.retry.delay.initial.ms", "must not exceed errors.retry.delay.max.ms"
-        )
-    retry = RetryPolicy(retry_max, initial_ms, max_ms)
-
-    metrics_port = at_least("metrics.port", 0)
-    if metrics_port > 65535:
-        raise ConfigError("metrics.port", f"{metrics_port} is not a TCP port")
-    metrics = MetricsConfig(port=metrics_port, host=str(values["metrics.host"]))
-    logging_config = LoggingConfig(format=str(values["log.format"]), level=str(values["log.level"]))
-
-    # messages.topic's default is derived; show the value actually used.
-    settings = [
-        Setting(s.key, messages_topic, s.origin)
-        if s.key == "messages.topic"
-        else Setting(s.key, dead_letter_topic, s.origin)
-        if s.key == "errors.deadletterqueue.topic.name"
-        else s
-        for s in settings
-    ]
-    snapshot = SnapshotConfig(
-        mode=str(values["snapshot.mode"]),
-        include_collection_list=typed("snapshot.include.collection.list", tuple) or (),
-        select_overrides=_select_overrides(
-            typed("snapshot.select.statement.overrides", tuple) or (), statements
-        ),
-        max_threads=between("snapshot.max.threads", 1, 64),
-        chunk_size=at_least("snapshot.chunk.size", 1),
-        progress_interval_ms=at_least("snapshot.progress.interval.ms", 100),
-        state_file=typed("snapshot.state.file", Path),
-        state_dir=typed("state.dir", Path) or DEFAULT_STATE_DIR,
-        new_tables=str(values["snapshot.new.tables"]),
-        rewritten_tables=str(values["snapshot.rewritten.tables"]),
-    )
-    if snapshot.new_tables == "parallel" and signal_table is None:
-        raise ConfigError(
-            "snapshot.new.tables",
-            "parallel copies new tables by incremental snapshots: set signal.data.collection",
-        )
-    if snapshot.rewritten_tables == "incremental" and signal_table is None:
-        raise ConfigError(
-            "snapshot.rewritten.tables",
-            "incremental copies rewritten tables by incremental snapshots: set "
-            "signal.data.collection",
-        )
-
-    return BridgeConfig(
-        topic_prefix=prefix,
-        database=database,
-        replication=replication,
-        filters=filters,
-        events=events,
-        kafka=kafka,
-        topic_creation=topic_creation,
-        registry=registry,
-        metrics=metrics,
-        logging=logging_config,
-        retry=retry,
-        snapshot=snapshot,
-        signal=signal,
-        settings=tuple(sorted(settings, key=lambda s: s.key)),
-    )
-
-
-def _signal_table(raw: object) -> str | None:
-    """``signal.data.collection`` as ``schema.table`` (``public`` when no schema is given)."""
-    if raw is None:
-        return None
-    text = str(raw)
-    if text.count(".") > 1 or text.startswith(".") or text.endswith("."):
-        raise ConfigError("signal.data.collection", f"expected schema.table, got {text!r}")
-    return text if "." in text else f"public.{text}"
-
-
-def _check_topic_name(key: str, name: str) -> None:
-    if not _TOPIC_NAME.match(name) or name in (".", ".."):
-        raise ConfigError(
-            key, f"{name!r} is not a valid Kafka topic name (letters, digits, '.', '_', '-')"
-        )
-
-
-def _kafka_security(
-    values: dict[str, object], producer: list[tuple[str, str | Secret]]
-) -> tuple[tuple[str, str | Secret], ...]:
-    """The first-class TLS/SASL keys as client properties. A property set two ways (a
-    first-class key and ``kafka.producer.<property>``) is refused rather than guessed; a
-    protocol given only the older way (``kafka.producer.security.protocol``) stands."""
-    security = librdkafka_properties(values)
-    overridden = {prop for prop, _ in producer}
-    explicit_protocol = values.get("kafka.security.protocol") != "PLAINTEXT"
-    for prop, _ in security:
-        if prop in overridden and (prop != "security.protocol" or explicit_protocol):
-            raise ConfigError(
-                f"{PRODUCER_PREFIX}{prop}", "is also set by a kafka.* key: keep one of the two"
-            )
-    return tuple((p, v) for p, v in security if p not in overridden)
+    return producer, topic_extra, statements
 
 
 #: What the apply job takes from a pgbridge configuration: how to reach Kafka and the registry.
