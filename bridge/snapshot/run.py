@@ -313,50 +313,7 @@ def _plan(
                 raise classify(table.table, exc) from exc
             kept.append(TableProgress(plan))
             continue
-        recorded = resumed.table(table.table)
-        assert recorded is not None
-        progress = recorded
-        columns = tuple(c.name for c in info.relation.columns)
-        if columns != progress.plan.columns:
-            # Rows copied now have the new columns; the stream replays changes made between
-            # the consistent point and the DDL with the old ones, after them.
-            logger.warning(
-                "table %s changed its published columns since the snapshot started (%s -> %s): "
-                "rows changed between %s and that change may lack the new columns downstream "
-                "until changed again",
-                table.table,
-                ", ".join(progress.plan.columns),
-                ", ".join(columns),
-                resumed.consistent_point,
-            )
-        plan = replace(progress.plan, columns=columns, oid=table.oid, keyed=keyed)
-        if (
-            plan.method == "ctid"
-            and info.relfilenode != progress.plan.relfilenode
-            and progress.done
-        ):
-            logger.warning(
-                "table %s was rewritten since the snapshot started: copying all of it again "
-                "(its rows are upserts by key, so nothing is doubled)",
-                table.table,
-            )
-            progress.done.clear()
-            progress.rows_done = progress.bytes_done = 0
-        plan = replace(plan, relfilenode=info.relfilenode)
-        progress.plan = plan
-        if not keyed and not progress.complete:
-            logger.warning(
-                "table %s has no message key and was not completely copied when pgbridge "
-                "stopped: it is copied in a new transaction, so for a consumer keeping its rows "
-                "as a multiset, changes made to it after %s may apply to rows that already "
-                "contain them%s",
-                table.table,
-                resumed.consistent_point,
-                ", and rows delivered before the restart may arrive twice"
-                if progress.started
-                else "",
-            )
-        kept.append(progress)
+        kept.append(_resumed_progress(table, info, keyed, resumed))
     # Tables without a message key first: copied before anything else, they are the least
     # likely to be interrupted by a crash, after which they could not be resumed exactly.
     kept.sort(key=lambda t: (t.plan.keyed, t.plan.table))
@@ -372,3 +329,48 @@ def _plan(
             progress.plan.estimated_rows,
         )
     return schemas
+
+
+def _resumed_progress(
+    table: catalog.PublishedTable, info: catalog.TableCatalog, keyed: bool, resumed: SnapshotState
+) -> TableProgress:
+    """A resumed snapshot's recorded progress of ``table``, its plan brought up to the table as
+    it is now (columns, OID, file node), with what changed since said in the log."""
+    recorded = resumed.table(table.table)
+    assert recorded is not None
+    progress = recorded
+    columns = tuple(c.name for c in info.relation.columns)
+    if columns != progress.plan.columns:
+        # Rows copied now have the new columns; the stream replays changes made between
+        # the consistent point and the DDL with the old ones, after them.
+        logger.warning(
+            "table %s changed its published columns since the snapshot started (%s -> %s): "
+            "rows changed between %s and that change may lack the new columns downstream "
+            "until changed again",
+            table.table,
+            ", ".join(progress.plan.columns),
+            ", ".join(columns),
+            resumed.consistent_point,
+        )
+    plan = replace(progress.plan, columns=columns, oid=table.oid, keyed=keyed)
+    if plan.method == "ctid" and info.relfilenode != progress.plan.relfilenode and progress.done:
+        logger.warning(
+            "table %s was rewritten since the snapshot started: copying all of it again "
+            "(its rows are upserts by key, so nothing is doubled)",
+            table.table,
+        )
+        progress.done.clear()
+        progress.rows_done = progress.bytes_done = 0
+    plan = replace(plan, relfilenode=info.relfilenode)
+    progress.plan = plan
+    if not keyed and not progress.complete:
+        logger.warning(
+            "table %s has no message key and was not completely copied when pgbridge "
+            "stopped: it is copied in a new transaction, so for a consumer keeping its rows "
+            "as a multiset, changes made to it after %s may apply to rows that already "
+            "contain them%s",
+            table.table,
+            resumed.consistent_point,
+            ", and rows delivered before the restart may arrive twice" if progress.started else "",
+        )
+    return progress
