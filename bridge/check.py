@@ -11,6 +11,7 @@ has a timeout, so an unreachable part is a finding, never a hang.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -108,38 +109,8 @@ def _postgres(config: BridgeConfig) -> list[Finding]:
             if superuser or replication
             else f"role {user} lacks REPLICATION: ALTER ROLE {user} REPLICATION",
         )
-        source = source_config(config)
-        slot = conn.execute(
-            "SELECT plugin, database, active_pid, wal_status FROM pg_replication_slots"
-            " WHERE slot_name = %s",
-            (source.slot_name,),
-        ).fetchone()
-        if slot is None:
-            free = max_slots - slots_used
-            say(
-                free > 0,
-                f"slot {source.slot_name} will be created ({free} of {max_slots} slots free)"
-                if free > 0
-                else f"slot {source.slot_name} does not exist and all {max_slots} slots are used: "
-                "raise max_replication_slots or drop an unused slot",
-            )
-        else:
-            plugin, slot_db, active_pid, wal_status = slot
-            problems = []
-            if plugin != "pgoutput":
-                problems.append(f"its plugin is {plugin}, pgbridge needs pgoutput")
-            if slot_db != database:
-                problems.append(f"it belongs to database {slot_db}")
-            if wal_status == "lost":
-                problems.append("it was invalidated (its WAL is gone): drop it and snapshot again")
-            if active_pid is not None:
-                problems.append(f"another process (pid {active_pid}) streams it now")
-            say(
-                not problems,
-                f"slot {source.slot_name} exists ({wal_status})"
-                if not problems
-                else f"slot {source.slot_name}: " + "; ".join(problems),
-            )
+        free = max_slots - slots_used
+        _slot(conn, source_config(config).slot_name, database, free, max_slots, say)
         say(
             max_senders > senders_used,
             f"{max_senders - senders_used} of {max_senders} WAL senders free"
@@ -151,6 +122,48 @@ def _postgres(config: BridgeConfig) -> list[Finding]:
             _select_privileges(conn, tables, user, say)
     _replication_connection(dsn, say)
     return found
+
+
+def _slot(
+    conn: Conn,
+    slot_name: str,
+    database: str,
+    free: int,
+    max_slots: int,
+    say: Callable[[bool, str], None],
+) -> None:
+    """The replication slot: created if missing (a free slot needed), else usable by pgbridge
+    (pgoutput, this database, not invalidated, not streamed by another process)."""
+    slot = conn.execute(
+        "SELECT plugin, database, active_pid, wal_status FROM pg_replication_slots"
+        " WHERE slot_name = %s",
+        (slot_name,),
+    ).fetchone()
+    if slot is None:
+        say(
+            free > 0,
+            f"slot {slot_name} will be created ({free} of {max_slots} slots free)"
+            if free > 0
+            else f"slot {slot_name} does not exist and all {max_slots} slots are used: "
+            "raise max_replication_slots or drop an unused slot",
+        )
+    else:
+        plugin, slot_db, active_pid, wal_status = slot
+        problems = []
+        if plugin != "pgoutput":
+            problems.append(f"its plugin is {plugin}, pgbridge needs pgoutput")
+        if slot_db != database:
+            problems.append(f"it belongs to database {slot_db}")
+        if wal_status == "lost":
+            problems.append("it was invalidated (its WAL is gone): drop it and snapshot again")
+        if active_pid is not None:
+            problems.append(f"another process (pid {active_pid}) streams it now")
+        say(
+            not problems,
+            f"slot {slot_name} exists ({wal_status})"
+            if not problems
+            else f"slot {slot_name}: " + "; ".join(problems),
+        )
 
 
 def _publication(
