@@ -121,19 +121,7 @@ def run_snapshot(
     path = state_path(config)
     slot_name = config.replication.slot_name
     mode = config.snapshot.mode
-    with _primary_connection(config, source.dsn) as conn:
-        server = slots.inspect_server(conn)
-        slots.ensure_publication(conn, source.publication)
-        slot = slots.get_slot(conn, slot_name)
-        state = load_state(path)
-        if state is not None and state.slot != slot_name:
-            state = None
-        decision = decide(mode, slot, state)
-        if decision.action == "fresh" and slot is not None:
-            logger.warning("dropping invalidated slot %s to snapshot again", slot_name)
-            slots.drop_slot(conn, slot_name)
-        if slot is not None and decision.action != "fresh":
-            slots.validate_slot(slot, server.database)
+    decision, slot, state = _examine(config, source, path)
     if decision.action == "mismatch":
         raise SnapshotStateMismatchError(
             str(path), decision.reason + "; move the file away to stream without snapshot"
@@ -199,6 +187,28 @@ def run_snapshot(
             slot_name,
         )
     return decision.stream
+
+
+def _examine(
+    config: BridgeConfig, source: SourceConfig, path: Path
+) -> tuple[Decision, slots.SlotInfo | None, SnapshotState | None]:
+    """On the primary: the publication ensured, the slot and the state file read, and what the
+    snapshot mode decides of them (an invalidated slot is dropped for a fresh snapshot)."""
+    slot_name = config.replication.slot_name
+    with _primary_connection(config, source.dsn) as conn:
+        server = slots.inspect_server(conn)
+        slots.ensure_publication(conn, source.publication)
+        slot = slots.get_slot(conn, slot_name)
+        state = load_state(path)
+        if state is not None and state.slot != slot_name:
+            state = None
+        decision = decide(config.snapshot.mode, slot, state)
+        if decision.action == "fresh" and slot is not None:
+            logger.warning("dropping invalidated slot %s to snapshot again", slot_name)
+            slots.drop_slot(conn, slot_name)
+        if slot is not None and decision.action != "fresh":
+            slots.validate_slot(slot, server.database)
+    return decision, slot, state
 
 
 def _plan_and_copy(
