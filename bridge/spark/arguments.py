@@ -37,6 +37,13 @@ def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
         "--registry-url",
         help="the registry (default: schema.registry.url, else PGBRIDGE_REGISTRY_URL)",
     )
+    _where_arguments(parser)
+    _batch_arguments(parser)
+    _table_arguments(parser)
+
+
+def _where_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the job writes: tables, its checkpoint, dead letters; which tables."""
     parser.add_argument("--delta-base", required=True, help="tables go to <base>/<schema>/<table>")
     parser.add_argument("--checkpoint", required=True, help="the streaming checkpoint location")
     parser.add_argument("--dead-letter", required=True, help="the dead-letter Delta table's path")
@@ -46,6 +53,10 @@ def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="schema.table (repeat; default: all under the prefix)",
     )
+
+
+def _batch_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the job reads: trigger, offsets, batch bound, and the Spark it runs on."""
     parser.add_argument("--trigger-interval", default="10 seconds")
     parser.add_argument(
         "--available-now", action="store_true", help="apply what is there, then stop"
@@ -70,6 +81,10 @@ def add_apply_arguments(parser: argparse.ArgumentParser) -> None:
         help="a setting of the Spark session pgbridge apply builds (repeat), e.g. "
         "spark.driver.memory=4g",
     )
+
+
+def _table_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the job writes each table: mode, history, Delta features, columns, clients."""
     parser.add_argument("--parallel-tables", type=int, default=2, help="tables merged at once")
     parser.add_argument(
         "--mode",
