@@ -452,70 +452,11 @@ class BatchApplier:
         if not exists:  # created by this batch: no commit holds fences (no history to read)
             with self._lock:
                 self._fences.setdefault(path, Fences())
-        if not keys:
-            self._ensure(spark, path, table, ())
-            fences = self._fences_of(spark, path)
-            last = summary["last"]
-            glance = MultisetBatch(
-                (int(last[0]), int(last[1])) if last is not None else None,
-                truncate_at,
-                inserts_only=int(summary["removals"]) == 0,
-            )
-            # The position travels with the rows, in the commit's userMetadata (multiset.py).
-            after = fences.advanced(
-                {0: glance.last} if glance.last is not None else {}, truncate_at
-            )
-            written = apply_multiset(
-                spark,
-                path,
-                changes,
-                table.columns,
-                self._applied_position(spark, path, fences),
-                glance,
-                self.config.txn_app_id,
-                batch_id,
-                empty=not exists,
-                commit_metadata=after.to_metadata(),
-            )
-            if written:
-                with self._lock:
-                    self._fences[path] = after
-            if self.config.history:
-                logger.info("%s: no history for a table without key columns", label)
+        work = _TableWork(table, path, label, changes, summary, count, exists, batch_id)
+        if keys:
+            changes = self._merge_keyed(spark, work, keys)
         else:
-            changes = changes.drop(tf.COUNT_DELTA) if tf.COUNT_DELTA in changes.columns else changes
-            self._ensure(spark, path, table, keys)
-            # Resends and changes a truncate already erased never reach the MERGE (fences).
-            fences = self._fences_of(spark, path)
-            if tf.PARTITION not in changes.columns:  # a batch of truncates only (row images)
-                changes = changes.withColumn(tf.PARTITION, F.lit(None).cast("int"))
-            changes = fences.filter(changes).drop(tf.PARTITION, tf.OFFSET)
-            if truncate_at is not None:
-                changes = tf.drop_before(changes, *truncate_at)
-            fold = bool(summary["toast"])
-            latest = tf.last_change_per_key(changes, keys, fold_unchanged=fold)
-            plan = MergePlan(
-                key_columns=tuple(keys),
-                value_columns=tuple(table.columns.fieldNames()),
-                truncate_at=truncate_at,
-                fold_unchanged=fold,
-                inserts_only=_inserts_only(summary, count, fences),
-            )
-            after = fences.advanced(
-                summary["partitions"],
-                truncate_at,
-                summary["offsets"],
-                summary["lowest_lsn"],
-                first_load=not exists,
-            )
-            # A table created by this batch is empty: its first load is an append.
-            write = merge_changes if exists else append_first_load
-            write(
-                spark, path, latest, plan, self.config.txn_app_id, batch_id,
-                commit_metadata=after.to_metadata(),
-            )  # fmt: skip
-            with self._lock:
-                self._fences[path] = after
+            self._merge_keyless(spark, work)
         merge_seconds = time.monotonic() - merge_started
         if os.environ.get(PAUSE_AFTER_MERGE_ENV):
             time.sleep(float(os.environ[PAUSE_AFTER_MERGE_ENV]))
@@ -541,6 +482,77 @@ class BatchApplier:
             time.monotonic() - started,
             merge_seconds,
         )
+
+    def _merge_keyless(self, spark: Any, work: _TableWork) -> None:
+        """A table without key columns: its row images as a multiset (bridge.spark.multiset)."""
+        path, table, summary, truncate_at = work.path, work.table, work.summary, work.truncate_at
+        self._ensure(spark, path, table, ())
+        fences = self._fences_of(spark, path)
+        last = summary["last"]
+        glance = MultisetBatch(
+            (int(last[0]), int(last[1])) if last is not None else None,
+            truncate_at,
+            inserts_only=int(summary["removals"]) == 0,
+        )
+        # The position travels with the rows, in the commit's userMetadata (multiset.py).
+        after = fences.advanced({0: glance.last} if glance.last is not None else {}, truncate_at)
+        written = apply_multiset(
+            spark,
+            path,
+            work.changes,
+            table.columns,
+            self._applied_position(spark, path, fences),
+            glance,
+            self.config.txn_app_id,
+            work.batch_id,
+            empty=not work.exists,
+            commit_metadata=after.to_metadata(),
+        )
+        if written:
+            with self._lock:
+                self._fences[path] = after
+        if self.config.history:
+            logger.info("%s: no history for a table without key columns", work.label)
+
+    def _merge_keyed(self, spark: Any, work: _TableWork, keys: Sequence[str]) -> DataFrame:
+        """A keyed table: the last change per key, MERGEd (or appended to a table this batch
+        created); the changes as the MERGE saw them (fenced), for the history table."""
+        path, table, summary, truncate_at = work.path, work.table, work.summary, work.truncate_at
+        changes, exists, count = work.changes, work.exists, work.count
+        changes = changes.drop(tf.COUNT_DELTA) if tf.COUNT_DELTA in changes.columns else changes
+        self._ensure(spark, path, table, keys)
+        # Resends and changes a truncate already erased never reach the MERGE (fences).
+        fences = self._fences_of(spark, path)
+        if tf.PARTITION not in changes.columns:  # a batch of truncates only (row images)
+            changes = changes.withColumn(tf.PARTITION, F.lit(None).cast("int"))
+        changes = fences.filter(changes).drop(tf.PARTITION, tf.OFFSET)
+        if truncate_at is not None:
+            changes = tf.drop_before(changes, *truncate_at)
+        fold = bool(summary["toast"])
+        latest = tf.last_change_per_key(changes, keys, fold_unchanged=fold)
+        plan = MergePlan(
+            key_columns=tuple(keys),
+            value_columns=tuple(table.columns.fieldNames()),
+            truncate_at=truncate_at,
+            fold_unchanged=fold,
+            inserts_only=_inserts_only(summary, count, fences),
+        )
+        after = fences.advanced(
+            summary["partitions"],
+            truncate_at,
+            summary["offsets"],
+            summary["lowest_lsn"],
+            first_load=not exists,
+        )
+        # A table created by this batch is empty: its first load is an append.
+        write = merge_changes if exists else append_first_load
+        write(
+            spark, path, latest, plan, self.config.txn_app_id, work.batch_id,
+            commit_metadata=after.to_metadata(),
+        )  # fmt: skip
+        with self._lock:
+            self._fences[path] = after
+        return changes
 
     def _apply_history(
         self,
@@ -604,6 +616,25 @@ class BatchApplier:
             self.config.dead_letter_location,
             reasons,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _TableWork:
+    """One table's part of a batch, as ``_apply_table`` found it (summary read, path known)."""
+
+    table: TableBatch
+    path: str
+    label: str  # schema.table
+    changes: DataFrame
+    summary: dict[str, Any]
+    count: int
+    exists: bool  # the Delta table exists (else this batch creates it)
+    batch_id: int
+
+    @property
+    def truncate_at(self) -> tuple[int, int] | None:
+        truncate = self.summary["trunc"]
+        return (int(truncate[0]), int(truncate[1])) if truncate else None
 
 
 @dataclass(slots=True)

@@ -252,68 +252,9 @@ def decode_batch(
         out.cached.append(framed)
     per_table: dict[str, list[_Group]] = {}
     for row in sorted(groups, key=lambda r: (r["topic"], r[tf.VALUE_SCHEMA_ID])):
-        topic, schema_id = str(row["topic"]), int(row[tf.VALUE_SCHEMA_ID])
-        group_rows = framed.where(
-            (F.col("topic") == topic)
-            & (F.col(tf.VALUE_SCHEMA_ID) == schema_id)
-            & F.col(tf.FRAMING_ERROR).isNull()
-            & F.col("value").isNotNull()
-        )
-        if not config.is_table_topic(topic):
-            out.dead_letters.append(
-                tf.dead_letters(
-                    group_rows, f"topic is not {config.topic_prefix}.<schema>.<table>", batch_id
-                )
-            )
-            continue
-        schema_json = schemas.schema_json(schema_id)
-        if schema_json is None:
-            out.dead_letters.append(
-                tf.dead_letters(group_rows, f"unknown schema id {schema_id}", batch_id)
-            )
-            continue
-        shape = RowShape.from_schema(schema_json, config.variable_decimal)
-        try:
-            # Before decoding: Spark's Avro reader cannot even read some of these.
-            _check_names(topic, shape)
-        except TableApplyError as exc:
-            out.dead_letters.append(tf.dead_letters(group_rows, str(exc), batch_id))
-            continue
-        decoded = tf.decode_envelopes(framed, topic, schema_id, schema_json)
-        problem = _envelope_problem(decoded)
-        if problem is not None:
-            out.dead_letters.append(
-                tf.dead_letters(
-                    group_rows,
-                    f"schema id {schema_id} is not a change envelope: {problem}",
-                    batch_id,
-                )
-            )
-            continue
-        # Decoding is the expensive part; it feeds both the changes and the dead letters.
-        decoded = decoded.persist()
-        out.cached.append(decoded)
-        if not shape.columns:
-            shape = RowShape.plain(tf.envelope_fields(decoded))
-        try:
-            key_fields = _key_columns(schemas, topic, row["key_id"], row["min_key_id"])
-            missing = [k for k in key_fields if k not in {c.field for c in shape.columns}]
-            if missing:
-                raise TableApplyError(
-                    topic, f"key columns {missing} are not columns of schema id {schema_id}"
-                )
-            unfit = _unfit_columns(decoded, shape)
-        except RegistryUnavailableError:
-            raise
-        except Exception as exc:  # this table's records only: the batch goes on
-            out.dead_letters.append(_group_dead_letters(decoded, schema_id, None, config, batch_id))
-            out.dead_letters.append(tf.dead_letters(_raw(decoded), _reason(exc), batch_id))
-            continue
-        # One dead-letter frame per group, whatever the reasons: the dead-letter phase unions
-        # these, so its plan grows by one branch per (topic, schema id), not by three.
-        out.dead_letters.append(_group_dead_letters(decoded, schema_id, unfit, config, batch_id))
-        key_columns = tuple(shape.name_of(k) for k in key_fields)
-        per_table.setdefault(topic, []).append(_Group(schema_id, decoded, shape, key_columns))
+        group = _decode_group(framed, row, config, schemas, batch_id, out)
+        if group is not None:
+            per_table.setdefault(str(row["topic"]), []).append(group)
     for topic, table_groups in per_table.items():
         try:
             table, dead = _table_batch(
@@ -328,6 +269,80 @@ def decode_batch(
         out.tables.append(table)
         out.dead_letters.extend(dead)
     return out
+
+
+def _decode_group(
+    framed: DataFrame,
+    row: Any,
+    config: ApplyConfig,
+    schemas: SchemaCache,
+    batch_id: int,
+    out: DecodedBatch,
+) -> _Group | None:
+    """One (topic, value schema id) group of a batch, decoded (and cached in ``out``); None
+    when its records cannot be applied, which then are in ``out.dead_letters`` with why."""
+    topic, schema_id = str(row["topic"]), int(row[tf.VALUE_SCHEMA_ID])
+    group_rows = framed.where(
+        (F.col("topic") == topic)
+        & (F.col(tf.VALUE_SCHEMA_ID) == schema_id)
+        & F.col(tf.FRAMING_ERROR).isNull()
+        & F.col("value").isNotNull()
+    )
+    if not config.is_table_topic(topic):
+        out.dead_letters.append(
+            tf.dead_letters(
+                group_rows, f"topic is not {config.topic_prefix}.<schema>.<table>", batch_id
+            )
+        )
+        return None
+    schema_json = schemas.schema_json(schema_id)
+    if schema_json is None:
+        out.dead_letters.append(
+            tf.dead_letters(group_rows, f"unknown schema id {schema_id}", batch_id)
+        )
+        return None
+    shape = RowShape.from_schema(schema_json, config.variable_decimal)
+    try:
+        # Before decoding: Spark's Avro reader cannot even read some of these.
+        _check_names(topic, shape)
+    except TableApplyError as exc:
+        out.dead_letters.append(tf.dead_letters(group_rows, str(exc), batch_id))
+        return None
+    decoded = tf.decode_envelopes(framed, topic, schema_id, schema_json)
+    problem = _envelope_problem(decoded)
+    if problem is not None:
+        out.dead_letters.append(
+            tf.dead_letters(
+                group_rows,
+                f"schema id {schema_id} is not a change envelope: {problem}",
+                batch_id,
+            )
+        )
+        return None
+    # Decoding is the expensive part; it feeds both the changes and the dead letters.
+    decoded = decoded.persist()
+    out.cached.append(decoded)
+    if not shape.columns:
+        shape = RowShape.plain(tf.envelope_fields(decoded))
+    try:
+        key_fields = _key_columns(schemas, topic, row["key_id"], row["min_key_id"])
+        missing = [k for k in key_fields if k not in {c.field for c in shape.columns}]
+        if missing:
+            raise TableApplyError(
+                topic, f"key columns {missing} are not columns of schema id {schema_id}"
+            )
+        unfit = _unfit_columns(decoded, shape)
+    except RegistryUnavailableError:
+        raise
+    except Exception as exc:  # this table's records only: the batch goes on
+        out.dead_letters.append(_group_dead_letters(decoded, schema_id, None, config, batch_id))
+        out.dead_letters.append(tf.dead_letters(_raw(decoded), _reason(exc), batch_id))
+        return None
+    # One dead-letter frame per group, whatever the reasons: the dead-letter phase unions
+    # these, so its plan grows by one branch per (topic, schema id), not by three.
+    out.dead_letters.append(_group_dead_letters(decoded, schema_id, unfit, config, batch_id))
+    key_columns = tuple(shape.name_of(k) for k in key_fields)
+    return _Group(schema_id, decoded, shape, key_columns)
 
 
 def _reason(error: BaseException) -> str:

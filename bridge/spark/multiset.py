@@ -206,28 +206,7 @@ def _merge_net(
     # The empty table of a first load is neither read nor merged into: no snapshot to load.
     target = None if empty else DeltaTable.forPath(spark, path)
     if truncate is None and target is not None:
-        existing = target.toDF().select(
-            *[
-                comparable(F.col(n), f.dataType).alias(k)
-                for n, f, k in zip(names, columns.fields, keys, strict=True)
-            ]
-        )
-        same = F.lit(True)
-        for k in keys:
-            same = same & F.col(f"e.{k}").eqNullSafe(F.col(f"n.{k}"))
-        current = (
-            existing.alias("e")
-            .join(net.select(*keys).alias("n"), same, "left_semi")
-            .groupBy(*keys)
-            .agg(F.count(F.lit(1)).alias(_CURRENT))
-        )
-        joined = F.lit(True)
-        for k in keys:
-            joined = joined & F.col(f"n.{k}").eqNullSafe(F.col(f"c.{k}"))
-        counted = net.alias("n").join(current.alias("c"), joined, "left")
-        counted = counted.select(
-            "n.*", F.coalesce(F.col(f"c.{_CURRENT}"), F.lit(0)).alias(_CURRENT)
-        )
+        counted = _with_current_copies(target.toDF(), net, columns, keys, names)
     else:
         counted = net.withColumn(_CURRENT, F.lit(0).cast("long"))
     final = F.greatest(F.col(_CURRENT) + F.col(_NET), F.lit(0))
@@ -273,6 +252,34 @@ def _merge_net(
             builder.execute()
     finally:
         source.unpersist()
+
+
+def _with_current_copies(
+    table: DataFrame, net: DataFrame, columns: T.StructType, keys: list[str], names: list[str]
+) -> DataFrame:
+    """``net`` with the number of copies the table holds of each image (``_CURRENT``): the
+    table's rows semi-joined to the images (the images are the small side, broadcast), then
+    counted per image."""
+    existing = table.select(
+        *[
+            comparable(F.col(n), f.dataType).alias(k)
+            for n, f, k in zip(names, columns.fields, keys, strict=True)
+        ]
+    )
+    same = F.lit(True)
+    for k in keys:
+        same = same & F.col(f"e.{k}").eqNullSafe(F.col(f"n.{k}"))
+    current = (
+        existing.alias("e")
+        .join(net.select(*keys).alias("n"), same, "left_semi")
+        .groupBy(*keys)
+        .agg(F.count(F.lit(1)).alias(_CURRENT))
+    )
+    joined = F.lit(True)
+    for k in keys:
+        joined = joined & F.col(f"n.{k}").eqNullSafe(F.col(f"c.{k}"))
+    counted = net.alias("n").join(current.alias("c"), joined, "left")
+    return counted.select("n.*", F.coalesce(F.col(f"c.{_CURRENT}"), F.lit(0)).alias(_CURRENT))
 
 
 def read_positions(spark: Any, path: str) -> dict[str, Position]:
