@@ -283,27 +283,8 @@ def relation_schemas(
     namespace = record_namespace(topic_prefix, relation)
     key_subject, value_subject = subject_names(topic)
 
-    columns: list[ColumnType] = []
-    names: list[str] = []
-    fields: list[dict[str, Any]] = []
-    by_column: dict[str, tuple[str, ColumnType]] = {}
-    null_second: set[int] = set()  # fields whose union is [T, "null"]
-    for column in relation.columns:
-        column_type = mapper.column_type(
-            column.type_oid,
-            column.type_modifier,
-            dimensions=max(1, hints.array_dimensions.get(column.name, 1)),
-            table=table,
-            column=column.name,
-        )
-        name = unique_field_name(column.name, names)
-        field_schema = _value_field(name, column.name, column_type, hints, table)
-        if field_schema["type"][-1] == "null":
-            null_second.add(len(fields))
-        fields.append(field_schema)
-        columns.append(column_type)
-        names.append(name)
-        by_column[column.name] = (name, column_type)
+    columns, names, fields, null_second = _value_fields(relation, mapper, hints, table)
+    by_column = {c.name: (n, t) for c, n, t in zip(relation.columns, names, columns, strict=True)}
 
     key_schema, key_fields, key_optional = _key_schema(
         relation, hints, by_column, namespace, table, keyless
@@ -343,6 +324,33 @@ def relation_schemas(
         columns=tuple(columns),
         encoder=encoder,
     )
+
+
+def _value_fields(
+    relation: Relation, mapper: TypeMapper, hints: TableHints, table: str
+) -> tuple[list[ColumnType], list[str], list[dict[str, Any]], set[int]]:
+    """Each column's type, its Avro field name (sanitised, unique) and field, and the indexes
+    of the fields whose union is ``[T, "null"]`` (a default of the column's type)."""
+    columns: list[ColumnType] = []
+    names: list[str] = []
+    fields: list[dict[str, Any]] = []
+    null_second: set[int] = set()
+    for column in relation.columns:
+        column_type = mapper.column_type(
+            column.type_oid,
+            column.type_modifier,
+            dimensions=max(1, hints.array_dimensions.get(column.name, 1)),
+            table=table,
+            column=column.name,
+        )
+        name = unique_field_name(column.name, names)
+        field_schema = _value_field(name, column.name, column_type, hints, table)
+        if field_schema["type"][-1] == "null":
+            null_second.add(len(fields))
+        fields.append(field_schema)
+        columns.append(column_type)
+        names.append(name)
+    return columns, names, fields, null_second
 
 
 def _envelope(namespace: str, value_record: dict[str, Any]) -> dict[str, Any]:
