@@ -395,7 +395,7 @@ class Pipeline:
             self._complete(counts, output.end_lsn)
             self._counts = None
             if self.incremental is not None:
-                self.incremental.transaction_end(output.end_lsn)
+                self.incremental.transaction_end(output.end_lsn, output.tx.xid)
             # The publisher batches records; the transaction's last ones go out now, not at
             # the next poll tick (commit-to-acknowledgement latency).
             self.publisher.send_pending()

@@ -52,6 +52,7 @@ import logging
 import re
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,10 @@ if TYPE_CHECKING:
     from bridge.snapshot.kafka_signals import KafkaSignals
 
 logger = logging.getLogger(__name__)
+
+#: How many of the stream's last transactions a chunk's read is checked against. The race it
+#: catches spans the milliseconds between a commit record and the commit becoming visible.
+_ENDED_REMEMBERED = 4096
 
 __all__ = ["IncrementalSettings", "IncrementalSnapshotter", "SnapshotOutput", "state_file"]
 
@@ -166,6 +171,9 @@ class IncrementalSnapshotter:
         self._stall_reported = False
         #: The topic whose changes the open window reconciles (``None``: no window open).
         self.watched_topic: str | None = None
+        #: Transactions the stream ended lately, newest last: a chunk read whose snapshot still
+        #: saw one of them in progress raced its commit (see _start_chunk).
+        self._ended: deque[int] = deque(maxlen=_ENDED_REMEMBERED)
         #: The Kafka signal channel, when enabled (bridge.snapshot.kafka_signals).
         self.kafka: KafkaSignals | None = None
         if self.state.running:
@@ -302,8 +310,11 @@ class IncrementalSnapshotter:
         if self._chunk is not None:
             self._chunk.window.truncated(xid)
 
-    def transaction_end(self, end_lsn: Lsn) -> None:
-        """The stream's transaction ended: what it changed in the state waits for Kafka."""
+    def transaction_end(self, end_lsn: Lsn, xid: int | None = None) -> None:
+        """The stream's transaction ``xid`` ended: what it changed in the state waits for
+        Kafka."""
+        if xid is not None:
+            self._ended.append(xid)
         if self._dirty:
             self._pending.append((end_lsn, self.state.copy()))
             self._dirty = False
@@ -382,6 +393,20 @@ class IncrementalSnapshotter:
         signals = self.settings.signal_table
         send_signal(conn, signals, OPEN_WINDOW, {"table": task.table}, f"{chunk_id}-open")
         rows, last_key, invisible = self._read(conn, info, table.row_filter, task)
+        raced = invisible.intersection(self._ended)
+        if raced:
+            # PostgreSQL makes a commit visible just after writing its record; under load the
+            # stream can carry a transaction (before this chunk existed to drop its keys) that
+            # the read still saw in progress, so the read holds rows older than what the stream
+            # already published. Read the chunk again: by then the commit is visible.
+            logger.info(
+                "incremental snapshot of %s: the chunk's read raced the commit of transaction(s) "
+                "%s, which the stream already carried; reading it again",
+                task.table,
+                sorted(raced),
+            )
+            self._forget_watermarks(chunk_id)
+            return
         send_signal(conn, signals, CLOSE_WINDOW, {"table": task.table}, f"{chunk_id}-close")
         window: ChunkWindow[Mapping[str, Any]] = ChunkWindow(
             chunk_id, schemas.topic, invisible=invisible

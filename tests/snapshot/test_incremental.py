@@ -179,3 +179,55 @@ def test_a_malformed_signal_row_is_logged_and_the_stream_goes_on(
     snap.on_signal_row(tuple_data(None, "log", "{}"))
     assert "signal 'bad': data is not JSON" in caplog.text
     assert "without id or type" in caplog.text
+
+
+@pytest.mark.parametrize("raced", [True, False], ids=["raced a streamed commit", "clean read"])
+def test_a_chunk_read_that_raced_a_commit_the_stream_carried_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raced: bool
+) -> None:
+    """PostgreSQL makes a commit visible just after writing its record: under load the stream
+    can carry transaction 77 (before the chunk existed to drop the keys it changed) while the
+    chunk's read still sees 77 in progress, so the read holds the rows as they were before 77.
+    Emitting them at the high watermark would put old rows after 77's changes (seen in CI: one
+    row of 80,000 kept its snapshot value). The chunk is dropped and read again instead; a read
+    that saw no such transaction goes on to its high watermark."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from bridge.snapshot import incremental
+    from bridge.snapshot.incremental_state import TableTask
+    from tests.rows import relation
+
+    snap = snapshotter(tmp_path)
+    sent: list[str] = []
+    forgotten: list[str] = []
+    published = SimpleNamespace(table="public.items", row_filter=None)
+    info = SimpleNamespace(
+        relation=relation(), chunk_key=[("id", "int4")], describe_to=lambda mapper: None
+    )
+
+    def read(*args: Any) -> tuple[list[dict[str, Any]], list[str], frozenset[int]]:
+        return [{"id": 1, "body": "old"}], ["1"], frozenset({77})
+
+    monkeypatch.setattr(snap, "_connection", lambda: object())
+    monkeypatch.setattr(incremental.catalog, "published_tables", lambda conn, pub: [published])
+    monkeypatch.setattr(incremental.catalog, "read_table", lambda conn, table: info)
+    monkeypatch.setattr(incremental, "send_signal", lambda c, t, kind, d, sid: sent.append(kind))
+    monkeypatch.setattr(snap, "_read", read)
+    monkeypatch.setattr(snap, "_forget_watermarks", forgotten.append)
+    snap.attach(
+        SimpleNamespace(
+            snapshot_key=lambda table, row: b"\0\0\0\0\1" + str(row["id"]).encode(),
+            publish_snapshot_rows=lambda table, rows: None,
+        )  # type: ignore[arg-type]
+    )
+    snap.transaction_end(Lsn(100), 76)
+    if raced:
+        snap.transaction_end(Lsn(200), 77)
+    snap._start_chunk(TableTask("public.items"))
+    if raced:
+        assert sent == [incremental.OPEN_WINDOW] and len(forgotten) == 1
+        assert snap._chunk is None and snap.watched_topic is None  # read again at the next tick
+    else:
+        assert sent == [incremental.OPEN_WINDOW, incremental.CLOSE_WINDOW] and not forgotten
+        assert snap._chunk is not None and snap.watched_topic == "p.public.items"
