@@ -273,7 +273,8 @@ class Pipeline:
                 if self.housekeeping is not None:
                     self.housekeeping()
                 if self.incremental is not None:
-                    self.incremental.tick()
+                    position = self.builder.next_position()  # None between transactions
+                    self.incremental.tick(None if position is None else position[0].xid)
                     self._watched = self.incremental.watched_topic
                 if self.options.heartbeat_interval and monotonic() >= self._next_heartbeat:
                     self._publish_heartbeat()

@@ -332,8 +332,10 @@ class IncrementalSnapshotter:
 
     # -- chunks ---------------------------------------------------------------------------------
 
-    def tick(self) -> None:
-        """Between messages: read Kafka signals, start the next chunk if one is due."""
+    def tick(self, stream_xid: int | None = None) -> None:
+        """Between messages: read Kafka signals, start the next chunk if one is due.
+        ``stream_xid``: the transaction the stream is in the middle of, if any (its changes
+        so far went by before a chunk existed to drop their keys)."""
         if self.kafka is not None:
             self.kafka.poll()
         chunk = self._chunk
@@ -357,7 +359,7 @@ class IncrementalSnapshotter:
         task = state.current
         assert task is not None
         try:
-            self._start_chunk(task)
+            self._start_chunk(task, stream_xid)
         except psycopg.Error as exc:
             self._drop_connection()
             self._not_before = time.monotonic() + _RETRY_AFTER_S
@@ -368,7 +370,7 @@ class IncrementalSnapshotter:
                 _RETRY_AFTER_S,
             )
 
-    def _start_chunk(self, task: TableTask) -> None:
+    def _start_chunk(self, task: TableTask, stream_xid: int | None = None) -> None:
         conn = self._connection()
         published = {t.table: t for t in catalog.published_tables(conn, self.settings.publication)}
         table = published.get(task.table)
@@ -393,12 +395,13 @@ class IncrementalSnapshotter:
         signals = self.settings.signal_table
         send_signal(conn, signals, OPEN_WINDOW, {"table": task.table}, f"{chunk_id}-open")
         rows, last_key, invisible = self._read(conn, info, table.row_filter, task)
-        raced = invisible.intersection(self._ended)
+        raced = invisible.intersection([*self._ended, stream_xid])
         if raced:
             # PostgreSQL makes a commit visible just after writing its record; under load the
-            # stream can carry a transaction (before this chunk existed to drop its keys) that
-            # the read still saw in progress, so the read holds rows older than what the stream
-            # already published. Read the chunk again: by then the commit is visible.
+            # stream can carry a transaction (all of it, or the part before this tick, before
+            # this chunk existed to drop its keys) that the read still saw in progress, so the
+            # read holds rows older than what the stream already published. Read the chunk
+            # again: by then the commit is visible.
             logger.info(
                 "incremental snapshot of %s: the chunk's read raced the commit of transaction(s) "
                 "%s, which the stream already carried; reading it again",

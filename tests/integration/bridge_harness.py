@@ -320,6 +320,21 @@ def normalized(
     return {k: {c: normalize(v) for c, v in r.items()} for k, r in rows.items()}
 
 
+def table_differences(
+    got: dict[tuple[Any, ...], dict[str, Any]],
+    expected: dict[tuple[Any, ...], dict[str, Any]],
+    limit: int = 10,
+) -> str:
+    """The keys on which two rebuilt tables differ, each with both rows: a failure message that
+    names the rows, not a pretty-printed diff of thousands whose tail is all a CI log keeps."""
+    differing = sorted(
+        (k for k in got.keys() | expected.keys() if got.get(k) != expected.get(k)), key=repr
+    )
+    shown = [f"{k}: got {got.get(k)!r}, expected {expected.get(k)!r}" for k in differing[:limit]]
+    more = f" (and {len(differing) - limit} more)" if len(differing) > limit else ""
+    return f"{len(differing)} of {len(expected)} rows differ{more}: " + "; ".join(shown)
+
+
 class BridgeProcess:
     """``pgbridge run`` as a separate process, configured with ``--set`` flags."""
 

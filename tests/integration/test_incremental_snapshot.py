@@ -38,6 +38,7 @@ from tests.integration.bridge_harness import (
     rebuild_tables,
     scratch_database,
     source_rows,
+    table_differences,
     topics_with_prefix,
     wait_for,
     wait_slot_confirmed,
@@ -135,8 +136,7 @@ def assert_rebuild_equals_source(
             for k, row in source_rows(dsn, table, key).items()
         }
         got = normalized(rebuilt.get(table.replace('"', ""), {}))
-        assert got.keys() == expected.keys(), f"{table}: keys differ"
-        assert got == expected, f"{table}: rows differ"
+        assert got == expected, f"{table}: {table_differences(got, expected)}"
     return rebuilt
 
 

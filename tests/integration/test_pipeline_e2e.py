@@ -26,6 +26,7 @@ from tests.integration.bridge_harness import (
     scratch_database,
     slot_confirmed,
     source_rows,
+    table_differences,
     wait_slot_confirmed,
 )
 
@@ -119,8 +120,7 @@ def assert_tables_equal(stack: StackInfo, dsn: str, prefix: str) -> None:
         for row in got.values():
             if isinstance(row.get("note"), str):
                 row["note"] = json.loads(row["note"])
-        assert got.keys() == expected.keys(), f"{table}: keys differ"
-        assert got == expected, f"{table}: rows differ"
+        assert got == expected, f"{table}: {table_differences(got, expected)}"
 
 
 def assert_change_positions(values: list[dict[str, Any]]) -> None:

@@ -31,6 +31,7 @@ from tests.integration.bridge_harness import (
     rebuild_tables,
     scratch_database,
     source_rows,
+    table_differences,
     wait_for,
     wait_slot_confirmed,
 )
@@ -134,8 +135,7 @@ def assert_tables_equal(stack: StackInfo, dsn: str, prefix: str) -> dict[str, An
         for row in got.values():
             if isinstance(row.get("j"), str):
                 row["j"] = json.loads(row["j"])
-        assert got.keys() == expected.keys(), f"{table}: keys differ"
-        assert got == expected, f"{table}: rows differ"
+        assert got == expected, f"{table}: {table_differences(got, expected)}"
     return rebuilt
 
 

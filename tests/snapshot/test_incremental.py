@@ -181,16 +181,21 @@ def test_a_malformed_signal_row_is_logged_and_the_stream_goes_on(
     assert "without id or type" in caplog.text
 
 
-@pytest.mark.parametrize("raced", [True, False], ids=["raced a streamed commit", "clean read"])
+@pytest.mark.parametrize(
+    "raced",
+    ["ended", "in the stream", None],
+    ids=["raced a streamed commit", "raced the transaction the stream is in", "clean read"],
+)
 def test_a_chunk_read_that_raced_a_commit_the_stream_carried_is_read_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raced: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raced: str | None
 ) -> None:
     """PostgreSQL makes a commit visible just after writing its record: under load the stream
     can carry transaction 77 (before the chunk existed to drop the keys it changed) while the
     chunk's read still sees 77 in progress, so the read holds the rows as they were before 77.
     Emitting them at the high watermark would put old rows after 77's changes (seen in CI: one
-    row of 80,000 kept its snapshot value). The chunk is dropped and read again instead; a read
-    that saw no such transaction goes on to its high watermark."""
+    row of 80,000 kept its snapshot value). The same when the tick falls inside 77, part of
+    whose changes the stream already published. The chunk is dropped and read again instead; a
+    read that saw no such transaction goes on to its high watermark."""
     from types import SimpleNamespace
     from typing import Any
 
@@ -222,9 +227,9 @@ def test_a_chunk_read_that_raced_a_commit_the_stream_carried_is_read_again(
         )  # type: ignore[arg-type]
     )
     snap.transaction_end(Lsn(100), 76)
-    if raced:
+    if raced == "ended":
         snap.transaction_end(Lsn(200), 77)
-    snap._start_chunk(TableTask("public.items"))
+    snap._start_chunk(TableTask("public.items"), 77 if raced == "in the stream" else 78)
     if raced:
         assert sent == [incremental.OPEN_WINDOW] and len(forgotten) == 1
         assert snap._chunk is None and snap.watched_topic is None  # read again at the next tick
