@@ -105,12 +105,18 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _snapshot(args: argparse.Namespace) -> int:
+    from bridge import signal_messages
     from bridge.signals import cli_signal, send_signal_to
 
     config = _load_config(args)
     signal_type, data = cli_signal(args.tables, args.where, args.stop, args.pause, args.resume)
     table = config.signal.data_collection
-    signal_id = send_signal_to(config.database.conninfo(), table, signal_type, data)
+    if table is None:
+        key_file = signal_messages.key_path(config.snapshot.state_dir, config.replication.slot_name)
+        signal_id = signal_messages.emit_to(config.database.conninfo(), key_file, signal_type, data)
+        table = "the stream (a signed logical message)"
+    else:
+        signal_id = send_signal_to(config.database.conninfo(), table, signal_type, data)
     print(f"sent {signal_type} signal {signal_id} to {table}: {json.dumps(data)}")
     return 0
 

@@ -348,7 +348,10 @@ class EventBuilder:
         rewritten = self._warn_of_rewritten_rows(relation, facts, known, resnapshot)
         if rewritten and resnapshot and self.on_rewrite is not None:
             table = f"{relation.namespace or 'pg_catalog'}.{relation.relation_name}"
-            self.on_rewrite(table, f"rewrite-{relation.relation_oid}-{self.message_lsn}")
+            # Named by the transaction it arrived in: the same when the slot replays it, a new
+            # one for the table's next rewrite (a Relation message carries no LSN of its own).
+            where = self._tx.commit_lsn if self._tx is not None else self.message_lsn
+            self.on_rewrite(table, f"rewrite-{relation.relation_oid}-{where}")
         if facts.numbers:
             hints = replace(
                 hints or TableHints(), column_numbers=facts.numbers, missing_values=facts.missing

@@ -44,8 +44,17 @@ from bridge.events import (
 )
 from bridge.failures import dead_letter_record
 from bridge.pgoutput.lsn import Lsn, pg_timestamp_to_unix_micros
-from bridge.pgoutput.messages import Begin, Insert, LogicalMessage, Relation, Type, Update
+from bridge.pgoutput.messages import (
+    Begin,
+    Insert,
+    LogicalMessage,
+    Message,
+    Relation,
+    Type,
+    Update,
+)
 from bridge.schema import EncodedRow, RelationSchemas, static_schema
+from bridge.signal_messages import PREFIX as SIGNAL_PREFIX
 from bridge.sink.avro_writer import AvroWriteError
 from bridge.sink.metadata import MetadataRecords, heartbeat_topic, transaction_topic
 from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
@@ -300,6 +309,16 @@ class Pipeline:
         elif type(message) is Begin:
             # Registered before its records are produced; the end LSN comes with the Commit.
             self._counts = self._register(message.final_lsn)
+        elif (
+            type(message) is Message
+            and message.prefix == SIGNAL_PREFIX
+            and self.incremental is not None
+        ):
+            # A signal (watermark, snapshot request) sent as a logical message: for the
+            # snapshotter only, not the messages topic, and it takes no seq.
+            self.incremental.on_signal_message(message)
+            self._watched = self.incremental.watched_topic
+            return
         elif type(message) is Type and self.describe_type is not None:
             resolved = self.describe_type(message.type_oid)
             if resolved is not None:

@@ -16,7 +16,7 @@ from types import FrameType
 
 import psycopg
 
-from bridge import native
+from bridge import native, signal_messages
 from bridge.config import BridgeConfig
 from bridge.errors import ConfigError, PgBridgeError
 from bridge.events import EventBuilder
@@ -256,27 +256,54 @@ def build_pipeline(
 def incremental_snapshotter(
     config: BridgeConfig, builder: EventBuilder
 ) -> IncrementalSnapshotter | None:
-    """The incremental snapshots' driver when a signal table is configured (checked to be in
-    the publication: otherwise no signal would ever arrive)."""
+    """The incremental snapshots' driver. Its signals go through the signal table when one is
+    configured (checked to be in the publication: otherwise no signal would ever arrive), else
+    as signed logical messages (bridge.signal_messages) where the server's pgoutput carries
+    them (PostgreSQL 14+); on 13 without a signal table there is none."""
     table = config.signal.data_collection
-    if table is None:
-        return None
     dsn = config.database.conninfo()
     publication = config.replication.publication_name
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        schema, name = signal_table_name(table)
-        published = conn.execute(
-            "SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s "
-            "AND tablename = %s",
-            (publication, schema, name),
-        ).fetchone()
-    if published is None:
-        raise ConfigError(
-            "signal.data.collection",
-            f"table {table} is not in publication {publication}, so no signal written to it "
-            f"would reach pgbridge: ALTER PUBLICATION {publication} ADD TABLE {table}",
-        )
     state_dir = config.snapshot.state_dir
+    signal_key = None
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if table is None:
+            if conn.info.server_version < signal_messages.MIN_SERVER_VERSION:
+                wanted = [
+                    what
+                    for what, on in (
+                        (
+                            "tables DDL rewrote are not copied again",
+                            config.snapshot.rewritten_tables == "incremental",
+                        ),
+                        ("new tables are not copied", config.snapshot.new_tables == "parallel"),
+                        ("Kafka signals are not read", "kafka" in config.signal.enabled_channels),
+                    )
+                    if on
+                ]
+                if wanted:
+                    logger.warning(
+                        "%s: PostgreSQL %d gives pgoutput no logical messages to carry "
+                        "incremental snapshots' signals; set signal.data.collection",
+                        "; ".join(wanted),
+                        conn.info.server_version // 10000,
+                    )
+                return None
+            key_file = signal_messages.key_path(state_dir, config.replication.slot_name)
+            signal_key = signal_messages.load_or_create_key(key_file)
+        else:
+            schema, name = signal_table_name(table)
+            published = conn.execute(
+                "SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s "
+                "AND tablename = %s",
+                (publication, schema, name),
+            ).fetchone()
+            if published is None:
+                raise ConfigError(
+                    "signal.data.collection",
+                    f"table {table} is not in publication {publication}, so no signal written "
+                    f"to it would reach pgbridge: ALTER PUBLICATION {publication} ADD TABLE "
+                    f"{table}",
+                )
     snapshotter = IncrementalSnapshotter(
         IncrementalSettings(
             dsn=dsn,
@@ -287,6 +314,7 @@ def incremental_snapshotter(
             slot=config.replication.slot_name,
             captured=config.filters.includes,
             table_signals="source" in config.signal.enabled_channels,
+            signal_key=signal_key,
         ),
         builder,
     )

@@ -186,8 +186,6 @@ def test_load_config_pass_through_producer_and_topic_settings(tmp_path: Path) ->
         ("kafka.producer.acks", "1", "acks=all is required"),
         ("kafka.producer.enable.idempotence", "false", "always on"),
         ("kafka.producer.linger.ms", "5", "use kafka.linger.ms"),
-        ("snapshot.new.tables", "parallel", "set signal.data.collection"),
-        ("snapshot.rewritten.tables", "incremental", "set signal.data.collection"),
         ("snapshot.rewritten.tables", "always", "off, incremental"),
     ],
 )
@@ -198,15 +196,13 @@ def test_load_config_invalid_value_names_the_key(key: str, value: str, message: 
     assert str(error).startswith(f"{key}: ")
 
 
-def test_load_config_rewritten_tables_defaults_off_and_takes_incremental_with_signals() -> None:
-    assert _load().snapshot.rewritten_tables == "off"
-    config = _load(
-        overrides={
-            "snapshot.rewritten.tables": "incremental",
-            "signal.data.collection": "public.dbz_signal",
-        }
-    )
-    assert config.snapshot.rewritten_tables == "incremental"
+def test_load_config_rewritten_tables_default_incremental_without_a_signal_table() -> None:
+    """Rewritten tables are copied again by default: on PostgreSQL 14+ the snapshot's signals
+    travel as logical messages, so no signal table is needed (bridge.signal_messages)."""
+    assert _load().snapshot.rewritten_tables == "incremental"
+    assert _load().signal.data_collection is None
+    assert _load(overrides={"snapshot.rewritten.tables": "off"}).snapshot.rewritten_tables == "off"
+    assert _load(overrides={"snapshot.new.tables": "parallel"}).snapshot.new_tables == "parallel"
 
 
 def test_load_config_slot_failover_defaults_off_and_reaches_the_source() -> None:

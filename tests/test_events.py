@@ -325,17 +325,19 @@ def test_a_rewritten_table_is_reported_once_under_an_id_a_replay_repeats(
     caplog: pytest.LogCaptureFixture, second: Relation, table: str | None
 ) -> None:
     """snapshot.rewritten.tables = incremental: the builder tells on_rewrite which table to copy
-    again, under an id made of its OID and the new Relation's WAL position (a replay of the
-    stream makes the same id, so the signal table holds one request); the warning says the
-    snapshot is requested instead of asking for one."""
+    again, under an id made of its OID and the transaction the new Relation came in (a replay
+    of the stream makes the same id, so the request is acted on once; the table's next rewrite,
+    in another transaction, makes a new one); the warning says the snapshot is requested
+    instead of asking for one."""
+    later = Begin(final_lsn=lsn("0/5000"), commit_ts=2_000_000, xid=701)
 
     def replay() -> list[tuple[str, str]]:
         told: list[tuple[str, str]] = []
         b = EventBuilder("app")
         b.on_rewrite = lambda name, signal_id: told.append((name, signal_id))
         _run(b, relation(), BEGIN, Insert(None, 16384, tuple_data("1", "a")), COMMIT)
-        b.message_lsn = 0x5000
-        _run(b, second)
+        b.message_lsn = 0  # what a Relation frame may carry: not an identity
+        _run(b, later, second)
         return told
 
     with caplog.at_level("WARNING", logger="bridge.events"):
@@ -343,7 +345,7 @@ def test_a_rewritten_table_is_reported_once_under_an_id_a_replay_repeats(
     if table is None:
         assert told == []
         return
-    assert told == [(table, "rewrite-16384-20480")]
+    assert told == [(table, "rewrite-16384-0/5000")]
     assert replay() == told
     assert any("is requested (snapshot.rewritten.tables)" in r.getMessage() for r in caplog.records)
 

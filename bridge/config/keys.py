@@ -234,16 +234,16 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         _choice("off", "parallel"),
         "off",
         "tables published while running: copy their rows by an incremental snapshot "
-        "(parallel, needs signal.data.collection) or not (off)",
+        "(parallel; on PostgreSQL 13 it needs signal.data.collection) or not (off)",
     ),
     KeySpec(
         "snapshot.rewritten.tables",
         _choice("off", "incremental"),
-        "off",
+        "incremental",
         "tables whose rows DDL rewrote without sending them (a column's type changed, a "
         "column added with a volatile default, the table renamed): copy their rows again by "
-        "an incremental snapshot (incremental, needs signal.data.collection) or only say so "
-        "(off)",
+        "an incremental snapshot (incremental; on PostgreSQL 13 it needs "
+        "signal.data.collection) or only say so (off)",
     ),
     KeySpec(
         "signal.data.collection",

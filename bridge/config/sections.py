@@ -268,17 +268,6 @@ def snapshot(
         new_tables=str(v["snapshot.new.tables"]),
         rewritten_tables=str(v["snapshot.rewritten.tables"]),
     )
-    if config.new_tables == "parallel" and signals.data_collection is None:
-        raise ConfigError(
-            "snapshot.new.tables",
-            "parallel copies new tables by incremental snapshots: set signal.data.collection",
-        )
-    if config.rewritten_tables == "incremental" and signals.data_collection is None:
-        raise ConfigError(
-            "snapshot.rewritten.tables",
-            "incremental copies rewritten tables by incremental snapshots: set "
-            "signal.data.collection",
-        )
     return config
 
 

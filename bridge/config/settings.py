@@ -344,7 +344,7 @@ class SnapshotConfig:
     new_tables: str = "off"
     #: Tables whose rows DDL rewrote without sending them: "incremental" snapshots each
     #: again (bridge.events.EventBuilder.on_rewrite), "off" only logs what to do.
-    rewritten_tables: str = "off"
+    rewritten_tables: str = "incremental"
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,9 +60,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 
+from bridge import signal_messages
 from bridge.events import EventBuilder
 from bridge.pgoutput.lsn import Lsn
-from bridge.pgoutput.messages import TupleData
+from bridge.pgoutput.messages import Message, TupleData
 from bridge.schema import RelationSchemas
 from bridge.signals import (
     CLOSE_WINDOW,
@@ -119,7 +120,9 @@ def state_file(state_dir: Path, slot: str) -> Path:
 class IncrementalSettings:
     dsn: str
     publication: str
-    signal_table: str  # schema.table
+    #: schema.table; ``None``: signals travel as signed logical messages
+    #: (:mod:`bridge.signal_messages`), signed with ``signal_key``.
+    signal_table: str | None
     chunk_size: int
     state_path: Path
     slot: str
@@ -128,6 +131,7 @@ class IncrementalSettings:
     #: Act on signals inserted into the signal table (``source`` channel); its watermarks are
     #: read whatever this says.
     table_signals: bool = True
+    signal_key: bytes | None = None
 
 
 class SnapshotOutput(Protocol):
@@ -160,7 +164,9 @@ class IncrementalSnapshotter:
         self.settings = settings
         self.builder = builder
         self.state = load_incremental(settings.state_path) or IncrementalState(settings.slot)
-        self.signal_schema, self.signal_name = signal_table_name(settings.signal_table)
+        self.signal_schema, self.signal_name = (
+            signal_table_name(settings.signal_table) if settings.signal_table else ("", "")
+        )
         #: Versions of the state waiting for Kafka: (end LSN of their transaction, state).
         self._pending: list[tuple[Lsn, IncrementalState]] = []
         self._dirty = False
@@ -190,6 +196,8 @@ class IncrementalSnapshotter:
         self._output = output
 
     def is_signal_table(self, table: RelationSchemas) -> bool:
+        if not self.signal_name:
+            return False
         relation = table.relation
         return (relation.namespace or "pg_catalog") == self.signal_schema and (
             relation.relation_name == self.signal_name
@@ -213,12 +221,30 @@ class IncrementalSnapshotter:
             return
         self.on_signal(signal, from_stream=True)
 
-    def on_signal(self, signal: Signal, *, from_stream: bool) -> None:
+    def on_signal_message(self, message: Message) -> None:
+        """A logical message with pgbridge's signal prefix, at its place in the stream."""
+        key = self.settings.signal_key
+        if key is None or not message.transactional:
+            logger.warning("signal message at %s ignored: not one this bridge sent", message.lsn)
+            return
+        try:
+            signal = signal_messages.decode(key, message.content)
+        except SignalError as exc:
+            logger.warning("signal message at %s: %s", message.lsn, exc)
+            return
+        self.on_signal(signal, from_stream=True, trusted=True)
+
+    def on_signal(self, signal: Signal, *, from_stream: bool, trusted: bool = False) -> None:
         """Act on a signal; from the stream, inside its transaction (watermarks included)."""
         if signal.type in (OPEN_WINDOW, CLOSE_WINDOW):
             self._watermark(signal)
             return
-        if from_stream and not self.settings.table_signals and not signal.id.startswith("kafka-"):
+        if (
+            from_stream
+            and not trusted
+            and not self.settings.table_signals
+            and not signal.id.startswith("kafka-")
+        ):
             logger.info("signal %s in the signal table ignored: channel 'source' is off", signal.id)
             return
         if signal.id in self.state.handled:
@@ -249,14 +275,7 @@ class IncrementalSnapshotter:
         comes back through the stream and is acted on at its place there, its effect recorded
         as durably as the table's own signals. The row's id is the record's, so a record
         read again after a crash is not inserted twice."""
-        send_signal(
-            self._connection(),
-            self.settings.signal_table,
-            signal.type,
-            signal.data,
-            signal.id,
-            if_absent=True,
-        )
+        self._send(signal.type, signal.data, signal.id, if_absent=True)
 
     def snapshot_new_tables(self, tables: list[tuple[str, int]]) -> None:
         """Tables published since the bridge started (bridge.source.table_watch): an
@@ -265,9 +284,7 @@ class IncrementalSnapshotter:
         for table, oid in tables:
             if table == self._self() or not self.settings.captured(*table.split(".", 1)):
                 continue
-            send_signal(
-                self._connection(),
-                self.settings.signal_table,
+            self._send(
                 EXECUTE,
                 {"data-collections": [table], "type": "incremental"},
                 f"new-table-{oid}",
@@ -282,9 +299,7 @@ class IncrementalSnapshotter:
             return
         logger.info("%s: requesting an incremental snapshot (%s)", table, signal_id)
         try:
-            send_signal(
-                self._connection(),
-                self.settings.signal_table,
+            self._send(
                 EXECUTE,
                 {"data-collections": [table], "type": "incremental"},
                 signal_id,
@@ -344,13 +359,13 @@ class IncrementalSnapshotter:
                 self._stall_reported = True
                 logger.warning(
                     "incremental snapshot of %s: the watermarks of chunk %s have not come back "
-                    "through the stream for %.0f s; is %s.%s in publication %s?",
+                    "through the stream for %.0f s; %s",
                     chunk.task.table,
                     chunk.window.chunk_id,
                     _STALL_WARNING_S,
-                    self.signal_schema,
-                    self.signal_name,
-                    self.settings.publication,
+                    f"is {self._self()} in publication {self.settings.publication}?"
+                    if self.signal_name
+                    else "is the stream far behind?",
                 )
             return
         state = self.state
@@ -392,8 +407,7 @@ class IncrementalSnapshotter:
             return
         assert self._output is not None
         chunk_id = uuid.uuid4().hex[:20]
-        signals = self.settings.signal_table
-        send_signal(conn, signals, OPEN_WINDOW, {"table": task.table}, f"{chunk_id}-open")
+        self._send(OPEN_WINDOW, {"table": task.table}, f"{chunk_id}-open")
         rows, last_key, invisible = self._read(conn, info, table.row_filter, task)
         raced = invisible.intersection([*self._ended, stream_xid])
         if raced:
@@ -410,7 +424,7 @@ class IncrementalSnapshotter:
             )
             self._forget_watermarks(chunk_id)
             return
-        send_signal(conn, signals, CLOSE_WINDOW, {"table": task.table}, f"{chunk_id}-close")
+        self._send(CLOSE_WINDOW, {"table": task.table}, f"{chunk_id}-close")
         window: ChunkWindow[Mapping[str, Any]] = ChunkWindow(
             chunk_id, schemas.topic, invisible=invisible
         )
@@ -573,7 +587,7 @@ class IncrementalSnapshotter:
                 logger.info("incremental snapshot of %s stopped (signal %s)", task.table, signal.id)
 
     def _self(self) -> str:
-        return f"{self.signal_schema}.{self.signal_name}"
+        return f"{self.signal_schema}.{self.signal_name}" if self.signal_name else ""
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -598,8 +612,28 @@ class IncrementalSnapshotter:
         self._chunk = None
         self.watched_topic = None
 
+    def _send(
+        self,
+        signal_type: str,
+        data: dict[str, Any],
+        signal_id: str,
+        *,
+        if_absent: bool = False,
+    ) -> None:
+        """One signal into the stream: a signal table row, or a signed logical message. A
+        message sent twice (``if_absent``) is acted on once: its id is remembered."""
+        conn = self._connection()
+        table = self.settings.signal_table
+        if table is not None:
+            send_signal(conn, table, signal_type, data, signal_id, if_absent=if_absent)
+            return
+        assert self.settings.signal_key is not None
+        signal_messages.emit(conn, self.settings.signal_key, signal_type, data, signal_id)
+
     def _forget_watermarks(self, chunk_id: str) -> None:
         """Delete a finished chunk's watermark rows (the signal table would grow forever)."""
+        if self.settings.signal_table is None:
+            return  # messages: nothing stored
         try:
             schema, name = self.signal_schema, self.signal_name
             self._connection().execute(

@@ -492,14 +492,15 @@ def test_resnapshot_restores_rows_deleted_from_delta_and_survives_truncates(
         assert_delta_equals_source(spark, config, dsn, {"public.items": ("id",)})
 
 
-def test_rows_ddl_rewrote_are_copied_again_with_snapshot_rewritten_tables(
+def test_rows_ddl_rewrote_are_copied_again_with_the_default_settings(
     local_stack: StackInfo, tmp_path: Path
 ) -> None:
-    """``snapshot.rewritten.tables = incremental``: ``ALTER COLUMN … TYPE … USING`` rewrites
-    every row without sending one, and ``RENAME TO`` leaves the rows in the old topic; each
-    time the bridge requests an incremental snapshot of the table by itself, so a consumer of
-    the topics ends with PostgreSQL's values (what USING computed) and the renamed table's
-    topic holds all its rows."""
+    """``snapshot.rewritten.tables = incremental`` (the default), no signal table:
+    ``ALTER COLUMN … TYPE … USING`` rewrites every row without sending one, and ``RENAME TO``
+    leaves the rows in the old topic; each time the bridge requests an incremental snapshot of
+    the table by itself, its signals and watermarks travelling as signed logical messages, so
+    a consumer of the topics ends with PostgreSQL's values (what USING computed) and the
+    renamed table's topic holds all its rows. A forged signal message is ignored."""
     prefix = f"incrw{uuid.uuid4().hex[:8]}"
     with scratch_database(local_stack) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -509,12 +510,17 @@ def test_rows_ddl_rewrote_are_copied_again_with_snapshot_rewritten_tables(
                 "CREATE TABLE before_name (id int PRIMARY KEY, v text);"
                 "INSERT INTO before_name SELECT i, 'b' || i FROM generate_series(1, 800) i"
             )
-        settings = settings_for(local_stack, dsn, prefix, tmp_path)
-        settings.update({"snapshot.mode": "initial", "snapshot.rewritten.tables": "incremental"})
+        settings = bridge_settings(local_stack, dsn, prefix, **{"state.dir": str(tmp_path)})
         process = BridgeProcess(settings, str(tmp_path / "bridge.log"))
         try:
             wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), process)
             with psycopg.connect(dsn, autocommit=True) as conn:
+                forged = {"id": "forged", "type": "execute-snapshot", "data": {}, "mac": "00"}
+                conn.execute(
+                    "SELECT pg_logical_emit_message(true, 'pgbridge.signal', %s)",
+                    (json.dumps(forged),),
+                )
+                conn.execute("SELECT pg_logical_emit_message(true, 'app', 'hello')")
                 conn.execute("ALTER TABLE retyped ALTER COLUMN v TYPE int USING length(v) * 10")
                 conn.execute("UPDATE retyped SET v = -1 WHERE id = 5")  # streamed as well
                 conn.execute("ALTER TABLE before_name RENAME TO after_name")
@@ -525,6 +531,10 @@ def test_rows_ddl_rewrote_are_copied_again_with_snapshot_rewritten_tables(
                 "the rewritten tables' snapshots",
                 timeout=300,
             )
+            # pgbridge snapshot, without a signal table: signed with the bridge's key.
+            sent = re.search(r"signal (\w+) to the stream", cli(settings, "public.after_name"))
+            assert sent is not None
+            wait_for(lambda: f"(signal {sent[1]})" in process.log(), process, "the CLI's signal")
             wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), process)
             assert process.terminate() == 0, process.log()[-3000:]
         finally:
@@ -533,6 +543,15 @@ def test_rows_ddl_rewrote_are_copied_again_with_snapshot_rewritten_tables(
         log = process.log()
         assert "public.retyped: requesting an incremental snapshot (rewrite-" in log
         assert "public.after_name: requesting an incremental snapshot (rewrite-" in log
+        assert "signal 'forged': not signed with this bridge's key" in log
+        with psycopg.connect(dsn) as conn:  # nothing written to the database's tables
+            assert conn.execute("SELECT to_regclass('public.dbz_signal')").fetchone() == (None,)
+        # The bridge's own messages stay out of the messages topic; the application's go there.
+        messages = read_topic(
+            local_stack.bootstrap_servers, local_stack.registry_url, f"{prefix}.messages"
+        )
+        prefixes = {k["prefix"] for k, _ in messages}
+        assert "app" in prefixes and "pgbridge.signal" not in prefixes, prefixes
         assert_rebuild_equals_source(
             local_stack, dsn, prefix, {"public.retyped": ("id",), "public.after_name": ("id",)}
         )

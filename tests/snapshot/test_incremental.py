@@ -217,7 +217,9 @@ def test_a_chunk_read_that_raced_a_commit_the_stream_carried_is_read_again(
     monkeypatch.setattr(snap, "_connection", lambda: object())
     monkeypatch.setattr(incremental.catalog, "published_tables", lambda conn, pub: [published])
     monkeypatch.setattr(incremental.catalog, "read_table", lambda conn, table: info)
-    monkeypatch.setattr(incremental, "send_signal", lambda c, t, kind, d, sid: sent.append(kind))
+    monkeypatch.setattr(
+        incremental, "send_signal", lambda c, t, kind, d, sid, **kw: sent.append(kind)
+    )
     monkeypatch.setattr(snap, "_read", read)
     monkeypatch.setattr(snap, "_forget_watermarks", forgotten.append)
     snap.attach(
