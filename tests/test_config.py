@@ -598,3 +598,45 @@ def test_every_environment_variable_the_docs_or_code_name_is_accepted() -> None:
             if "unknown environment variable" in str(exc):
                 refused.append(name)
     assert refused == []
+
+
+def test_each_key_is_declared_once_and_read_into_one_settings_field() -> None:
+    """One declaration per key (#34): the key table holds its name, parser (type, choices,
+    range), default and help; a settings field names the key it holds (key_field, or
+    derived_field where a builder computes it) and takes its default from the table. A key
+    added to the table and to no field, or held by two, fails here. The security and retry
+    keys are translated as groups (client properties, RetryPolicy)."""
+    import dataclasses
+
+    from bridge.config import settings as model
+    from bridge.config.keys import KEY_SPECS
+
+    holders: dict[str, list[str]] = {}
+    for name in dir(model):
+        cls = getattr(model, name)
+        if (
+            isinstance(cls, type)
+            and dataclasses.is_dataclass(cls)
+            and cls.__module__ == model.__name__
+        ):
+            for f in dataclasses.fields(cls):
+                if "key" in f.metadata:
+                    holders.setdefault(f.metadata["key"], []).append(f"{name}.{f.name}")
+                    if not f.metadata.get("derived"):
+                        assert f.default == KEY_SPECS[f.metadata["key"]].default, f.name
+    groups = ("kafka.security.", "kafka.sasl.", "kafka.ssl.", "schema.registry.bearer.", "errors.")
+    assert set(holders) <= set(KEY_SPECS)
+    for key in KEY_SPECS:
+        if key.startswith(groups) and key != "errors.deadletterqueue.topic.name":
+            assert key not in holders, key
+        else:
+            assert len(holders.get(key, [])) == 1, (key, holders.get(key))
+
+
+def test_a_section_with_every_key_unset_equals_its_dataclass_defaults() -> None:
+    from bridge.config import ReplicationConfig, SnapshotConfig, TopicCreationConfig
+
+    config = _load()
+    assert config.replication == ReplicationConfig()
+    assert config.topic_creation == TopicCreationConfig()
+    assert config.snapshot == SnapshotConfig()

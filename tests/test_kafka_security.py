@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from bridge.config import BridgeConfig, load_config
+from bridge.config.basics import Secret
 from bridge.config.kafka_security import java_properties
-from bridge.config.settings import Secret
 from bridge.errors import ConfigError
 from bridge.sink.kafka_client import admin_config, producer_config
 

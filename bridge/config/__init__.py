@@ -34,6 +34,7 @@ traceback's locals dump or :meth:`BridgeConfig.describe`. Each may also be read 
 ``<key>.file`` (e.g. ``database.password.file``, for Kubernetes/Docker secrets).
 """
 
+from bridge.config.basics import ENV_PREFIX, RESERVED_ENV, Secret, env_name
 from bridge.config.keys import KEYS, KeySpec, is_secret_key
 from bridge.config.loader import (
     ClientSettings,
@@ -42,8 +43,6 @@ from bridge.config.loader import (
     load_config,
 )
 from bridge.config.settings import (
-    ENV_PREFIX,
-    RESERVED_ENV,
     BridgeConfig,
     DatabaseConfig,
     EventsConfig,
@@ -52,13 +51,11 @@ from bridge.config.settings import (
     MetricsConfig,
     RegistryConfig,
     ReplicationConfig,
-    Secret,
     Setting,
     SignalConfig,
     SnapshotConfig,
     TableFilter,
     TopicCreationConfig,
-    env_name,
 )
 
 __all__ = [

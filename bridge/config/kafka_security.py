@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from bridge.config.settings import Secret, reveal
+from bridge.config.basics import Secret, reveal
 from bridge.errors import ConfigError
 
 __all__ = ["KAFKA_SECURITY_KEYS", "java_properties", "librdkafka_properties"]

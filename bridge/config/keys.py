@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from bridge.config.settings import (
+from bridge.config.basics import (
     _SECRET_WORDS,
     COMPATIBILITY_LEVELS,
     SECRET_FILE_SUFFIX,
@@ -54,6 +54,36 @@ def _integer(key: str, raw: object) -> int:
         except ValueError:
             pass
     raise ConfigError(key, f"expected an integer, got {raw!r}")
+
+
+def _at_least(minimum: int, maximum: int | None = None) -> Parser:
+    """An integer in a range, the range part of the key's declaration."""
+
+    def parse(key: str, raw: object) -> int:
+        value = _integer(key, raw)
+        if value < minimum:
+            raise ConfigError(key, f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(key, f"must be at most {maximum}, got {value}")
+        return value
+
+    return parse
+
+
+def _partitions_like(key: str, raw: object) -> int:
+    value = _integer(key, raw)
+    if value == 0 or value < -1:
+        raise ConfigError(key, f"must be -1 (broker default) or at least 1, got {value}")
+    return value
+
+
+def _tcp_port(key: str, raw: object) -> int:
+    value = _integer(key, raw)
+    if value < 0:
+        raise ConfigError(key, f"must be at least 0, got {value}")
+    if value > 65535:
+        raise ConfigError(key, f"{value} is not a TCP port")
+    return value
 
 
 def _boolean(key: str, raw: object) -> bool:
@@ -181,18 +211,18 @@ KEYS: Final[tuple[KeySpec, ...]] = (
     ),
     KeySpec(
         "publication.refresh.interval.ms",
-        _integer,
+        _at_least(100),
         10_000,
         "how often new tables are looked for (and a filtered publication reconciled) while running",
     ),
     KeySpec("plugin.name", _choice("pgoutput"), "pgoutput", "logical decoding plugin"),
     KeySpec("pgoutput.binary", _boolean, False, "ask pgoutput for binary column values"),
-    KeySpec("status.update.interval.ms", _integer, 10_000, "standby status update interval"),
-    KeySpec("heartbeat.interval.ms", _integer, 0, "heartbeat interval; 0 disables it"),
+    KeySpec("status.update.interval.ms", _at_least(1), 10_000, "standby status update interval"),
+    KeySpec("heartbeat.interval.ms", _at_least(0), 0, "heartbeat interval; 0 disables it"),
     KeySpec("heartbeat.action.query", _optional_text, None, "SQL run at every heartbeat"),
     KeySpec(
         "streaming.spill.threshold.bytes",
-        _integer,
+        _at_least(0),
         64 * 1024 * 1024,
         "memory for in-progress streamed transactions before spilling to disk",
     ),
@@ -218,10 +248,13 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "schema.table names whose snapshot rows come from the SELECT statement in "
         "snapshot.select.statement.overrides.<schema.table> (Debezium's keys)",
     ),
-    KeySpec("snapshot.max.threads", _integer, 2, "snapshot workers (connections) at most"),
-    KeySpec("snapshot.chunk.size", _integer, 100_000, "rows per snapshot chunk (resume unit)"),
+    KeySpec("snapshot.max.threads", _at_least(1, 64), 2, "snapshot workers (connections) at most"),
+    KeySpec("snapshot.chunk.size", _at_least(1), 100_000, "rows per snapshot chunk (resume unit)"),
     KeySpec(
-        "snapshot.progress.interval.ms", _integer, 5_000, "snapshot progress log line interval"
+        "snapshot.progress.interval.ms",
+        _at_least(100),
+        5_000,
+        "snapshot progress log line interval",
     ),
     KeySpec(
         "snapshot.state.file",
@@ -269,7 +302,7 @@ KEYS: Final[tuple[KeySpec, ...]] = (
     ),
     KeySpec(
         "incremental.snapshot.chunk.size",
-        _integer,
+        _at_least(1, 1_000_000),
         1024,
         "rows per incremental snapshot chunk (read between two watermarks)",
     ),
@@ -291,7 +324,9 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "variable_scale",
         "numeric without (p,s) in precise mode: VariableScaleDecimal record, string or double",
     ),
-    KeySpec("money.fraction.digits", _integer, 2, "scale of money values (lc_monetary's digits)"),
+    KeySpec(
+        "money.fraction.digits", _at_least(0, 10), 2, "scale of money values (lc_monetary's digits)"
+    ),
     KeySpec(
         "interval.handling.mode",
         _choice("numeric", "string"),
@@ -345,8 +380,8 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         -1,
         "retries of a transient dependency fault (registry down): -1 no limit, 0 none",
     ),
-    KeySpec("errors.retry.delay.initial.ms", _integer, 300, "first wait before a retry"),
-    KeySpec("errors.retry.delay.max.ms", _integer, 10_000, "longest wait between retries"),
+    KeySpec("errors.retry.delay.initial.ms", _at_least(1), 300, "first wait before a retry"),
+    KeySpec("errors.retry.delay.max.ms", _at_least(1), 10_000, "longest wait between retries"),
     KeySpec(
         "errors.deadletterqueue.topic.name",
         _optional_text,
@@ -360,11 +395,11 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "lz4",
         "producer batch compression",
     ),
-    KeySpec("kafka.linger.ms", _integer, 5, "how long the producer waits to fill a batch"),
-    KeySpec("kafka.batch.size", _integer, 1_000_000, "maximum bytes per partition batch"),
+    KeySpec("kafka.linger.ms", _at_least(0), 5, "how long the producer waits to fill a batch"),
+    KeySpec("kafka.batch.size", _at_least(1), 1_000_000, "maximum bytes per partition batch"),
     KeySpec(
         "kafka.delivery.timeout.ms",
-        _integer,
+        _at_least(1),
         300_000,
         "a record undelivered this long: streaming restarts from the slot (errors.*)",
     ),
@@ -412,16 +447,18 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "https",
         "check the broker's host name against its certificate (none: do not)",
     ),
-    KeySpec("max.queue.size", _integer, 100_000, "records in flight to Kafka at most"),
+    KeySpec("max.queue.size", _at_least(1), 100_000, "records in flight to Kafka at most"),
     KeySpec(
         "max.queue.size.in.bytes",
-        _integer,
+        _at_least(1024),
         64 * 1024 * 1024,
         "bytes in flight to Kafka at most (part of the process's memory)",
     ),
     KeySpec("topic.creation.enable", _boolean, True, "create missing topics"),
-    KeySpec("topic.creation.default.partitions", _integer, -1, "-1: the broker's default"),
-    KeySpec("topic.creation.default.replication.factor", _integer, -1, "-1: broker's default"),
+    KeySpec("topic.creation.default.partitions", _partitions_like, -1, "-1: the broker's default"),
+    KeySpec(
+        "topic.creation.default.replication.factor", _partitions_like, -1, "-1: broker's default"
+    ),
     KeySpec(
         "topic.creation.default.cleanup.policy",
         _choice("delete", "compact", "compact,delete"),
@@ -486,7 +523,7 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "a schema change the registry refuses: evolve (register it anyway, logged and "
         "counted) or fail (stop, as Debezium does)",
     ),
-    KeySpec("metrics.port", _integer, 0, "Prometheus endpoint port; 0 disables it"),
+    KeySpec("metrics.port", _tcp_port, 0, "Prometheus endpoint port; 0 disables it"),
     KeySpec(
         "metrics.host", _text, "127.0.0.1", "address the metrics endpoint listens on (0.0.0.0: all)"
     ),
@@ -499,7 +536,7 @@ KEYS: Final[tuple[KeySpec, ...]] = (
     ),
 )
 
-_SPECS: Final = {spec.key: spec for spec in KEYS}
+KEY_SPECS: Final = {spec.key: spec for spec in KEYS}
 _SECRET_KEYS: Final = frozenset(
     {
         "database.password",
@@ -512,7 +549,7 @@ _SECRET_KEYS: Final = frozenset(
         "kafka.ssl.key.password",
     }
 )
-_ENV_TO_KEY: Final = {env_name(k): k for k in _SPECS} | {
+_ENV_TO_KEY: Final = {env_name(k): k for k in KEY_SPECS} | {
     env_name(k + SECRET_FILE_SUFFIX): k + SECRET_FILE_SUFFIX for k in _SECRET_KEYS
 }
 

@@ -10,6 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bridge.config import sections
+from bridge.config.basics import (
+    ENV_PREFIX,
+    PRODUCER_PREFIX,
+    RESERVED_ENV,
+    SECRET_FILE_SUFFIX,
+    SELECT_OVERRIDE_PREFIX,
+    TOPIC_CONFIG_PREFIX,
+    Secret,
+    env_name,
+)
 from bridge.config.kafka_security import (
     KAFKA_SECURITY_KEYS,
     java_properties,
@@ -18,25 +28,14 @@ from bridge.config.keys import (
     _ENV_TO_KEY,
     _PRODUCER_FORBIDDEN,
     _SECRET_KEYS,
-    _SPECS,
+    KEY_SPECS,
     KEYS,
     _passthrough_value,
     _text,
     is_secret_key,
 )
 from bridge.config.registry_auth import REGISTRY_BEARER_KEYS, registry_bearer_properties
-from bridge.config.settings import (
-    ENV_PREFIX,
-    PRODUCER_PREFIX,
-    RESERVED_ENV,
-    SECRET_FILE_SUFFIX,
-    SELECT_OVERRIDE_PREFIX,
-    TOPIC_CONFIG_PREFIX,
-    BridgeConfig,
-    Secret,
-    Setting,
-    env_name,
-)
+from bridge.config.settings import BridgeConfig, Setting
 from bridge.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -93,14 +92,14 @@ def _read_toml(path: Path) -> dict[str, object]:
 
 def _is_secret_file_key(key: str) -> bool:
     """``<secret>.file``: the secret is read from that file."""
-    if not key.endswith(SECRET_FILE_SUFFIX) or key in _SPECS:
+    if not key.endswith(SECRET_FILE_SUFFIX) or key in KEY_SPECS:
         return False
     base = key.removesuffix(SECRET_FILE_SUFFIX)
     return base in _SECRET_KEYS or (base.startswith(PRODUCER_PREFIX) and is_secret_key(base))
 
 
 def _known(key: str) -> bool:
-    if key in _SPECS or _is_secret_file_key(key):
+    if key in KEY_SPECS or _is_secret_file_key(key):
         return True
     for prefix in (PRODUCER_PREFIX, TOPIC_CONFIG_PREFIX, SELECT_OVERRIDE_PREFIX):
         if key.startswith(prefix) and len(key) > len(prefix):
@@ -115,7 +114,7 @@ def _suggest(word: str, candidates: Iterable[str]) -> str:
 
 def _check_key(key: str, where: str) -> str:
     if not _known(key):
-        raise ConfigError(key, f"unknown setting {where}{_suggest(key, _SPECS)}")
+        raise ConfigError(key, f"unknown setting {where}{_suggest(key, KEY_SPECS)}")
     return key
 
 
@@ -127,7 +126,7 @@ def _env_key(name: str) -> str:
         env_prefix = env_name(prefix)
         if name.startswith(env_prefix) and len(name) > len(env_prefix):
             key = prefix + name[len(env_prefix) :].lower().replace("_", ".")
-            if key not in _SPECS:
+            if key not in KEY_SPECS:
                 return key
     raise ConfigError(name, f"unknown environment variable{_suggest(name, _ENV_TO_KEY)}")
 
@@ -257,7 +256,7 @@ def _passthrough(
     producer: sections.Producer = []
     topic_extra: list[tuple[str, str]] = []
     statements: dict[str, str] = {}
-    for key in sorted(k for k in raw if k not in _SPECS):
+    for key in sorted(k for k in raw if k not in KEY_SPECS):
         value, origin = raw[key]
         if key.startswith(SELECT_OVERRIDE_PREFIX):
             statement = _text(key, value).strip()
@@ -331,7 +330,7 @@ def load_client_settings(path: Path | None, env: Mapping[str, str]) -> ClientSet
                 raw[key] = (value, f"env {name}")
     _resolve_secret_files(raw)
     values = {
-        key: _SPECS[key].parse(key, raw[key][0]) if key in raw else _SPECS[key].default
+        key: KEY_SPECS[key].parse(key, raw[key][0]) if key in raw else KEY_SPECS[key].default
         for key in wanted
     }
     registry: list[tuple[str, str | Secret]] = []

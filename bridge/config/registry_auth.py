@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from bridge.config.settings import Secret
+from bridge.config.basics import Secret
 from bridge.errors import ConfigError
 
 __all__ = ["REGISTRY_BEARER_KEYS", "registry_bearer_properties"]

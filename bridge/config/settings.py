@@ -1,109 +1,33 @@
-"""The configuration's constants, the :class:`Secret` wrapper and the frozen dataclasses.
+"""The settings, as frozen dataclasses: what the rest of pgbridge reads.
 
-See :mod:`bridge.config` for how settings are merged and named."""
+A field that is a configuration key says so (:func:`key_field`): its default is the key's, from
+the key table (:mod:`bridge.config.keys`), and :meth:`bridge.config.sections.Values.fill`
+sets it from the key's value. See :mod:`bridge.config` for how settings are merged and named."""
 
 from __future__ import annotations
 
-import hmac
-import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
-from bridge.native.switches import SWITCHES
+from bridge.config.basics import Secret, reveal
+from bridge.config.keys import KEY_SPECS
 from bridge.retry import RetryPolicy
 
-logger = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
-
-ENV_PREFIX: Final = "PGBRIDGE_"
-PRODUCER_PREFIX: Final = "kafka.producer."
-TOPIC_CONFIG_PREFIX: Final = "topic.creation.default."
-#: ``snapshot.select.statement.overrides.<schema>.<table>``: that table's snapshot query.
-SELECT_OVERRIDE_PREFIX: Final = "snapshot.select.statement.overrides."
-SECRET_FILE_SUFFIX: Final = ".file"
-
-# Variables the devstack and test tooling export; not configuration keys (see bridge.devstack).
-RESERVED_ENV: Final = frozenset(
-    {
-        "PGBRIDGE_PG_DSN",
-        "PGBRIDGE_BOOTSTRAP_SERVERS",
-        "PGBRIDGE_REGISTRY_URL",
-        "PGBRIDGE_SPARK_JARS",
-        "PGBRIDGE_STACK_DIR",
-        "PGBRIDGE_KEEP_STACK",
-        "PGBRIDGE_CACHE",
-        "PGBRIDGE_JAVA_HOME",
-        "PGBRIDGE_PG_VERSIONS",
-        "PGBRIDGE_CONFIG",
-        *SWITCHES,  # implementation switches (bridge.native.switches)
-        "PGBRIDGE_STACK",  # the test fixtures' stack kind
-        "PGBRIDGE_SPARK_MASTER",
-        "PGBRIDGE_APPLY_PAUSE_AFTER_MERGE",  # a crash tests' failpoint
-        "PGBRIDGE_DB_PASSWORD",  # docker-compose.yml's variable
-    }
-)
-
-# Kafka topic names: legal characters and maximum length, as the broker enforces them.
-_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-# Replication slot names, as PostgreSQL requires.
-_SLOT_NAME = re.compile(r"^[a-z0-9_]{1,63}$")
-#: Schema registry compatibility levels (Confluent's names; Apicurio's ccompat API accepts them).
-COMPATIBILITY_LEVELS: Final = (
-    "BACKWARD",
-    "BACKWARD_TRANSITIVE",
-    "FORWARD",
-    "FORWARD_TRANSITIVE",
-    "FULL",
-    "FULL_TRANSITIVE",
-    "NONE",
-)
-_SECRET_WORDS = ("password", "secret", "sasl", "token", "user.info", "credentials")
+def key_field(name: str) -> Any:
+    """A field holding configuration key ``name``, whose default is the key's (the key table
+    holds defaults as their parsers produce them)."""
+    return field(default=KEY_SPECS[name].default, metadata={"key": name})
 
 
-class Secret:
-    """A string that must not be shown: ``repr``/``str`` give ``***``; :meth:`reveal` the value.
-
-    Equality compares in constant time so a config comparison does not leak length/prefixes.
-    """
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        """The secret itself: pass it to the client that needs it, never to a logger."""
-        return self._value
-
-    def __repr__(self) -> str:
-        return "***"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Secret):
-            return NotImplemented
-        return hmac.compare_digest(self._value.encode(), other._value.encode())
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-
-def env_name(key: str) -> str:
-    """The environment variable for a dotted key: ``topic.prefix`` -> ``PGBRIDGE_TOPIC_PREFIX``."""
-    return ENV_PREFIX + key.upper().replace(".", "_").replace("-", "_")
-
-
-# -- the settings, as frozen dataclasses ----------------------------------------------------------
-
-
-def reveal(value: object) -> str:
-    """A setting's text for a client that needs it: a :class:`Secret` revealed, else as is."""
-    return value.reveal() if isinstance(value, Secret) else str(value)
+def derived_field(name: str, default: object) -> Any:
+    """A field holding configuration key ``name`` as its builder (bridge.config.sections)
+    derives it, from other keys or checked there (required fields spell the same metadata
+    with ``field()``, which type checkers understand as having no default)."""
+    return field(default=default, metadata={"key": name, "derived": True})
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,17 +37,19 @@ class DatabaseConfig:
     Unset parts fall back to libpq's own defaults (``PGHOST``, the local socket, port 5432, …).
     """
 
-    hostname: str | None = None
-    port: int | None = None
-    user: str | None = None
-    password: Secret | None = None
-    dbname: str | None = None
-    dsn: Secret | None = None
-    sslmode: str | None = None
-    sslrootcert: Path | None = None  # CA bundle that verifies the server (verify-ca/-full)
-    sslcert: Path | None = None  # client certificate (certificate authentication)
-    sslkey: Path | None = None
-    sslpassword: Secret | None = None  # of an encrypted sslkey
+    hostname: str | None = key_field("database.hostname")
+    port: int | None = key_field("database.port")
+    user: str | None = key_field("database.user")
+    password: Secret | None = key_field("database.password")
+    dbname: str | None = key_field("database.dbname")
+    dsn: Secret | None = key_field("database.dsn")
+    sslmode: str | None = key_field("database.sslmode")
+    #: CA bundle that verifies the server (verify-ca/-full)
+    sslrootcert: Path | None = key_field("database.sslrootcert")
+    #: Client certificate (certificate authentication)
+    sslcert: Path | None = key_field("database.sslcert")
+    sslkey: Path | None = key_field("database.sslkey")
+    sslpassword: Secret | None = key_field("database.sslpassword")  # of an encrypted sslkey
 
     def conninfo(self) -> str:
         """A libpq connection string for psycopg. It contains the password: never log it."""
@@ -151,19 +77,19 @@ class DatabaseConfig:
 class ReplicationConfig:
     """The replication slot and publication, and how the stream is consumed."""
 
-    slot_name: str = "pgbridge"
-    slot_failover: bool = False  # PostgreSQL 17+ failover slot
-    publication_name: str = "pgbridge_publication"
-    publication_autocreate_mode: str = "all_tables"  # all_tables | filtered | disabled
+    slot_name: str = key_field("slot.name")
+    slot_failover: bool = key_field("slot.failover")  # PostgreSQL 17+ failover slot
+    publication_name: str = key_field("publication.name")
+    publication_autocreate_mode: str = key_field("publication.autocreate.mode")
     #: How often a filtered publication is reconciled and new tables looked for while running.
-    publication_refresh_interval_ms: int = 10_000
-    plugin_name: str = "pgoutput"
-    pgoutput_binary: bool = False
-    status_update_interval_ms: int = 10_000
-    heartbeat_interval_ms: int = 0  # 0: no heartbeat
-    heartbeat_action_query: str | None = None
-    spill_threshold_bytes: int = 64 * 1024 * 1024
-    spill_dir: Path | None = None
+    publication_refresh_interval_ms: int = key_field("publication.refresh.interval.ms")
+    plugin_name: str = key_field("plugin.name")
+    pgoutput_binary: bool = key_field("pgoutput.binary")
+    status_update_interval_ms: int = key_field("status.update.interval.ms")
+    heartbeat_interval_ms: int = key_field("heartbeat.interval.ms")  # 0: no heartbeat
+    heartbeat_action_query: str | None = key_field("heartbeat.action.query")
+    spill_threshold_bytes: int = key_field("streaming.spill.threshold.bytes")
+    spill_dir: Path | None = key_field("streaming.spill.dir")
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +100,10 @@ class TableFilter:
     and the matching exclude list are mutually exclusive, as in Debezium.
     """
 
-    table_include: tuple[str, ...] = ()
-    table_exclude: tuple[str, ...] = ()
-    schema_include: tuple[str, ...] = ()
-    schema_exclude: tuple[str, ...] = ()
+    table_include: tuple[str, ...] = key_field("table.include.list")
+    table_exclude: tuple[str, ...] = key_field("table.exclude.list")
+    schema_include: tuple[str, ...] = key_field("schema.include.list")
+    schema_exclude: tuple[str, ...] = key_field("schema.exclude.list")
     #: Never captured, whatever the lists say: the signal table (bridge.signals).
     never: tuple[str, ...] = ()
 
@@ -203,24 +129,24 @@ def _any_match(patterns: Iterable[str], name: str) -> bool:
 class EventsConfig:
     """What the change events contain and which extra records are emitted."""
 
-    messages_topic: str
-    tombstones_on_delete: bool = True
-    decimal_handling_mode: str = "precise"  # precise | string | double
+    messages_topic: str = field(metadata={"key": "messages.topic", "derived": True})
+    tombstones_on_delete: bool = key_field("tombstones.on.delete")
+    decimal_handling_mode: str = key_field("decimal.handling.mode")
     # How PostgreSQL types are represented (bridge.types.TypeOptions; docs/types.md).
-    unconstrained_numeric_handling_mode: str = "variable_scale"  # variable_scale|string|double
-    money_fraction_digits: int = 2
-    interval_handling_mode: str = "numeric"  # numeric | string
-    time_precision_mode: str = "adaptive_time_microseconds"  # ... | connect
-    timestamptz_handling_mode: str = "instant"  # instant | string
-    schema_logical_types: str = "avro"  # avro | connect
-    binary_handling_mode: str = "bytes"  # bytes | base64 | base64-url-safe | hex
-    hstore_handling_mode: str = "map"  # map | json
-    provide_transaction_metadata: bool = False
-    truncate_events: bool = True
+    unconstrained_numeric_handling_mode: str = key_field("unconstrained.numeric.handling.mode")
+    money_fraction_digits: int = key_field("money.fraction.digits")
+    interval_handling_mode: str = key_field("interval.handling.mode")
+    time_precision_mode: str = key_field("time.precision.mode")
+    timestamptz_handling_mode: str = key_field("timestamptz.handling.mode")
+    schema_logical_types: str = key_field("schema.logical.types")
+    binary_handling_mode: str = key_field("binary.handling.mode")
+    hstore_handling_mode: str = key_field("hstore.handling.mode")
+    provide_transaction_metadata: bool = key_field("provide.transaction.metadata")
+    truncate_events: bool = key_field("truncate.events")
     #: (regex of schema.table, key columns), first match wins (``message.key.columns``).
-    message_key_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    failure_handling_mode: str = "warn"  # fail | warn | skip
-    dead_letter_topic: str = ""
+    message_key_columns: tuple[tuple[str, tuple[str, ...]], ...] = key_field("message.key.columns")
+    failure_handling_mode: str = key_field("event.processing.failure.handling.mode")
+    dead_letter_topic: str = derived_field("errors.deadletterqueue.topic.name", "")
 
     def key_columns(self, schema: str, table: str) -> tuple[str, ...] | None:
         """The configured message key columns of ``schema.table``, if any."""
@@ -240,14 +166,14 @@ class KafkaConfig:
     which is the bridge's back-pressure toward PostgreSQL.
     """
 
-    bootstrap_servers: str
-    compression_type: str = "lz4"
-    linger_ms: int = 5
-    batch_size: int = 1_000_000
-    delivery_timeout_ms: int = 300_000
-    max_queue_size: int = 100_000
-    max_queue_size_in_bytes: int = 64 * 1024 * 1024
-    client_id: str = "pgbridge"
+    bootstrap_servers: str = field(metadata={"key": "kafka.bootstrap.servers", "derived": True})
+    compression_type: str = key_field("kafka.compression.type")
+    linger_ms: int = key_field("kafka.linger.ms")
+    batch_size: int = key_field("kafka.batch.size")
+    delivery_timeout_ms: int = key_field("kafka.delivery.timeout.ms")
+    max_queue_size: int = key_field("max.queue.size")
+    max_queue_size_in_bytes: int = key_field("max.queue.size.in.bytes")
+    client_id: str = key_field("kafka.client.id")
     producer_overrides: tuple[tuple[str, str | Secret], ...] = ()
     #: TLS and SASL (bridge.config.kafka_security), shared by the producer and admin client.
     security: tuple[tuple[str, str | Secret], ...] = ()
@@ -257,10 +183,10 @@ class KafkaConfig:
 class TopicCreationConfig:
     """How missing topics are created. ``-1`` partitions/replication: the broker's defaults."""
 
-    enable: bool = True
-    partitions: int = -1
-    replication_factor: int = -1
-    cleanup_policy: str = "delete"  # delete | compact | compact,delete
+    enable: bool = key_field("topic.creation.enable")
+    partitions: int = key_field("topic.creation.default.partitions")
+    replication_factor: int = key_field("topic.creation.default.replication.factor")
+    cleanup_policy: str = key_field("topic.creation.default.cleanup.policy")
     extra: tuple[tuple[str, str], ...] = ()
 
     def topic_config(self) -> dict[str, str]:
@@ -272,13 +198,16 @@ class TopicCreationConfig:
 class RegistryConfig:
     """The Confluent-compatible schema registry."""
 
-    url: str
-    basic_auth_user_info: Secret | None = None
-    compatibility_level: str | None = "BACKWARD"  # None: leave the registry's setting alone
-    incompatible_change_handling: str = "evolve"  # evolve | fail (bridge.sink.registry)
-    ssl_ca_location: Path | None = None  # HTTPS: CA certificates that verify the registry
-    ssl_certificate_location: Path | None = None  # mutual TLS: client certificate and key
-    ssl_key_location: Path | None = None
+    url: str = field(metadata={"key": "schema.registry.url", "derived": True})
+    basic_auth_user_info: Secret | None = key_field("schema.registry.basic.auth.user.info")
+    #: None: leave the registry's setting alone
+    compatibility_level: str | None = key_field("schema.compatibility.level")
+    incompatible_change_handling: str = key_field("schema.incompatible.change.handling.mode")
+    #: HTTPS: CA certificates that verify the registry
+    ssl_ca_location: Path | None = key_field("schema.registry.ssl.ca.location")
+    #: Mutual TLS: client certificate and key
+    ssl_certificate_location: Path | None = key_field("schema.registry.ssl.certificate.location")
+    ssl_key_location: Path | None = key_field("schema.registry.ssl.key.location")
     #: Bearer-token settings (bridge.config.registry_auth), SchemaRegistryClient's names.
     bearer_auth: tuple[tuple[str, str | Secret], ...] = ()
 
@@ -302,14 +231,14 @@ class RegistryConfig:
 class MetricsConfig:
     """The Prometheus endpoint; ``port`` 0 disables it."""
 
-    port: int = 0
-    host: str = "127.0.0.1"  # loopback unless exposing it is asked for (metrics.host)
+    port: int = key_field("metrics.port")
+    host: str = key_field("metrics.host")  # loopback unless exposing it is asked for (metrics.host)
 
 
 @dataclass(frozen=True, slots=True)
 class LoggingConfig:
-    format: str = "text"  # text | json
-    level: str = "INFO"
+    format: str = key_field("log.format")
+    level: str = key_field("log.level")
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,21 +259,23 @@ class SnapshotConfig:
     """The initial snapshot (bridge.snapshot): when, which tables, how parallel, where its
     progress is kept."""
 
-    mode: str = "initial"  # initial | initial_only | no_data | when_needed | always
-    include_collection_list: tuple[str, ...] = ()
+    mode: str = key_field("snapshot.mode")
+    include_collection_list: tuple[str, ...] = key_field("snapshot.include.collection.list")
     #: (schema.table, SELECT statement): the rows of that table to copy (Debezium's
     #: snapshot.select.statement.overrides), see bridge.snapshot.plan.select_statement.
-    select_overrides: tuple[tuple[str, str], ...] = ()
-    max_threads: int = 2
-    chunk_size: int = 100_000
-    progress_interval_ms: int = 5_000
-    state_file: Path | None = None
-    state_dir: Path = DEFAULT_STATE_DIR
+    select_overrides: tuple[tuple[str, str], ...] = derived_field(
+        "snapshot.select.statement.overrides", ()
+    )
+    max_threads: int = key_field("snapshot.max.threads")
+    chunk_size: int = key_field("snapshot.chunk.size")
+    progress_interval_ms: int = key_field("snapshot.progress.interval.ms")
+    state_file: Path | None = key_field("snapshot.state.file")
+    state_dir: Path = derived_field("state.dir", DEFAULT_STATE_DIR)
     #: Tables published while running: "parallel" snapshots each incrementally, "off" not.
-    new_tables: str = "off"
+    new_tables: str = key_field("snapshot.new.tables")
     #: Tables whose rows DDL rewrote without sending them: "incremental" snapshots each
     #: again (bridge.events.EventBuilder.on_rewrite), "off" only logs what to do.
-    rewritten_tables: str = "incremental"
+    rewritten_tables: str = key_field("snapshot.rewritten.tables")
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,11 +283,11 @@ class SignalConfig:
     """Signals (bridge.signals) and the incremental snapshots they start
     (bridge.snapshot.incremental). Without a signal table, neither."""
 
-    data_collection: str | None = None  # schema.table
-    enabled_channels: tuple[str, ...] = ("source",)  # source, kafka
-    kafka_topic: str = ""
-    table_autocreate: bool = True
-    incremental_chunk_size: int = 1024
+    data_collection: str | None = key_field("signal.data.collection")  # schema.table
+    enabled_channels: tuple[str, ...] = key_field("signal.enabled.channels")  # source, kafka
+    kafka_topic: str = derived_field("signal.kafka.topic", "")
+    table_autocreate: bool = key_field("signal.table.autocreate")
+    incremental_chunk_size: int = key_field("incremental.snapshot.chunk.size")
 
     @property
     def enabled(self) -> bool:
@@ -367,7 +298,7 @@ class SignalConfig:
 class BridgeConfig:
     """The whole, validated configuration of one ``pgbridge run``."""
 
-    topic_prefix: str
+    topic_prefix: str = field(metadata={"key": "topic.prefix", "derived": True})
     database: DatabaseConfig
     replication: ReplicationConfig
     filters: TableFilter

@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from bridge.config import KafkaConfig
-from bridge.config.settings import reveal
+from bridge.config.basics import reveal
 from bridge.sink.kafka_errors import PROTOCOL_MISMATCH
 
 __all__ = [

@@ -30,7 +30,7 @@ from typing import Any, Final
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import OAuthTokenError, SchemaRegistryError
 
-from bridge.config.settings import COMPATIBILITY_LEVELS
+from bridge.config.basics import COMPATIBILITY_LEVELS
 from bridge.errors import ConfigError, PgBridgeError
 from bridge.retry import RetryPolicy
 from bridge.schema import ATTNUM, RelationSchemas

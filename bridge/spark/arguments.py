@@ -142,7 +142,7 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
     from pathlib import Path
 
     from bridge.config import load_client_settings
-    from bridge.config.settings import reveal
+    from bridge.config.basics import reveal
     from bridge.errors import ConfigError
 
     # The configuration pgbridge run reads (file < PGBRIDGE_* variables), flags over it; the

@@ -27,7 +27,7 @@ import psycopg
 import pytest
 
 from bridge.config import load_client_security
-from bridge.config.settings import reveal
+from bridge.config.basics import reveal
 from bridge.devstack.kafka import KafkaBroker
 from bridge.devstack.keycloak import KeycloakServer
 from bridge.devstack.registry import ApicurioRegistry

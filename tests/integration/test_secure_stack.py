@@ -26,7 +26,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from bridge.config import load_client_security
-from bridge.config.settings import reveal
+from bridge.config.basics import reveal
 from bridge.devstack.secure import SecureStack
 from bridge.devstack.stack import StackInfo
 from bridge.devstack.tls import make_tls_files
