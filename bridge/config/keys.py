@@ -282,8 +282,8 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "signal.data.collection",
         _optional_text,
         None,
-        "schema.table of the signal table (Debezium's columns id, type, data): enables signals "
-        "and incremental snapshots; it must be in the publication",
+        "schema.table of the signal table (Debezium's columns id, type, data; it must be in "
+        "the publication); unset: signals travel as signed logical messages (PostgreSQL 14+)",
     ),
     KeySpec(
         "signal.enabled.channels",

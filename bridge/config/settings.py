@@ -281,17 +281,14 @@ class SnapshotConfig:
 @dataclass(frozen=True, slots=True)
 class SignalConfig:
     """Signals (bridge.signals) and the incremental snapshots they start
-    (bridge.snapshot.incremental). Without a signal table, neither."""
+    (bridge.snapshot.incremental). Without a signal table they travel as signed logical
+    messages (bridge.signal_messages), on PostgreSQL 14+."""
 
     data_collection: str | None = key_field("signal.data.collection")  # schema.table
     enabled_channels: tuple[str, ...] = key_field("signal.enabled.channels")  # source, kafka
     kafka_topic: str = derived_field("signal.kafka.topic", "")
     table_autocreate: bool = key_field("signal.table.autocreate")
     incremental_chunk_size: int = key_field("incremental.snapshot.chunk.size")
-
-    @property
-    def enabled(self) -> bool:
-        return self.data_collection is not None
 
 
 @dataclass(frozen=True, slots=True)
