@@ -323,9 +323,6 @@ class LogicalReplicationSource:
 
     # -- connection -----------------------------------------------------------------------------
 
-    def _replication_conninfo(self) -> str:
-        return replication_conninfo(self.config)
-
     def _connect_with_retry(self, *, first: bool, cause: SourceError | None = None) -> None:
         policy = self.config.reconnect
         retries = 0
@@ -378,7 +375,7 @@ class LogicalReplicationSource:
         options = self.options
         progress = self.progress
         try:
-            conn = psycopg.connect(self._replication_conninfo(), autocommit=True)
+            conn = psycopg.connect(replication_conninfo(self.config), autocommit=True)
         except psycopg.OperationalError as exc:
             raise self._classify_exception(exc) from exc
         pgconn = conn.pgconn

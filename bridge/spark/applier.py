@@ -440,7 +440,6 @@ class BatchApplier:
         label = f"{schema}.{name}"
         changes = changes.drop(tf.SOURCE_SCHEMA, tf.SOURCE_TABLE)
         truncate = summary["trunc"]
-        truncate_at = (int(truncate[0]), int(truncate[1])) if truncate else None
         exists = path in self._known or _is_delta_table(spark, path)
         keys = table.key_columns
         if not keys and exists and int(summary["rows"]) == 0:
@@ -478,7 +477,7 @@ class BatchApplier:
             batch_id,
             label,
             count,
-            f", truncate at {truncate_at}" if truncate_at else "",
+            f", truncate at {work.truncate_at}" if work.truncate_at else "",
             time.monotonic() - started,
             merge_seconds,
         )

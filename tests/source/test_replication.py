@@ -50,13 +50,15 @@ def test_source_used_before_open_raises_source_error() -> None:
 def test_source_replication_conninfo_adds_replication_and_escaped_options() -> None:
     from psycopg.conninfo import conninfo_to_dict
 
+    from bridge.source.copy_both import replication_conninfo
+
     config = SourceConfig(
         dsn="host=h dbname=d options='-c search_path=s'",
         slot_name="s",
         publication=PublicationConfig("p"),
         server_options=(("logical_decoding_work_mem", "64kB"), ("application_name", "a b")),
     )
-    params = conninfo_to_dict(LogicalReplicationSource(config)._replication_conninfo())
+    params = conninfo_to_dict(replication_conninfo(config))
     assert params["replication"] == "database"
     assert params["dbname"] == "d"
     assert params["options"] == (
