@@ -43,6 +43,7 @@ from bridge.events import (
     TxContext,
 )
 from bridge.failures import dead_letter_record
+from bridge.pgoutput.copyboth import insert_relation_oid
 from bridge.pgoutput.lsn import Lsn, pg_timestamp_to_unix_micros
 from bridge.pgoutput.messages import (
     Begin,
@@ -370,7 +371,7 @@ class Pipeline:
         through the source's messages one by one). Each record, its ``seq`` and the counts are
         those :meth:`_lane` gives it; no Python object is made per row."""
         frame = frames[start]
-        oid = (frame[26] << 24) | (frame[27] << 16) | (frame[28] << 8) | frame[29]
+        oid = insert_relation_oid(frame)
         builder = self.builder
         table = builder.relations.get(oid)
         if table is None or oid == self._signal_oid:

@@ -72,3 +72,16 @@ def test_standby_status_update_layout() -> None:
 
 def test_standby_status_update_defaults_to_no_reply() -> None:
     assert standby_status_update(Lsn(1), Lsn(1), Lsn(1), 0)[-1] == 0
+
+
+def test_insert_relation_oid_reads_the_oid_the_decoder_reads() -> None:
+    from bridge.pgoutput import Decoder, Insert
+    from bridge.pgoutput.copyboth import insert_relation_oid
+
+    # Insert into relation 3,000,000,123 (an OID above 2^31): 'I', OID, 'N', one text column.
+    payload = b"I" + struct.pack("!I", 3_000_000_123) + b"N" + struct.pack("!H", 1) + b"t"
+    payload += struct.pack("!I", 2) + b"42"
+    frame = b"w" + struct.pack("!QQq", START, END, TS) + payload
+    decoded = Decoder(1).decode(payload)
+    assert isinstance(decoded, Insert)
+    assert insert_relation_oid(frame) == decoded.relation_oid == 3_000_000_123
