@@ -569,7 +569,10 @@ class KafkaPublisher:
             return 0
         self.send_pending()
         self._closed = True
-        remaining = self._drain(timeout)
+        self._drain(timeout)
+        # Records, not flush()'s count, which includes librdkafka's own requests (an
+        # idempotent producer's InitProducerId toward a broker not reached yet, say).
+        remaining = self.in_flight
         self._release_native_topics()
         if remaining:
             logger.warning("closing with %d record(s) undelivered; they will be resent", remaining)
