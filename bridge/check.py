@@ -120,8 +120,26 @@ def _postgres(config: BridgeConfig) -> list[Finding]:
         tables = _publication(conn, config, bool(superuser), say)
         if config.snapshot.mode != "no_data":
             _select_privileges(conn, tables, user, say)
+        _signals(conn.info.server_version, config, say)
     _replication_connection(dsn, say)
     return found
+
+
+def _signals(server_version: int, config: BridgeConfig, say: Any) -> None:
+    """How incremental snapshots get their signals here (never a reason not to start)."""
+    from bridge import signal_messages
+
+    table = config.signal.data_collection
+    if table is not None:
+        say(True, f"incremental snapshots' signals go through the signal table {table}")
+    elif server_version >= signal_messages.MIN_SERVER_VERSION:
+        say(True, "incremental snapshots' signals travel as signed logical messages")
+    else:
+        say(
+            True,
+            "no incremental snapshots (PostgreSQL 13 gives pgoutput no logical messages): "
+            "tables DDL rewrote are not copied again; set signal.data.collection for them",
+        )
 
 
 def _slot(

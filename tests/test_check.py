@@ -33,3 +33,23 @@ def test_check_render_counts_problems() -> None:
         "FAIL postgres: role x lacks REPLICATION: ALTER ROLE x REPLICATION",
         "1 problem(s) would stop pgbridge",
     ]
+
+
+def test_check_says_how_incremental_snapshots_get_their_signals() -> None:
+    """Never a reason not to start, but said: the signal table, signed messages (14+), or
+    nothing on 13 without a table (tables DDL rewrote then are not copied again)."""
+    from bridge.check import _signals
+
+    def said(version: int, **overrides: str) -> list[tuple[bool, str]]:
+        out: list[tuple[bool, str]] = []
+        config = load_config(None, {}, REQUIRED | {"database.dbname": "shop", **overrides})
+        _signals(version, config, lambda ok, what: out.append((ok, what)))
+        return out
+
+    assert said(180000) == [
+        (True, "incremental snapshots' signals travel as signed logical messages")
+    ]
+    ((ok, what),) = said(130000)
+    assert ok and "PostgreSQL 13" in what and "set signal.data.collection" in what
+    ((ok, what),) = said(130000, **{"signal.data.collection": "public.sig"})
+    assert ok and what.endswith("through the signal table public.sig")

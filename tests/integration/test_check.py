@@ -40,6 +40,9 @@ def test_check_everything_in_place_with_the_stack(
         code, findings = run_check(bridge_settings(local_stack, dsn, prefix), capsys)
         assert code == 0, failed(findings)
         assert {f["part"] for f in findings} == {"postgres", "kafka", "schema registry"}
+        assert "incremental snapshots' signals travel as signed logical messages" in {
+            f["what"] for f in findings
+        }
         with psycopg.connect(dsn, autocommit=True) as conn:  # nothing was created
             assert conn.execute("SELECT count(*) FROM pg_publication").fetchone() == (0,)
             assert conn.execute(
