@@ -24,7 +24,9 @@ The same holds for a spill directory that fails a streamed transaction (disk ful
 gone, read-only): :class:`~bridge.source.errors.SpillError`, waited for as
 ``dependency="spill directory"``. PostgreSQL connection faults are handled inside the
 replication source (it reconnects from the flush position with its own backoff); the
-registry's inside the registrar.
+registry's inside the registrar. A table dropped, renamed or rewritten by DDL in the moment
+between the initial snapshot's start and its lock on the table is the third case waited out:
+the snapshot resumes in a new transaction, as after a restart, instead of stopping the bridge.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Protocol
 
 from bridge.retry import WAITED_SECONDS, WAITING_FOR, RetryPolicy
 from bridge.sink.kafka_errors import PERMANENT_TOPIC_CODES, DeliveryError, TopicCreationError
+from bridge.snapshot.errors import SnapshotTableChangedError
 from bridge.source.errors import SpillError
 
 logger = logging.getLogger(__name__)
@@ -73,6 +76,11 @@ def transient_fault(exc: BaseException) -> str | None:
         return "kafka"
     if isinstance(exc, SpillError):
         return "spill directory"
+    if isinstance(exc, SnapshotTableChangedError):
+        # A table dropped, renamed or rewritten between the initial snapshot's start and its
+        # lock on it: the snapshot resumes from its state file in a new transaction, as a
+        # restart of the process would (bridge.snapshot.run), and reads the table as it is.
+        return "snapshot"
     return None
 
 
@@ -139,4 +147,8 @@ def stream_with_restarts(
 
 
 #: What ``pgbridge status`` says the bridge waits for, per dependency.
-_WAITING_FOR_WHAT = {"kafka": "delivering records", "spill directory": "spilling a transaction"}
+_WAITING_FOR_WHAT = {
+    "kafka": "delivering records",
+    "spill directory": "spilling a transaction",
+    "snapshot": "a table changed under the initial snapshot",
+}

@@ -10,6 +10,7 @@ import pytest
 from bridge.restarts import stream_with_restarts, transient_fault, transient_kafka_fault
 from bridge.retry import WAITING_FOR, RetryPolicy
 from bridge.sink.kafka_errors import DeliveryError, TopicCreationError
+from bridge.snapshot.errors import SnapshotPermissionError, SnapshotTableChangedError
 from bridge.source.errors import SpillError
 
 TIMED_OUT = DeliveryError("shop.public.orders", 0, "_MSG_TIMED_OUT", "Message timed out")
@@ -91,6 +92,10 @@ def test_restarts_a_spill_directory_fault_streams_again_and_says_so() -> None:
     assert transient_fault(full) == "spill directory"
     assert transient_fault(TIMED_OUT) == "kafka"
     assert transient_fault(TOO_LARGE) is None and transient_fault(ValueError()) is None
+    # DDL between the initial snapshot's start and its lock on a table: resumed, not fatal.
+    renamed = SnapshotTableChangedError("public.t", "dropped, renamed or altered during it")
+    assert transient_fault(renamed) == "snapshot"
+    assert transient_fault(SnapshotPermissionError("public.t", "permission denied")) is None
     seen: list[dict[str, str]] = []
 
     def start() -> Attempt:

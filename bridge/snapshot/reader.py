@@ -230,8 +230,8 @@ class SnapshotConnection:
                 raise SnapshotTableChangedError(
                     table,
                     "rewritten after the snapshot was taken (TRUNCATE, ALTER TABLE, VACUUM FULL "
-                    "or CLUSTER); the snapshot would see it empty. Restart pgbridge: the snapshot "
-                    "resumes in a new transaction",
+                    "or CLUSTER); the snapshot would see it empty, so it resumes in a new "
+                    "transaction",
                 )
         return True
 

@@ -513,6 +513,9 @@ def test_rows_ddl_rewrote_are_copied_again_with_the_default_settings(
         settings = bridge_settings(local_stack, dsn, prefix, **{"state.dir": str(tmp_path)})
         process = BridgeProcess(settings, str(tmp_path / "bridge.log"))
         try:
+            # Streaming, the initial snapshot done (a mark taken before the slot exists is
+            # behind it: confirmed at once, while the snapshot may still run).
+            wait_for(lambda: "to topics" in process.log(), process, "streaming")
             wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), process)
             with psycopg.connect(dsn, autocommit=True) as conn:
                 forged = {"id": "forged", "type": "execute-snapshot", "data": {}, "mac": "00"}
