@@ -51,8 +51,8 @@ from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
 from bridge.spark.errors import ApplyError
 from bridge.spark.fences import Fences, read_fences
-from bridge.spark.job import kafka_source, start_query
 from bridge.spark.merge import before, table_key_columns
+from bridge.spark.query import kafka_source, start_query
 
 __all__ = [
     "INGEST_BATCH",

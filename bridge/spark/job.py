@@ -33,24 +33,23 @@ from dataclasses import replace
 from typing import Any
 
 from prometheus_client import Gauge
-from pyspark.sql import DataFrame
 
 from bridge.errors import PgBridgeError
 from bridge.retry import RetryPolicy
+from bridge.spark import changelog
 from bridge.spark.applier import BatchApplier, first_line, job_conf
 from bridge.spark.arguments import add_apply_arguments, config_from_args
 from bridge.spark.config import ApplyConfig
 from bridge.spark.errors import ApplyError
+from bridge.spark.query import kafka_source, start_query
 from bridge.spark.resources import default_batch_records, jvm_failure
 from bridge.spark.restarts import run_with_restarts
 
 __all__ = [
     "ChangelogQueries",
-    "kafka_source",
     "main",
     "run_apply",
     "start_apply",
-    "start_query",
     "topic_lag",
 ]
 
@@ -93,36 +92,6 @@ def with_batch_bound(spark: Any, config: ApplyConfig) -> ApplyConfig:
     records, why = default_batch_records(spark)
     logger.info("micro-batches of %s (--max-offsets-per-trigger to change)", why)
     return replace(config, max_offsets_per_trigger=records)
-
-
-def kafka_source(spark: Any, config: ApplyConfig) -> DataFrame:
-    """Spark's Kafka source over the configured change topics."""
-    source: DataFrame = (
-        spark.readStream.format("kafka").options(**config.kafka_source_options()).load()
-    )
-    return source
-
-
-def start_query(
-    source: DataFrame,
-    batch_function: Callable[[DataFrame, int], None],
-    checkpoint: str,
-    name: str,
-    config: ApplyConfig,
-    interval: str,
-) -> Any:
-    """A ``foreachBatch`` query: once over what is there (``available_now``), else every
-    ``interval``."""
-    writer = (
-        source.writeStream.foreachBatch(batch_function)
-        .option("checkpointLocation", checkpoint)
-        .queryName(name)
-    )
-    if config.available_now:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=interval)
-    return writer.start()
 
 
 def topic_lag(progress_sources: Sequence[Any]) -> dict[str, int]:
@@ -198,16 +167,13 @@ class ChangelogQueries:
     """
 
     def __init__(self, spark: Any, config: ApplyConfig, compactor: Any = None) -> None:
-        from bridge.spark import changelog
-
-        self._changelog = changelog
         self._spark, self._config, self._compactor = spark, config, compactor
         self.queries = [changelog.start_ingest(spark, config)]
         if not config.available_now:
             self.queries.append(self._start_compactor())
 
     def _start_compactor(self) -> Any:
-        return self._changelog.start_compactor(self._spark, self._config, self._compactor)
+        return changelog.start_compactor(self._spark, self._config, self._compactor)
 
     @property
     def recentProgress(self) -> list[Any]:
