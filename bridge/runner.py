@@ -266,44 +266,14 @@ def incremental_snapshotter(
     state_dir = config.snapshot.state_dir
     signal_key = None
     with psycopg.connect(dsn, autocommit=True) as conn:
-        if table is None:
-            if conn.info.server_version < signal_messages.MIN_SERVER_VERSION:
-                wanted = [
-                    what
-                    for what, on in (
-                        (
-                            "tables DDL rewrote are not copied again",
-                            config.snapshot.rewritten_tables == "incremental",
-                        ),
-                        ("new tables are not copied", config.snapshot.new_tables == "parallel"),
-                        ("Kafka signals are not read", "kafka" in config.signal.enabled_channels),
-                    )
-                    if on
-                ]
-                if wanted:
-                    logger.warning(
-                        "%s: PostgreSQL %d gives pgoutput no logical messages to carry "
-                        "incremental snapshots' signals; set signal.data.collection",
-                        "; ".join(wanted),
-                        conn.info.server_version // 10000,
-                    )
-                return None
+        if table is not None:
+            _check_signal_table_published(conn, table, publication)
+        elif conn.info.server_version >= signal_messages.MIN_SERVER_VERSION:
             key_file = signal_messages.key_path(state_dir, config.replication.slot_name)
             signal_key = signal_messages.load_or_create_key(key_file)
         else:
-            schema, name = signal_table_name(table)
-            published = conn.execute(
-                "SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s "
-                "AND tablename = %s",
-                (publication, schema, name),
-            ).fetchone()
-            if published is None:
-                raise ConfigError(
-                    "signal.data.collection",
-                    f"table {table} is not in publication {publication}, so no signal written "
-                    f"to it would reach pgbridge: ALTER PUBLICATION {publication} ADD TABLE "
-                    f"{table}",
-                )
+            _warn_without_signals(config, conn.info.server_version)
+            return None
     snapshotter = IncrementalSnapshotter(
         IncrementalSettings(
             dsn=dsn,
@@ -321,6 +291,47 @@ def incremental_snapshotter(
     if "kafka" in config.signal.enabled_channels:
         snapshotter.kafka = KafkaSignals(config, snapshotter.forward)
     return snapshotter
+
+
+def _check_signal_table_published(
+    conn: psycopg.Connection[tuple[object, ...]], table: str, publication: str
+) -> None:
+    """A signal table outside the publication would never bring a signal back."""
+    schema, name = signal_table_name(table)
+    published = conn.execute(
+        "SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s "
+        "AND tablename = %s",
+        (publication, schema, name),
+    ).fetchone()
+    if published is None:
+        raise ConfigError(
+            "signal.data.collection",
+            f"table {table} is not in publication {publication}, so no signal written to it "
+            f"would reach pgbridge: ALTER PUBLICATION {publication} ADD TABLE {table}",
+        )
+
+
+def _warn_without_signals(config: BridgeConfig, server_version: int) -> None:
+    """PostgreSQL 13 without a signal table: say which configured behaviour cannot happen."""
+    wanted = [
+        what
+        for what, on in (
+            (
+                "tables DDL rewrote are not copied again",
+                config.snapshot.rewritten_tables == "incremental",
+            ),
+            ("new tables are not copied", config.snapshot.new_tables == "parallel"),
+            ("Kafka signals are not read", "kafka" in config.signal.enabled_channels),
+        )
+        if on
+    ]
+    if wanted:
+        logger.warning(
+            "%s: PostgreSQL %d gives pgoutput no logical messages to carry incremental "
+            "snapshots' signals; set signal.data.collection",
+            "; ".join(wanted),
+            server_version // 10000,
+        )
 
 
 def prepare_signal_table(config: BridgeConfig) -> None:
