@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from bridge.column_controls import ColumnControls
 from bridge.errors import PgBridgeError
 from bridge.failures import FailurePolicy
 from bridge.pgoutput.lsn import Lsn
@@ -186,14 +187,18 @@ class EventBuilder:
         key_columns: Callable[[str, str], tuple[str, ...] | None] | None = None,
         failures: FailurePolicy | None = None,
         column_numbers: Callable[[Relation], ColumnFacts] | None = None,
+        column_controls: ColumnControls | None = None,
     ) -> None:
         """``hints`` by ``schema.table``; ``key_columns(schema, table)`` the configured message
         key columns of a table (``message.key.columns``), if any; ``failures`` decides what
         happens to a change that cannot be converted (default: stop with the typed error);
         ``column_numbers(relation)`` its columns' attribute numbers and missing values (empty:
         not known), read from the catalog when a table version's schemas are built (renames
-        are told by the numbers; a column added with a default gets it as its Avro default)."""
+        are told by the numbers; a column added with a default gets it as its Avro default);
+        ``column_controls``: the columns left out, masked, hashed or cut (Debezium's
+        ``column.*`` settings, :mod:`bridge.column_controls`)."""
         self.topic_prefix = topic_prefix
+        self.column_controls = column_controls
         self.mapper = mapper or TypeMapper()
         self.hints = hints or {}
         self.keyless: KeylessMode = keyless
@@ -362,6 +367,7 @@ class EventBuilder:
             topic_prefix=self.topic_prefix,
             hints=hints,
             keyless=self.keyless,
+            controls=self.column_controls,
         )
 
     def _warn_of_rewritten_rows(

@@ -95,17 +95,26 @@ def raw_text(data: TupleData | None) -> list[str | None] | None:
 
 
 def _named(
-    columns: tuple[str, ...], row: TupleData | Mapping[str, Any] | None
+    columns: tuple[str, ...],
+    row: TupleData | Mapping[str, Any] | None,
+    withheld: frozenset[str] = frozenset(),
 ) -> dict[str, Any] | None:
+    """The row by column name, as text; the columns column controls withhold left out."""
     if row is None:
         return None
     if not isinstance(row, TupleData):  # converted values (an encoder refused them): as text
-        return {name: None if value is None else str(value) for name, value in row.items()}
+        return {
+            name: None if value is None else str(value)
+            for name, value in row.items()
+            if name not in withheld
+        }
     values = raw_text(row)
     assert values is not None
     if len(values) != len(columns):  # a malformed tuple: keep every value, by position
+        if withheld:  # which are withheld cannot be told: none is shown
+            return {}
         return {str(i): v for i, v in enumerate(values)}
-    return dict(zip(columns, values, strict=True))
+    return {c: v for c, v in zip(columns, values, strict=True) if c not in withheld}
 
 
 def dead_letter_record(
@@ -120,9 +129,11 @@ def dead_letter_record(
     before: TupleData | Mapping[str, Any] | None,
     after: TupleData | Mapping[str, Any] | None,
     error: Exception,
+    withheld: frozenset[str] = frozenset(),
 ) -> tuple[bytes, bytes]:
     """(key, value) of a dead-letter record: the key is the table's name, the value a JSON
-    document (plain JSON so that any tool reads it, even when the cause is a schema problem)."""
+    document (plain JSON so that any tool reads it, even when the cause is a schema problem).
+    ``withheld``: the columns column controls keep out of Kafka, left out of the document."""
     column = getattr(error, "column", None)
     document: Mapping[str, Any] = {
         "table": table,
@@ -135,8 +146,8 @@ def dead_letter_record(
         "column": column,
         "error": type(error).__name__,
         "reason": str(error),
-        "before": _named(columns, before),
-        "after": _named(columns, after),
+        "before": _named(columns, before, withheld),
+        "after": _named(columns, after, withheld),
         "ts_ms": time.time_ns() // 1_000_000,
     }
     return table.encode(), json.dumps(document, ensure_ascii=False).encode()

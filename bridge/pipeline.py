@@ -572,6 +572,7 @@ class Pipeline:
             before=before.tuple_data if isinstance(before, EncodedRow) else before,
             after=after.tuple_data if isinstance(after, EncodedRow) else after,
             error=error,
+            withheld=table.withheld,
         )
         self._send(topic, key, value)
         self.observer.on_events(table.table, "dead_letter", 1)

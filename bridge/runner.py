@@ -165,6 +165,7 @@ def build_parts(config: BridgeConfig) -> PipelineParts:
         config.topic_prefix,
         TypeMapper(type_options(config)),
         key_columns=config.events.key_columns,
+        column_controls=config.events.column_controls(),
         column_numbers=ColumnNumbers(config.database.conninfo(), WALSENDER_SETTINGS),
         failures=FailurePolicy(
             config.events.failure_handling_mode,  # type: ignore[arg-type]

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from bridge import native
+from bridge.column_controls import ColumnControls
 from bridge.errors import PgBridgeError
 from bridge.native.plan import record_plan
 from bridge.pgoutput.messages import Relation, ReplicaIdentity, TupleData
@@ -248,10 +249,13 @@ class RelationSchemas:
     value_subject: str
     key_schema: dict[str, Any] | None  # None: keyless table in "null_key" mode
     value_schema: dict[str, Any]
-    field_names: tuple[str, ...]
+    field_names: tuple[str, ...]  # one per column of the Relation, a field of the Value or not
     key_fields: tuple[str, ...]
     columns: tuple[ColumnType, ...]
     encoder: RowEncoder
+    #: The PostgreSQL and field names of the columns whose values are withheld by column
+    #: controls: never written anywhere in clear (the dead-letter topic leaves them out).
+    withheld: frozenset[str] = frozenset()
 
     def key_of(self, row: Mapping[str, Any]) -> dict[str, Any] | None:
         """The key record for a row (``after``, or ``before`` of a delete)."""
@@ -267,6 +271,7 @@ def relation_schemas(
     topic_prefix: str,
     hints: TableHints | None = None,
     keyless: KeylessMode = "null_key",
+    controls: ColumnControls | None = None,
 ) -> RelationSchemas:
     """Build the key and value schemas and the row encoder of one Relation message.
 
@@ -274,8 +279,9 @@ def relation_schemas(
     columns, or FULL without ``hints.key_columns``) gets a null key (``keyless="null_key"``, the
     default, as Debezium does for tables without a primary key), or :class:`KeylessTableError`
     with ``keyless="fail"``. Column names that are not Avro names are sanitised and made unique
-    (:func:`unique_field_name`). Raises :class:`~bridge.types.UnknownTypeError` for unknown types
-    when the mapper is set to fail.
+    (:func:`unique_field_name`). ``controls`` leave columns out of the ``Value`` record or mask,
+    hash or cut their values (:mod:`bridge.column_controls`). Raises
+    :class:`~bridge.types.UnknownTypeError` for unknown types when the mapper is set to fail.
     """
     hints = hints or TableHints()
     table = f"{table_schema_name(relation)}.{relation.relation_name}"
@@ -283,11 +289,14 @@ def relation_schemas(
     namespace = record_namespace(topic_prefix, relation)
     key_subject, value_subject = subject_names(topic)
 
-    columns, names, fields, null_second = _value_fields(relation, mapper, hints, table)
+    key_columns = _key_column_names(relation, hints)
+    columns, names, fields, null_second, in_value, withheld = _value_fields(
+        relation, mapper, hints, table, controls or ColumnControls(), set(key_columns)
+    )
     by_column = {c.name: (n, t) for c, n, t in zip(relation.columns, names, columns, strict=True)}
 
     key_schema, key_fields, key_optional = _key_schema(
-        relation, hints, by_column, namespace, table, keyless
+        relation, hints, key_columns, by_column, namespace, table, keyless
     )
 
     value_record: dict[str, Any] = {
@@ -310,7 +319,10 @@ def relation_schemas(
         key_indexes=tuple(key_names[name] for name in key_fields),
         key_optional=key_optional,
         null_second=frozenset(null_second),
+        value_indexes=tuple(in_value),
+        withheld=frozenset(withheld),
     )
+    withheld_names = {relation.columns[i].name for i in withheld} | {names[i] for i in withheld}
     return RelationSchemas(
         relation=relation,
         table=table,
@@ -323,19 +335,29 @@ def relation_schemas(
         key_fields=key_fields,
         columns=tuple(columns),
         encoder=encoder,
+        withheld=frozenset(withheld_names),
     )
 
 
 def _value_fields(
-    relation: Relation, mapper: TypeMapper, hints: TableHints, table: str
-) -> tuple[list[ColumnType], list[str], list[dict[str, Any]], set[int]]:
-    """Each column's type, its Avro field name (sanitised, unique) and field, and the indexes
-    of the fields whose union is ``[T, "null"]`` (a default of the column's type)."""
+    relation: Relation,
+    mapper: TypeMapper,
+    hints: TableHints,
+    table: str,
+    controls: ColumnControls,
+    key_columns: set[str],
+) -> tuple[list[ColumnType], list[str], list[dict[str, Any]], set[int], list[int], set[int]]:
+    """Each column's type (under its control, if any), its Avro field name (sanitised,
+    unique), the ``Value`` fields, the indexes of the columns whose field is ``[T, "null"]``
+    (a default of the column's type), of the columns that are fields, and of those whose
+    values are withheld (left out, masked, hashed or cut)."""
     columns: list[ColumnType] = []
     names: list[str] = []
     fields: list[dict[str, Any]] = []
     null_second: set[int] = set()
-    for column in relation.columns:
+    in_value: list[int] = []
+    withheld: set[int] = set()
+    for i, column in enumerate(relation.columns):
         column_type = mapper.column_type(
             column.type_oid,
             column.type_modifier,
@@ -343,14 +365,35 @@ def _value_fields(
             table=table,
             column=column.name,
         )
+        if controls:
+            mapped = column_type
+            column_type = controls.controlled(
+                column_type,
+                table,
+                column.name,
+                length=_declared_length(column_type, column.type_modifier),
+                in_key=column.name in key_columns,
+            )
+            if column_type is not mapped or not controls.in_value(table, column.name):
+                withheld.add(i)
         name = unique_field_name(column.name, names)
-        field_schema = _value_field(name, column.name, column_type, hints, table)
-        if field_schema["type"][-1] == "null":
-            null_second.add(len(fields))
-        fields.append(field_schema)
         columns.append(column_type)
         names.append(name)
-    return columns, names, fields, null_second
+        if controls and not controls.in_value(table, column.name):
+            continue
+        field_schema = _value_field(name, column.name, column_type, hints, table)
+        if field_schema["type"][-1] == "null":
+            null_second.add(i)
+        fields.append(field_schema)
+        in_value.append(i)
+    return columns, names, fields, null_second, in_value, withheld
+
+
+def _declared_length(column_type: ColumnType, typmod: int) -> int:
+    """The ``n`` of ``varchar(n)`` / ``char(n)`` (their typmod is ``n + 4``), else -1."""
+    if column_type.pg_name in ("character varying", "character") and typmod >= 4:
+        return typmod - 4
+    return -1
 
 
 def _envelope(namespace: str, value_record: dict[str, Any]) -> dict[str, Any]:
@@ -418,34 +461,38 @@ def _value_field(
     return field_schema
 
 
+def _key_column_names(relation: Relation, hints: TableHints) -> list[str]:
+    """The columns of the message key (none: a keyless table)."""
+    if hints.key_columns is not None:
+        return list(hints.key_columns)
+    if relation.replica_identity is ReplicaIdentity.FULL:
+        # FULL flags every column as part of the identity, so the Relation does not say which
+        # columns are the primary key. Keyed by the whole row, identical rows would share a key
+        # and collapse downstream (and in compaction): like Debezium for tables without a
+        # primary key, the key is null unless message.key.columns names the key columns.
+        return []
+    # DEFAULT (primary key) and USING INDEX (a unique index on NOT NULL columns).
+    return [c.name for c in relation.columns if c.is_key]
+
+
 def _key_schema(
     relation: Relation,
     hints: TableHints,
+    key_columns: list[str],
     by_column: Mapping[str, tuple[str, ColumnType]],
     namespace: str,
     table: str,
     keyless: KeylessMode,
 ) -> tuple[dict[str, Any] | None, tuple[str, ...], bool]:
     """(key schema, its field names, whether its fields are optional unions)."""
-    full = relation.replica_identity is ReplicaIdentity.FULL
-    if hints.key_columns is not None:
-        missing = [c for c in hints.key_columns if c not in by_column]
-        if missing:
-            raise SchemaError(table, f"key columns {missing} are not in the table")
-        key_columns = list(hints.key_columns)
-        # A caller-chosen key is typically the primary key, but nothing here proves NOT NULL.
-        optional = True
-    elif full:
-        # FULL flags every column as part of the identity, so the Relation does not say which
-        # columns are the primary key. Keyed by the whole row, identical rows would share a key
-        # and collapse downstream (and in compaction): like Debezium for tables without a
-        # primary key, the key is null unless message.key.columns names the key columns.
-        key_columns = []
-        optional = True
-    else:
-        # DEFAULT (primary key) and USING INDEX (a unique index on NOT NULL columns): never NULL.
-        key_columns = [c.name for c in relation.columns if c.is_key]
-        optional = False
+    missing = [c for c in key_columns if c not in by_column]
+    if missing:
+        raise SchemaError(table, f"key columns {missing} are not in the table")
+    # A caller-chosen key is typically the primary key, but nothing here proves NOT NULL;
+    # those of DEFAULT and USING INDEX identities are never NULL.
+    optional = (
+        hints.key_columns is not None or relation.replica_identity is ReplicaIdentity.FULL
+    )
     if not key_columns:
         if keyless == "null_key":
             return None, (), False
@@ -522,6 +569,8 @@ class RowEncoder:
         "_row_plan",
         "_size",
         "_text",
+        "_unlisted",
+        "_withheld",
         "table",
     )
 
@@ -534,10 +583,14 @@ class RowEncoder:
         key_indexes: tuple[int, ...] = (),
         key_optional: bool = False,
         null_second: frozenset[int] = frozenset(),
+        value_indexes: tuple[int, ...] | None = None,
+        withheld: frozenset[int] = frozenset(),
     ) -> None:
         """``key_indexes``: the columns of the ``Key`` record in its field order (none for a
         keyless table), ``key_optional``: whether its fields are ``["null", T]`` unions;
-        ``null_second``: the columns whose value field is ``[T, "null"]`` instead."""
+        ``null_second``: the columns whose value field is ``[T, "null"]`` instead;
+        ``value_indexes``: the columns that are fields of the ``Value`` (default all);
+        ``withheld``: the columns whose raw values no error may quote (column controls)."""
         self.table = table
         self._names = names
         self._columns = columns
@@ -549,10 +602,12 @@ class RowEncoder:
         # only if the C encoder is built and covers every column of the row and of the key.
         self._row_plan: bytes | None = None
         self._key_plan: bytes | None = None
+        in_value = range(len(columns)) if value_indexes is None else value_indexes
+        # Unchanged TOAST is listed for fields only; errors quote no withheld value.
+        self._unlisted = frozenset(range(len(columns))) - frozenset(in_value)
+        self._withheld = withheld
         if native.encode_row is not None:
-            row_plan = record_plan(
-                columns, range(len(columns)), nullable=True, null_second=null_second
-            )
+            row_plan = record_plan(columns, in_value, nullable=True, null_second=null_second)
             key_plan = record_plan(columns, key_indexes, nullable=key_optional)
             if row_plan is not None and key_plan is not None:
                 self._row_plan = row_plan
@@ -605,12 +660,14 @@ class RowEncoder:
                     row[names[i]] = None
                 elif kind == 0x75:  # 'u'
                     row[names[i]] = self._placeholders[i]
-                    unchanged.append(names[i])
+                    if i not in self._unlisted:
+                        unchanged.append(names[i])
                 else:
                     raise ValueError(f"unknown column kind {kind!r}")
         except ConversionError as exc:
+            raw = None if i in self._withheld else exc.raw
             raise ConversionError(
-                exc.type_name, exc.detail, table=self.table, column=names[i], raw=exc.raw
+                exc.type_name, exc.detail, table=self.table, column=names[i], raw=raw
             ) from exc
         except Exception as exc:  # a converter met input it cannot read
             raise ConversionError(
@@ -618,6 +675,6 @@ class RowEncoder:
                 f"{type(exc).__name__}: {exc}",
                 table=self.table,
                 column=names[i],
-                raw=buffer[spans[2 * i] : spans[2 * i + 1]],
+                raw=None if i in self._withheld else buffer[spans[2 * i] : spans[2 * i + 1]],
             ) from exc
         return row, unchanged

@@ -363,6 +363,18 @@ KEYS: Final[tuple[KeySpec, ...]] = (
     KeySpec("truncate.events", _boolean, True, "emit op 't' records for TRUNCATE"),
     KeySpec("messages.topic", _optional_text, None, "logical messages topic (<prefix>.messages)"),
     KeySpec(
+        "column.include.list",
+        _patterns,
+        (),
+        "regexes of schema.table.column: the only columns in the change events' values",
+    ),
+    KeySpec(
+        "column.exclude.list",
+        _patterns,
+        (),
+        "regexes of schema.table.column: columns left out of the change events' values",
+    ),
+    KeySpec(
         "message.key.columns",
         _message_key_columns,
         (),

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
+from bridge.column_controls import ColumnRule, is_control_key, parse_rule, shown_key
 from bridge.config import sections
 from bridge.config.basics import (
     ENV_PREFIX,
@@ -39,6 +42,9 @@ from bridge.config.settings import BridgeConfig, Setting
 from bridge.errors import ConfigError
 
 logger = logging.getLogger(__name__)
+
+#: The column controls an environment variable can set (bridge.column_controls).
+_ENV_CONTROL: Final = re.compile(r"column\.(?:mask\.with|truncate\.to)\.\d+\.chars")
 
 # -- loading --------------------------------------------------------------------------------------
 
@@ -99,7 +105,7 @@ def _is_secret_file_key(key: str) -> bool:
 
 
 def _known(key: str) -> bool:
-    if key in KEY_SPECS or _is_secret_file_key(key):
+    if key in KEY_SPECS or _is_secret_file_key(key) or is_control_key(key):
         return True
     for prefix in (PRODUCER_PREFIX, TOPIC_CONFIG_PREFIX, SELECT_OVERRIDE_PREFIX):
         if key.startswith(prefix) and len(key) > len(prefix):
@@ -121,6 +127,11 @@ def _check_key(key: str, where: str) -> str:
 def _env_key(name: str) -> str:
     if name in _ENV_TO_KEY:
         return _ENV_TO_KEY[name]
+    # PGBRIDGE_COLUMN_MASK_WITH_<N>_CHARS, PGBRIDGE_COLUMN_TRUNCATE_TO_<N>_CHARS (a hash key's
+    # algorithm and salt are spelled in the file or as a flag: an environment name cannot).
+    control = name.removeprefix(ENV_PREFIX).lower().replace("_", ".")
+    if _ENV_CONTROL.fullmatch(control):
+        return control
     # Pass-through properties are dotted lower-case names (librdkafka's and Kafka's own).
     for prefix in (PRODUCER_PREFIX, TOPIC_CONFIG_PREFIX):
         env_prefix = env_name(prefix)
@@ -214,7 +225,7 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
             parsed, origin = spec.default, "default"
         values[spec.key] = parsed
         settings.append(Setting(spec.key, parsed, origin))
-    producer, topic_extra, statements = _passthrough(raw, settings)
+    producer, topic_extra, statements, column_rules = _passthrough(raw, settings)
 
     v = sections.Values(values)
     prefix, messages_topic, dead_letter_topic = sections.topic_names(v)
@@ -235,7 +246,7 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
         database=sections.database(v),
         replication=sections.replication(v),
         filters=sections.filters(v, signal),
-        events=sections.events(v, messages_topic, dead_letter_topic),
+        events=sections.events(v, messages_topic, dead_letter_topic, column_rules),
         kafka=sections.kafka(v, producer),
         topic_creation=sections.topic_creation(v, topic_extra),
         registry=sections.registry(v),
@@ -250,14 +261,21 @@ def _build(raw: Mapping[str, tuple[object, str]]) -> BridgeConfig:
 
 def _passthrough(
     raw: Mapping[str, tuple[object, str]], settings: list[Setting]
-) -> tuple[sections.Producer, list[tuple[str, str]], dict[str, str]]:
-    """The keys not in KEYS: ``kafka.producer.*`` (librdkafka properties), topic configs, and
-    ``snapshot.select.statement.overrides.<table>`` statements; each is added to ``settings``."""
+) -> tuple[sections.Producer, list[tuple[str, str]], dict[str, str], tuple[ColumnRule, ...]]:
+    """The keys not in KEYS: ``kafka.producer.*`` (librdkafka properties), topic configs,
+    ``snapshot.select.statement.overrides.<table>`` statements and the patterned column
+    controls (a hash key's salt hidden where settings are shown); each is added to
+    ``settings``."""
     producer: sections.Producer = []
     topic_extra: list[tuple[str, str]] = []
     statements: dict[str, str] = {}
+    rules: list[ColumnRule] = []
     for key in sorted(k for k in raw if k not in KEY_SPECS):
         value, origin = raw[key]
+        if is_control_key(key):
+            rules.append(parse_rule(key, value))
+            settings.append(Setting(shown_key(key), value, origin))
+            continue
         if key.startswith(SELECT_OVERRIDE_PREFIX):
             statement = _text(key, value).strip()
             statements[key.removeprefix(SELECT_OVERRIDE_PREFIX)] = statement
@@ -274,7 +292,7 @@ def _passthrough(
         else:
             topic_extra.append((key.removeprefix(TOPIC_CONFIG_PREFIX), text))
             settings.append(Setting(key, text, origin))
-    return producer, topic_extra, statements
+    return producer, topic_extra, statements, tuple(rules)
 
 
 #: What the apply job takes from a pgbridge configuration: how to reach Kafka and the registry.

@@ -12,6 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from bridge.column_controls import ColumnRule
 from bridge.config.basics import _SLOT_NAME, _T, _TOPIC_NAME, PRODUCER_PREFIX, Secret, env_name
 from bridge.config.kafka_security import librdkafka_properties
 from bridge.config.registry_auth import registry_bearer_properties
@@ -123,8 +124,17 @@ def filters(v: Values, signals: SignalConfig) -> TableFilter:
     return v.fill(TableFilter, never=(signal_table,) if signal_table else ())
 
 
-def events(v: Values, messages_topic: str, dead_letter_topic: str) -> EventsConfig:
-    return v.fill(EventsConfig, messages_topic=messages_topic, dead_letter_topic=dead_letter_topic)
+def events(
+    v: Values, messages_topic: str, dead_letter_topic: str, column_rules: tuple[ColumnRule, ...]
+) -> EventsConfig:
+    if v["column.include.list"] and v["column.exclude.list"]:
+        raise ConfigError("column.exclude.list", "cannot be combined with column.include.list")
+    return v.fill(
+        EventsConfig,
+        messages_topic=messages_topic,
+        dead_letter_topic=dead_letter_topic,
+        column_rules=column_rules,
+    )
 
 
 def kafka(v: Values, producer: Producer) -> KafkaConfig:

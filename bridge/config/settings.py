@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from bridge.column_controls import ColumnControls, ColumnRule
 from bridge.config.basics import Secret, reveal
 from bridge.config.keys import KEY_SPECS
 from bridge.retry import RetryPolicy
@@ -147,6 +148,14 @@ class EventsConfig:
     message_key_columns: tuple[tuple[str, tuple[str, ...]], ...] = key_field("message.key.columns")
     failure_handling_mode: str = key_field("event.processing.failure.handling.mode")
     dead_letter_topic: str = derived_field("errors.deadletterqueue.topic.name", "")
+    # Debezium's column controls (bridge.column_controls): the lists, and the patterned keys
+    # (column.mask.with.<N>.chars, column.mask.hash.*, column.truncate.to.<N>.chars).
+    column_include: tuple[str, ...] = key_field("column.include.list")
+    column_exclude: tuple[str, ...] = key_field("column.exclude.list")
+    column_rules: tuple[ColumnRule, ...] = ()
+
+    def column_controls(self) -> ColumnControls:
+        return ColumnControls(self.column_include, self.column_exclude, self.column_rules)
 
     def key_columns(self, schema: str, table: str) -> tuple[str, ...] | None:
         """The configured message key columns of ``schema.table``, if any."""

@@ -442,6 +442,7 @@ class SnapshotCopier:
             before=None,
             after=failed.data,
             error=failed.error,
+            withheld=schemas.withheld,
         )
         self._send(failures.dead_letter_topic, key, value, count)
 
