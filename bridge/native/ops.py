@@ -23,3 +23,4 @@ INTERVAL: Final = 13  # interval -> MicroDuration long (declines what Python cla
 VARIABLE_DECIMAL: Final = 14  # numeric without typmod -> VariableScaleDecimal record
 ARRAY: Final = 15  # one-dimensional array -> Avro array of ["null", item]; item ops in the plan
 JSONB: Final = 16  # jsonb -> Avro string (binary: the text after the version byte 1)
+ZONED: Final = 17  # timestamptz -> Debezium's ZonedTimestamp string (years 0..9999)

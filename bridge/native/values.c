@@ -56,6 +56,65 @@ static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
     return era * 146097 + doe - 719468;
 }
 
+/* Hinnant's civil_from_days, as bridge.types.temporal.civil_from_days. */
+static void civil_from_days(int64_t z, int64_t *y, int64_t *m, int64_t *d) {
+    z += 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = yoe + era * 400 + (*m <= 2);
+}
+
+static char *put_digits(char *at, int64_t value, int width) {
+    for (int k = width - 1; k >= 0; k--) {
+        at[k] = (char)('0' + value % 10);
+        value /= 10;
+    }
+    return at + width;
+}
+
+/* Debezium's ZonedTimestamp text of `micros` since 1970 UTC, as
+ * bridge.types.temporal.format_timestamp_utc: "YYYY-MM-DDTHH:MM:SS[.fraction]Z", the fraction
+ * without trailing zeros. 0 for a year outside 0..9999 (Python spells expanded years). */
+static int write_zoned(Out *o, int64_t micros) {
+    int64_t days = micros / US_PER_DAY, us = micros % US_PER_DAY;
+    if (us < 0) {
+        us += US_PER_DAY;
+        days -= 1;
+    }
+    int64_t y, m, d;
+    civil_from_days(days, &y, &m, &d);
+    if (y < 0 || y > 9999) return 0;
+    int64_t seconds = us / 1000000, frac = us % 1000000;
+    char text[32], *at = text;
+    at = put_digits(at, y, 4);
+    *at++ = '-';
+    at = put_digits(at, m, 2);
+    *at++ = '-';
+    at = put_digits(at, d, 2);
+    *at++ = 'T';
+    at = put_digits(at, seconds / 3600, 2);
+    *at++ = ':';
+    at = put_digits(at, seconds / 60 % 60, 2);
+    *at++ = ':';
+    at = put_digits(at, seconds % 60, 2);
+    if (frac) {
+        int width = 6;
+        while (frac % 10 == 0) {
+            frac /= 10;
+            width--;
+        }
+        *at++ = '.';
+        at = put_digits(at, frac, width);
+    }
+    *at++ = 'Z';
+    return out_bytes(o, text, at - text) ? 1 : -1;
+}
+
 /* "YYYY-MM-DD" at p (exactly 10 bytes available). */
 static int parse_date_part(const char *p, int64_t *days) {
     int64_t y, m, d;
@@ -751,6 +810,21 @@ int write_value(Out *o, int op, int item_op, int binary, const char *p, Py_ssize
             return 0;
         }
         return out_long(o, v) ? 1 : -1;
+    case OP_ZONED:
+        if (binary) {
+            if (n != 8) return 0;
+            v = be_signed((const unsigned char *)p, 8);
+            if (v == INT64_MAX) return out_bytes(o, "infinity", 8) ? 1 : -1;
+            if (v == INT64_MIN) return out_bytes(o, "-infinity", 9) ? 1 : -1;
+            if (v >= INT64_MAX - PG_EPOCH_US) return 0;
+            v += PG_EPOCH_US;
+        } else if ((n == 8 && memcmp(p, "infinity", 8) == 0) ||
+                   (n == 9 && memcmp(p, "-infinity", 9) == 0)) {
+            return out_bytes(o, p, n) ? 1 : -1;
+        } else if (!parse_timestamp_text(p, n, 1, &v)) {
+            return 0;
+        }
+        return write_zoned(o, v);
     case OP_DATE:
         if (binary) {
             if (n != 4) return 0;

@@ -31,6 +31,7 @@ enum {
     OP_VARIABLE_DECIMAL = 14, /* numeric without typmod -> VariableScaleDecimal record */
     OP_ARRAY = 15,    /* one-dimensional array -> Avro array of ["null", item], item op in plan */
     OP_JSONB = 16,    /* jsonb -> Avro string (binary: after the version byte) */
+    OP_ZONED = 17,    /* timestamptz -> Debezium's ZonedTimestamp string (ISO-8601 UTC, "Z") */
 };
 
 #define PG_EPOCH_DAYS 10957LL

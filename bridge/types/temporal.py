@@ -321,6 +321,7 @@ def _timestamptz(request: TypeRequest) -> ColumnType:
             TIMESTAMPTZ_STRING_SCHEMA,
             zoned_from_text,
             zoned_from_binary,
+            native=(ops.ZONED, ops.ZONED),
         )
     return ColumnType(
         "timestamp with time zone",
