@@ -18,6 +18,12 @@ beyond ``s`` decimals, or more than 38 significant digits, is *not rounded*: it 
 :func:`convert` reports it, so the job also dead-letters the record (whose raw bytes keep the
 exact value). Inside arrays, maps and composite types too. NaN and ±Infinity already arrive as
 null (the producer's precise mode).
+
+Instants. A ``timestamptz`` sent as Debezium sends it (``timestamptz.handling.mode=string``:
+``io.debezium.time.ZonedTimestamp``, ISO-8601 in UTC with ``Z``) becomes a Delta ``timestamp``,
+as the ``instant`` mode's microseconds do: ``infinity`` / ``-infinity`` the same int64 extremes;
+text Spark cannot hold as an instant (years beyond 9999) is null and reported, like a decimal
+that does not fit.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ __all__ = [
     "ORIGINAL_NAME_PROPERTY",
     "RENAMED_FROM_PROPERTY",
     "VARIABLE_SCALE_DECIMAL",
+    "ZONED_TIMESTAMP",
     "RowColumn",
     "RowShape",
     "convert",
@@ -49,6 +56,8 @@ ORIGINAL_NAME_PROPERTY = "pgbridge.column"
 MISSING_PROPERTY = "pgbridge.missing"
 RENAMED_FROM_PROPERTY = "pgbridge.renamed_from"
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
+_INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +218,17 @@ def variable_decimal(record: Column, precision: int, scale: int) -> tuple[Column
     return value, F.coalesce(record.isNotNull() & ~fits, F.lit(True))
 
 
+def zoned_timestamp(text: Column) -> tuple[Column, Column]:
+    """(the ``timestamp``, whether the text did not fit) of a ZonedTimestamp (see the module
+    doc). The text carries its zone (``Z``): the session's time zone plays no part."""
+    instant = (
+        F.when(text == "infinity", F.timestamp_micros(F.lit(_INT64_MAX)))
+        .when(text == "-infinity", F.timestamp_micros(F.lit(-_INT64_MAX - 1)))
+        .otherwise(F.try_to_timestamp(text))
+    )
+    return instant, F.coalesce(text.isNotNull() & instant.isNull(), F.lit(False))
+
+
 def convert(
     col: Column, avro: Any, named: dict[str, Any], precision: int, scale: int
 ) -> tuple[Column, Column] | None:
@@ -220,6 +240,8 @@ def convert(
     if not isinstance(avro, dict):
         return None
     kind = avro.get("type")
+    if kind == "string" and avro.get("connect.name") == ZONED_TIMESTAMP:
+        return zoned_timestamp(col)
     if kind == "array":
         inner = convert(F.lit(None), avro["items"], named, precision, scale)
         if inner is None:

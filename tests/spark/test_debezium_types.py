@@ -33,7 +33,13 @@ class _RegistrySchemas(_Schemas):
 
 
 def _table(name: str, logical_types: str) -> TableVersion:
-    mapper = TypeMapper(TypeOptions(logical_types=logical_types))  # type: ignore[arg-type]
+    """Debezium's form is ``connect`` with timestamptz as its ZonedTimestamp string."""
+    mapper = TypeMapper(
+        TypeOptions(
+            logical_types=logical_types,  # type: ignore[arg-type]
+            timestamptz_handling="string" if logical_types == "connect" else "instant",
+        )
+    )
 
     def opt(type_name: str) -> list[Any]:
         return ["null", mapper.column_type(builtin_oid(type_name)).avro]
@@ -43,6 +49,7 @@ def _table(name: str, logical_types: str) -> TableVersion:
         col("d", opt("date")),
         col("ts", opt("timestamp")),
         col("u", opt("uuid")),
+        col("tz", opt("timestamptz")),
     ]
     return TableVersion(PREFIX, "public", name, columns, key=["id"])
 
@@ -52,22 +59,46 @@ def test_connect_form_lands_in_delta_like_avro_form(spark: Any, tmp_path: Path) 
     batches.schemas = _RegistrySchemas()
     ident = str(uuid.UUID(int=7))
     micros = 1_709_251_199_999_999  # 2024-02-29 23:59:59.999999
-    row = {"id": 1, "d": 19_782, "ts": micros, "u": ident}
+    # timestamptz: the instant mode's microseconds, Debezium's ZonedTimestamp text
+    instants = {
+        "avro": (micros, 2**63 - 1, -(2**63), -62_135_596_800_000_000),
+        "connect": (
+            "2024-02-29T23:59:59.999999Z",
+            "infinity",
+            "-infinity",
+            "0001-01-01T00:00:00Z",
+        ),
+    }
     for name, form in (("as_avro", "avro"), ("as_connect", "connect")):
-        batches.add(_table(name, form), "c", (10, 0), after=row)
-        batches.add(
-            _table(name, form), "c", (10, 1), after={"id": 2, "d": None, "ts": None, "u": None}
-        )
+        table = _table(name, form)
+        tz = instants[form]
+        empty = {"d": None, "ts": None, "u": None}
+        first = {"id": 1, "d": 19_782, "ts": micros, "u": ident, "tz": tz[0]}
+        batches.add(table, "c", (10, 0), after=first)
+        batches.add(table, "c", (10, 1), after={"id": 2, **empty, "tz": None})
+        for i, value in enumerate(tz[1:], start=3):
+            batches.add(table, "c", (10, i), after={"id": i, **empty, "tz": value})
     batches.apply(0)
     results = {}
     for name in ("as_avro", "as_connect"):
         df = spark.read.format("delta").load(batches.config.table_path("public", name))
-        picked = df.select("id", "d", "ts", "u")
-        data = sorted((r.asDict() for r in picked.collect()), key=lambda r: int(r["id"]))
+        # microseconds: infinity's int64 extremes are beyond Python's datetime
+        picked = df.selectExpr("id", "d", "ts", "u", "tz", "unix_micros(tz) AS tz_us")
+        data = sorted(
+            (r.asDict() for r in picked.drop("tz").collect()), key=lambda r: int(r["id"])
+        )
         results[name] = (dict(picked.dtypes), data)
     assert results["as_connect"] == results["as_avro"]
     types, data = results["as_connect"]
-    assert types == {"id": "int", "d": "date", "ts": "timestamp_ntz", "u": "string"}
+    assert types == {
+        "id": "int",
+        "d": "date",
+        "ts": "timestamp_ntz",
+        "u": "string",
+        "tz": "timestamp",
+        "tz_us": "bigint",
+    }
     assert data[0]["d"] == dt.date(2024, 2, 29)
     assert data[0]["ts"] == dt.datetime(2024, 2, 29, 23, 59, 59, 999_999)
+    assert [r["tz_us"] for r in data] == [micros, None, *instants["avro"][1:]]
     assert not Path(batches.config.dead_letter_location).exists()  # nothing dead-lettered
