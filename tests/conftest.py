@@ -91,6 +91,12 @@ def spark(local_stack: StackInfo) -> Iterator[Any]:
                 # The tests' own Delta reads rebuild a table's state as the job does (job_conf):
                 # in one task per core, not Delta's 50.
                 "spark.databricks.delta.snapshotPartitions": "2",
+                # Expressions interpreted, not compiled: the tests' batches are a few rows, so
+                # Janino's compile time is most of a query's (measured on six tests of
+                # test_apply_batches.py: 100 -> 77 s). Same results (Spark's own suites run
+                # both modes); `pgbridge apply` processes in the tests keep code generation.
+                "spark.sql.codegen.wholeStage": "false",
+                "spark.sql.codegen.factoryMode": "NO_CODEGEN",
             },
         )
     finally:
