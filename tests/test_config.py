@@ -428,7 +428,10 @@ def test_load_config_type_handling_modes_reach_type_options() -> None:
     from bridge.runner import type_options
     from bridge.types import TypeOptions
 
-    assert type_options(_load()) == TypeOptions()
+    # The mapper's own defaults are pgbridge's avro form; the configuration's, Debezium's.
+    assert type_options(_load()) == TypeOptions(
+        timestamptz_handling="string", logical_types="connect"
+    )
     config = _load(
         {
             "decimal.handling.mode": "string",
@@ -487,9 +490,14 @@ def test_load_config_secret_file_readable_by_others_is_warned_about(
     assert "s3cr3t" not in caplog.text
 
 
-def test_load_config_schema_logical_types_defaults_to_avro_and_accepts_connect() -> None:
-    assert _load().events.schema_logical_types == "avro"
-    assert _load({"schema.logical.types": "CONNECT"}).events.schema_logical_types == "connect"
+def test_load_config_defaults_are_debeziums_wire_form_and_accept_pgbridges() -> None:
+    """The default never breaks a Kafka Connect consumer (docs/debezium-consumers.md)."""
+    events = _load().events
+    assert (events.schema_logical_types, events.timestamptz_handling_mode) == ("connect", "string")
+    assert _load({"schema.logical.types": "AVRO"}).events.schema_logical_types == "avro"
+    assert _load({"timestamptz.handling.mode": "instant"}).events.timestamptz_handling_mode == (
+        "instant"
+    )
 
 
 # -- snapshot.select.statement.overrides (Debezium's pair of keys) --------------------------------

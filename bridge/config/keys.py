@@ -342,15 +342,15 @@ KEYS: Final[tuple[KeySpec, ...]] = (
     KeySpec(
         "timestamptz.handling.mode",
         _choice("instant", "string"),
-        "instant",
-        "timestamptz as UTC timestamp-micros or Debezium's ZonedTimestamp string (exact)",
+        "string",
+        "timestamptz as Debezium's ZonedTimestamp string (exact) or UTC timestamp-micros",
     ),
     KeySpec(
         "schema.logical.types",
         _choice("avro", "connect"),
-        "avro",
-        "avro: Debezium's connect.name plus standard Avro logical types (Spark's from_avro); "
-        "connect: Debezium's form only, as Kafka Connect's Avro converters require",
+        "connect",
+        "connect: Debezium's form, as Kafka Connect's Avro converters require; avro: "
+        "Debezium's connect.name plus standard Avro logical types (plain Avro readers)",
     ),
     KeySpec(
         "binary.handling.mode",

@@ -21,9 +21,10 @@ null (the producer's precise mode).
 
 Instants. A ``timestamptz`` sent as Debezium sends it (``timestamptz.handling.mode=string``:
 ``io.debezium.time.ZonedTimestamp``, ISO-8601 in UTC with ``Z``) becomes a Delta ``timestamp``,
-as the ``instant`` mode's microseconds do: ``infinity`` / ``-infinity`` the same int64 extremes;
-text Spark cannot hold as an instant (years beyond 9999) is null and reported, like a decimal
-that does not fit.
+as the ``instant`` mode's microseconds do: ``infinity`` / ``-infinity`` the same int64 extremes,
+an instant after Spark's last one clamped as that mode clamps it (2^63 - 2 µs; the exact text
+stays in Kafka); text that is no instant is null and reported, like a decimal that does not
+fit.
 """
 
 from __future__ import annotations
@@ -221,10 +222,14 @@ def variable_decimal(record: Column, precision: int, scale: int) -> tuple[Column
 def zoned_timestamp(text: Column) -> tuple[Column, Column]:
     """(the ``timestamp``, whether the text did not fit) of a ZonedTimestamp (see the module
     doc). The text carries its zone (``Z``): the session's time zone plays no part."""
+    parsed = F.try_to_timestamp(text)
     instant = (
         F.when(text == "infinity", F.timestamp_micros(F.lit(_INT64_MAX)))
         .when(text == "-infinity", F.timestamp_micros(F.lit(-_INT64_MAX - 1)))
-        .otherwise(F.try_to_timestamp(text))
+        .when(parsed.isNotNull(), parsed)
+        # After Spark's last instant (294247-01-10 04:00:54.775806 UTC; PostgreSQL's is
+        # 294276-12-31): the instant mode's clamp, one below +infinity's sentinel.
+        .when(text.startswith("+"), F.timestamp_micros(F.lit(_INT64_MAX - 1)))
     )
     return instant, F.coalesce(text.isNotNull() & instant.isNull(), F.lit(False))
 

@@ -87,6 +87,10 @@ class TypeOptions:
     - ``enum_labels``: labels of enum types by name (``schema.type`` or bare ``type``). Relation
       and Type messages do not carry labels and the mapper does no I/O, so the caller that has a
       catalog connection passes them in; without labels an enum is a plain string.
+
+    The defaults here are the mapper's own, pgbridge's ``avro`` form; the configuration's
+    defaults (bridge.config.keys) are Debezium's wire form: ``timestamptz_handling="string"``,
+    ``logical_types="connect"``.
     """
 
     decimal_handling: DecimalHandling = "precise"

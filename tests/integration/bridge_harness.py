@@ -139,32 +139,115 @@ def topics_with_prefix(bootstrap: str, prefix: str) -> list[str]:
     return sorted(t for t in md.topics if t.startswith(prefix + "."))
 
 
+#: Debezium's semantic types and the standard Avro logical type of the same bytes: how a reader
+#: of Debezium's wire form (pgbridge's default) gets dates, times and UUIDs as Python values,
+#: the same ones pgbridge's ``avro`` form gives fastavro directly.
+_SEMANTIC_LOGICAL = {
+    ("io.debezium.time.Date", "int"): "date",
+    ("io.debezium.time.MicroTime", "long"): "time-micros",
+    ("io.debezium.time.MicroTimestamp", "long"): "local-timestamp-micros",
+    ("io.debezium.data.Uuid", "string"): "uuid",
+}
+_ZONED = "io.debezium.time.ZonedTimestamp"
+
+
+def _logical(node: Any) -> Any:
+    """``node`` with the logical types of :data:`_SEMANTIC_LOGICAL` added (same bytes)."""
+    if isinstance(node, list):
+        return [_logical(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _logical(v) if k in ("type", "items", "values") else v for k, v in node.items()}
+    if isinstance(out.get("fields"), list):
+        out["fields"] = [{**f, "type": _logical(f["type"])} for f in out["fields"]]
+    kind = out.get("type")
+    if "logicalType" not in out and isinstance(kind, str):
+        logical = _SEMANTIC_LOGICAL.get((str(out.get("connect.name")), kind))
+        if logical is not None:
+            out["logicalType"] = logical
+    return out
+
+
+def _zoned_fields(schema: Any) -> dict[str, bool]:
+    """The fields of a key record, or of an envelope's rows, that hold Debezium's
+    ZonedTimestamp: name -> whether an array of them."""
+
+    def zoned(node: Any) -> bool:
+        return isinstance(node, dict) and node.get("connect.name") == _ZONED
+
+    def branch(node: Any) -> Any:
+        if isinstance(node, list):
+            others = [b for b in node if b != "null"]
+            return others[0] if len(others) == 1 else None
+        return node
+
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        return {}
+    row = schema
+    for field in schema["fields"]:
+        if field["name"] == "before":  # an envelope: its rows' record
+            row = branch(field["type"])
+    found: dict[str, bool] = {}
+    for column in row["fields"] if isinstance(row, dict) else []:
+        kind = branch(column["type"])
+        items = kind.get("items") if isinstance(kind, dict) and kind["type"] == "array" else None
+        if zoned(kind) or zoned(branch(items)):
+            found[column["name"]] = not zoned(kind)
+    return found
+
+
+def _instant(text: str | None) -> Any:
+    """A ZonedTimestamp as the aware UTC datetime pgbridge's ``instant`` form reads as; text
+    Python's datetime cannot hold (``infinity``, years beyond 1..9999) as it is."""
+    if text is None:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        return text
+
+
 class _Decoder:
     """Confluent-framed Avro -> Python values, a parsed writer schema per schema id; checked
-    against Confluent's ``AvroDeserializer`` on each schema's first record."""
+    against Confluent's ``AvroDeserializer`` on each schema's first record. Debezium's wire form
+    is read as such a consumer reads it: semantic types as their logical types, ZonedTimestamp
+    as an aware datetime."""
 
     def __init__(self, registry_url: str | Mapping[str, Any], topic: str) -> None:
         self._registry = registry_client(registry_url)
         self._reference = AvroDeserializer(self._registry, conf=DESERIALIZER_CONF)
         self._topic = topic
-        self._schemas: dict[int, Any] = {}
+        self._schemas: dict[int, tuple[Any, dict[str, bool]]] = {}
 
     def __call__(self, data: bytes | None, field: MessageField) -> Any:
         if data is None:
             return None
         assert len(data) > 5 and data[0] == 0, f"{self._topic}: not Confluent framing"
         schema_id = int.from_bytes(data[1:5], "big")
-        parsed = self._schemas.get(schema_id)
-        if parsed is not None:
-            return fastavro.schemaless_reader(io.BytesIO(data[5:]), parsed, None)
-        schema = self._registry.get_schema(schema_id)
-        assert schema.schema_str is not None
-        parsed = fastavro.parse_schema(json.loads(schema.schema_str))
+        known = self._schemas.get(schema_id)
+        if known is None:
+            schema = self._registry.get_schema(schema_id)
+            assert schema.schema_str is not None
+            writer = json.loads(schema.schema_str)
+            value = fastavro.schemaless_reader(
+                io.BytesIO(data[5:]), fastavro.parse_schema(writer), None
+            )
+            reference = self._reference(data, SerializationContext(self._topic, field))
+            # repr: NaN (the type zoo's extreme values) is not equal to itself
+            assert repr(value) == repr(reference), f"{self._topic}: schema {schema_id} differs"
+            known = (fastavro.parse_schema(_logical(writer)), _zoned_fields(writer))
+            self._schemas[schema_id] = known
+        parsed, zoned = known
         value = fastavro.schemaless_reader(io.BytesIO(data[5:]), parsed, None)
-        reference = self._reference(data, SerializationContext(self._topic, field))
-        # repr: NaN (the type zoo's extreme values) is not equal to itself
-        assert repr(value) == repr(reference), f"{self._topic}: schema {schema_id} differs"
-        self._schemas[schema_id] = parsed
+        if zoned and isinstance(value, dict):
+            is_envelope = field is MessageField.VALUE and "before" in value
+            for image in (value["before"], value["after"]) if is_envelope else (value,):
+                for name, is_array in zoned.items() if image else ():
+                    held = image.get(name)
+                    if is_array and held is not None:
+                        image[name] = [_instant(t) for t in held]
+                    else:
+                        image[name] = _instant(held)
         return value
 
 

@@ -8,13 +8,14 @@ workload (upserts, deletes, a truncate, a key change, an added column; date, num
 timestamptz, text) and Debezium's JDBC sink connector writes it into a second database, which
 must equal the source.
 
-The same row changes captured by Debezium's PostgreSQL connector (3.3) and by pgbridge in its
-Debezium dialect (``schema.logical.types=connect``, ``timestamptz.handling.mode=string``), both
-decoded from Kafka with the registry's schemas, compared field by field: envelope and
-``source`` fields, record names, each column's Avro type, ``connect.name``/``connect.parameters``
-and logical type, and the decoded values. Where the two differ, the difference is listed in
-:data:`EXTENSIONS` (fields pgbridge adds, documented in docs/debezium-consumers.md); anything
-else fails the test, values included (``source.lsn`` and ``source.sequence`` too).
+The same row changes captured by Debezium's PostgreSQL connector (3.3) and by pgbridge with its
+default settings (Debezium's wire form: ``schema.logical.types=connect``,
+``timestamptz.handling.mode=string``), both decoded from Kafka with the registry's schemas,
+compared field by field: envelope and ``source`` fields, record names, each column's Avro
+type, ``connect.name``/``connect.parameters`` and logical type, and the decoded values. Where
+the two differ, the difference is listed in :data:`EXTENSIONS` (fields pgbridge adds,
+documented in docs/debezium-consumers.md); anything else fails the test, values included
+(``source.lsn`` and ``source.sequence`` too).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ from tests.integration.bridge_harness import RunningBridge, bridge_config, mark,
 pytestmark = pytest.mark.integration
 
 
-#: What a Debezium consumer needs from pgbridge (docs/debezium-consumers.md).
-CONNECT_SETTINGS = {"schema.logical.types": "connect", "timestamptz.handling.mode": "string"}
+#: pgbridge's form for plain Avro readers, which Kafka Connect refuses (docs/debezium-consumers.md).
+AVRO_FORM = {"schema.logical.types": "avro"}
 
 SINK_SCHEMA = """
 CREATE TABLE items (id bigint PRIMARY KEY, name text, born date, price numeric(12,2),
@@ -160,7 +161,7 @@ def _sink_equals_source(
     with scratch_database(local_stack) as source, scratch_database(local_stack) as sink:
         with psycopg.connect(source, autocommit=True) as conn:
             conn.execute(SINK_SCHEMA)
-        bridge = RunningBridge(bridge_config(local_stack, source, prefix, **CONNECT_SETTINGS))
+        bridge = RunningBridge(bridge_config(local_stack, source, prefix))  # the defaults
         try:
             # ExtractNewRecordState has no flat form of a truncate: that case is the envelope's.
             workload(source, truncate=not unwrap)
@@ -204,18 +205,18 @@ def _sink_equals_source(
         assert types["price"] == "numeric"
 
 
-def test_connect_refuses_default_avro_logical_types_on_a_date_column(
+def test_connect_refuses_the_avro_forms_logical_types_on_a_date_column(
     local_stack: StackInfo, connect_worker: ConnectWorker
 ) -> None:
-    """Why a Debezium consumer needs ``schema.logical.types=connect``: with the default
-    (``logicalType: date`` beside ``connect.name: io.debezium.time.Date``) Kafka Connect's Avro
-    data mapping refuses the record and the sink task fails."""
+    """Why the default is ``schema.logical.types=connect``: with ``avro`` (``logicalType:
+    date`` beside ``connect.name: io.debezium.time.Date``) Kafka Connect's Avro data mapping
+    refuses the record and the sink task fails."""
     prefix = f"cd{uuid.uuid4().hex[:8]}"
     with scratch_database(local_stack) as source, scratch_database(local_stack) as sink:
         with psycopg.connect(source, autocommit=True) as conn:
             conn.execute("CREATE TABLE items (id int PRIMARY KEY, born date)")
             conn.execute("INSERT INTO items VALUES (1, '2024-01-01')")
-        bridge = RunningBridge(bridge_config(local_stack, source, prefix))
+        bridge = RunningBridge(bridge_config(local_stack, source, prefix, **AVRO_FORM))
         try:
             with psycopg.connect(source, autocommit=True) as conn:
                 conn.execute("INSERT INTO items VALUES (2, '2024-01-02')")
@@ -363,7 +364,7 @@ def test_debezium_and_pgbridge_publish_the_same_change_events(
         try:
             connect_worker.wait_running(name)
             _wait_slot_active(dsn, f"{theirs}_slot")
-            bridge = RunningBridge(bridge_config(local_stack, dsn, ours, **CONNECT_SETTINGS))
+            bridge = RunningBridge(bridge_config(local_stack, dsn, ours))  # the defaults
             try:
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     for statement in CHANGES:

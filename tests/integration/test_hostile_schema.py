@@ -362,10 +362,13 @@ def test_hostile_schema_extreme_values_follow_the_documented_rules(
     rows = {r["id"]: r for r in raw_values(local_stack, f"{prefix}.public.extremes")}
     bc_4713 = days_from_civil(-4712, 1, 1)
     # Timestamps: the maximum clamps below +infinity's sentinel; BC is exact; infinities map
-    # to the sentinels PostgreSQL itself uses.
-    assert rows[1]["ts"] == rows[1]["tstz"] == INT64_MAX - 1
-    assert rows[2]["ts"] == rows[2]["tstz"] == bc_4713 * US_PER_DAY
-    assert (rows[3]["ts"], rows[3]["tstz"]) == (INT64_MAX, -INT64_MAX - 1)
+    # to the sentinels PostgreSQL itself uses. timestamptz is Debezium's ZonedTimestamp (the
+    # default): exact for every value, infinities spelled out.
+    assert rows[1]["ts"] == INT64_MAX - 1
+    assert rows[1]["tstz"] == "+294276-12-31T23:59:59.999999Z"
+    assert rows[2]["ts"] == bc_4713 * US_PER_DAY
+    assert rows[2]["tstz"] == "-4712-01-01T00:00:00Z"
+    assert (rows[3]["ts"], rows[3]["tstz"]) == (INT64_MAX, "-infinity")
     # Dates fit an int whatever their value.
     assert rows[1]["d"] == days_from_civil(5874897, 12, 31)
     assert rows[2]["d"] == bc_4713
@@ -391,7 +394,7 @@ def test_hostile_schema_extreme_values_follow_the_documented_rules(
     with psycopg.connect(dsn) as conn:
         if conn.info.server_version >= 140000:
             assert rows[4]["n"] is None and rows[4]["na"] == [None]
-            assert (rows[4]["ts"], rows[4]["tstz"]) == (-INT64_MAX - 1, INT64_MAX)
+            assert (rows[4]["ts"], rows[4]["tstz"]) == (-INT64_MAX - 1, "infinity")
 
 
 def test_partitions_without_publish_via_partition_root_are_published_as_their_leaves(

@@ -61,12 +61,13 @@ def test_connect_form_lands_in_delta_like_avro_form(spark: Any, tmp_path: Path) 
     micros = 1_709_251_199_999_999  # 2024-02-29 23:59:59.999999
     # timestamptz: the instant mode's microseconds, Debezium's ZonedTimestamp text
     instants = {
-        "avro": (micros, 2**63 - 1, -(2**63), -62_135_596_800_000_000),
+        "avro": (micros, 2**63 - 1, -(2**63), -62_135_596_800_000_000, 2**63 - 2),
         "connect": (
             "2024-02-29T23:59:59.999999Z",
             "infinity",
             "-infinity",
             "0001-01-01T00:00:00Z",
+            "+294276-12-31T23:59:59.999999Z",  # PostgreSQL's last instant: clamped, as instant is
         ),
     }
     for name, form in (("as_avro", "avro"), ("as_connect", "connect")):
