@@ -21,7 +21,8 @@ demo: $(VENV)/.installed .stack-prereqs
 ## slowest listed, and beside them an end-to-end slice on the pure-Python path. The fuzz
 ## run, the soak and the long integration tests have their own targets. Under CI the stack is
 ## stopped afterwards.
-INTEGRATION := -m "integration and not slow and not long" -n 2 --dist loadfile --durations=30
+INTEGRATION := -m "integration and not slow and not long" -n 2 --dist loadfile \
+	--no-loadscope-reorder --durations=30
 test: lint .stack-prereqs
 	$(BIN)/pytest $(UNIT) $(PYTEST_ARGS)
 	PGBRIDGE_NATIVE=0 $(BIN)/pytest $(UNIT) --ignore=tests/native $(PYTEST_ARGS)
@@ -41,7 +42,8 @@ test: lint .stack-prereqs
 ## to recovery, snapshots or the apply job
 test-long: $(VENV)/.installed .stack-prereqs
 	$(BIN)/pgbridge dev up
-	$(BIN)/pytest -m "integration and long" -n 2 --dist loadfile --durations=10 $(PYTEST_ARGS)
+	$(BIN)/pytest -m "integration and long" -n 2 --dist loadfile --no-loadscope-reorder \
+	  --durations=10 $(PYTEST_ARGS)
 
 ## check: the edit-test loop: ruff, mypy and the unit tests (no JDK, no Maven, no stack)
 check: $(VENV)/.installed
