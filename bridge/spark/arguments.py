@@ -121,6 +121,15 @@ def _table_arguments(parser: argparse.ArgumentParser) -> None:
         "null and dead-lettered); default 38,18",
     )
     parser.add_argument("--app-id", default="", help="Delta txnAppId (default: from --checkpoint)")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve the job's Prometheus metrics on this port (default 0: off)",
+    )
+    parser.add_argument(
+        "--metrics-host", default="127.0.0.1", help="the metrics endpoint's address (0.0.0.0: all)"
+    )
     parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--registry-option", action="append", default=[], metavar="KEY=VALUE")
 
@@ -205,4 +214,6 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         registry_options=(*registry_security, *_pairs(args.registry_option, "registry_options")),
         spark_conf=_pairs(getattr(args, "spark_conf", []), "spark_conf"),
         spark_master=getattr(args, "master", None),
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
     )

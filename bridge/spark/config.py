@@ -126,6 +126,9 @@ class ApplyConfig:
     spark_conf: tuple[tuple[str, str], ...] = ()
     # The master of the session pgbridge apply builds; None: PGBRIDGE_SPARK_MASTER, else Spark's.
     spark_master: str | None = None
+    # Prometheus /metrics of the job (its pgbridge_apply_* metrics); 0: no endpoint.
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         if not self.topic_prefix or not _TOPIC_CHARS.match(self.topic_prefix):
@@ -137,6 +140,8 @@ class ApplyConfig:
         for key in ("delta_base", "checkpoint_location", "dead_letter_location"):
             if not str(getattr(self, key)).strip():
                 raise ConfigError(key, "must not be empty")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError("metrics_port", f"{self.metrics_port} is not a TCP port (0: off)")
         if self.dropped_columns not in ("keep", "drop"):
             raise ConfigError("dropped_columns", f"{self.dropped_columns!r} is not keep or drop")
         if len({self.delta_base.rstrip("/"), self.dead_letter_location.rstrip("/")}) == 1:

@@ -34,7 +34,7 @@ from typing import Any
 
 from prometheus_client import Gauge
 
-from bridge.errors import PgBridgeError
+from bridge.errors import ConfigError, PgBridgeError
 from bridge.retry import RetryPolicy
 from bridge.spark import changelog
 from bridge.spark.applier import BatchApplier, first_line, job_conf
@@ -201,6 +201,30 @@ class ChangelogQueries:
                 query.stop()
 
 
+def serve_metrics(config: ApplyConfig) -> Callable[[], None]:
+    """Serve the job's metrics (Prometheus' default registry, where the ``pgbridge_apply_*``
+    metrics live) on ``config.metrics_port`` while it runs; returns what stops the endpoint."""
+    if not config.metrics_port:
+        return lambda: None
+    from prometheus_client import start_http_server
+
+    try:
+        server, thread = start_http_server(config.metrics_port, addr=config.metrics_host)
+    except OSError as exc:
+        raise ConfigError(
+            "metrics_port",
+            f"cannot serve metrics on {config.metrics_host}:{config.metrics_port}: {exc.strerror}",
+        ) from None
+    logger.info("metrics on http://%s:%d/metrics", config.metrics_host, config.metrics_port)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+    return stop
+
+
 def run_apply(
     config: ApplyConfig, spark: Any = None, session_factory: Callable[[], Any] | None = None
 ) -> None:
@@ -225,6 +249,12 @@ def run_apply(
             spark = build_spark_session(config.query_name, master=master, conf=conf)
     config = with_batch_bound(spark, config)
     queries: list[Any] = []
+    try:
+        stop_metrics = serve_metrics(config)
+    except ConfigError:
+        if own_session:
+            _stop_session(spark)
+        raise
 
     def start() -> Any:
         queries.append(start_apply(spark, config))
@@ -245,6 +275,7 @@ def run_apply(
             raise lost from exc
         raise ApplyError(f"the apply query failed: {exc}") from exc
     finally:
+        stop_metrics()
         if own_session:
             _stop_session(spark)
 

@@ -14,6 +14,7 @@ import datetime as dt
 import io
 import json
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -117,6 +118,13 @@ class RunningBridge:
         self._thread.join(60)
         if self.error is not None:
             raise self.error
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def mark(dsn: str) -> Lsn:

@@ -14,6 +14,7 @@ import signal
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,14 @@ from bridge.devstack.kafka import KafkaBroker
 from bridge.devstack.stack import StackInfo
 from bridge.spark.config import ApplyConfig
 from bridge.spark.job import run_apply
-from tests.integration.bridge_harness import RunningBridge, bridge_config, mark, scratch_database
+from tests.dashboard import exported_families, of_apply, queried_families
+from tests.integration.bridge_harness import (
+    RunningBridge,
+    bridge_config,
+    free_port,
+    mark,
+    scratch_database,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -54,6 +62,16 @@ def _wait_equal(spark: Any, config: ApplyConfig, dsn: str, apply: threading.Thre
         time.sleep(2)
 
 
+def _assert_dashboard_metrics(port: int) -> None:
+    """The running job's endpoint (``--metrics-port``) exports every apply metric the Grafana
+    dashboard reads, with this run's figures."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        scrape = reply.read().decode()
+    missing = of_apply(queried_families()) - exported_families(scrape)
+    assert not missing, f"the dashboard reads metrics the apply job does not export: {missing}"
+    assert 'pgbridge_apply_changes_total{table="public.items"}' in scrape
+
+
 def test_spark_apply_rides_through_a_kafka_outage(
     local_stack: StackInfo, spark: Any, tmp_path: Path
 ) -> None:
@@ -61,6 +79,7 @@ def test_spark_apply_rides_through_a_kafka_outage(
     broker.start()  # errors, never skips, if it cannot start
     prefix = f"sfault{uuid.uuid4().hex[:8]}"
     errors: list[BaseException] = []
+    metrics_port = free_port()
     try:
         with scratch_database(local_stack) as dsn:
             with psycopg.connect(dsn, autocommit=True) as conn:
@@ -81,6 +100,7 @@ def test_spark_apply_rides_through_a_kafka_outage(
                 checkpoint_location=str(tmp_path / "checkpoint"),
                 dead_letter_location=str(tmp_path / "dead-letter"),
                 trigger_interval="1 second",
+                metrics_port=metrics_port,
                 kafka_options=(
                     ("default.api.timeout.ms", "4000"),
                     ("request.timeout.ms", "3000"),
@@ -102,6 +122,7 @@ def test_spark_apply_rides_through_a_kafka_outage(
                 bridge.wait_confirmed(mark(dsn))
                 job.start()
                 _wait_equal(spark, config, dsn, job)
+                _assert_dashboard_metrics(metrics_port)
                 pid = broker.pid
                 assert pid is not None
                 os.kill(pid, signal.SIGKILL)

@@ -44,6 +44,7 @@ def _config(**overrides: object) -> ApplyConfig:
         ({"mode": "merge-on-read"}, "mode"),
         ({"compaction_interval": "often"}, "compaction_interval"),
         ({"kafka_options": (("kafka.security.protocol", "SSL"),)}, "kafka_options"),
+        ({"metrics_port": 70000}, "metrics_port"),
     ],
 )
 def test_apply_config_rejects_invalid_setting(overrides: dict[str, object], key: str) -> None:
@@ -295,3 +296,26 @@ def test_apply_master_option_names_the_cluster(monkeypatch: pytest.MonkeyPatch) 
     config = config_from_args(_apply_args(*flags, "--master", "spark://10.0.0.5:7077"))
     assert config.spark_master == "spark://10.0.0.5:7077"
     assert config_from_args(_apply_args(*flags)).spark_master is None
+
+
+def test_metrics_endpoint_serves_the_apply_metrics_until_stopped() -> None:
+    """``pgbridge apply --metrics-port``: the job's metrics over HTTP while it runs; a port in
+    use is a ConfigError naming it."""
+    import socket
+    import urllib.request
+
+    from bridge.spark.job import serve_metrics
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    stop = serve_metrics(_config(metrics_port=port))
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            assert "# TYPE pgbridge_apply_freshness_seconds gauge" in reply.read().decode()
+        with pytest.raises(ConfigError, match=f"cannot serve metrics on 127.0.0.1:{port}"):
+            serve_metrics(_config(metrics_port=port))
+    finally:
+        stop()
+    serve_metrics(_config(metrics_port=port))()  # released: a next run can listen there
+    assert serve_metrics(_config())() is None  # port 0: no endpoint
