@@ -18,12 +18,14 @@ import psycopg
 
 from bridge import native, signal_messages
 from bridge.config import BridgeConfig
+from bridge.config.basics import reveal
 from bridge.errors import ConfigError, PgBridgeError
 from bridge.events import EventBuilder
 from bridge.failures import FailurePolicy
 from bridge.metrics import BridgeMetrics
 from bridge.native.switches import NATIVE, enabled
 from bridge.observe import MetricsObserver
+from bridge.pgoutput.lsn import Lsn
 from bridge.pipeline import Pipeline, PipelineObserver, PipelineOptions
 from bridge.restarts import stream_with_restarts
 from bridge.signals import ensure_signal_table, signal_table_name
@@ -45,6 +47,7 @@ from bridge.source.config import (
 )
 from bridge.source.replication import LogicalReplicationSource
 from bridge.source.table_watch import TableWatch
+from bridge.source.takeover import debezium_offset, offsets_from_file, offsets_from_topic
 from bridge.source.type_catalog import TypeDescriber
 from bridge.types import TypeMapper, TypeOptions
 
@@ -200,11 +203,40 @@ def snapshot_sink(config: BridgeConfig, parts: PipelineParts) -> SnapshotSink:
     )
 
 
+def takeover_start(config: BridgeConfig) -> Lsn | None:
+    """Where a Debezium connector whose slot this bridge takes over stopped
+    (``debezium.offsets.*``, bridge.source.takeover), or ``None``."""
+    rep = config.replication
+    if rep.debezium_offsets_topic:
+        where = f"topic {rep.debezium_offsets_topic}"
+        client = {key: reveal(value) for key, value in config.kafka.security}
+        entries = offsets_from_topic(
+            config.kafka.bootstrap_servers, rep.debezium_offsets_topic, client
+        )
+    elif rep.debezium_offsets_file is not None:
+        where = str(rep.debezium_offsets_file)
+        entries = offsets_from_file(rep.debezium_offsets_file)
+    else:
+        return None
+    offset = debezium_offset(entries, config.topic_prefix, rep.debezium_connector_name, where)
+    logger.info(
+        "taking over from Debezium connector %r (%s): its last committed transaction ended at "
+        "%s (txId %s)",
+        offset.connector,
+        where,
+        offset.resume_lsn,
+        offset.tx_id,
+    )
+    return offset.resume_lsn
+
+
 def build_pipeline(
     config: BridgeConfig, metrics: BridgeMetrics | None = None, parts: PipelineParts | None = None
 ) -> Pipeline:
     """Everything wired, the source opened (slot and publication checked or created)."""
-    source = LogicalReplicationSource(source_config(config))
+    source = LogicalReplicationSource(
+        replace(source_config(config), start_after=takeover_start(config))
+    )
     source.open()
     parts = parts or build_parts(config)
     incremental = incremental_snapshotter(config, parts.builder)

@@ -196,6 +196,24 @@ KEYS: Final[tuple[KeySpec, ...]] = (
     KeySpec("topic.prefix", _text, None, "topics are <prefix>.<schema>.<table> (required)"),
     KeySpec("slot.name", _text, "pgbridge", "logical replication slot"),
     KeySpec(
+        "debezium.offsets.topic",
+        _optional_text,
+        None,
+        "taking over a Debezium connector's slot: Kafka Connect's offsets topic",
+    ),
+    KeySpec(
+        "debezium.offsets.file",
+        _path,
+        None,
+        "taking over: a standalone Kafka Connect worker's offsets file",
+    ),
+    KeySpec(
+        "debezium.connector.name",
+        _optional_text,
+        None,
+        "taking over: the Debezium connector's name (default: the one with this topic.prefix)",
+    ),
+    KeySpec(
         "slot.failover",
         _boolean,
         False,

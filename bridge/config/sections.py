@@ -97,6 +97,8 @@ def replication(v: Values) -> ReplicationConfig:
         raise ConfigError("slot.name", f"{slot!r}: use 1-63 lower-case letters, digits, _")
     if not v["publication.name"]:
         raise ConfigError("publication.name", "must not be empty")
+    if v["debezium.offsets.topic"] and v["debezium.offsets.file"]:
+        raise ConfigError("debezium.offsets.file", "cannot be combined with debezium.offsets.topic")
     if v["heartbeat.action.query"] and v["heartbeat.interval.ms"] == 0:
         raise ConfigError("heartbeat.interval.ms", "must be set for heartbeat.action.query")
     return v.fill(ReplicationConfig)

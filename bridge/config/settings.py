@@ -91,6 +91,10 @@ class ReplicationConfig:
     heartbeat_action_query: str | None = key_field("heartbeat.action.query")
     spill_threshold_bytes: int = key_field("streaming.spill.threshold.bytes")
     spill_dir: Path | None = key_field("streaming.spill.dir")
+    #: Taking over a Debezium connector's slot: where its offsets are (bridge.source.takeover).
+    debezium_offsets_topic: str | None = key_field("debezium.offsets.topic")
+    debezium_offsets_file: Path | None = key_field("debezium.offsets.file")
+    debezium_connector_name: str | None = key_field("debezium.connector.name")
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from bridge.errors import ConfigError
+from bridge.pgoutput.lsn import Lsn
 
 __all__ = ["PublicationConfig", "PublicationMode", "ReconnectPolicy", "SourceConfig"]
 
@@ -118,6 +119,9 @@ class SourceConfig:
     reconnect: ReconnectPolicy = field(default_factory=ReconnectPolicy)
     server_options: tuple[tuple[str, str], ...] = ()
     application_name: str = "pgbridge"
+    #: A position another connector already delivered (a Debezium takeover,
+    #: bridge.source.takeover): streaming starts at the later of it and the slot's.
+    start_after: Lsn | None = None
 
     def __post_init__(self) -> None:
         if not self.dsn:

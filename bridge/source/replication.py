@@ -188,8 +188,18 @@ class LogicalReplicationSource:
             binary=cfg.binary,
             streaming=cfg.streaming,
         )
-        self._start_lsn = slot.confirmed_flush_lsn
-        self._progress = Progress(slot.confirmed_flush_lsn)
+        start = slot.confirmed_flush_lsn
+        if cfg.start_after is not None and cfg.start_after > start:
+            logger.info(
+                "slot %s is confirmed up to %s; starting at %s, which the connector taken "
+                "over delivered up to",
+                cfg.slot_name,
+                start,
+                cfg.start_after,
+            )
+            start = cfg.start_after
+        self._start_lsn = start
+        self._progress = Progress(start)
         self._assembler = StreamAssembler(
             in_stream_decoder(self._options.proto_version),
             spill_threshold=cfg.spill_threshold,
@@ -198,7 +208,7 @@ class LogicalReplicationSource:
         logger.info(
             "streaming slot %s from %s (PostgreSQL %d, %s)",
             cfg.slot_name,
-            slot.confirmed_flush_lsn,
+            start,
             server.version_num,
             self._options,
         )

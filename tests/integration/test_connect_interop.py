@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import io
 import json
+import logging
+import threading
 import time
 import urllib.request
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -43,7 +46,14 @@ from bridge.devstack.connect import (
 )
 from bridge.devstack.stack import StackInfo
 from bridge.errors import StackError
-from tests.integration.bridge_harness import RunningBridge, bridge_config, mark, scratch_database
+from tests.integration.bridge_harness import (
+    RunningBridge,
+    bridge_config,
+    mark,
+    read_topic,
+    scratch_database,
+    table_differences,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -433,3 +443,143 @@ def _wait_slot_active(dsn: str, slot: str) -> None:
                 return
             time.sleep(0.5)
     raise AssertionError(f"Debezium's slot {slot} never became active")
+
+
+def _topic_size(stack: StackInfo, topic: str) -> int:
+    from confluent_kafka import TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap_servers, "group.id": "size"})
+    try:
+        md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if md is None or md.error is not None:
+            return 0
+        return sum(
+            high - low
+            for low, high in (
+                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                for p in md.partitions
+            )
+        )
+    finally:
+        consumer.close()
+
+
+def _writer(dsn: str, stop: threading.Event, first: int) -> None:
+    """One small transaction after another: inserts, updates of an earlier row, deletes."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        i = first
+        while not stop.is_set():
+            with conn.transaction():
+                conn.execute("INSERT INTO moved VALUES (%s, %s, 0)", (i, f"row {i}"))
+                if i % 3 == 0:
+                    conn.execute("UPDATE moved SET n = n + 1, v = v || '+' WHERE id = %s", (i - 1,))
+            if i % 7 == 0:
+                conn.execute("DELETE FROM moved WHERE id = %s", (i - 5,))
+            i += 1
+            time.sleep(0.005)
+
+
+def test_pgbridge_takes_over_a_stopped_debezium_connector_without_a_gap(
+    local_stack: StackInfo,
+    connect_worker: ConnectWorker,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Debezium snapshots a table and streams a steady writer; it is stopped mid-load while
+    the writer goes on; pgbridge starts on its slot, publication and topic prefix from its
+    stored offsets (the standalone worker's file). The topic, read in order, rebuilds the table
+    equal to the source (nothing missed), and at most one transaction is in it from both."""
+    prefix = f"mv{uuid.uuid4().hex[:8]}"
+    slot, publication, topic = f"{prefix}_slot", f"{prefix}_pub", f"{prefix}.public.moved"
+    stop = threading.Event()
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE moved (id int PRIMARY KEY, v text, n int)")
+            conn.execute(
+                "INSERT INTO moved SELECT i, 'row ' || i, 0 FROM generate_series(1, 100) i"
+            )
+        name = f"dbz-{prefix}"
+        connect_worker.put_connector(
+            name,
+            {
+                "connector.class": POSTGRES_SOURCE_CONNECTOR,
+                "tasks.max": "1",
+                "plugin.name": "pgoutput",
+                "database.hostname": local_stack.postgres_host,
+                "database.port": str(local_stack.postgres_port),
+                "database.user": "postgres",
+                "database.password": local_stack.postgres_password or "unused-trust-auth",
+                "database.dbname": str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]),
+                "topic.prefix": prefix,
+                "slot.name": slot,
+                "publication.name": publication,
+                "publication.autocreate.mode": "filtered",
+                "table.include.list": "public.moved",
+                "topic.creation.default.replication.factor": "1",
+                "topic.creation.default.partitions": "1",
+                **apicurio_converter(local_stack.registry_url, "key.converter", register=True),
+                **apicurio_converter(local_stack.registry_url, "value.converter", register=True),
+            },
+        )
+        writer = threading.Thread(target=_writer, args=(dsn, stop, 101), daemon=True)
+        try:
+            connect_worker.wait_running(name)
+            deadline = time.monotonic() + 120
+            while _topic_size(local_stack, topic) < 100:  # its snapshot
+                assert time.monotonic() < deadline, "Debezium's snapshot did not arrive"
+                time.sleep(0.5)
+            writer.start()
+            while _topic_size(local_stack, topic) < 250:  # and some of the stream
+                assert time.monotonic() < deadline, "Debezium's stream did not arrive"
+                connect_worker.raise_if_failed(name)
+                time.sleep(0.2)
+        finally:
+            connect_worker.delete_connector(name)  # stopped mid-load; the writer goes on
+        try:
+            time.sleep(2)
+            caplog.set_level(logging.INFO, logger="bridge")
+            bridge = RunningBridge(
+                bridge_config(
+                    local_stack,
+                    dsn,
+                    prefix,
+                    **{
+                        "slot.name": slot,
+                        "publication.name": publication,
+                        "publication.autocreate.mode": "disabled",
+                        "debezium.offsets.file": str(connect_worker.base_dir / "offsets"),
+                        "state.dir": str(tmp_path),
+                    },
+                )
+            )
+            try:
+                time.sleep(2)
+                stop.set()
+                writer.join(30)
+                bridge.wait_confirmed(mark(dsn))
+            finally:
+                bridge.stop()
+        finally:
+            stop.set()
+        with psycopg.connect(dsn) as conn:
+            expected = {
+                r[0]: {"id": r[0], "v": r[1], "n": r[2]}
+                for r in conn.execute("SELECT id, v, n FROM moved").fetchall()
+            }
+    records = read_topic(local_stack.bootstrap_servers, local_stack.registry_url, topic)
+    rebuilt: dict[int, Any] = {}
+    for key, value in records:  # one partition: Debezium's records, then pgbridge's
+        if value is None:
+            continue
+        if value["op"] == "d":
+            rebuilt.pop(key["id"], None)
+        else:
+            rebuilt[key["id"]] = value["after"]
+    assert rebuilt == expected, table_differences(
+        {(k,): v for k, v in rebuilt.items()}, {(k,): v for k, v in expected.items()}
+    )
+    theirs = {v["source"]["txId"] for _, v in records if v and "seq" not in v["source"]}
+    ours = {v["source"]["txId"] for _, v in records if v and "seq" in v["source"]}
+    assert len(theirs) > 50 and len(ours) > 50  # each streamed part of the load
+    assert len(theirs & ours) <= 1, f"transactions sent by both: {sorted(theirs & ours)}"
+    assert f"taking over from Debezium connector 'dbz-{prefix}'" in caplog.text
