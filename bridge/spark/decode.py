@@ -212,7 +212,10 @@ def _envelope_problem(decoded: DataFrame) -> str | None:
         if not isinstance(source, T.StructType):
             missing.append("source record")
         else:
-            missing += [f"source.{f}" for f in _SOURCE_FIELDS if f not in source.fieldNames()]
+            names = source.fieldNames()
+            # Debezium's records (a topic taken over) have no commit_lsn/seq: their lsn orders them.
+            required = _SOURCE_FIELDS if "lsn" not in names else ("ts_ms",)
+            missing += [f"source.{f}" for f in required if f not in names]
     return f"missing {', '.join(missing)}" if missing else None
 
 

@@ -194,12 +194,33 @@ def _shape(decoded: DataFrame, shape: RowShape | None) -> RowShape:
     return shape if shape is not None else RowShape.plain(envelope_fields(decoded))
 
 
-def _meta(op: Column | None = None) -> list[Column]:
+def position(source_type: T.DataType) -> tuple[Column, Column]:
+    """(commit_lsn, seq) of a change: pgbridge's source fields; for records Debezium wrote
+    (a topic pgbridge took over, docs/debezium-migration.md), Debezium's own order:
+    ``source.sequence`` [last commit's LSN, the change's LSN], else the change's LSN. Such a
+    record sorts after every change of the transactions before its own and before
+    pgbridge's records of its own transaction."""
+    source = F.col(ENVELOPE)["source"]
+    names = source_type.fieldNames() if isinstance(source_type, T.StructType) else []
+    if "commit_lsn" in names and "seq" in names:
+        return source["commit_lsn"].cast("long"), source["seq"].cast("long")
+    lsn = source["lsn"].cast("long")
+    last_commit = (
+        F.get_json_object(source["sequence"], "$[0]").try_cast("long")
+        if "sequence" in names
+        else F.lit(None).cast("long")
+    )
+    return F.coalesce(last_commit, lsn), lsn
+
+
+def _meta(decoded: DataFrame, op: Column | None = None) -> list[Column]:
     envelope: Column = F.col(ENVELOPE)
+    envelope_type: Any = decoded.schema[ENVELOPE].dataType
+    commit_lsn, seq = position(envelope_type["source"].dataType)
     return [
         (op if op is not None else envelope["op"]).alias(OP),
-        envelope["source"]["commit_lsn"].cast("long").alias(COMMIT_LSN),
-        envelope["source"]["seq"].cast("long").alias(SEQ),
+        commit_lsn.alias(COMMIT_LSN),
+        seq.alias(SEQ),
         F.timestamp_millis(envelope["source"]["ts_ms"]).alias(COMMIT_TS),
         envelope["source"]["schema"].cast("string").alias(SOURCE_SCHEMA),
         envelope["source"]["table"].cast("string").alias(SOURCE_TABLE),
@@ -242,7 +263,7 @@ def envelope_to_changes(decoded: DataFrame, shape: RowShape | None = None) -> Da
     ]
     return decoded.where(~F.col(UNDECODABLE) & F.col(ENVELOPE)["op"].isin(*APPLY_OPS)).select(
         *values,
-        *_meta(),
+        *_meta(decoded),
         _unchanged(decoded, shape).alias(UNCHANGED),
         F.col("partition").cast("int").alias(PARTITION),
         F.col("offset").cast("long").alias(OFFSET),
@@ -271,17 +292,17 @@ def envelope_to_images(decoded: DataFrame, shape: RowShape | None = None) -> Dat
         for c in shape.columns
     ]
     plus = decoded.where(usable & op.isin("c", "r", "u") & after.isNotNull()).select(
-        *plus_values, *_meta(), empty, F.lit(1).alias(COUNT_DELTA)
+        *plus_values, *_meta(decoded), empty, F.lit(1).alias(COUNT_DELTA)
     )
     minus = decoded.where(usable & op.isin("u", "d") & before.isNotNull()).select(
         *[shape.value(before, c).alias(c.name) for c in shape.columns],
-        *_meta(),
+        *_meta(decoded),
         empty,
         F.lit(-1).alias(COUNT_DELTA),
     )
     truncates = decoded.where(usable & (op == "t")).select(
         *[F.lit(None).cast(plus.schema[c.name].dataType).alias(c.name) for c in shape.columns],
-        *_meta(),
+        *_meta(decoded),
         empty,
         F.lit(0).alias(COUNT_DELTA),
     )

@@ -46,6 +46,7 @@ from bridge.devstack.connect import (
 )
 from bridge.devstack.stack import StackInfo
 from bridge.errors import StackError
+from bridge.spark.job import run_apply
 from tests.integration.bridge_harness import (
     RunningBridge,
     bridge_config,
@@ -54,6 +55,7 @@ from tests.integration.bridge_harness import (
     scratch_database,
     table_differences,
 )
+from tests.integration.test_delta_e2e import apply_config, assert_delta_equals_source
 
 pytestmark = pytest.mark.integration
 
@@ -482,6 +484,7 @@ def _writer(dsn: str, stop: threading.Event, first: int) -> None:
 def test_pgbridge_takes_over_a_stopped_debezium_connector_without_a_gap(
     local_stack: StackInfo,
     connect_worker: ConnectWorker,
+    spark: Any,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -566,6 +569,10 @@ def test_pgbridge_takes_over_a_stopped_debezium_connector_without_a_gap(
                 r[0]: {"id": r[0], "v": r[1], "n": r[2]}
                 for r in conn.execute("SELECT id, v, n FROM moved").fetchall()
             }
+        # The apply job applies the topic as it is, Debezium's records and pgbridge's.
+        config = apply_config(local_stack, prefix, tmp_path / "apply")
+        run_apply(config, spark=spark)
+        assert_delta_equals_source(spark, config, dsn, {"public.moved": ("id",)})
     records = read_topic(local_stack.bootstrap_servers, local_stack.registry_url, topic)
     rebuilt: dict[int, Any] = {}
     for key, value in records:  # one partition: Debezium's records, then pgbridge's
