@@ -159,6 +159,7 @@ _LONGEST_FIRST = (
     "tests/integration/test_incremental_snapshot.py",  # 107
     "tests/integration/test_delta_e2e.py",  # 92
     "tests/integration/test_snapshot_e2e.py",  # 87
+    "tests/integration/test_connect_interop.py",  # 31, ~80 with the Debezium takeover
     "tests/spark/test_changelog.py",  # 85 before, ~60 after
     "tests/integration/test_oauth_logins.py",  # 61
     "tests/integration/test_spark_cluster.py",  # 58
@@ -167,7 +168,6 @@ _LONGEST_FIRST = (
     "tests/integration/test_spark_hostile.py",  # 49
     "tests/integration/test_spark_faults.py",  # 45
     "tests/integration/source/test_source_replication.py",  # 40
-    "tests/integration/test_connect_interop.py",  # 31
     "tests/spark/test_transforms.py",  # 30
     "tests/integration/test_ddl_torture.py",  # 28
     "tests/spark/test_debezium_types.py",  # 26
