@@ -340,6 +340,34 @@ def _record_name(schema: Any, prefix: str) -> str:
     return str(schema.get("name", "")).replace(prefix, "<prefix>", 1)
 
 
+def debezium_source(
+    stack: StackInfo, dsn: str, prefix: str, table: str, **extra: str
+) -> dict[str, str]:
+    """Debezium's PostgreSQL connector on ``table`` of ``dsn``: topic prefix ``prefix``, slot
+    ``<prefix>_slot``, a filtered publication ``<prefix>_pub``, Avro through the registry."""
+    return {
+        "connector.class": POSTGRES_SOURCE_CONNECTOR,
+        "tasks.max": "1",
+        "plugin.name": "pgoutput",
+        "database.hostname": stack.postgres_host,
+        "database.port": str(stack.postgres_port),
+        "database.user": "postgres",
+        "database.password": stack.postgres_password or "unused-trust-auth",
+        "database.dbname": str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]),
+        "topic.prefix": prefix,
+        "slot.name": f"{prefix}_slot",
+        "publication.name": f"{prefix}_pub",
+        "publication.autocreate.mode": "filtered",
+        "table.include.list": table,
+        # The stack's broker creates no topics on its own: Connect does.
+        "topic.creation.default.replication.factor": "1",
+        "topic.creation.default.partitions": "1",
+        **apicurio_converter(stack.registry_url, "key.converter", register=True),
+        **apicurio_converter(stack.registry_url, "value.converter", register=True),
+        **extra,
+    }
+
+
 def test_debezium_and_pgbridge_publish_the_same_change_events(
     local_stack: StackInfo, connect_worker: ConnectWorker
 ) -> None:
@@ -347,31 +375,10 @@ def test_debezium_and_pgbridge_publish_the_same_change_events(
     with scratch_database(local_stack) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(COMPARED_SCHEMA)
-        dbname = str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
         name = f"dbz-{theirs}"
         connect_worker.put_connector(
             name,
-            {
-                "connector.class": POSTGRES_SOURCE_CONNECTOR,
-                "tasks.max": "1",
-                "plugin.name": "pgoutput",
-                "database.hostname": local_stack.postgres_host,
-                "database.port": str(local_stack.postgres_port),
-                "database.user": "postgres",
-                "database.password": local_stack.postgres_password or "unused-trust-auth",
-                "database.dbname": dbname,
-                "topic.prefix": theirs,
-                "slot.name": f"{theirs}_slot",
-                "publication.name": f"{theirs}_pub",
-                "publication.autocreate.mode": "filtered",
-                "table.include.list": "public.cmp",
-                "snapshot.mode": "no_data",
-                # The stack's broker creates no topics on its own: Connect does.
-                "topic.creation.default.replication.factor": "1",
-                "topic.creation.default.partitions": "1",
-                **apicurio_converter(local_stack.registry_url, "key.converter", register=True),
-                **apicurio_converter(local_stack.registry_url, "value.converter", register=True),
-            },
+            debezium_source(local_stack, dsn, theirs, "public.cmp", **{"snapshot.mode": "no_data"}),
         )
         try:
             connect_worker.wait_running(name)
@@ -503,26 +510,7 @@ def test_pgbridge_takes_over_a_stopped_debezium_connector_without_a_gap(
             )
         name = f"dbz-{prefix}"
         connect_worker.put_connector(
-            name,
-            {
-                "connector.class": POSTGRES_SOURCE_CONNECTOR,
-                "tasks.max": "1",
-                "plugin.name": "pgoutput",
-                "database.hostname": local_stack.postgres_host,
-                "database.port": str(local_stack.postgres_port),
-                "database.user": "postgres",
-                "database.password": local_stack.postgres_password or "unused-trust-auth",
-                "database.dbname": str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]),
-                "topic.prefix": prefix,
-                "slot.name": slot,
-                "publication.name": publication,
-                "publication.autocreate.mode": "filtered",
-                "table.include.list": "public.moved",
-                "topic.creation.default.replication.factor": "1",
-                "topic.creation.default.partitions": "1",
-                **apicurio_converter(local_stack.registry_url, "key.converter", register=True),
-                **apicurio_converter(local_stack.registry_url, "value.converter", register=True),
-            },
+            name, debezium_source(local_stack, dsn, prefix, "public.moved")
         )
         writer = threading.Thread(target=_writer, args=(dsn, stop, 101), daemon=True)
         try:
