@@ -210,6 +210,15 @@ class ApplyConfig:
             "failOnDataLoss": "true",
             # Bytes, not strings: the Confluent framing is binary.
             "includeHeaders": "false",
+            # Spark's Kafka reader asks for the partition's offset range (two ListOffsets
+            # requests) after every poll, and the consumer has already sent its next fetch,
+            # which the broker parks for fetch.max.wait.ms (500) at the end of the partition;
+            # the broker answers a connection's requests in order, so each topic-partition of
+            # a batch waited half a second. Measured, Spark's raw read of 20,000 records over
+            # 200 topics: 54.7 s with Kafka's 500 ms, 9.1 s with 50, 3.6 s with 0. Reads are
+            # bounded by offsets known to exist, so an immediate answer is never a busy wait.
+            # A user's kafka.fetch.max.wait.ms still wins (set below).
+            "kafka.fetch.max.wait.ms": "0",
         }
         if self.tables:
             options["subscribe"] = ",".join(f"{self.topic_prefix}.{t}" for t in self.tables)

@@ -319,3 +319,11 @@ def test_metrics_endpoint_serves_the_apply_metrics_until_stopped() -> None:
         stop()
     serve_metrics(_config(metrics_port=port))()  # released: a next run can listen there
     assert serve_metrics(_config())() is None  # port 0: no endpoint
+
+
+def test_kafka_source_answers_fetches_at_once_unless_the_user_says() -> None:
+    """Spark's reader waits out the broker's fetch.max.wait.ms once per topic-partition and
+    batch (see kafka_source_options); the job's default is no wait, a user's setting wins."""
+    assert _config().kafka_source_options()["kafka.fetch.max.wait.ms"] == "0"
+    options = _config(kafka_options=(("fetch.max.wait.ms", "100"),)).kafka_source_options()
+    assert options["kafka.fetch.max.wait.ms"] == "100"
