@@ -106,6 +106,11 @@ def offsets_from_topic(
             "bootstrap.servers": bootstrap_servers,
             "group.id": f"pgbridge-takeover-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
+            # The broker answers a connection's requests in order: a fetch parked at the end
+            # of one partition (fetch.wait.max.ms, 500 ms) held up the next partition's offset
+            # query, half a second per partition of Connect's offsets topic (25 by default).
+            # The reads here are bounded by known offsets, so an immediate answer never spins.
+            "fetch.wait.max.ms": 0,
             **(client or {}),
         }
     )

@@ -667,9 +667,19 @@ class _PhaseTimer:
 
 
 def first_line(error: BaseException) -> str:
-    """The gist of an error (Spark's carry a JVM stack trace after the first lines)."""
+    """The gist of an error (Spark's carry a JVM stack trace after the first lines).
+
+    py4j's errors open with "An error occurred while calling o123.collectToPython." and name
+    the Java exception on the next line: that line is the gist, prefixed by the call.
+    """
     text = str(error).strip() or repr(error)
-    return text.splitlines()[0][:500]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith(_PY4J_CALL):
+        return f"{lines[0]} {lines[1].removeprefix(': ')}"[:500]
+    return lines[0][:500] if lines else repr(error)
+
+
+_PY4J_CALL = "An error occurred while calling "
 
 
 def _is_delta_table(spark: Any, path: str) -> bool:
