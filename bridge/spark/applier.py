@@ -72,7 +72,7 @@ from pyspark.sql import types as T
 from bridge.spark import transforms as tf
 from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
-from bridge.spark.errors import RegistryUnavailableError, TableApplyError
+from bridge.spark.errors import RegistryUnavailableError, TableApplyError, first_line
 from bridge.spark.fences import Fences, read_fences
 from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
 from bridge.spark.merge import (
@@ -664,22 +664,6 @@ class _PhaseTimer:
     @property
     def total(self) -> float:
         return time.monotonic() - self.started
-
-
-def first_line(error: BaseException) -> str:
-    """The gist of an error (Spark's carry a JVM stack trace after the first lines).
-
-    py4j's errors open with "An error occurred while calling o123.collectToPython." and name
-    the Java exception on the next line: that line is the gist, prefixed by the call.
-    """
-    text = str(error).strip() or repr(error)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if len(lines) > 1 and lines[0].startswith(_PY4J_CALL):
-        return f"{lines[0]} {lines[1].removeprefix(': ')}"[:500]
-    return lines[0][:500] if lines else repr(error)
-
-
-_PY4J_CALL = "An error occurred while calling "
 
 
 def _is_delta_table(spark: Any, path: str) -> bool:

@@ -35,7 +35,7 @@ from bridge.sink.registry import registry_client
 from bridge.spark import transforms as tf
 from bridge.spark.columns import RowShape, missing_literal
 from bridge.spark.config import ApplyConfig
-from bridge.spark.errors import RegistryUnavailableError, TableApplyError
+from bridge.spark.errors import RegistryUnavailableError, TableApplyError, first_line
 from bridge.spark.semantic import restore_logical_types
 
 __all__ = ["DecodedBatch", "SchemaCache", "TableBatch", "decode_batch"]
@@ -350,8 +350,7 @@ def _decode_group(
 
 def _reason(error: BaseException) -> str:
     """A dead-letter reason for an error (Spark's carry a JVM stack trace after line one)."""
-    text = str(error).strip() or repr(error)
-    return f"table not applied: {type(error).__name__}: {text.splitlines()[0][:500]}"
+    return f"table not applied: {type(error).__name__}: {first_line(error)}"
 
 
 def _check_names(topic: str, shape: RowShape) -> None:

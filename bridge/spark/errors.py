@@ -45,3 +45,19 @@ class TableApplyError(ApplyError):
     def __init__(self, table: str, message: str) -> None:
         super().__init__(f"{table}: {message}")
         self.table = table
+
+
+def first_line(error: BaseException) -> str:
+    """The gist of an error (Spark's carry a JVM stack trace after the first lines).
+
+    py4j's errors open with "An error occurred while calling o123.collectToPython." and name
+    the Java exception on the next line: that line is the gist, prefixed by the call.
+    """
+    text = str(error).strip() or repr(error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith(_PY4J_CALL):
+        return f"{lines[0]} {lines[1].removeprefix(': ')}"[:500]
+    return lines[0][:500] if lines else repr(error)
+
+
+_PY4J_CALL = "An error occurred while calling "

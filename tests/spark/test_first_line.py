@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.spark.applier import first_line
+from bridge.spark.errors import first_line
 
 
 def test_first_line_of_a_plain_error() -> None:
