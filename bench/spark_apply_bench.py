@@ -46,7 +46,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,7 @@ from typing import Any
 import fastavro
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.cleanup import TOPIC_PREFIXES, delete_topics, topic_prefix
 from bridge.devstack.stack import LocalStack
 from bridge.spark import changelog
 from bridge.spark.applier import BatchApplier
@@ -350,7 +350,7 @@ def check_tables(spark: Any, config: ApplyConfig, workload: Workload) -> None:
 
 
 def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
-    prefix = f"fresh{uuid.uuid4().hex[:6]}"
+    prefix = topic_prefix("fresh")
     workload = Workload(prefix, args.tables)
     create_topics(stack.bootstrap_servers, [v.topic for v in workload.versions], args.partitions)
     producer = FastProducer(stack.bootstrap_servers, stack.registry_url)
@@ -444,7 +444,7 @@ def _config(stack: Any, prefix: str, where: Path, **overrides: Any) -> ApplyConf
 
 def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
     """Steps 1-3: produce, the raw read, and the job over the same records (timed, checked)."""
-    prefix = f"bench{uuid.uuid4().hex[:6]}"
+    prefix = topic_prefix("bench")
     print(f"producing {args.changes} changes: {args.tables} tables x {args.partitions} partitions")
     workload, produce_s = produce(
         stack, prefix, args.tables, args.partitions, args.changes, args.large_share, args.snapshot
@@ -584,6 +584,9 @@ def main() -> None:
             freshness(spark, stack, work, args)
     finally:
         spark.stop()
+        # Hundreds of topics per run left behind kept the broker busy (a stack with ~5,000
+        # partitions idled at 40% of a core) and slowed every run after.
+        delete_topics(stack, TOPIC_PREFIXES)
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -618,7 +621,7 @@ def warm_up(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> Non
     """Run the job once, untimed, over 20,000 changes of another prefix: the timed runs then
     meet a JVM whose Kafka, Avro and Delta paths are compiled, as a running job's are (the
     first batches in a fresh JVM take 2x as long)."""
-    prefix = f"warm{uuid.uuid4().hex[:6]}"
+    prefix = topic_prefix("warm")
     produce(stack, prefix, 2, args.partitions, 20_000)
     config = _config(stack, prefix, work / "warm", mode=args.mode)
     raw_read(spark, config, _records(spark, config))
