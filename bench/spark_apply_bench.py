@@ -266,7 +266,7 @@ def codegen_compilations(spark: Any) -> tuple[int, float]:
 
 def last_job_id(spark: Any) -> int:
     """The newest Spark job's id (ids count up from 0): jobs run between two calls."""
-    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(None) or [-1])
+    return int(max(spark.sparkContext.statusTracker().getJobIdsForGroup(None) or [-1]))
 
 
 def raw_read(spark: Any, config: ApplyConfig, records: int) -> float:
@@ -363,6 +363,7 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
         available_now=False,
         trigger_interval="1 second",
         mode=args.mode,
+        kafka_options=kafka_options(args),
         compaction_interval=args.compaction_interval,
     )
     if args.mode == "changelog":
@@ -428,6 +429,11 @@ def _pct(values: list[float], pct: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
 
 
+def kafka_options(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    """``--kafka-option`` pairs: consumer properties of the job's (and the raw read's) source."""
+    return tuple((k, v) for k, v in (item.split("=", 1) for item in args.kafka_option))
+
+
 def _config(stack: Any, prefix: str, where: Path, **overrides: Any) -> ApplyConfig:
     settings: dict[str, Any] = {
         "topic_prefix": prefix,
@@ -458,6 +464,7 @@ def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
         parallel_tables=args.parallel_tables,
         deletion_vectors=args.deletion_vectors,
         mode=args.mode,
+        kafka_options=kafka_options(args),
     )
     if args.warmup:
         warm_up(spark, stack, work, args)
@@ -552,6 +559,14 @@ def main() -> None:
     parser.add_argument(
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a session setting"
     )
+    parser.add_argument(
+        "--kafka-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Kafka consumer property of the job and the raw read (e.g. fetch.max.wait.ms=500, "
+        "Kafka's default, to compare with the job's 0)",
+    )
     parser.add_argument("--workdir", help="default: a temporary directory, removed afterwards")
     args = parser.parse_args()
     if args.verbose:
@@ -623,7 +638,9 @@ def warm_up(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> Non
     first batches in a fresh JVM take 2x as long)."""
     prefix = topic_prefix("warm")
     produce(stack, prefix, 2, args.partitions, 20_000)
-    config = _config(stack, prefix, work / "warm", mode=args.mode)
+    config = _config(
+        stack, prefix, work / "warm", mode=args.mode, kafka_options=kafka_options(args)
+    )
     raw_read(spark, config, _records(spark, config))
     start = time.perf_counter()
     query = start_apply(spark, config)

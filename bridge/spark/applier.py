@@ -396,6 +396,10 @@ class BatchApplier:
         union = narrow[0]
         for other in narrow[1:]:
             union = union.union(other)
+        # A union has every branch's partitions (two per table here): one task each, tens of
+        # milliseconds apiece, hundreds per batch. One task per core reads them in turn
+        # (measured, 100 one-row tables: 46.2 -> 27.4 s).
+        union = union.coalesce(_cores(union))
         try:
             rows = (
                 union.groupBy(TABLE_INDEX, SUMMARY_PARTITION).agg(*summary_aggregates()).collect()
@@ -594,6 +598,7 @@ class BatchApplier:
         rows = frames[0]
         for other in frames[1:]:
             rows = rows.union(other)  # every frame has DEAD_LETTER_SCHEMA's columns, in order
+        rows = rows.coalesce(_cores(rows))  # one task per core, not per branch (_summaries)
         reasons = {r["reason"]: int(r["count"]) for r in rows.groupBy("reason").count().collect()}
         count = sum(reasons.values())
         if count == 0:
@@ -664,6 +669,11 @@ class _PhaseTimer:
     @property
     def total(self) -> float:
         return time.monotonic() - self.started
+
+
+def _cores(frame: DataFrame) -> int:
+    """The task slots of ``frame``'s session (local mode: its threads)."""
+    return max(1, int(frame.sparkSession.sparkContext.defaultParallelism))
 
 
 def _is_delta_table(spark: Any, path: str) -> bool:
