@@ -1,0 +1,105 @@
+"""Benchmark: the apply job's fixed cost per changed table and batch, without Kafka.
+
+#32 asks for at most 0.3 s per table that changed in a batch. This measures it where nothing
+else interferes: a warm ``local[2]`` session with the job's settings, ``--tables`` keyed
+tables of 100 rows, then ``--rounds`` batches that update one row in every table (Kafka-shaped
+rows of Confluent-framed envelopes, as ``tests/spark/test_apply_batches.py`` builds them, fed
+to the job's own ``BatchApplier``). Per batch it prints the phases the job logs, seconds and
+Spark jobs per table, and the CPU of the Spark JVM per table. Needs the Spark jars of the dev
+stack's cache (``pgbridge dev up`` fetches them), not the stack itself.
+
+    .venv/bin/python bench/table_cost_bench.py --tables 40 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.spark_apply_bench import cpu_seconds, jvm_pid
+from bridge.devstack.spark import ensure_spark_jars
+from bridge.spark.applier import job_conf
+from bridge.spark.session import build_spark_session
+from tests.spark.envelopes import TableVersion
+from tests.spark.test_apply_batches import OPT_INT, OPT_STR, PREFIX, Batches, col
+
+
+def spark_jobs(spark: Any) -> int:
+    """Spark jobs submitted so far (the scheduler's next job id)."""
+    return int(spark.sparkContext._jsc.sc().dagScheduler().nextJobId())
+
+
+def _batch_phases_only(record: logging.LogRecord) -> bool:
+    """The applier's per-batch line, without its commit-to-visible (the envelopes' commit
+    times are made up here)."""
+    message = record.getMessage()
+    record.msg, record.args = message.split("; commit to visible")[0], ()
+    return " changes in " in message and " tables, " in message
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tables", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--parallel-tables", type=int, default=2, help="the job's default: 2")
+    parser.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a session setting"
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="  %(message)s")
+    logging.getLogger("bridge.spark.applier").setLevel(logging.INFO)
+    logging.getLogger("bridge.spark.applier").addFilter(_batch_phases_only)
+    spark = build_spark_session(
+        "pgbridge-table-cost-bench",
+        jars=[str(p) for p in ensure_spark_jars()],
+        master="local[2]",
+        conf={
+            "spark.ui.showConsoleProgress": "false",
+            **dict(item.split("=", 1) for item in args.spark_conf),
+        },
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    for setting, value in job_conf(spark.sparkContext.defaultParallelism).items():
+        spark.conf.set(setting, value)
+    work = Path(tempfile.mkdtemp(prefix="pgbridge-table-cost-"))
+    batches = Batches(spark, work)
+    batches.config = replace(batches.config, parallel_tables=args.parallel_tables)
+    tables = [
+        TableVersion(PREFIX, "public", f"t{i}", [col("id", OPT_INT), col("v", OPT_STR)], ["id"])
+        for i in range(args.tables)
+    ]
+    pid = jvm_pid(spark)
+    for table in tables:
+        for key in range(100):
+            batches.add(table, "c", (10, key), after={"id": key, "v": "x"})
+    print(f"first load of {args.tables} tables (creates them; not timed as a batch)")
+    batches.apply(0)
+    for round_ in range(1, args.rounds + 1):
+        for table in tables:
+            before = {"id": round_, "v": "x"}
+            batches.add(table, "u", (10 + round_, 0), before=before, after={**before, "v": "r"})
+        frame = batches.frame()
+        cpu, jobs, started = cpu_seconds(pid), spark_jobs(spark), time.perf_counter()
+        batches.apply(round_, frame)
+        seconds = time.perf_counter() - started
+        per = args.tables
+        print(
+            f"batch {round_}: {seconds:.1f} s = {seconds / per:.2f} s per changed table "
+            f"(target 0.3), {(spark_jobs(spark) - jobs) / per:.1f} Spark jobs and "
+            f"{(cpu_seconds(pid) - cpu) / per:.2f} JVM CPU-s per table"
+        )
+    updated = {r["v"] for r in batches.rows("public", "t0") if r["id"] == args.rounds}
+    assert updated == {"r"}, f"t0's row {args.rounds} holds {updated}, not the update"
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
