@@ -2,10 +2,11 @@
 
 #32 asks for at most 0.3 s per table that changed in a batch. This measures it where nothing
 else interferes: a warm ``local[2]`` session with the job's settings, ``--tables`` keyed
-tables of 100 rows, then ``--rounds`` batches that update one row in every table (Kafka-shaped
-rows of Confluent-framed envelopes, as ``tests/spark/test_apply_batches.py`` builds them, fed
-to the job's own ``BatchApplier``). Per batch it prints the phases the job logs, seconds and
-Spark jobs per table, and the CPU of the Spark JVM per table. Needs the Spark jars of the dev
+tables of 100 rows, then ``--rounds`` batches that update one row in every table (``--op c``:
+insert one; Kafka-shaped rows of Confluent-framed envelopes, as
+``tests/spark/test_apply_batches.py`` builds them, fed to the job's own ``BatchApplier``).
+Per batch it prints the phases the job logs, seconds and Spark jobs per table, and the CPU
+of the Spark JVM per table. Needs the Spark jars of the dev
 stack's cache (``pgbridge dev up`` fetches them), not the stack itself.
 
     .venv/bin/python bench/table_cost_bench.py --tables 40 --rounds 2
@@ -49,6 +50,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tables", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--op",
+        choices=("u", "c"),
+        default="u",
+        help="each batch's change per table: u updates a row (a MERGE), c inserts a new one",
+    )
     parser.add_argument("--parallel-tables", type=int, default=2, help="the job's default: 2")
     parser.add_argument(
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a session setting"
@@ -84,8 +91,13 @@ def main() -> None:
     batches.apply(0)
     for round_ in range(1, args.rounds + 1):
         for table in tables:
-            before = {"id": round_, "v": "x"}
-            batches.add(table, "u", (10 + round_, 0), before=before, after={**before, "v": "r"})
+            if args.op == "c":
+                batches.add(table, "c", (10 + round_, 0), after={"id": 100 + round_, "v": "r"})
+            else:
+                before = {"id": round_, "v": "x"}
+                batches.add(
+                    table, "u", (10 + round_, 0), before=before, after={**before, "v": "r"}
+                )
         frame = batches.frame()
         cpu, jobs, started = cpu_seconds(pid), spark_jobs(spark), time.perf_counter()
         batches.apply(round_, frame)
@@ -96,8 +108,9 @@ def main() -> None:
             f"(target 0.3), {(spark_jobs(spark) - jobs) / per:.1f} Spark jobs and "
             f"{(cpu_seconds(pid) - cpu) / per:.2f} JVM CPU-s per table"
         )
-    updated = {r["v"] for r in batches.rows("public", "t0") if r["id"] == args.rounds}
-    assert updated == {"r"}, f"t0's row {args.rounds} holds {updated}, not the update"
+    changed = 100 + args.rounds if args.op == "c" else args.rounds
+    values = [r["v"] for r in batches.rows("public", "t0") if r["id"] == changed]
+    assert values == ["r"], f"t0's row {changed} holds {values}, not the change"
     spark.stop()
 
 

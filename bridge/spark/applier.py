@@ -26,7 +26,8 @@ exported as ``pgbridge_apply_batch_phase_seconds{phase}``, with commit-to-visibl
   file; a table under 32 MiB has its touched files rewritten instead, which spares eight
   Spark jobs per MERGE (about 1.5 s on 2 cores).
   A table the batch created is empty, so its first load is an append instead (what the MERGE
-  would leave: last change per key, deletes dropped), with no join against the target.
+  would leave: last change per key, deletes dropped), with no join against the target; so is
+  a batch of inserts only, whose keys the table's fences prove new (``_new_keys_only``).
 - **dead_letters**: one aggregation over a single frame per (topic, schema id) carrying every
   reason; rows are written only when there are any (usually there are none).
 
@@ -77,7 +78,7 @@ from bridge.spark.fences import Fences, read_fences
 from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
 from bridge.spark.merge import (
     MergePlan,
-    append_first_load,
+    append_new_keys,
     ensure_table,
     merge_changes,
     table_key_columns,
@@ -547,8 +548,11 @@ class BatchApplier:
             summary["lowest_lsn"],
             first_load=not exists,
         )
-        # A table created by this batch is empty: its first load is an append.
-        write = merge_changes if exists else append_first_load
+        # A table created by this batch is empty: its first load is an append; so is a batch
+        # of inserts the fences prove new to the table.
+        write = merge_changes
+        if not exists or _new_keys_only(summary, count, fences):
+            write = append_new_keys
         write(
             spark, path, latest, plan, self.config.txn_app_id, work.batch_id,
             commit_metadata=after.to_metadata(),
@@ -680,6 +684,24 @@ def _is_delta_table(spark: Any, path: str) -> bool:
     from delta.tables import DeltaTable
 
     return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def _new_keys_only(summary: dict[str, Any], count: int, fences: Fences) -> bool:
+    """Every change of a keyed table's batch inserts a key the table does not hold, so the
+    batch can be appended, with no join against the table (whose cost grows with it).
+
+    True for a batch of inserts (``c``) only (no truncate either) into a table whose fences go
+    back to its first load (it has a floor, bridge.spark.fences). An insert of key K means the
+    source held no K just before it; every earlier change of K is in the same Kafka partition,
+    before it: at or below the partition's fence (applied, so Delta holds no K either), or in
+    this batch (then a delete of K would be too: not inserts only). Resends of the insert are at
+    or below the fence and filtered out; a record delivered twice in one batch is folded by
+    ``last_change_per_key``. Where the order across partitions breaks this (a truncate in
+    partition 0 applied after an insert of another partition; keys moved by added partitions),
+    the append leaves the older row beside the new one for the later truncate or delete to
+    remove (both only remove rows older than themselves), where a MERGE would drop the insert.
+    """
+    return fences.floor is not None and int(summary["creates"]) == count
 
 
 def _inserts_only(summary: dict[str, Any], count: int, fences: Fences) -> bool:

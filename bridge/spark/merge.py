@@ -56,7 +56,7 @@ from bridge.spark.errors import TableApplyError
 __all__ = [
     "KEY_COLUMNS_PROPERTY",
     "MergePlan",
-    "append_first_load",
+    "append_new_keys",
     "clear_uncommitted_log",
     "ensure_table",
     "idempotent_append",
@@ -580,7 +580,7 @@ def _inserted(plan: MergePlan) -> dict[str, Column]:
     return inserts
 
 
-def append_first_load(
+def append_new_keys(
     spark: Any,
     path: str,
     latest: DataFrame,
@@ -590,10 +590,11 @@ def append_first_load(
     *,
     commit_metadata: str | None = None,
 ) -> None:
-    """The first load of a table this batch created: what :func:`merge_changes` would do to
-    an empty table (the last change per key inserted, deletes dropped), as an append: no join
-    with the target, one write. Idempotent as the MERGE is (same transaction id and version).
-    """
+    """Apply a batch none of whose keys the table holds (a table this batch created, or
+    inserts the table's fences prove new, see ``bridge.spark.applier``): what
+    :func:`merge_changes` would do (the last change per key inserted, deletes dropped), as an
+    append: no join with the target, one write. Idempotent as the MERGE is (same transaction
+    id and version)."""
     rows = (
         latest.alias("s")
         .where(F.col(f"s.{tf.OP}") != "d")

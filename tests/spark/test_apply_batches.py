@@ -1044,18 +1044,64 @@ def test_snapshot_reads_at_the_floor_are_an_insert_only_merge(batches: Batches, 
     assert _ids(batches) == {1: "a7", 2: "b9", 3: "c", 4: "d"}
 
 
-def test_a_batch_of_inserts_only_is_an_insert_only_merge(batches: Batches, spark: Any) -> None:
-    """Inserts never need a row updated or deleted: Delta's insert-only MERGE (an anti join)
-    applies them; a batch with an update takes the full MERGE again."""
+def _operations(spark: Any, path: str) -> list[str]:
+    """The table's commits' operations, oldest first."""
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, path).history().orderBy("version")
+    return [r["operation"] for r in history.select("operation").collect()]
+
+
+def test_a_batch_of_inserts_only_is_appended_without_duplicating_resends(
+    batches: Batches, spark: Any
+) -> None:
+    """Inserts above the fences cannot find their key in the table: the batch is appended (no
+    join with the table). A resend of an applied insert (at or below its partition's fence) and
+    a record delivered twice in one batch are each applied once; a batch with an update takes
+    the MERGE again."""
     batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
     batches.apply(0)  # the first load: an append
-    batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
-    batches.add(KEYED, "c", (11, 1), after={"id": 3, "v": "c"})
-    batches.apply(1)
     path = batches.config.table_path("public", "keyed")
-    assert _last_merge_parameters(spark, path)["matchedPredicates"] == "[]"
+    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})  # resent
+    batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
+    batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})  # delivered twice
+    batches.add(KEYED, "c", (11, 1), after={"id": 3, "v": "c"}, partition=1)
+    batches.apply(1)
+    assert _operations(spark, path)[-1] == "WRITE"
+    assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3]
     batches.add(KEYED, "u", (12, 0), after={"id": 2, "v": "b2"})
     batches.add(KEYED, "c", (12, 1), after={"id": 4, "v": "d"})
     batches.apply(2)
-    assert _last_merge_parameters(spark, path)["matchedPredicates"] != "[]"
-    assert _ids(batches) == {1: "a", 2: "b2", 3: "c", 4: "d"}
+    assert _operations(spark, path)[-1] == "MERGE"
+    # A restarted job reads the fences back from the log: the resend is still recognised.
+    batches.add(KEYED, "c", (11, 1), after={"id": 3, "v": "c"}, partition=1)  # resent
+    batches.add(KEYED, "c", (13, 0), after={"id": 5, "v": "e"})
+    batches.apply(3, restarted=True)
+    assert _operations(spark, path)[-1] == "WRITE"
+    assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3, 4, 5]
+    assert _ids(batches) == {1: "a", 2: "b2", 3: "c", 4: "d", 5: "e"}
+
+
+def test_inserts_into_a_table_without_a_floor_are_an_insert_only_merge(
+    batches: Batches, spark: Any
+) -> None:
+    """A table whose fences do not go back to its first load (written by a job before floors):
+    an insert may meet a resend the fences cannot recognise, so inserts take Delta's
+    insert-only MERGE (an anti join), and a resend stays one row."""
+    from bridge.spark.fences import Fences
+
+    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
+    batches.apply(0)
+    path = batches.config.table_path("public", "keyed")
+    older = Fences({5: (1, 0)}).to_metadata()  # fences without a floor
+    spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", older)
+    try:
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('written.by' = 'an older job')")
+    finally:
+        spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
+    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})  # resent
+    batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
+    batches.apply(1, restarted=True)
+    assert _operations(spark, path)[-1] == "MERGE"
+    assert _last_merge_parameters(spark, path)["matchedPredicates"] == "[]"
+    assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2]
