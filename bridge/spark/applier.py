@@ -85,6 +85,7 @@ from bridge.spark.merge import (
 )
 from bridge.spark.multiset import MultisetBatch, Position, apply_multiset, read_positions
 from bridge.spark.resources import is_resource_failure
+from bridge.spark.session import task_slots
 from bridge.spark.summary import (
     SUMMARY_PARTITION,
     TABLE_INDEX,
@@ -199,7 +200,7 @@ class BatchApplier:
         session = getattr(self._local, "session", None)
         if session is None:
             session = spark.newSession()
-            for key, value in job_conf(spark.sparkContext.defaultParallelism).items():
+            for key, value in job_conf(task_slots(spark)).items():
                 session.conf.set(key, value)
             self._local.session = session
         return session
@@ -317,7 +318,7 @@ class BatchApplier:
         # topic-partition, and every group's and table's frame would otherwise carry all of
         # them (mostly empty), multiplying the tasks of each job by the number of topics.
         # Cached by decode_batch only when the batch has several (topic, schema id) groups.
-        framed = tf.frame(batch).coalesce(max(1, spark.sparkContext.defaultParallelism))
+        framed = tf.frame(batch).coalesce(task_slots(spark))
         decoded = None
         tables: list[TableBatch] = []
         try:
@@ -400,7 +401,7 @@ class BatchApplier:
         # A union has every branch's partitions (two per table here): one task each, tens of
         # milliseconds apiece, hundreds per batch. One task per core reads them in turn
         # (measured, 100 one-row tables: 46.2 -> 27.4 s).
-        union = union.coalesce(_cores(union))
+        union = union.coalesce(task_slots(union.sparkSession))
         try:
             rows = (
                 union.groupBy(TABLE_INDEX, SUMMARY_PARTITION).agg(*summary_aggregates()).collect()
@@ -602,7 +603,7 @@ class BatchApplier:
         rows = frames[0]
         for other in frames[1:]:
             rows = rows.union(other)  # every frame has DEAD_LETTER_SCHEMA's columns, in order
-        rows = rows.coalesce(_cores(rows))  # one task per core, not per branch (_summaries)
+        rows = rows.coalesce(task_slots(spark))  # one task per core, not per branch (_summaries)
         reasons = {r["reason"]: int(r["count"]) for r in rows.groupBy("reason").count().collect()}
         count = sum(reasons.values())
         if count == 0:
@@ -673,11 +674,6 @@ class _PhaseTimer:
     @property
     def total(self) -> float:
         return time.monotonic() - self.started
-
-
-def _cores(frame: DataFrame) -> int:
-    """The task slots of ``frame``'s session (local mode: its threads)."""
-    return max(1, int(frame.sparkSession.sparkContext.defaultParallelism))
 
 
 def _is_delta_table(spark: Any, path: str) -> bool:

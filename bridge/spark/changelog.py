@@ -53,6 +53,7 @@ from bridge.spark.errors import ApplyError
 from bridge.spark.fences import Fences, read_fences
 from bridge.spark.merge import before, table_key_columns
 from bridge.spark.query import kafka_source, start_query
+from bridge.spark.session import task_slots
 
 __all__ = [
     "INGEST_BATCH",
@@ -131,7 +132,7 @@ class ChangelogWriter:
         rows = batch.select(*tf.KAFKA_META, F.lit(batch_id).cast("long").alias(INGEST_BATCH))
         # One file per core, not one per Kafka partition (a batch of 200 topics would
         # otherwise write 200 small files).
-        rows = rows.coalesce(max(1, spark.sparkContext.defaultParallelism)).persist()
+        rows = rows.coalesce(task_slots(spark)).persist()
         try:
             span = rows.agg(F.count(F.lit(1)), F.min("timestamp"), F.max("timestamp")).first()
             count = int(span[0]) if span else 0

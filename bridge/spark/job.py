@@ -44,6 +44,7 @@ from bridge.spark.errors import ApplyError
 from bridge.spark.query import kafka_source, start_query
 from bridge.spark.resources import default_batch_records, jvm_failure
 from bridge.spark.restarts import run_with_restarts
+from bridge.spark.session import task_slots
 
 __all__ = [
     "ChangelogQueries",
@@ -69,7 +70,7 @@ def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = 
     In the changelog mode, the ingest and compaction queries (:mod:`bridge.spark.changelog`),
     awaited and stopped together; ``applier`` is then the compactor.
     """
-    for key, value in job_conf(spark.sparkContext.defaultParallelism).items():
+    for key, value in job_conf(task_slots(spark)).items():
         spark.conf.set(key, value)
     config = with_batch_bound(spark, config)
     watch_topic_lag(spark)

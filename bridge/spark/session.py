@@ -62,3 +62,10 @@ def _is_terminal(stream: Any) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):  # replaced or closed
         return False
+
+
+def task_slots(spark: Any) -> int:
+    """The task slots of ``spark``'s cluster (local mode: its threads), at least one: the job
+    sizes its shuffles and coalesces its frames to this, not to Spark's 200 or one per Kafka
+    partition."""
+    return max(1, int(spark.sparkContext.defaultParallelism))
