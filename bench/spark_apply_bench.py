@@ -55,6 +55,7 @@ import fastavro
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.cleanup import TOPIC_PREFIXES, delete_topics, topic_prefix
 from bridge.devstack.stack import LocalStack
+from bridge.snapshot.plan import position as snapshot_position
 from bridge.spark import changelog
 from bridge.spark.applier import BatchApplier
 from bridge.spark.config import ApplyConfig
@@ -170,7 +171,7 @@ class Workload:
         else:
             t = self.random.randrange(len(self.versions))
         version, live = self.versions[t], self.live[t]
-        if self.seq == 100:  # 100 changes per transaction
+        if self.seq == 100 and not self.snapshot:  # 100 changes per transaction
             self.lsn += 1000
             self.seq = 0
         roll = self.random.random()
@@ -194,7 +195,10 @@ class Workload:
             producer.send(version.topic, {"id": key}, None)  # tombstone
         else:
             name = f"name-{key}-{self.lsn}-{self.seq}"
-            envelope = version.envelope(op, self.lsn, self.seq, after=_row(key, name), ts_ms=now_ms)
+            # A snapshot's rows share its LSN and are numbered as pgbridge's first attempt
+            # numbers them (chunks of 100,000 rows).
+            seq = snapshot_position(0, *divmod(self.seq, 100_000)) if self.snapshot else self.seq
+            envelope = version.envelope(op, self.lsn, seq, after=_row(key, name), ts_ms=now_ms)
             live[key] = name
             producer.send(version.topic, {"id": key}, envelope)
         self.seq += 1

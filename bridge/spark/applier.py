@@ -70,6 +70,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from bridge.snapshot.plan import position as snapshot_position
 from bridge.spark import transforms as tf
 from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
@@ -552,7 +553,7 @@ class BatchApplier:
         # A table created by this batch is empty: its first load is an append; so is a batch
         # of inserts the fences prove new to the table.
         write = merge_changes
-        if not exists or _new_keys_only(summary, count, fences):
+        if not exists or _new_keys_only(summary, count, fences, table.pgbridge_positions):
             write = append_new_keys
         write(
             spark, path, latest, plan, self.config.txn_app_id, work.batch_id,
@@ -682,22 +683,57 @@ def _is_delta_table(spark: Any, path: str) -> bool:
     return bool(DeltaTable.isDeltaTable(spark, path))
 
 
-def _new_keys_only(summary: dict[str, Any], count: int, fences: Fences) -> bool:
+def _new_keys_only(
+    summary: dict[str, Any], count: int, fences: Fences, pgbridge_positions: bool
+) -> bool:
     """Every change of a keyed table's batch inserts a key the table does not hold, so the
-    batch can be appended, with no join against the table (whose cost grows with it).
+    batch can be appended, with no join against the table (whose cost grows with it). Only for
+    a table whose fences go back to its first load (it has a floor, bridge.spark.fences), and
+    batches of one kind:
 
-    True for a batch of inserts (``c``) only (no truncate either) into a table whose fences go
-    back to its first load (it has a floor, bridge.spark.fences). An insert of key K means the
-    source held no K just before it; every earlier change of K is in the same Kafka partition,
-    before it: at or below the partition's fence (applied, so Delta holds no K either), or in
-    this batch (then a delete of K would be too: not inserts only). Resends of the insert are at
-    or below the fence and filtered out; a record delivered twice in one batch is folded by
-    ``last_change_per_key``. Where the order across partitions breaks this (a truncate in
-    partition 0 applied after an insert of another partition; keys moved by added partitions),
-    the append leaves the older row beside the new one for the later truncate or delete to
-    remove (both only remove rows older than themselves), where a MERGE would drop the insert.
+    * **Inserts** (``c``) only (no truncate either). An insert of key K means the source held
+      no K just before it; every earlier change of K is in the same Kafka partition, before
+      it: at or below the partition's fence (applied, so Delta holds no K either), or in this
+      batch (then a delete of K would be too: not inserts only). Resends of the insert are at
+      or below the fence and filtered out; a record delivered twice in one batch is folded by
+      ``last_change_per_key``. Where the order across partitions breaks this (a truncate in
+      partition 0 applied after an insert of another partition; keys moved by added
+      partitions), the append leaves the older row beside the new one for the later truncate
+      or delete to remove (both only remove rows older than themselves), where a MERGE would
+      drop the insert.
+    * **A snapshot's first attempt** (see :func:`_first_snapshot_attempt`).
     """
-    return fences.floor is not None and int(summary["creates"]) == count
+    if fences.floor is None:
+        return False
+    if int(summary["creates"]) == count:
+        return True
+    return pgbridge_positions and _first_snapshot_attempt(summary, count, fences)
+
+
+#: The ``seq`` of a snapshot's first row of its second attempt (bridge.snapshot.plan: ``run``
+#: is the top field); a first attempt's rows are below it.
+_SECOND_ATTEMPT = snapshot_position(1, 0, 0)
+
+
+def _first_snapshot_attempt(summary: dict[str, Any], count: int, fences: Fences) -> bool:
+    """The batch holds snapshot reads (``r``) of the first attempt of the snapshot that loaded
+    the table (all at its LSN, the table's floor), and the table holds nothing else: every
+    partition's fence is at that LSN in the first attempt (no streamed change, no resumed
+    attempt applied yet), no truncate. A snapshot's first attempt copies every row once, in
+    chunks of disjoint keys (bridge.snapshot.plan), so none of these keys is in the table.
+    An incremental snapshot's rows published at its high watermark are never published at
+    that LSN again either (a crashed chunk is copied at a later one). The initial snapshot of a
+    topic longer than a batch is thus appended batch after batch; a resumed attempt's rows,
+    which may repeat rows an interrupted chunk delivered, take the insert-only MERGE."""
+    floor = fences.floor
+    last = summary["last"]
+    if fences.truncate is not None or int(summary["reads"]) != count or last is None:
+        return False
+    if summary["lowest_lsn"] != floor or summary["reads_lsn"] != floor:
+        return False
+    if int(last[1]) >= _SECOND_ATTEMPT:
+        return False
+    return all(lsn == floor and seq < _SECOND_ATTEMPT for lsn, seq in fences.partitions.values())
 
 
 def _inserts_only(summary: dict[str, Any], count: int, fences: Fences) -> bool:

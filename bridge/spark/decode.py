@@ -177,6 +177,10 @@ class TableBatch:
     # Columns added with a default (ADD COLUMN ... DEFAULT): name -> the reader schema of the
     # value older rows hold (bridge.spark.columns.missing_literal), to backfill the table.
     missing: dict[str, str] = field(default_factory=dict)
+    # Every record carries pgbridge's own position (source.commit_lsn, source.seq), not one
+    # derived from Debezium's LSNs (a topic taken over): a snapshot's rows are then numbered
+    # per attempt (bridge.snapshot.plan).
+    pgbridge_positions: bool = True
 
     @property
     def name(self) -> str:
@@ -468,8 +472,16 @@ def _table_batch(
         keyless=keyless,
         renames=renames,
         missing=missing,
+        pgbridge_positions=all(_has_pgbridge_positions(g.decoded) for g in table_groups),
     )
     return table, dead
+
+
+def _has_pgbridge_positions(decoded: DataFrame) -> bool:
+    envelope = decoded.schema[tf.ENVELOPE].dataType
+    assert isinstance(envelope, T.StructType)
+    source = envelope["source"].dataType
+    return isinstance(source, T.StructType) and {"commit_lsn", "seq"} <= set(source.fieldNames())
 
 
 def _key_columns(schemas: SchemaCache, topic: str, key_id: Any, min_key_id: Any) -> tuple[str, ...]:

@@ -1082,6 +1082,41 @@ def test_a_batch_of_inserts_only_is_appended_without_duplicating_resends(
     assert _ids(batches) == {1: "a", 2: "b2", 3: "c", 4: "d", 5: "e"}
 
 
+def test_a_snapshot_longer_than_a_batch_is_appended_until_a_resumed_attempt(
+    batches: Batches, spark: Any
+) -> None:
+    """The rows of a snapshot's first attempt are copied once each: batch after batch they are
+    appended. A resumed attempt may repeat rows an interrupted chunk delivered: the
+    insert-only MERGE keeps one of each. Once a streamed change is applied, reads take the
+    MERGE too."""
+    from bridge.snapshot.plan import position
+
+    def read(run: int, chunk: int, row: int, key: int) -> None:
+        batches.add(KEYED, "r", (5, position(run, chunk, row)), after={"id": key, "v": "s"})
+
+    read(0, 0, 0, 1)
+    read(0, 0, 1, 2)
+    batches.apply(0)  # the first load
+    path = batches.config.table_path("public", "keyed")
+    read(0, 1, 0, 3)  # chunk 1 interrupted after its first row
+    read(0, 2, 0, 4)
+    batches.apply(1)
+    assert _operations(spark, path)[-1] == "WRITE"
+    read(1, 1, 0, 3)  # the resumed attempt copies chunk 1 again
+    read(1, 1, 1, 5)
+    batches.apply(2)
+    assert _operations(spark, path)[-1] == "MERGE"
+    assert _last_merge_parameters(spark, path)["matchedPredicates"] == "[]"
+    assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3, 4, 5]
+    # A new job (fences from the log) after a streamed insert: reads are not appended.
+    batches.add(KEYED, "c", (6, 0), after={"id": 6, "v": "c"})
+    batches.apply(3)
+    read(0, 3, 0, 2)  # not a realistic first attempt any more: it must not duplicate id 2
+    batches.apply(4, restarted=True)
+    assert _operations(spark, path)[-1] == "MERGE"
+    assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3, 4, 5, 6]
+
+
 def test_inserts_into_a_table_without_a_floor_are_an_insert_only_merge(
     batches: Batches, spark: Any
 ) -> None:
