@@ -30,8 +30,10 @@ Each commit also records the table's **floor**: the lowest commit LSN of any cha
 applied to it (its first load's, then lowered by every batch), so no row the table holds was
 written by an older change. Snapshot rows at or below the floor can then only find a resend of
 themselves or a newer row, which the MERGE guard would keep: they need no update clause
-(bridge.spark.merge, ``MergePlan.inserts_only``). Tables whose commits predate the floor have
-none (no shortcut).
+(bridge.spark.merge, ``MergePlan.inserts_only``). With a floor, the partition fences cover
+every change the table ever applied, which lets a batch of inserts, or of a snapshot's first
+attempt, be appended without a join (bridge.spark.applier, ``_new_keys_only``). Tables whose
+commits predate the floor have none (no shortcut).
 
 Beside them each commit records, per Kafka partition, the highest offset of the table's
 records it covered (``offsets``): the exact line between what the table holds and what it does
