@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,52 +98,19 @@ def offsets_from_topic(
     """Every record of Kafka Connect's offsets topic, in order (a later value of a key
     replaces an earlier one; a tombstone removes it). ``client``: extra librdkafka settings
     (TLS, SASL), as the bridge's producer has them."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from bridge.sink.topic_reader import TopicReadError, read_topic
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": f"pgbridge-takeover-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            # The broker answers a connection's requests in order: a fetch parked at the end
-            # of one partition (fetch.wait.max.ms, 500 ms) held up the next partition's offset
-            # query, half a second per partition of Connect's offsets topic (25 by default).
-            # The reads here are bounded by known offsets, so an immediate answer never spins.
-            "fetch.wait.max.ms": 0,
-            **(client or {}),
-        }
-    )
     entries: list[OffsetEntry] = []
     try:
-        metadata = consumer.list_topics(topic, timeout=30).topics.get(topic)
-        if metadata is None or metadata.error is not None:
-            raise TakeoverError(f"topic {topic}", "no such topic (Kafka Connect's offsets)")
-        for partition in metadata.partitions:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=30
-            )
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, partition, low)])
-            seen = 0
-            while seen < high - low:
-                batch = consumer.consume(min(1000, high - low - seen), 10.0)
-                if not batch:
-                    raise TakeoverError(f"topic {topic}", f"read {seen} of {high - low} records")
-                for message in batch:
-                    seen += 1
-                    if message.error() is not None:
-                        raise TakeoverError(f"topic {topic}", str(message.error()))
-                    key, value = message.key(), message.value()
-                    if key is None:
-                        continue
-                    entries.append(
-                        (json.loads(key), None if value is None else json.loads(value))
-                    )
-    except KafkaException as exc:
-        raise TakeoverError(f"topic {topic}", str(exc)) from None
-    finally:
-        consumer.close()
+        for message in read_topic(bootstrap_servers, topic, client, timeout=30.0):
+            key, value = message.key(), message.value()
+            if key is not None:
+                entries.append((json.loads(key), None if value is None else json.loads(value)))
+    except TopicReadError as exc:
+        reason = exc.reason
+        if reason == "no such topic":
+            reason = "no such topic (Kafka Connect's offsets)"
+        raise TakeoverError(f"topic {topic}", reason) from None
     return entries
 
 
