@@ -268,9 +268,10 @@ def codegen_compilations(spark: Any) -> tuple[int, float]:
     return count, count * float(timer.getSnapshot().getMean()) / 1000
 
 
-def last_job_id(spark: Any) -> int:
-    """The newest Spark job's id (ids count up from 0): jobs run between two calls."""
-    return int(max(spark.sparkContext.statusTracker().getJobIdsForGroup(None) or [-1]))
+def spark_jobs(spark: Any) -> int:
+    """Spark jobs submitted so far (the scheduler's next job id), whatever their job group (a
+    streaming query's jobs have one)."""
+    return int(spark.sparkContext._jsc.sc().dagScheduler().nextJobId())
 
 
 def raw_read(spark: Any, config: ApplyConfig, records: int) -> float:
@@ -485,7 +486,7 @@ def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
         apply_s, apply_cpu, batches = ingest_then_compact(spark, config, workload, pid, args)
     else:
         applier = TimedApplier(config)
-        cpu0, jit0, jobs0 = cpu_seconds(pid), jit_seconds(spark), last_job_id(spark)
+        cpu0, jit0, jobs0 = cpu_seconds(pid), jit_seconds(spark), spark_jobs(spark)
         compiled0 = codegen_compilations(spark)
         start = time.perf_counter()
         query = start_apply(spark, config, applier)
@@ -497,7 +498,7 @@ def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
         batches = applier.batches
         compiled = codegen_compilations(spark)
         print(
-            f"  apply: {last_job_id(spark) - jobs0} Spark jobs for {len(batches)} batches; "
+            f"  apply: {spark_jobs(spark) - jobs0} Spark jobs for {len(batches)} batches; "
             f"{compiled[0] - compiled0[0]} generated classes compiled "
             f"({compiled[1] - compiled0[1]:.1f} s); JVM JIT compilation "
             f"{jit_seconds(spark) - jit0:.1f} s of the {apply_cpu:.1f} CPU s"

@@ -6,8 +6,8 @@ tables of 100 rows, then ``--rounds`` batches that update one row in every table
 insert one; Kafka-shaped rows of Confluent-framed envelopes, as
 ``tests/spark/test_apply_batches.py`` builds them, fed to the job's own ``BatchApplier``).
 Per batch it prints the phases the job logs, seconds and Spark jobs per table, and the CPU
-of the Spark JVM per table. Needs the Spark jars of the dev
-stack's cache (``pgbridge dev up`` fetches them), not the stack itself.
+of the Spark JVM per table. Needs the Spark jars of the dev stack's cache (``pgbridge dev up``
+fetches them), not the stack itself.
 
     .venv/bin/python bench/table_cost_bench.py --tables 40 --rounds 2
 """
@@ -21,21 +21,15 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.spark_apply_bench import cpu_seconds, jvm_pid
+from bench.spark_apply_bench import cpu_seconds, jvm_pid, spark_jobs
 from bridge.devstack.spark import ensure_spark_jars
 from bridge.spark.applier import job_conf
-from bridge.spark.session import build_spark_session
+from bridge.spark.session import build_spark_session, task_slots
 from tests.spark.envelopes import TableVersion
 from tests.spark.test_apply_batches import OPT_INT, OPT_STR, PREFIX, Batches, col
-
-
-def spark_jobs(spark: Any) -> int:
-    """Spark jobs submitted so far (the scheduler's next job id)."""
-    return int(spark.sparkContext._jsc.sc().dagScheduler().nextJobId())
 
 
 def _batch_phases_only(record: logging.LogRecord) -> bool:
@@ -74,7 +68,7 @@ def main() -> None:
         },
     )
     spark.sparkContext.setLogLevel("ERROR")
-    for setting, value in job_conf(spark.sparkContext.defaultParallelism).items():
+    for setting, value in job_conf(task_slots(spark)).items():
         spark.conf.set(setting, value)
     work = Path(tempfile.mkdtemp(prefix="pgbridge-table-cost-"))
     batches = Batches(spark, work)

@@ -194,6 +194,14 @@ def _shape(decoded: DataFrame, shape: RowShape | None) -> RowShape:
     return shape if shape is not None else RowShape.plain(envelope_fields(decoded))
 
 
+def has_pgbridge_positions(source_type: T.DataType) -> bool:
+    """The envelope's ``source`` carries pgbridge's own position (``commit_lsn``, ``seq``),
+    not one derived from Debezium's LSNs (a topic taken over)."""
+    return isinstance(source_type, T.StructType) and {"commit_lsn", "seq"} <= set(
+        source_type.fieldNames()
+    )
+
+
 def position(source_type: T.DataType) -> tuple[Column, Column]:
     """(commit_lsn, seq) of a change: pgbridge's source fields; for records Debezium wrote
     (a topic pgbridge took over, docs/debezium-migration.md), Debezium's own order:
@@ -202,7 +210,7 @@ def position(source_type: T.DataType) -> tuple[Column, Column]:
     pgbridge's records of its own transaction."""
     source = F.col(ENVELOPE)["source"]
     names = source_type.fieldNames() if isinstance(source_type, T.StructType) else []
-    if "commit_lsn" in names and "seq" in names:
+    if has_pgbridge_positions(source_type):
         return source["commit_lsn"].cast("long"), source["seq"].cast("long")
     lsn = source["lsn"].cast("long")
     last_commit = (
