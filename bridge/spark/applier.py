@@ -27,7 +27,8 @@ exported as ``pgbridge_apply_batch_phase_seconds{phase}``, with commit-to-visibl
   Spark jobs per MERGE (about 1.5 s on 2 cores).
   A table the batch created is empty, so its first load is an append instead (what the MERGE
   would leave: last change per key, deletes dropped), with no join against the target; so is
-  a batch of inserts only, whose keys the table's fences prove new (``_new_keys_only``).
+  a batch of inserts only, whose keys the table's fences prove new
+  (:func:`bridge.spark.write_choice.new_keys_only`).
 - **dead_letters**: one aggregation over a single frame per (topic, schema id) carrying every
   reason; rows are written only when there are any (usually there are none).
 
@@ -65,13 +66,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from bridge.snapshot.plan import position as snapshot_position
 from bridge.spark import transforms as tf
+from bridge.spark.apply_metrics import (
+    BATCH_PHASE_SECONDS,
+    CHANGES_APPLIED,
+    COMMIT_TO_VISIBLE,
+    DEAD_LETTERS,
+    FRESHNESS,
+    TABLE_FAILURES,
+    TABLE_LAG,
+)
 from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
 from bridge.spark.errors import RegistryUnavailableError, TableApplyError, first_line
@@ -94,43 +102,11 @@ from bridge.spark.summary import (
     summary_aggregates,
     summary_input,
 )
+from bridge.spark.write_choice import inserts_only, new_keys_only
 
 __all__ = ["ApplyStats", "BatchApplier", "first_line", "job_conf"]
 
 logger = logging.getLogger(__name__)
-
-CHANGES_APPLIED = Counter(
-    "pgbridge_apply_changes", "Change records applied to Delta (before per-key folding)", ["table"]
-)
-DEAD_LETTERS = Counter("pgbridge_apply_dead_letters", "Records written to the dead-letter table")
-TABLE_LAG = Gauge(
-    "pgbridge_apply_table_lag_seconds",
-    "Per table: seconds from the PostgreSQL commit of the newest change its last MERGE applied "
-    "until that MERGE was done",
-    ["table"],
-)
-TABLE_FAILURES = Counter(
-    "pgbridge_apply_table_failures", "Table batches dead-lettered because they failed", ["table"]
-)
-_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
-BATCH_PHASE_SECONDS = Histogram(
-    "pgbridge_apply_batch_phase_seconds",
-    "Wall time of each phase of an apply micro-batch (read: Kafka fetch, framing and grouping; "
-    "summary: one job over every table; merge: all tables' MERGEs; dead_letters)",
-    ["phase"],
-    buckets=_SECONDS_BUCKETS,
-)
-FRESHNESS = Gauge(
-    "pgbridge_apply_freshness_seconds",
-    "Seconds from the PostgreSQL commit of the newest change of the last batch until that "
-    "batch's Delta commits were done (commit-to-visible)",
-)
-COMMIT_TO_VISIBLE = Histogram(
-    "pgbridge_apply_commit_to_visible_seconds",
-    "Per batch: seconds from the PostgreSQL commit of its oldest change until the batch's Delta "
-    "commits were done (the worst commit-to-visible delay of the batch)",
-    buckets=_SECONDS_BUCKETS,
-)
 
 #: Failpoint for crash tests: seconds to pause after each table's MERGE, so a test can kill the
 #: process between the Delta commit and the checkpoint. Unset outside tests.
@@ -541,7 +517,7 @@ class BatchApplier:
             value_columns=tuple(table.columns.fieldNames()),
             truncate_at=truncate_at,
             fold_unchanged=fold,
-            inserts_only=_inserts_only(summary, count, fences),
+            inserts_only=inserts_only(summary, count, fences),
         )
         after = fences.advanced(
             summary["partitions"],
@@ -553,7 +529,7 @@ class BatchApplier:
         # A table created by this batch is empty: its first load is an append; so is a batch
         # of inserts the fences prove new to the table.
         write = merge_changes
-        if not exists or _new_keys_only(summary, count, fences, table.pgbridge_positions):
+        if not exists or new_keys_only(summary, count, fences, table.pgbridge_positions):
             write = append_new_keys
         write(
             spark, path, latest, plan, self.config.txn_app_id, work.batch_id,
@@ -681,66 +657,3 @@ def _is_delta_table(spark: Any, path: str) -> bool:
     from delta.tables import DeltaTable
 
     return bool(DeltaTable.isDeltaTable(spark, path))
-
-
-def _new_keys_only(
-    summary: dict[str, Any], count: int, fences: Fences, pgbridge_positions: bool
-) -> bool:
-    """Every change of a keyed table's batch inserts a key the table does not hold, so the
-    batch can be appended, with no join against the table (whose cost grows with it). Only for
-    a table whose fences go back to its first load (it has a floor, bridge.spark.fences), and
-    batches of one kind:
-
-    * **Inserts** (``c``) only (no truncate either). An insert of key K means the source held
-      no K just before it; every earlier change of K is in the same Kafka partition, before
-      it: at or below the partition's fence (applied, so Delta holds no K either), or in this
-      batch (then a delete of K would be too: not inserts only). Resends of the insert are at
-      or below the fence and filtered out; a record delivered twice in one batch is folded by
-      ``last_change_per_key``. Where the order across partitions breaks this (a truncate in
-      partition 0 applied after an insert of another partition; keys moved by added
-      partitions), the append leaves the older row beside the new one for the later truncate
-      or delete to remove (both only remove rows older than themselves), where a MERGE would
-      drop the insert.
-    * **A snapshot's first attempt** (see :func:`_first_snapshot_attempt`).
-    """
-    if fences.floor is None:
-        return False
-    if int(summary["creates"]) == count:
-        return True
-    return pgbridge_positions and _first_snapshot_attempt(summary, count, fences)
-
-
-#: The ``seq`` of a snapshot's first row of its second attempt (bridge.snapshot.plan: ``run``
-#: is the top field); a first attempt's rows are below it.
-_SECOND_ATTEMPT = snapshot_position(1, 0, 0)
-
-
-def _first_snapshot_attempt(summary: dict[str, Any], count: int, fences: Fences) -> bool:
-    """The batch holds snapshot reads (``r``) of the first attempt of the snapshot that loaded
-    the table (all at its LSN, the table's floor), and the table holds nothing else: every
-    partition's fence is at that LSN in the first attempt (no streamed change, no resumed
-    attempt applied yet), no truncate. A snapshot's first attempt copies every row once, in
-    chunks of disjoint keys (bridge.snapshot.plan), so none of these keys is in the table.
-    An incremental snapshot's rows published at its high watermark are never published at
-    that LSN again either (a crashed chunk is copied at a later one). The initial snapshot of a
-    topic longer than a batch is thus appended batch after batch; a resumed attempt's rows,
-    which may repeat rows an interrupted chunk delivered, take the insert-only MERGE."""
-    floor = fences.floor
-    last = summary["last"]
-    if fences.truncate is not None or int(summary["reads"]) != count or last is None:
-        return False
-    if summary["lowest_lsn"] != floor or summary["reads_lsn"] != floor:
-        return False
-    if int(last[1]) >= _SECOND_ATTEMPT:
-        return False
-    return all(lsn == floor and seq < _SECOND_ATTEMPT for lsn, seq in fences.partitions.values())
-
-
-def _inserts_only(summary: dict[str, Any], count: int, fences: Fences) -> bool:
-    """Every change of a keyed table's batch can only add rows: inserts (``c``), and snapshot
-    reads (``r``) at or below the table's floor (bridge.spark.fences: no row it holds is older,
-    so a read finds a resend of itself or a newer row, which a MERGE would keep)."""
-    reads = int(summary["reads"])
-    if int(summary["creates"]) + reads != count:
-        return False
-    return reads == 0 or (fences.floor is not None and int(summary["reads_lsn"]) <= fences.floor)

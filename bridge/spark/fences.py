@@ -32,7 +32,7 @@ written by an older change. Snapshot rows at or below the floor can then only fi
 themselves or a newer row, which the MERGE guard would keep: they need no update clause
 (bridge.spark.merge, ``MergePlan.inserts_only``). With a floor, the partition fences cover
 every change the table ever applied, which lets a batch of inserts, or of a snapshot's first
-attempt, be appended without a join (bridge.spark.applier, ``_new_keys_only``). Tables whose
+attempt, be appended without a join (``bridge.spark.write_choice.new_keys_only``). Tables whose
 commits predate the floor have none (no shortcut).
 
 Beside them each commit records, per Kafka partition, the highest offset of the table's

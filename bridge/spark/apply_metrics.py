@@ -1,0 +1,48 @@
+"""The apply job's Prometheus metrics (served by ``pgbridge apply --metrics-port``)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+__all__ = [
+    "BATCH_PHASE_SECONDS",
+    "CHANGES_APPLIED",
+    "COMMIT_TO_VISIBLE",
+    "DEAD_LETTERS",
+    "FRESHNESS",
+    "TABLE_FAILURES",
+    "TABLE_LAG",
+]
+
+CHANGES_APPLIED = Counter(
+    "pgbridge_apply_changes", "Change records applied to Delta (before per-key folding)", ["table"]
+)
+DEAD_LETTERS = Counter("pgbridge_apply_dead_letters", "Records written to the dead-letter table")
+TABLE_LAG = Gauge(
+    "pgbridge_apply_table_lag_seconds",
+    "Per table: seconds from the PostgreSQL commit of the newest change its last MERGE applied "
+    "until that MERGE was done",
+    ["table"],
+)
+TABLE_FAILURES = Counter(
+    "pgbridge_apply_table_failures", "Table batches dead-lettered because they failed", ["table"]
+)
+_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+BATCH_PHASE_SECONDS = Histogram(
+    "pgbridge_apply_batch_phase_seconds",
+    "Wall time of each phase of an apply micro-batch (read: Kafka fetch, framing and grouping; "
+    "summary: one job over every table; merge: all tables' MERGEs; dead_letters)",
+    ["phase"],
+    buckets=_SECONDS_BUCKETS,
+)
+FRESHNESS = Gauge(
+    "pgbridge_apply_freshness_seconds",
+    "Seconds from the PostgreSQL commit of the newest change of the last batch until that "
+    "batch's Delta commits were done (commit-to-visible)",
+)
+COMMIT_TO_VISIBLE = Histogram(
+    "pgbridge_apply_commit_to_visible_seconds",
+    "Per batch: seconds from the PostgreSQL commit of its oldest change until the batch's Delta "
+    "commits were done (the worst commit-to-visible delay of the batch)",
+    buckets=_SECONDS_BUCKETS,
+)
