@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bridge.errors import PgBridgeError
@@ -42,7 +43,13 @@ from bridge.pgoutput.lsn import INVALID_LSN, Lsn
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AckTracker", "AckUsageError", "DeliveryFailedError", "TransactionToken"]
+__all__ = [
+    "AckTracker",
+    "AckUsageError",
+    "DeliveryFailedError",
+    "TransactionCounts",
+    "TransactionToken",
+]
 
 
 class AckUsageError(PgBridgeError):
@@ -220,3 +227,40 @@ class AckTracker:
             end = entry.end_lsn if entry.end_lsn is not None else entry.token.end_lsn
             if end > self._flush:
                 self._flush = end
+
+
+class TransactionCounts:
+    """One transaction's records sent and delivered since last reported to the tracker (the
+    pipeline reports them in bulk: the tracker takes a lock per call).
+
+    ``on_delivered`` is the records' delivery callback: it only counts (callbacks run on the
+    pipeline thread, inside ``poll()``/``flush()``/a blocked ``publish()``).
+    """
+
+    __slots__ = ("complete", "delivered", "on_delivered", "outstanding", "sent", "token")
+
+    def __init__(self, token: TransactionToken) -> None:
+        self.token = token
+        self.sent = 0  # not yet reported
+        self.delivered = 0  # not yet reported
+        self.outstanding = 0  # reported sent minus reported delivered
+        self.complete = False
+        self.on_delivered: Callable[[], None] = self._delivered  # one bound method, reused
+
+    def _delivered(self) -> None:
+        self.delivered += 1
+
+    def report(self, tracker: AckTracker) -> None:
+        if self.sent:
+            tracker.record_sent(self.token, self.sent)
+            self.outstanding += self.sent
+            self.sent = 0
+        if self.delivered:
+            delivered, self.delivered = self.delivered, 0
+            self.outstanding -= delivered
+            tracker.record_delivered(self.token, delivered)
+
+    @property
+    def finished(self) -> bool:
+        """Completed, and every record reported delivered: nothing more to tell the tracker."""
+        return self.complete and self.outstanding == 0 and not self.sent and not self.delivered

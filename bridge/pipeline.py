@@ -1,16 +1,16 @@
 """The one place that wires source -> change events -> Avro + registry -> Kafka -> acknowledgements.
 
 At-least-once, never lose a change: every transaction is registered with the
-:class:`~bridge.ack.AckTracker` at Begin (so a five-million-row transaction streams through
-without being held in memory), each record it produces is counted as sent and, in its delivery
-callback, as delivered, and the transaction is completed at Commit with its end LSN. The counts
-are kept per transaction in a :class:`_Counts` and handed to the tracker in bulk after each
+:class:`~bridge.ack.AckTracker` at Begin (so a five-million-row transaction streams through without
+being held in memory), each record it produces is counted as sent and, in its delivery callback, as
+delivered, and the transaction is completed at Commit with its end LSN. The counts are kept per
+transaction (:class:`bridge.ack.TransactionCounts`) and handed to the tracker in bulk after each
 ``poll()`` and before each completion (the tracker takes a lock per call; per record that was a
 measurable share of the loop), so the tracker sees sends before their deliveries and every send
-before the completion, as it requires. The position confirmed to PostgreSQL is the tracker's
-flush LSN, which never passes a transaction with an undelivered record. A failure anywhere
-stops the loop with a typed error and nothing past the last fully delivered transaction is
-confirmed; a restart resends from there.
+before the completion, as it requires. The position confirmed to PostgreSQL is the tracker's flush
+LSN, which never passes a transaction with an undelivered record. A failure anywhere stops the loop
+with a typed error and nothing past the last fully delivered transaction is confirmed; a restart
+resends from there.
 
 Delivery callbacks run inside ``publisher.poll()``/``flush()`` on this thread (see
 :mod:`bridge.sink.publisher`), so the loop is single-threaded apart from librdkafka's own I/O
@@ -27,11 +27,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from bridge import native
-from bridge.ack import AckTracker, TransactionToken
+from bridge.ack import AckTracker, TransactionCounts
 from bridge.errors import PgBridgeError
 from bridge.events import (
     ChangeEvent,
@@ -54,6 +54,12 @@ from bridge.pgoutput.messages import (
     Type,
     Update,
 )
+from bridge.pipeline_ports import (
+    NoObserver,
+    PipelineObserver,
+    PipelineOptions,
+    Publisher,
+)
 from bridge.schema import EncodedRow, RelationSchemas, static_schema
 from bridge.signal_messages import PREFIX as SIGNAL_PREFIX
 from bridge.sink.avro_writer import AvroWriteError
@@ -64,6 +70,8 @@ from bridge.snapshot.incremental import IncrementalSnapshotter
 from bridge.source.api import ChangeSource
 from bridge.source.type_catalog import ResolvedType
 from bridge.types.errors import ConversionError
+
+__all__ = ["Pipeline", "PipelineObserver", "PipelineOptions", "Publisher"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,107 +93,12 @@ _MIN_RUN = 16
 _GC_GEN0_THRESHOLD = 100_000
 
 
-class Publisher(Protocol):
-    """What the pipeline needs from :class:`bridge.sink.publisher.KafkaPublisher`."""
-
-    #: Runs between retries of a topic creation.
-    on_wait: Callable[[], None] | None
-
-    def publish(
-        self, topic: str, key: bytes | None, value: bytes | None, on_delivered: Callable[[], None]
-    ) -> None: ...
-
-    def publish_packed(
-        self, topic: str, pack: bytearray, count: int, on_delivered: Callable[[], None]
-    ) -> None: ...
-
-    def send_pending(self) -> None: ...
-
-    def poll(self, timeout: float = 0.0) -> int: ...
-
-    def flush(self, timeout: float) -> int: ...
-
-    def close(self, timeout: float = 30.0) -> int: ...
-
-
-class PipelineObserver(Protocol):
-    """Hooks for metrics; every method must be cheap (called on the hot path)."""
-
-    def on_events(self, table: str, op: str, count: int) -> None: ...
-
-    def on_transaction(self, commit_ts_unix_us: int, end_lsn: Lsn) -> None: ...
-
-    def on_acknowledged(self, flush_lsn: Lsn, in_flight: int) -> None: ...
-
-
-class _Counts:
-    """One transaction's records sent and delivered since last reported to the tracker.
-
-    ``on_delivered`` is the records' delivery callback: it only counts (callbacks run on the
-    pipeline thread, inside ``poll()``/``flush()``/a blocked ``publish()``).
-    """
-
-    __slots__ = ("complete", "delivered", "on_delivered", "outstanding", "sent", "token")
-
-    def __init__(self, token: TransactionToken) -> None:
-        self.token = token
-        self.sent = 0  # not yet reported
-        self.delivered = 0  # not yet reported
-        self.outstanding = 0  # reported sent minus reported delivered
-        self.complete = False
-        self.on_delivered: Callable[[], None] = self._delivered  # one bound method, reused
-
-    def _delivered(self) -> None:
-        self.delivered += 1
-
-    def report(self, tracker: AckTracker) -> None:
-        if self.sent:
-            tracker.record_sent(self.token, self.sent)
-            self.outstanding += self.sent
-            self.sent = 0
-        if self.delivered:
-            delivered, self.delivered = self.delivered, 0
-            self.outstanding -= delivered
-            tracker.record_delivered(self.token, delivered)
-
-    @property
-    def finished(self) -> bool:
-        """Completed, and every record reported delivered: nothing more to tell the tracker."""
-        return self.complete and self.outstanding == 0 and not self.sent and not self.delivered
-
-
 def _ignore() -> None:
     pass
 
 
 #: The transaction of a row whose key alone is wanted (Pipeline.snapshot_key).
 _NO_TX = TxContext(0, Lsn(0), 0)
-
-
-class _NoObserver:
-    def on_events(self, table: str, op: str, count: int) -> None:
-        pass
-
-    def on_transaction(self, commit_ts_unix_us: int, end_lsn: Lsn) -> None:
-        pass
-
-    def on_acknowledged(self, flush_lsn: Lsn, in_flight: int) -> None:
-        pass
-
-
-@dataclass(frozen=True, slots=True)
-class PipelineOptions:
-    messages_topic: str
-    tombstones_on_delete: bool = True
-    truncate_events: bool = True
-    #: (schema, table) -> captured? Tables outside it produce nothing (but their transactions
-    #: are still acknowledged, so the slot moves past them).
-    table_filter: Callable[[str, str], bool] | None = None
-    shutdown_flush_timeout: float = 30.0
-    #: BEGIN/END records on ``<prefix>.transaction`` and heartbeat records (None: neither).
-    metadata: MetadataRecords | None = None
-    transaction_metadata: bool = False
-    heartbeat_interval: float = 0.0  # seconds; 0: no heartbeat records
 
 
 class Pipeline:
@@ -210,7 +123,7 @@ class Pipeline:
         self.serializer = serializer
         self.publisher = publisher
         self.options = options
-        self.observer: PipelineObserver = observer or _NoObserver()
+        self.observer: PipelineObserver = observer or NoObserver()
         self.tracker = AckTracker(source.start_lsn)
         # id(RelationSchemas) -> (that object, its ids). Holding the object keeps its id from
         # being reused by a later table version while the entry exists.
@@ -223,8 +136,8 @@ class Pipeline:
         self._lanes: dict[int, tuple[RelationSchemas, InsertLane | None]] = {}
         self._message_ids: tuple[int, int] | None = None
         # The current transaction's counts; all transactions with something to report.
-        self._counts: _Counts | None = None
-        self._unreported: list[_Counts] = []
+        self._counts: TransactionCounts | None = None
+        self._unreported: list[TransactionCounts] = []
         self.events_published = 0
         # Transaction metadata: BEGIN goes out with a transaction's first published change,
         # END (with per-table counts) at its Commit, only for transactions that had a BEGIN.
@@ -438,12 +351,12 @@ class Pipeline:
         if keepalive is not None:
             keepalive()
 
-    def _register(self, lsn: Lsn) -> _Counts:
-        counts = _Counts(self.tracker.begin_transaction(lsn))
+    def _register(self, lsn: Lsn) -> TransactionCounts:
+        counts = TransactionCounts(self.tracker.begin_transaction(lsn))
         self._unreported.append(counts)
         return counts
 
-    def _complete(self, counts: _Counts, end_lsn: Lsn | None) -> None:
+    def _complete(self, counts: TransactionCounts, end_lsn: Lsn | None) -> None:
         counts.report(self.tracker)  # every send reported before the completion
         counts.complete = True
         self.tracker.transaction_complete(counts.token, end_lsn)
@@ -639,7 +552,7 @@ class Pipeline:
         value: bytes | None,
         *,
         count: int = 1,
-        counts: _Counts | None = None,
+        counts: TransactionCounts | None = None,
     ) -> None:
         """Publish one record of the current transaction (or of ``counts``'s).
 
@@ -678,7 +591,7 @@ class Pipeline:
             self._message_ids = (key_id, value_id)
         return self._message_ids
 
-    def _require_counts(self) -> _Counts:
+    def _require_counts(self) -> TransactionCounts:
         if self._counts is None:
             raise RuntimeError("a record was produced outside a registered transaction")
         return self._counts

@@ -490,9 +490,7 @@ def _key_schema(
         raise SchemaError(table, f"key columns {missing} are not in the table")
     # A caller-chosen key is typically the primary key, but nothing here proves NOT NULL;
     # those of DEFAULT and USING INDEX identities are never NULL.
-    optional = (
-        hints.key_columns is not None or relation.replica_identity is ReplicaIdentity.FULL
-    )
+    optional = hints.key_columns is not None or relation.replica_identity is ReplicaIdentity.FULL
     if not key_columns:
         if keyless == "null_key":
             return None, (), False

@@ -97,25 +97,11 @@ class CopyBinaryParser:
         end = len(buf)
         pos = 0
         if not self._header_done:
-            if end < _HEADER_FIXED:
-                n = min(end, len(COPY_SIGNATURE))
-                if buf[:n] != COPY_SIGNATURE[:n]:
-                    self._signature_error(buf)
+            header_end = self._header(buf)
+            if header_end is None:
                 self._pending = buf
                 return []
-            if buf[: len(COPY_SIGNATURE)] != COPY_SIGNATURE:
-                self._signature_error(buf)
-            flags, extension = _ii(buf, len(COPY_SIGNATURE))
-            if flags & _FLAG_OIDS:
-                raise CopyFormatError(self.table, self._consumed + 11, "rows carry OIDs")
-            if extension < 0:
-                raise CopyFormatError(
-                    self.table, self._consumed + 15, f"negative header extension {extension}"
-                )
-            if end < _HEADER_FIXED + extension:
-                self._pending = buf
-                return []
-            pos = _HEADER_FIXED + extension
+            pos = header_end
             self._header_done = True
         rows: list[TupleData] = []
         add_row = rows.append
@@ -178,6 +164,28 @@ class CopyBinaryParser:
         self._consumed += pos
         self.rows += len(rows)
         return rows
+
+    def _header(self, buf: bytes) -> int | None:
+        """Where the rows start after the file header at the start of ``buf``, or None while
+        ``buf`` holds only part of it; what is there is checked already."""
+        end = len(buf)
+        if end < _HEADER_FIXED:
+            n = min(end, len(COPY_SIGNATURE))
+            if buf[:n] != COPY_SIGNATURE[:n]:
+                self._signature_error(buf)
+            return None
+        if buf[: len(COPY_SIGNATURE)] != COPY_SIGNATURE:
+            self._signature_error(buf)
+        flags, extension = _ii(buf, len(COPY_SIGNATURE))
+        if flags & _FLAG_OIDS:
+            raise CopyFormatError(self.table, self._consumed + 11, "rows carry OIDs")
+        if extension < 0:
+            raise CopyFormatError(
+                self.table, self._consumed + 15, f"negative header extension {extension}"
+            )
+        if end < _HEADER_FIXED + extension:
+            return None
+        return _HEADER_FIXED + int(extension)
 
     @property
     def at_row(self) -> bool:

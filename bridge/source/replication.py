@@ -59,19 +59,19 @@ from bridge.retry import WAITED_SECONDS, WAITING_FOR
 from bridge.source import slots
 from bridge.source.assembler import StreamAssembler, in_stream_decoder
 from bridge.source.config import SourceConfig
-from bridge.source.copy_both import end_copy, replication_conninfo, text
+from bridge.source.copy_both import end_copy, replication_conninfo
 from bridge.source.errors import (
     ReplicationConnectionLost,
     ServerInRecoveryError,
     SlotInUseError,
     SourceError,
-    classify_server_error,
 )
 from bridge.source.failover import check_not_in_recovery, enable_failover
 from bridge.source.frame_reader import STREAMING, FrameReader, frame_reading
 from bridge.source.heartbeat import HeartbeatQuery
 from bridge.source.progress import Progress
 from bridge.source.protocol import StreamOptions, negotiate
+from bridge.source.server_errors import ServerErrors
 
 logger = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ class LogicalReplicationSource:
                     failover=cfg.failover,
                 )
         except psycopg.OperationalError as exc:
-            raise self._classify_exception(exc) from exc
+            raise self._errors.from_exception(exc) from exc
         except psycopg.Error as exc:
             # E.g. CREATE PUBLICATION ... FOR ALL TABLES without superuser (42501).
             raise SourceError(
@@ -387,7 +387,7 @@ class LogicalReplicationSource:
         try:
             conn = psycopg.connect(replication_conninfo(self.config), autocommit=True)
         except psycopg.OperationalError as exc:
-            raise self._classify_exception(exc) from exc
+            raise self._errors.from_exception(exc) from exc
         pgconn = conn.pgconn
         try:
             # A multi-host DSN without target_session_attrs=read-write (or a libpq that does
@@ -412,9 +412,9 @@ class LogicalReplicationSource:
             result = pgconn.get_result()
         except psycopg.OperationalError as exc:
             conn.close()
-            raise self._classify_exception(exc) from exc
+            raise self._errors.from_exception(exc) from exc
         if result is None or result.status != pq.ExecStatus.COPY_BOTH:
-            error = self._result_error(result, pgconn)
+            error = self._errors.from_result(result, pgconn)
             conn.close()
             raise error
         self._conn = conn
@@ -435,31 +435,10 @@ class LogicalReplicationSource:
                 logger.debug("closing replication connection: %s", exc)
             self._conn = None
 
-    def _result_error(self, result: pq.abc.PGresult | None, pgconn: pq.abc.PGconn) -> SourceError:
-        if result is None:
-            return ReplicationConnectionLost(text(pgconn.get_error_message()))
-        sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE)
-        message = result.error_field(pq.DiagnosticField.MESSAGE_PRIMARY)
-        detail = result.error_field(pq.DiagnosticField.MESSAGE_DETAIL)
-        return classify_server_error(
-            self.config.slot_name,
-            self.config.publication.name,
-            sqlstate.decode() if sqlstate else None,
-            text(message or result.error_message or pgconn.get_error_message()),
-            text(detail or b""),
-            self._server.user if self._server else None,
-        )
-
-    def _classify_exception(self, exc: psycopg.Error) -> SourceError:
-        diag = exc.diag
-        return classify_server_error(
-            self.config.slot_name,
-            self.config.publication.name,
-            exc.sqlstate,
-            diag.message_primary or str(exc),
-            diag.message_detail or "",
-            self._server.user if self._server else None,
-        )
+    @property
+    def _errors(self) -> ServerErrors:
+        user = self._server.user if self._server else None
+        return ServerErrors(self.config.slot_name, self.config.publication.name, user)
 
     # -- streaming ------------------------------------------------------------------------------
 
@@ -541,7 +520,7 @@ class LogicalReplicationSource:
                 error = reader.error
                 self._stop_reader()  # the connection is this thread's again
                 pgconn = self._require(self._conn, "connection").pgconn
-                raise self._stream_error(pgconn, error)
+                raise self._errors.stream_ended(pgconn, error)
 
     def _stream_in_line(
         self, conn: psycopg.Connection[tuple[object, ...]]
@@ -563,7 +542,7 @@ class LogicalReplicationSource:
             try:
                 nbytes, data = pgconn.get_copy_data(1)
             except psycopg.OperationalError as exc:
-                raise self._stream_error(pgconn, exc) from exc
+                raise self._errors.stream_ended(pgconn, exc) from exc
             if nbytes > 0:
                 emitted = handle(bytes(data))
                 if isinstance(emitted, tuple):  # the usual: nothing or one message
@@ -578,7 +557,7 @@ class LogicalReplicationSource:
                     self._housekeeping(last_yield)
                 continue
             if nbytes == -1:
-                raise self._stream_error(pgconn, None)
+                raise self._errors.stream_ended(pgconn, None)
             # Nothing buffered: wait for the socket, the next status update or the idle tick.
             deadline = min(self._next_status, last_yield + idle)
             if self.config.heartbeat_query is not None:
@@ -589,7 +568,7 @@ class LogicalReplicationSource:
                 if ready:
                     pgconn.consume_input()
             except (OSError, psycopg.OperationalError) as exc:
-                raise self._stream_error(pgconn, exc) from exc
+                raise self._errors.stream_ended(pgconn, exc) from exc
 
     def _handle(self, buf: bytes) -> tuple[LogicalMessage, ...] | Iterator[LogicalMessage]:
         """The messages one CopyData frame releases, resends filtered out: a tuple (of at most
@@ -654,19 +633,6 @@ class LogicalReplicationSource:
             else:
                 self.stats.duplicates_dropped += 1
 
-    def _stream_error(self, pgconn: pq.abc.PGconn, exc: BaseException | None) -> SourceError:
-        # After CopyDone or an error, the final result carries the server's reason (a
-        # terminated walsender sends FATAL 57P01 before closing).
-        result = None
-        try:
-            result = pgconn.get_result()
-        except psycopg.Error:
-            result = None
-        if result is not None and result.status == pq.ExecStatus.FATAL_ERROR:
-            return self._result_error(result, pgconn)
-        detail = str(exc) if exc is not None else text(pgconn.get_error_message())
-        return ReplicationConnectionLost(detail or "the server ended the replication stream")
-
     def _housekeeping(self, now: float) -> None:
         if now >= self._next_status:
             self._send_status()
@@ -697,7 +663,7 @@ class LogicalReplicationSource:
             pgconn.put_copy_data(message)
             pgconn.flush()
         except psycopg.OperationalError as exc:
-            raise self._stream_error(pgconn, exc) from exc
+            raise self._errors.stream_ended(pgconn, exc) from exc
 
     @staticmethod
     def _require(value: _T | None, what: str) -> _T:

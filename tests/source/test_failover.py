@@ -20,8 +20,8 @@ from bridge.source import (
     SourceError,
     slots,
 )
+from bridge.source.errors import classify_server_error
 from bridge.source.failover import FAILOVER_MIN_VERSION, check_failover_supported
-from bridge.source.replication import classify_server_error
 from bridge.status import SlotStatus, slot_query
 
 
