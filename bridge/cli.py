@@ -74,7 +74,7 @@ def _load_config(args: argparse.Namespace) -> BridgeConfig:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bridge.logs import configure_logging
+    from bridge.ops.logs import configure_logging
     from bridge.runner import run
 
     config = _load_config(args)
@@ -86,7 +86,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from bridge.status import collect
+    from bridge.ops.status import collect
 
     status = collect(_load_config(args), apply_checkpoint=args.apply_checkpoint)
     print(json.dumps(status.as_dict(), indent=2) if args.json else status.render())
@@ -94,7 +94,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from bridge.check import check, render
+    from bridge.ops.check import check, render
 
     findings = check(_load_config(args))
     if args.json:
@@ -130,7 +130,7 @@ def _apply(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from bridge.demo import run_demo
+    from bridge.ops.demo import run_demo
 
     return run_demo()
 
@@ -238,7 +238,7 @@ def _database_errors() -> type[Exception]:
 def main(argv: Sequence[str] | None = None) -> int:
     _quiet_dependency_warnings()
     args = build_parser().parse_args(argv)
-    from bridge.logs import configure_logging
+    from bridge.ops.logs import configure_logging
 
     configure_logging("text", "DEBUG" if args.verbose else "INFO")
     try:

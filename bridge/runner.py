@@ -22,9 +22,9 @@ from bridge.config.basics import reveal
 from bridge.errors import ConfigError, PgBridgeError
 from bridge.events import EventBuilder
 from bridge.failures import FailurePolicy
-from bridge.metrics import BridgeMetrics
 from bridge.native.switches import NATIVE, enabled
-from bridge.observe import MetricsObserver
+from bridge.ops.metrics import BridgeMetrics
+from bridge.ops.observe import MetricsObserver
 from bridge.pgoutput.lsn import Lsn
 from bridge.pipeline import Pipeline, PipelineObserver, PipelineOptions
 from bridge.restarts import stream_with_restarts

@@ -7,7 +7,7 @@ import json
 
 from prometheus_client import generate_latest
 
-from bridge.metrics import BridgeMetrics
+from bridge.ops.metrics import BridgeMetrics
 from tests.dashboard import DASHBOARD, exported_families, of_apply, of_run, queried_families
 
 

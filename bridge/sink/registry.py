@@ -169,7 +169,7 @@ def canonical(schema: Mapping[str, Any]) -> str:
 
 
 #: Schema changes registered past the subject's compatibility level (``evolve``), by subject:
-#: exported as ``pgbridge_schema_changes_forced_total`` (bridge.metrics).
+#: exported as ``pgbridge_schema_changes_forced_total`` (bridge.ops.metrics).
 FORCED_SCHEMA_CHANGES: collections.Counter[str] = collections.Counter()
 
 #: What a refused schema change does (``schema.incompatible.change.handling.mode``).

@@ -23,10 +23,10 @@ import pytest
 from pyspark.sql import functions as F
 
 from bridge.devstack.stack import StackInfo
+from bridge.ops.status import collect
 from bridge.spark import changelog
 from bridge.spark.config import ApplyConfig
 from bridge.spark.job import run_apply
-from bridge.status import collect
 from tests.integration.bridge_harness import (
     RunningBridge,
     bridge_config,

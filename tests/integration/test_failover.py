@@ -39,8 +39,8 @@ from bridge.config import load_config
 from bridge.devstack.postgres import PostgresCluster, ensure_postgres_binaries
 from bridge.devstack.process import chown_tree, free_port, port_open
 from bridge.devstack.stack import StackInfo
+from bridge.ops.status import collect
 from bridge.pgoutput.lsn import Lsn
-from bridge.status import collect
 from tests.integration.bridge_harness import (
     BridgeProcess,
     bridge_settings,

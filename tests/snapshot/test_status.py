@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from bridge.config import load_config
+from bridge.ops.status import BridgeStatus, SlotStatus, _snapshot_status
 from bridge.snapshot.plan import Chunk, TablePlan, key_chunks
 from bridge.snapshot.state import SnapshotState, TableProgress, save_state
-from bridge.status import BridgeStatus, SlotStatus, _snapshot_status
 
 
 def test_status_renders_snapshot_state_per_table(tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ def test_status_renders_snapshot_state_per_table(tmp_path: Path) -> None:
 def test_metrics_export_the_snapshot_progress() -> None:
     from prometheus_client import generate_latest
 
-    from bridge.metrics import BridgeMetrics
+    from bridge.ops.metrics import BridgeMetrics
     from bridge.snapshot import progress
 
     metrics = BridgeMetrics()

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from bridge.ops.status import SlotStatus, slot_query
 from bridge.retry import WAITING_FOR
 from bridge.source import (
     FailoverSlotUnsupportedError,
@@ -22,7 +23,6 @@ from bridge.source import (
 )
 from bridge.source.errors import classify_server_error
 from bridge.source.failover import FAILOVER_MIN_VERSION, check_failover_supported
-from bridge.status import SlotStatus, slot_query
 
 
 def test_failover_check_refuses_servers_before_17_with_a_typed_error() -> None:

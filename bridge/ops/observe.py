@@ -1,4 +1,4 @@
-"""The pipeline's metrics hooks, batched onto :class:`~bridge.metrics.BridgeMetrics`.
+"""The pipeline's metrics hooks, batched onto :class:`~bridge.ops.metrics.BridgeMetrics`.
 
 The pipeline calls these hooks per event on its hot path; Prometheus client calls take a lock
 each, so counts are kept in a plain dict and pushed at most every ``interval`` seconds.
@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from bridge.metrics import BridgeMetrics
+from bridge.ops.metrics import BridgeMetrics
 from bridge.pgoutput.lsn import Lsn
 
 

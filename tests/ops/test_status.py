@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from bridge.config import BridgeConfig, load_config
-from bridge.metrics import BridgeMetrics
+from bridge.ops.metrics import BridgeMetrics
+from bridge.ops.status import BridgeStatus, SlotStatus, waiting_for
 from bridge.retry import WAITING_FOR
-from bridge.status import BridgeStatus, SlotStatus, waiting_for
 
 
 def _config(port: int) -> BridgeConfig:

@@ -12,7 +12,7 @@ import pytest
 
 from bridge.config import Secret
 from bridge.errors import ConfigError
-from bridge.logs import JsonFormatter, configure_logging
+from bridge.ops.logs import JsonFormatter, configure_logging
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_configure_logging_keeps_per_call_library_lines_out(restore_root_logging
     logging.getLogger("py4j.clientserver").info("Received command c on object id p0")
     logging.getLogger("httpx").info("HTTP Request: GET /apis/ccompat/v7/subjects")
     logging.getLogger("py4j.clientserver").warning("gateway connection lost")
-    logging.getLogger("bridge.demo").info("applied to Delta")
+    logging.getLogger("bridge.ops.demo").info("applied to Delta")
     text = stream.getvalue()
     assert "Received command" not in text and "HTTP Request" not in text
     assert "gateway connection lost" in text and "applied to Delta" in text

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bridge.metrics import BridgeMetrics
+from bridge.ops.metrics import BridgeMetrics
 
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 

@@ -1,4 +1,4 @@
-"""The apply job's per-table lag, from a Spark streaming checkpoint (bridge.apply_status)."""
+"""The apply job's per-table lag, from a Spark streaming checkpoint (bridge.ops.apply_status)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.apply_status import (
+from bridge.ops.apply_status import (
     ApplyCheckpointError,
     ApplyPosition,
     apply_lag,

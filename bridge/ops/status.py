@@ -66,7 +66,7 @@ class BridgeStatus:
     #: None when that cannot be known (metrics.port unset, or the bridge is not running).
     waiting_for: list[str] | None = None
     #: The Spark apply job's position (``--apply-checkpoint``): its last committed batch and,
-    #: per table topic, the Kafka records it has not applied yet (bridge.apply_status).
+    #: per table topic, the Kafka records it has not applied yet (bridge.ops.apply_status).
     apply: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -181,7 +181,7 @@ def _apply_status(
     metadata: Any,
     status: BridgeStatus,
 ) -> None:
-    from bridge.apply_status import ApplyCheckpointError, apply_lag, read_apply_position
+    from bridge.ops.apply_status import ApplyCheckpointError, apply_lag, read_apply_position
     from bridge.spark.config import is_table_topic
 
     try:

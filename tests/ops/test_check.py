@@ -3,8 +3,8 @@ traceback), and the rendering says how many problems would stop the bridge."""
 
 from __future__ import annotations
 
-from bridge.check import Finding, _postgres, render
 from bridge.config import load_config
+from bridge.ops.check import Finding, _postgres, render
 
 REQUIRED = {
     "topic.prefix": "shop",
@@ -38,7 +38,7 @@ def test_check_render_counts_problems() -> None:
 def test_check_says_how_incremental_snapshots_get_their_signals() -> None:
     """Never a reason not to start, but said: the signal table, signed messages (14+), or
     nothing on 13 without a table (tables DDL rewrote then are not copied again)."""
-    from bridge.check import _signals
+    from bridge.ops.check import _signals
 
     def said(version: int, **overrides: str) -> list[tuple[bool, str]]:
         out: list[tuple[bool, str]] = []
