@@ -11,12 +11,24 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from bridge.native import ops
 
-if TYPE_CHECKING:
-    from bridge.types.base import ColumnType
+
+class ColumnType(Protocol):
+    """What a plan reads of a column type (:class:`bridge.types.base.ColumnType` has it): its
+    Avro schema, its native ops per wire format, an array's element type."""
+
+    @property
+    def avro(self) -> Any: ...
+
+    @property
+    def native(self) -> tuple[int, int]: ...
+
+    @property
+    def element(self) -> ColumnType | None: ...
+
 
 #: Must match PLAN_STRIDE and the layout described at the top of _speedups.c: column index,
 #: text op, binary op, nullable, decimal scale, decimal precision, an array's item ops (text,

@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 import psycopg
 
-from bridge.snapshot.catalog import published_tables
 from bridge.source import slots
 from bridge.source.config import PublicationConfig, PublicationMode
+from bridge.source.publication_tables import published_tables
 
 logger = logging.getLogger(__name__)
 

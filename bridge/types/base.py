@@ -17,16 +17,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 from psycopg import postgres
 from psycopg.adapt import Transformer
 from psycopg.pq import Format
 
 from bridge.errors import ConfigError
-
-if TYPE_CHECKING:
-    from bridge.types.mapper import TypeMapper
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +154,6 @@ class TypeRequest:
     typmod: int
     name: str
     options: TypeOptions
-    mapper: TypeMapper
     dimensions: int = 1  # for array types: how deep the Avro arrays nest
 
 

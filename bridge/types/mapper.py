@@ -160,7 +160,7 @@ class TypeMapper:
         if factory is None:
             result = self._unknown(oid, name, table, column)
         else:
-            request = TypeRequest(oid, typmod, name or str(oid), self.options, self, dimensions)
+            request = TypeRequest(oid, typmod, name or str(oid), self.options, dimensions)
             result = factory(request)
         if self.options.logical_types == "connect":
             result = replace(result, avro=connect_form(result.avro))
