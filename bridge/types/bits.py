@@ -14,9 +14,12 @@ from typing import Any
 
 from bridge.types.base import ColumnType, TypeRegistry, TypeRequest, connect
 
+#: The ``length`` Debezium gives an unbounded ``bit varying`` (Java's Integer.MAX_VALUE).
+UNBOUNDED_LENGTH = 2_147_483_647
+
 
 def bits_schema(length: int | None) -> dict[str, Any]:
-    params = {"length": str(length)} if length is not None else None
+    params = {"length": str(length if length is not None else UNBOUNDED_LENGTH)}
     return connect("bytes", "io.debezium.data.Bits", parameters=params)
 
 

@@ -1,6 +1,6 @@
 """Full-text search types: tsvector and tsquery, as strings in PostgreSQL's text form.
 
-``tsvector`` is named ``io.debezium.data.TsVector`` as in Debezium. The binary forms are
+``tsvector`` is named ``io.debezium.data.Tsvector`` as in Debezium. The binary forms are
 decoded and printed exactly as ``tsvectorout`` / ``tsqueryout`` print, so text and binary
 publications agree.
 """
@@ -12,7 +12,7 @@ from typing import Final
 from bridge.types.base import DEBEZIUM_UNAVAILABLE, TypeRegistry, connect, simple, utf8
 from bridge.types.errors import ConversionError
 
-TSVECTOR_SCHEMA: Final = connect("string", "io.debezium.data.TsVector")
+TSVECTOR_SCHEMA: Final = connect("string", "io.debezium.data.Tsvector")
 
 _WEIGHTS: Final = "DCBA"  # weight bits 0..3
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import threading
 import time
 import urllib.request
@@ -581,3 +582,113 @@ def test_pgbridge_takes_over_a_stopped_debezium_connector_without_a_gap(
     # pgbridge's schema is a BACKWARD-compatible next version of Debezium's (its additions
     # have defaults): the registry took it without a forced registration.
     assert "incompatible change" not in caplog.text, caplog.text
+
+
+#: Type-zoo columns Debezium 3.3 leaves out with its defaults (``include.unknown.datatypes =
+#: false``: types it has no mapping for); pgbridge publishes them (docs/debezium-consumers.md).
+DEBEZIUM_LEAVES_OUT = {
+    "aiv": "interval[]", "amo": "money[]", "bx": "box", "ci": "circle", "ln": "line",
+    "lsn": "pg_lsn", "ls": "lseg", "mr": "int4multirange", "pa": "path", "pg": "polygon",
+    "tsq": "tsquery", "x8": "xid8",
+}  # fmt: skip
+#: Columns whose Avro form differs from Debezium's with both defaults, and why (the docs list them).
+FORM_DIFFERS = {
+    # Debezium: precision 64 and no connect.decimal.precision; Spark reads decimals up to 38.
+    "m": "money",
+    # Debezium's default hstore.handling.mode is json (a string); pgbridge's is an Avro map.
+    "hs": "hstore",
+    "ahs": "hstore[]",
+}
+#: Columns whose values differ in the ordinary row (row 1), and why.
+VALUE_DIFFERS = {
+    "hs": "hstore as a map, not JSON text (hstore.handling.mode)",
+    "ahs": "the same, in an array",
+    "atz": "timestamptz in an array: Debezium pads the fraction to 6 digits (not in a scalar)",
+    "grid": "a 2-dimensional array: Debezium sends [null, null]",
+    "nm": "name: Debezium sends null",
+}
+#: ... and in the row of extremes (row 2): infinities Debezium overflows, BC timestamps in arrays
+#: it reads in the Julian calendar, bit strings pgbridge pads, arrays Debezium nulls or zeroes.
+EDGE_VALUE_DIFFERS = {"ad", "anu", "ats", "atm", "atz", "bt", "d", "hs", "nm"}
+
+
+def _form(field_type: Any) -> Any:
+    """What a consumer reads about a type, array items included."""
+    t = _branch(field_type)
+    if isinstance(t, dict):
+        form = {k: t.get(k) for k in _FORM if k in t}
+        if t.get("type") == "array":
+            form["items"] = _form(t["items"])
+        if t.get("type") == "map":
+            form["values"] = _form(t["values"])
+        return form
+    return {"type": t}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, with NaN equal to NaN."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def test_every_type_of_the_zoo_beside_debezium_with_both_defaults(
+    local_stack: StackInfo, connect_worker: ConnectWorker
+) -> None:
+    """Every column type of the type zoo, one row of ordinary values and one of extremes, from
+    Debezium 3.3's connector and from pgbridge, both with their defaults: the same Avro forms
+    (type, logical type, Connect name and parameters, array items) and values, except the
+    columns listed above with why (docs/debezium-consumers.md has the same list)."""
+    from tests.integration.test_type_zoo import server_columns
+
+    ours, theirs = f"pgb{uuid.uuid4().hex[:6]}", f"dbz{uuid.uuid4().hex[:6]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for extension in ("citext", "hstore", "ltree"):
+                conn.execute(f"CREATE EXTENSION IF NOT EXISTS {extension}")
+            conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+            conn.execute("CREATE DOMAIN posint AS integer CHECK (VALUE > 0)")
+            columns, omitted = server_columns(conn, conn.info.server_version // 10_000)
+            assert not omitted, omitted
+            typed = ", ".join(f"{c.name} {c.type}" for c in columns)
+            conn.execute(f"CREATE TABLE zoo (id integer PRIMARY KEY, {typed})")
+        name = f"dbz-{theirs}"
+        connect_worker.put_connector(
+            name,
+            debezium_source(local_stack, dsn, theirs, "public.zoo", **{"snapshot.mode": "no_data"}),
+        )
+        try:
+            connect_worker.wait_running(name)
+            _wait_slot_active(dsn, f"{theirs}_slot")
+            bridge = RunningBridge(bridge_config(local_stack, dsn, ours))  # the defaults
+            try:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    for row, literals in ((1, [c.normal for c in columns]),
+                                          (2, [c.edge for c in columns])):  # fmt: skip
+                        conn.execute(f"INSERT INTO zoo VALUES ({row}, {', '.join(literals)})")
+                bridge.wait_confirmed(mark(dsn))
+            finally:
+                bridge.stop()
+            debezium = _records(local_stack, f"{theirs}.public.zoo", 2)
+        finally:
+            connect_worker.delete_connector(name)
+        pgbridge = _records(local_stack, f"{ours}.public.zoo", 2)
+
+    d_cols = _fields(_branch(_fields(debezium[0][2])["before"]["type"]))
+    p_cols = _fields(_branch(_fields(pgbridge[0][2])["before"]["type"]))
+    assert set(p_cols) == {"id", *(c.name for c in columns)}
+    assert set(p_cols) - set(d_cols) == set(DEBEZIUM_LEAVES_OUT)
+    compared = [c.name for c in columns if c.name in d_cols]
+    forms = {c for c in compared if _form(p_cols[c]["type"]) != _form(d_cols[c]["type"])}
+    assert forms == set(FORM_DIFFERS), {
+        c: (_form(d_cols[c]["type"]), _form(p_cols[c]["type"])) for c in forms ^ set(FORM_DIFFERS)
+    }
+    for (_, _, _, d_value), (_, _, _, p_value), expected in zip(
+        debezium, pgbridge, (set(VALUE_DIFFERS), EDGE_VALUE_DIFFERS), strict=True
+    ):
+        values = {c for c in compared if not _same(d_value["after"][c], p_value["after"][c])}
+        assert values == expected, {
+            c: (d_value["after"][c], p_value["after"][c]) for c in values ^ expected
+        }

@@ -59,7 +59,7 @@ def test_format_float_matches_float8out() -> None:
 def test_tsvector_named_like_debezium() -> None:
     vector = find("tsvector", "''::tsvector")
     assert vector.both() == ("", "")
-    assert schema_of(vector.column_type())["connect.name"] == "io.debezium.data.TsVector"
+    assert schema_of(vector.column_type())["connect.name"] == "io.debezium.data.Tsvector"
 
 
 def test_range_empty_and_unbounded() -> None:
