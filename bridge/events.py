@@ -205,6 +205,7 @@ class EventBuilder:
         self.key_columns = key_columns
         self.failures = failures or FailurePolicy("fail")
         self.column_numbers = column_numbers
+        self._primary_keys: dict[int, tuple[str, ...]] = {}  # relation OID -> catalog's key
         self.relations: dict[int, RelationSchemas] = {}
         self._topic_owners: dict[str, str] = {}  # topic -> the "schema.table" it belongs to
         self._tx: TxContext | None = None
@@ -361,6 +362,13 @@ class EventBuilder:
             hints = replace(
                 hints or TableHints(), column_numbers=facts.numbers, missing_values=facts.missing
             )
+        # The primary key by name (a REPLICA IDENTITY FULL table is keyed by it): when the
+        # catalog cannot be read, the one read last, so the table's key does not come and go.
+        if facts.catalog:
+            self._primary_keys[relation.relation_oid] = facts.primary_key
+        primary_key = self._primary_keys.get(relation.relation_oid, ())
+        if primary_key:
+            hints = replace(hints or TableHints(), primary_key=primary_key)
         return relation_schemas(
             relation,
             self.mapper,

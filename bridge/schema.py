@@ -130,6 +130,8 @@ class TableHints:
     - ``missing_values``: column name -> the text (as the walsender renders values) of the value
       rows written before ``ADD COLUMN ... DEFAULT`` hold for it (``attmissingval``): the
       field's Avro default and ``pgbridge.missing``.
+    - ``primary_key``: the table's primary key columns (catalog), the message key of a
+      REPLICA IDENTITY FULL table when ``key_columns`` does not choose one, as Debezium keys it.
     """
 
     comments: Mapping[str, str] = field(default_factory=dict)
@@ -138,6 +140,7 @@ class TableHints:
     array_dimensions: Mapping[str, int] = field(default_factory=dict)
     column_numbers: Mapping[str, int] = field(default_factory=dict)
     missing_values: Mapping[str, str] = field(default_factory=dict)
+    primary_key: tuple[str, ...] = ()
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -467,12 +470,21 @@ def _key_column_names(relation: Relation, hints: TableHints) -> list[str]:
         return list(hints.key_columns)
     if relation.replica_identity is ReplicaIdentity.FULL:
         # FULL flags every column as part of the identity, so the Relation does not say which
-        # columns are the primary key. Keyed by the whole row, identical rows would share a key
-        # and collapse downstream (and in compaction): like Debezium for tables without a
-        # primary key, the key is null unless message.key.columns names the key columns.
-        return []
+        # columns are the primary key: the catalog does (hints.primary_key), and Debezium keys
+        # by it. Without one, keyed by the whole row, identical rows would share a key and
+        # collapse downstream (and in compaction): like Debezium, the key is null unless
+        # message.key.columns names the key columns.
+        return list(_full_table_primary_key(relation, hints))
     # DEFAULT (primary key) and USING INDEX (a unique index on NOT NULL columns).
     return [c.name for c in relation.columns if c.is_key]
+
+
+def _full_table_primary_key(relation: Relation, hints: TableHints) -> tuple[str, ...]:
+    """A REPLICA IDENTITY FULL table's primary key from the catalog, when every column of it is
+    in the Relation message (a publication's column list may leave one out); else none."""
+    names = {c.name for c in relation.columns}
+    key = hints.primary_key
+    return key if key and all(name in names for name in key) else ()
 
 
 def _key_schema(
@@ -489,8 +501,11 @@ def _key_schema(
     if missing:
         raise SchemaError(table, f"key columns {missing} are not in the table")
     # A caller-chosen key is typically the primary key, but nothing here proves NOT NULL;
-    # those of DEFAULT and USING INDEX identities are never NULL.
-    optional = hints.key_columns is not None or relation.replica_identity is ReplicaIdentity.FULL
+    # those of DEFAULT and USING INDEX identities, and a primary key, are never NULL.
+    optional = hints.key_columns is not None or (
+        relation.replica_identity is ReplicaIdentity.FULL
+        and not _full_table_primary_key(relation, hints)
+    )
     if not key_columns:
         if keyless == "null_key":
             return None, (), False

@@ -26,6 +26,7 @@ from bridge.pgoutput.messages import (
     Update,
 )
 from bridge.schema import KeylessTableError, SchemaError
+from bridge.source.column_numbers import ColumnFacts
 from bridge.types import ConversionError
 from tests.rows import INT4, TEXT, lsn, relation, tuple_data
 
@@ -199,6 +200,38 @@ def test_event_builder_message_key_columns_key_a_full_table() -> None:
         COMMIT,
     )
     assert isinstance(out[0], ChangeEvent) and out[0].key == {"body": "a"}
+
+
+def test_event_builder_keys_a_full_table_by_its_primary_key_and_keeps_it_without_the_catalog() -> (
+    None
+):
+    """A REPLICA IDENTITY FULL table is keyed by the catalog's primary key (ColumnNumbers reads
+    it with the column numbers); when the catalog cannot be read for a later version, the key
+    read last stays, so the table's key does not come and go."""
+    answers = [
+        ColumnFacts(catalog=(("id", 1, INT4, None), ("body", 2, TEXT, None)), primary_key=("id",)),
+        ColumnFacts(),  # the catalog read failed
+    ]
+    b = EventBuilder("app", column_numbers=lambda relation: answers.pop(0))
+    full = (("id", INT4, True), ("body", TEXT, True))
+    out = _run(
+        b,
+        relation(identity=ReplicaIdentity.FULL, columns=full),
+        BEGIN,
+        Insert(None, 16384, tuple_data("1", "a")),
+        COMMIT,
+    )
+    assert isinstance(out[0], ChangeEvent) and out[0].key == {"id": 1}
+    wider = (*full, ("note", TEXT, True))
+    out = _run(
+        b,
+        relation(identity=ReplicaIdentity.FULL, columns=wider),
+        BEGIN,
+        Insert(None, 16384, tuple_data("2", "b", "n")),
+        COMMIT,
+    )
+    assert isinstance(out[0], ChangeEvent) and out[0].key == {"id": 2}
+    assert not answers
 
 
 def test_event_builder_unconvertible_value_fails_in_fail_mode() -> None:

@@ -222,6 +222,25 @@ def test_key_schema_full_identity_without_key_columns_is_a_null_key() -> None:
     assert schemas.key_of({"a": 1, "b": "x"}) is None
 
 
+def test_key_schema_full_identity_is_keyed_by_the_catalogs_primary_key() -> None:
+    # As Debezium: the Relation flags every column, the catalog says which are the primary key.
+    rel = relation(col("a", 23, key=True), col("b", 25, key=True), identity=ReplicaIdentity.FULL)
+    schemas = relation_schemas(
+        rel, TypeMapper(), topic_prefix="pg", hints=TableHints(primary_key=("a",))
+    )
+    assert schemas.key_fields == ("a",)
+    assert schemas.key_schema is not None
+    assert [f["type"] for f in schemas.key_schema["fields"]] == ["int"]  # NOT NULL: no union
+    assert schemas.key_of({"a": 1, "b": "x"}) == {"a": 1}
+    # A primary key column the publication leaves out: no key, as without one.
+    narrow = relation(col("b", 25, key=True), identity=ReplicaIdentity.FULL)
+    hints = TableHints(primary_key=("a",))
+    assert relation_schemas(narrow, TypeMapper(), topic_prefix="pg", hints=hints).key_schema is None
+    # message.key.columns still chooses.
+    chosen = TableHints(key_columns=("b",), primary_key=("a",))
+    assert relation_schemas(rel, TypeMapper(), topic_prefix="pg", hints=chosen).key_fields == ("b",)
+
+
 def test_key_schema_full_identity_with_key_columns_is_optional() -> None:
     rel = relation(col("a", 23, key=True), col("b", 25, key=True), identity=ReplicaIdentity.FULL)
     hints = TableHints(key_columns=("b", "a"))

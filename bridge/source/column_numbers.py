@@ -56,6 +56,15 @@ _QUERY = (
     "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
 )
 
+#: The table's primary key columns, in the key's order (a REPLICA IDENTITY FULL table's Relation
+#: message flags every column as its identity, so it does not say which they are).
+_PRIMARY_KEY = (
+    "SELECT a.attname FROM pg_index i "
+    "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+    "WHERE i.indrelid = %s AND i.indisprimary "
+    "ORDER BY array_position(i.indkey::int2[], a.attnum)"
+)
+
 #: (name, attnum, type OID, missing value's text or None) of a column as the catalog has it now.
 CatalogColumn = tuple[str, int, int, str | None]
 
@@ -72,6 +81,8 @@ class ColumnFacts:
     defaulted: frozenset[str] = frozenset()
     #: The table's columns as the catalog has them now (read even when they no longer match).
     catalog: tuple[CatalogColumn, ...] = ()
+    #: The table's primary key columns now, by name (empty: none).
+    primary_key: tuple[str, ...] = ()
 
 
 def catalog_columns(
@@ -203,6 +214,9 @@ class ColumnNumbers:
                 options=self.options,
             ) as conn:
                 rows = list(conn.execute(_QUERY, (relation.relation_oid,)))
+                primary_key = tuple(
+                    str(row[0]) for row in conn.execute(_PRIMARY_KEY, (relation.relation_oid,))
+                )
             catalog = [_catalog_column(row) for row in rows]
             numbers = matching_numbers(relation.columns, catalog)
             return ColumnFacts(
@@ -210,6 +224,7 @@ class ColumnNumbers:
                 missing_values(relation.columns, catalog),
                 frozenset(str(row[0]) for row in rows if row[4] and numbers) & set(numbers),
                 tuple(catalog),
+                primary_key,
             )
         except psycopg.Error as exc:
             # Without numbers the schema says nothing of renames: a rename made now reaches

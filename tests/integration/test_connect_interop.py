@@ -637,8 +637,9 @@ def _same(a: Any, b: Any) -> bool:
 def test_every_type_of_the_zoo_beside_debezium_with_both_defaults(
     local_stack: StackInfo, connect_worker: ConnectWorker
 ) -> None:
-    """Every column type of the type zoo, one row of ordinary values and one of extremes, from
-    Debezium 3.3's connector and from pgbridge, both with their defaults: the same Avro forms
+    """Every column type of the type zoo, one row of ordinary values and one of extremes, in a
+    REPLICA IDENTITY FULL table with a primary key, from Debezium 3.3's connector and from
+    pgbridge, both with their defaults: the same keys (the primary key), the same Avro forms
     (type, logical type, Connect name and parameters, array items) and values, except the
     columns listed above with why (docs/debezium-consumers.md has the same list)."""
     from tests.integration.test_type_zoo import server_columns
@@ -654,6 +655,8 @@ def test_every_type_of_the_zoo_beside_debezium_with_both_defaults(
             assert not omitted, omitted
             typed = ", ".join(f"{c.name} {c.type}" for c in columns)
             conn.execute(f"CREATE TABLE zoo (id integer PRIMARY KEY, {typed})")
+            # Whole old rows, and the Relation flags every column: keyed by the primary key.
+            conn.execute("ALTER TABLE zoo REPLICA IDENTITY FULL")
         name = f"dbz-{theirs}"
         connect_worker.put_connector(
             name,
@@ -676,6 +679,14 @@ def test_every_type_of_the_zoo_beside_debezium_with_both_defaults(
             connect_worker.delete_connector(name)
         pgbridge = _records(local_stack, f"{ours}.public.zoo", 2)
 
+    for (d_key_schema, d_key, _, _), (p_key_schema, p_key, _, _) in zip(
+        debezium, pgbridge, strict=True
+    ):
+        assert p_key == d_key == {"id": p_key["id"]}
+        assert _record_name(p_key_schema, ours) == _record_name(d_key_schema, theirs)
+        assert {n: _form(f["type"]) for n, f in _fields(p_key_schema).items()} == {
+            n: _form(f["type"]) for n, f in _fields(d_key_schema).items()
+        }
     d_cols = _fields(_branch(_fields(debezium[0][2])["before"]["type"]))
     p_cols = _fields(_branch(_fields(pgbridge[0][2])["before"]["type"]))
     assert set(p_cols) == {"id", *(c.name for c in columns)}
