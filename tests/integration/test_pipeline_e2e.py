@@ -40,13 +40,14 @@ CREATE TABLE orders (id bigint PRIMARY KEY, customer_id bigint NOT NULL, amount 
 CREATE TABLE audit (id int, msg text);
 ALTER TABLE audit REPLICA IDENTITY FULL;  -- identical rows must stay two rows
 CREATE TABLE docs (id int PRIMARY KEY, title text, body text);
+ALTER TABLE docs REPLICA IDENTITY FULL;   -- whole old rows; keyed by the primary key (Debezium)
 """
 
 KEYS = {
     "public.customers": ("id",),
     "public.orders": ("id",),
     "public.audit": (),  # REPLICA IDENTITY FULL without a key: null keys, a multiset
-    "public.docs": ("id",),
+    "public.docs": ("id",),  # REPLICA IDENTITY FULL with a primary key: keyed by it
 }
 
 
