@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bridge.events import (
@@ -186,20 +188,31 @@ def test_event_builder_keyless_fail_mode_is_a_typed_error() -> None:
         b.feed(relation(identity=ReplicaIdentity.NOTHING, columns=(("id", INT4, False),)))
 
 
+_FULL = (("id", INT4, True), ("body", TEXT, True))
+
+
+def _full_table_key(
+    b: EventBuilder, columns: tuple[tuple[str, int, bool], ...], *values: str
+) -> Any:
+    """The key of one insert into a REPLICA IDENTITY FULL table of ``columns``."""
+    out = _run(
+        b,
+        relation(identity=ReplicaIdentity.FULL, columns=columns),
+        BEGIN,
+        Insert(None, 16384, tuple_data(*values)),
+        COMMIT,
+    )
+    assert isinstance(out[0], ChangeEvent)
+    return out[0].key
+
+
 def test_event_builder_message_key_columns_key_a_full_table() -> None:
     def key_columns(schema: str, table: str) -> tuple[str, ...] | None:
         return ("body",) if (schema, table) == ("public", "items") else None
 
-    b = EventBuilder("app", key_columns=key_columns)
-    full = (("id", INT4, True), ("body", TEXT, True))
-    out = _run(
-        b,
-        relation(identity=ReplicaIdentity.FULL, columns=full),
-        BEGIN,
-        Insert(None, 16384, tuple_data("1", "a")),
-        COMMIT,
-    )
-    assert isinstance(out[0], ChangeEvent) and out[0].key == {"body": "a"}
+    assert _full_table_key(EventBuilder("app", key_columns=key_columns), _FULL, "1", "a") == {
+        "body": "a"
+    }
 
 
 def test_event_builder_keys_a_full_table_by_its_primary_key_and_keeps_it_without_the_catalog() -> (
@@ -213,24 +226,8 @@ def test_event_builder_keys_a_full_table_by_its_primary_key_and_keeps_it_without
         ColumnFacts(),  # the catalog read failed
     ]
     b = EventBuilder("app", column_numbers=lambda relation: answers.pop(0))
-    full = (("id", INT4, True), ("body", TEXT, True))
-    out = _run(
-        b,
-        relation(identity=ReplicaIdentity.FULL, columns=full),
-        BEGIN,
-        Insert(None, 16384, tuple_data("1", "a")),
-        COMMIT,
-    )
-    assert isinstance(out[0], ChangeEvent) and out[0].key == {"id": 1}
-    wider = (*full, ("note", TEXT, True))
-    out = _run(
-        b,
-        relation(identity=ReplicaIdentity.FULL, columns=wider),
-        BEGIN,
-        Insert(None, 16384, tuple_data("2", "b", "n")),
-        COMMIT,
-    )
-    assert isinstance(out[0], ChangeEvent) and out[0].key == {"id": 2}
+    assert _full_table_key(b, _FULL, "1", "a") == {"id": 1}
+    assert _full_table_key(b, (*_FULL, ("note", TEXT, True)), "2", "b", "n") == {"id": 2}
     assert not answers
 
 

@@ -369,33 +369,47 @@ def debezium_source(
     }
 
 
+Records = list[tuple[Any, Any, Any, Any]]
+
+
+def _beside_debezium(
+    stack: StackInfo, connect: ConnectWorker, dsn: str, table: str, statements: list[str]
+) -> tuple[str, Records, str, Records]:
+    """Debezium's connector (no snapshot) and ``pgbridge run`` (its defaults) on ``dsn`` at once,
+    ``statements`` run, each one's records of ``public.<table>``: (Debezium's topic prefix, its
+    records, pgbridge's prefix, its records)."""
+    ours, theirs = f"pgb{uuid.uuid4().hex[:6]}", f"dbz{uuid.uuid4().hex[:6]}"
+    name = f"dbz-{theirs}"
+    connect.put_connector(
+        name,
+        debezium_source(stack, dsn, theirs, f"public.{table}", **{"snapshot.mode": "no_data"}),
+    )
+    try:
+        connect.wait_running(name)
+        _wait_slot_active(dsn, f"{theirs}_slot")
+        bridge = RunningBridge(bridge_config(stack, dsn, ours))  # the defaults
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                for statement in statements:
+                    conn.execute(statement)
+            bridge.wait_confirmed(mark(dsn))
+        finally:
+            bridge.stop()
+        debezium = _records(stack, f"{theirs}.public.{table}", len(statements))
+    finally:
+        connect.delete_connector(name)
+    return theirs, debezium, ours, _records(stack, f"{ours}.public.{table}", len(statements))
+
+
 def test_debezium_and_pgbridge_publish_the_same_change_events(
     local_stack: StackInfo, connect_worker: ConnectWorker
 ) -> None:
-    ours, theirs = f"pgb{uuid.uuid4().hex[:6]}", f"dbz{uuid.uuid4().hex[:6]}"
     with scratch_database(local_stack) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(COMPARED_SCHEMA)
-        name = f"dbz-{theirs}"
-        connect_worker.put_connector(
-            name,
-            debezium_source(local_stack, dsn, theirs, "public.cmp", **{"snapshot.mode": "no_data"}),
+        theirs, debezium, ours, pgbridge = _beside_debezium(
+            local_stack, connect_worker, dsn, "cmp", list(CHANGES)
         )
-        try:
-            connect_worker.wait_running(name)
-            _wait_slot_active(dsn, f"{theirs}_slot")
-            bridge = RunningBridge(bridge_config(local_stack, dsn, ours))  # the defaults
-            try:
-                with psycopg.connect(dsn, autocommit=True) as conn:
-                    for statement in CHANGES:
-                        conn.execute(statement)
-                bridge.wait_confirmed(mark(dsn))
-            finally:
-                bridge.stop()
-            debezium = _records(local_stack, f"{theirs}.public.cmp", len(CHANGES))
-        finally:
-            connect_worker.delete_connector(name)
-        pgbridge = _records(local_stack, f"{ours}.public.cmp", len(CHANGES))
 
     for (dk_schema, dkey, dv_schema, dvalue), (pk_schema, pkey, pv_schema, pvalue) in zip(
         debezium, pgbridge, strict=True
@@ -644,7 +658,6 @@ def test_every_type_of_the_zoo_beside_debezium_with_both_defaults(
     columns listed above with why (docs/debezium-consumers.md has the same list)."""
     from tests.integration.test_type_zoo import server_columns
 
-    ours, theirs = f"pgb{uuid.uuid4().hex[:6]}", f"dbz{uuid.uuid4().hex[:6]}"
     with scratch_database(local_stack) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             for extension in ("citext", "hstore", "ltree"):
@@ -657,27 +670,13 @@ def test_every_type_of_the_zoo_beside_debezium_with_both_defaults(
             conn.execute(f"CREATE TABLE zoo (id integer PRIMARY KEY, {typed})")
             # Whole old rows, and the Relation flags every column: keyed by the primary key.
             conn.execute("ALTER TABLE zoo REPLICA IDENTITY FULL")
-        name = f"dbz-{theirs}"
-        connect_worker.put_connector(
-            name,
-            debezium_source(local_stack, dsn, theirs, "public.zoo", **{"snapshot.mode": "no_data"}),
+        rows = [
+            f"INSERT INTO zoo VALUES ({row}, {', '.join(literals)})"
+            for row, literals in ((1, [c.normal for c in columns]), (2, [c.edge for c in columns]))
+        ]
+        theirs, debezium, ours, pgbridge = _beside_debezium(
+            local_stack, connect_worker, dsn, "zoo", rows
         )
-        try:
-            connect_worker.wait_running(name)
-            _wait_slot_active(dsn, f"{theirs}_slot")
-            bridge = RunningBridge(bridge_config(local_stack, dsn, ours))  # the defaults
-            try:
-                with psycopg.connect(dsn, autocommit=True) as conn:
-                    for row, literals in ((1, [c.normal for c in columns]),
-                                          (2, [c.edge for c in columns])):  # fmt: skip
-                        conn.execute(f"INSERT INTO zoo VALUES ({row}, {', '.join(literals)})")
-                bridge.wait_confirmed(mark(dsn))
-            finally:
-                bridge.stop()
-            debezium = _records(local_stack, f"{theirs}.public.zoo", 2)
-        finally:
-            connect_worker.delete_connector(name)
-        pgbridge = _records(local_stack, f"{ours}.public.zoo", 2)
 
     for (d_key_schema, d_key, _, _), (p_key_schema, p_key, _, _) in zip(
         debezium, pgbridge, strict=True
