@@ -29,6 +29,7 @@ import time
 import urllib.request
 import uuid
 from datetime import UTC, datetime
+from datetime import time as dt_time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ AVRO_FORM = {"schema.logical.types": "avro"}
 
 SINK_SCHEMA = """
 CREATE TABLE items (id bigint PRIMARY KEY, name text, born date, price numeric(12,2),
-                    seen_at timestamptz, note text)
+                    seen_at timestamptz, note text, at_time time, tags text[], nums integer[])
 """
 
 
@@ -111,12 +112,18 @@ def workload(dsn: str, truncate: bool = True) -> None:
                 "(52, '', date '1970-01-01', 0, timestamptz '1970-01-01 00:00:00+00', '')"
             )
         conn.execute("UPDATE items SET price = price + 1, note = 'upd' WHERE id % 3 = 0")
+        conn.execute(
+            "UPDATE items SET at_time = time '00:00:00.000001' + id * interval '37 min 1.5 s', "
+            "tags = ARRAY['t' || id, NULL, 'ü'], nums = ARRAY[id, -id, NULL] WHERE id % 2 = 1"
+        )
+        conn.execute("UPDATE items SET tags = '{}', nums = '{}' WHERE id = 52")
         conn.execute("UPDATE items SET id = 1003, name = 'moved' WHERE id = 3")  # key change
         conn.execute("DELETE FROM items WHERE id % 10 = 0")
         conn.execute("ALTER TABLE items ADD COLUMN extra text")
         conn.execute("UPDATE items SET extra = 'x' || id WHERE id % 4 = 0")
         conn.execute(
-            "INSERT INTO items VALUES (2000, 'late', date '2030-06-15', 99999.99, now(), 'n', 'e')"
+            "INSERT INTO items (id, name, born, price, seen_at, note, extra) "
+            "VALUES (2000, 'late', date '2030-06-15', 99999.99, now(), 'n', 'e')"
         )
 
 
@@ -193,7 +200,7 @@ def _sink_equals_source(
         connect_worker.put_connector(name, config)
         try:
             connect_worker.wait_running(name)
-            columns = "id, name, born, price, seen_at, note, extra"
+            columns = "id, name, born, price, seen_at, note, extra, at_time, tags, nums"
             wait_equal(connect_worker, name, source, sink, columns)
         finally:
             connect_worker.delete_connector(name)
@@ -206,6 +213,8 @@ def _sink_equals_source(
             datetime(1970, 1, 1, tzinfo=UTC),
         )
         assert got[8][6] == "x8" and got[2000][6] == "e"
+        assert got[1][7:] == (dt_time(0, 37, 1, 500001), ["t1", None, "ü"], [1, -1, None])
+        assert got[52][8:] == ([], [])
         with psycopg.connect(sink) as conn:
             types = dict(
                 conn.execute(
@@ -216,6 +225,8 @@ def _sink_equals_source(
         assert types["born"] == "date"
         assert types["seen_at"] == "timestamp with time zone"
         assert types["price"] == "numeric"
+        assert types["at_time"] == "time without time zone"
+        assert types["tags"] == types["nums"] == "ARRAY"
 
 
 def test_connect_refuses_the_avro_forms_logical_types_on_a_date_column(
