@@ -430,7 +430,7 @@ def test_load_config_type_handling_modes_reach_type_options() -> None:
 
     # The mapper's own defaults are pgbridge's avro form; the configuration's, Debezium's.
     assert type_options(_load()) == TypeOptions(
-        timestamptz_handling="string", logical_types="connect"
+        timestamptz_handling="string", logical_types="connect", hstore_handling="json"
     )
     config = _load(
         {
@@ -442,7 +442,7 @@ def test_load_config_type_handling_modes_reach_type_options() -> None:
             "timestamptz.handling.mode": "string",
             "schema.logical.types": "connect",
             "binary.handling.mode": "base64-url-safe",
-            "hstore.handling.mode": "json",
+            "hstore.handling.mode": "map",
         }
     )
     assert type_options(config) == TypeOptions(
@@ -454,7 +454,7 @@ def test_load_config_type_handling_modes_reach_type_options() -> None:
         timestamptz_handling="string",
         logical_types="connect",
         binary_handling="base64-url-safe",
-        hstore_handling="json",
+        hstore_handling="map",
     )
 
 

@@ -376,7 +376,12 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "bytes",
         "bytea as Avro bytes or an encoded string",
     ),
-    KeySpec("hstore.handling.mode", _choice("map", "json"), "map", "hstore as Avro map or JSON"),
+    KeySpec(
+        "hstore.handling.mode",
+        _choice("map", "json"),
+        "json",
+        "hstore as a JSON string (Debezium's default) or an Avro map",
+    ),
     KeySpec("provide.transaction.metadata", _boolean, False, "BEGIN/END records and tx block"),
     KeySpec("truncate.events", _boolean, True, "emit op 't' records for TRUNCATE"),
     KeySpec("messages.topic", _optional_text, None, "logical messages topic (<prefix>.messages)"),

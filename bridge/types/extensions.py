@@ -132,13 +132,18 @@ def _short(value: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
+def _hstore_json(pairs: dict[str, str | None]) -> str:
+    """An hstore as Debezium's ``json`` mode writes it: compact JSON (``{"a":"1","b":null}``)."""
+    return json.dumps(pairs, ensure_ascii=False, separators=(",", ":"))
+
+
 def _hstore(request: TypeRequest) -> ColumnType:
     if request.options.hstore_handling == "json":
         return ColumnType(
             "hstore",
             JSON_SCHEMA,
-            lambda raw: json.dumps(hstore_map_text(raw), ensure_ascii=False),
-            lambda raw: json.dumps(hstore_map_binary(raw), ensure_ascii=False),
+            lambda raw: _hstore_json(hstore_map_text(raw)),
+            lambda raw: _hstore_json(hstore_map_binary(raw)),
             DEBEZIUM_UNAVAILABLE,
         )
     return ColumnType("hstore", HSTORE_MAP_SCHEMA, hstore_map_text, hstore_map_binary)
