@@ -36,7 +36,7 @@ from bridge.pgoutput.messages import (
 from bridge.snapshot.errors import SnapshotTableError
 from bridge.snapshot.plan import Chunk, Method, TablePlan, ctid_chunks, key_chunks
 from bridge.source.protocol import quote_ident
-from bridge.source.publication_tables import PublishedTable, published_tables
+from bridge.source.publication_tables import Conn, PublishedTable, published_tables
 from bridge.source.type_catalog import ResolvedType, describe_types
 from bridge.types import TypeMapper
 
@@ -46,8 +46,6 @@ __all__ = ["PublishedTable", "TableCatalog", "boundaries", "plan_table", "publis
 
 #: pgoutput sends a Type message for column types with OIDs from here on (FirstGenbkiObjectId).
 FIRST_NON_BUILTIN_OID = 10000
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ import psycopg
 
 from bridge.source.protocol import quote_ident
 
-__all__ = ["PublishedTable", "published_tables"]
+__all__ = ["Conn", "PublishedTable", "published_tables"]
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
