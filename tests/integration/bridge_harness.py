@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -525,3 +526,16 @@ def postgres(stack: StackInfo, version: str) -> Iterator[Any]:
         yield OtherPostgres(stack, cluster)
     finally:
         cluster.destroy()
+
+
+def scrape_metrics(port: int, expected: str, timeout: float = 10) -> str:
+    """The bridge's Prometheus page once it shows ``expected`` (or at the deadline, for the
+    caller's assertion to report): the bridge hands its counts to Prometheus at most every half
+    second, so the page may trail the slot's confirmed position by that much."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            page: str = reply.read().decode()
+        if expected in page or time.monotonic() > deadline:
+            return page
+        time.sleep(0.2)

@@ -5,7 +5,6 @@ test_spark_faults.py while its query runs)."""
 
 from __future__ import annotations
 
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from tests.integration.bridge_harness import (
     bridge_settings,
     free_port,
     mark,
+    scrape_metrics,
     scratch_database,
     wait_for,
     wait_slot_confirmed,
@@ -48,8 +48,7 @@ def test_every_metric_the_dashboard_reads_is_exported_by_a_running_bridge(
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("UPDATE items SET v = 'w' WHERE id <= 10")
             wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), process)
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-                scrape = reply.read().decode()
+            scrape = scrape_metrics(port, 'pgbridge_events_total{op="u",table="public.items"} 10.0')
             assert process.terminate() == 0, process.log()[-3000:]
         finally:
             if process.proc.poll() is None:

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -26,7 +25,12 @@ import pytest
 
 from bridge.devstack.process import free_port
 from bridge.devstack.stack import StackInfo
-from tests.integration.bridge_harness import mark, scratch_database, slot_confirmed
+from tests.integration.bridge_harness import (
+    mark,
+    scrape_metrics,
+    scratch_database,
+    slot_confirmed,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -105,8 +109,7 @@ def test_no_secret_in_logs_print_config_status_check_or_metrics(
                 assert proc.poll() is None, log_path.read_text()[-3000:]
                 assert time.monotonic() < deadline, "the bridge never confirmed the workload"
                 time.sleep(0.3)
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-                outputs["metrics"] = r.read().decode()
+            outputs["metrics"] = scrape_metrics(port, "pgbridge_events_total{")
             outputs["status --json"] = _cli(["status", "--json"], env, flags)
         finally:
             proc.send_signal(signal.SIGTERM)
