@@ -434,9 +434,12 @@ class Pipeline:
         event = ChangeEvent("r", table, _NO_TX, 0, None, row)
         return self.serializer.key(event, ids)
 
-    def publish_snapshot_rows(self, table: RelationSchemas, rows: list[Mapping[str, Any]]) -> None:
-        """Incremental snapshot rows as ``r`` events of the current transaction, at the next
-        positions of its ``seq``."""
+    def publish_snapshot_rows(
+        self, table: RelationSchemas, rows: list[Mapping[str, Any]], *, deleted: bool = False
+    ) -> None:
+        """Incremental snapshot rows as ``r`` events (``deleted``: ``d`` events, the rows of a
+        partition that left the table) of the current transaction, at the next positions of
+        its ``seq``."""
         builder = self.builder
         position = builder.next_position()
         if position is None:
@@ -449,7 +452,9 @@ class Pipeline:
             assert position is not None
             builder.took_change(table)
             self._publish_change(
-                ChangeEvent("r", table, snapshot_tx, position[1], None, row, (), lsn)
+                ChangeEvent("d", table, snapshot_tx, position[1], row, None, (), lsn)
+                if deleted
+                else ChangeEvent("r", table, snapshot_tx, position[1], None, row, (), lsn)
             )
 
     def _route(self, table: RelationSchemas) -> RegisteredSchemas | None:

@@ -249,6 +249,9 @@ def build_pipeline(
         incremental.snapshot_new_tables
         if incremental is not None and config.snapshot.new_tables == "parallel"
         else None,
+        incremental.snapshot_partitions
+        if incremental is not None and config.snapshot.partition_changes == "incremental"
+        else None,
     )
     registrar, serializer, publisher = parts.registrar, parts.serializer, parts.publisher
     observer: PipelineObserver | None = None
@@ -354,6 +357,10 @@ def _warn_without_signals(config: BridgeConfig, server_version: int) -> None:
                 config.snapshot.rewritten_tables == "incremental",
             ),
             ("new tables are not copied", config.snapshot.new_tables == "parallel"),
+            (
+                "attached and detached partitions' rows are not copied or deleted",
+                config.snapshot.partition_changes == "incremental",
+            ),
             ("Kafka signals are not read", "kafka" in config.signal.enabled_channels),
         )
         if on

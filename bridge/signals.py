@@ -35,6 +35,8 @@ from bridge.errors import PgBridgeError
 __all__ = [
     "CLOSE_WINDOW",
     "OPEN_WINDOW",
+    "PARTITION",
+    "PARTITION_CHANGE",
     "Signal",
     "SignalError",
     "SnapshotRequest",
@@ -54,6 +56,10 @@ LOG: Final = "log"
 OPEN_WINDOW: Final = "snapshot-window-open"
 CLOSE_WINDOW: Final = "snapshot-window-close"
 KNOWN_TYPES: Final = frozenset({EXECUTE, STOP, PAUSE, RESUME, LOG, OPEN_WINDOW, CLOSE_WINDOW})
+#: execute-snapshot data the bridge adds for a partition attached or detached while it runs.
+PARTITION: Final = "pgbridge-partition"
+PARTITION_CHANGE: Final = "pgbridge-partition-change"
+PARTITION_CHANGES: Final = ("attached", "detached")
 
 
 class SignalError(PgBridgeError):
@@ -71,6 +77,11 @@ class SnapshotRequest:
 
     collections: tuple[str, ...]
     conditions: tuple[tuple[str, str], ...] = ()  # (data-collection, SQL condition)
+    #: The bridge's own requests for a partitioned table (bridge.source.table_watch): read the
+    #: rows of this partition (schema.table) only, as the table's, and ...
+    partition: str | None = None
+    #: ... send them as deletes (it was detached) rather than as snapshot reads (attached).
+    detached: bool = False
 
     def condition_for(self, table: str) -> str | None:
         for collection, condition in self.conditions:
@@ -114,7 +125,19 @@ class Signal:
         legacy = self.data.get("additional-condition")
         if isinstance(legacy, str) and legacy.strip():
             conditions.extend((c, legacy) for c in raw)
-        return SnapshotRequest(tuple(raw), tuple(conditions))
+        partition = self.data.get(PARTITION)
+        change = self.data.get(PARTITION_CHANGE, "attached")
+        if partition is not None and (
+            not isinstance(partition, str) or len(raw) != 1 or change not in PARTITION_CHANGES
+        ):
+            raise SignalError(
+                self.id,
+                f"{PARTITION} needs one data-collection and {PARTITION_CHANGE} one of "
+                f"{', '.join(PARTITION_CHANGES)}",
+            )
+        return SnapshotRequest(
+            tuple(raw), tuple(conditions), partition, partition is not None and change == "detached"
+        )
 
 
 def parse_signal(signal_id: str, signal_type: str, data: str | None) -> Signal:

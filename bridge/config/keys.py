@@ -288,6 +288,15 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "(parallel; on PostgreSQL 13 it needs signal.data.collection) or not (off)",
     ),
     KeySpec(
+        "snapshot.partition.changes",
+        _choice("off", "incremental"),
+        "incremental",
+        "partitions attached to or detached from a captured partitioned table while running "
+        "(pgoutput sends none of their rows): copy an attached partition's rows into the "
+        "table's topic and delete a detached one's from it by an incremental snapshot "
+        "(incremental; on PostgreSQL 13 it needs signal.data.collection) or only say so (off)",
+    ),
+    KeySpec(
         "snapshot.rewritten.tables",
         _choice("off", "incremental"),
         "incremental",

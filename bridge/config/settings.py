@@ -289,6 +289,9 @@ class SnapshotConfig:
     #: Tables whose rows DDL rewrote without sending them: "incremental" snapshots each
     #: again (bridge.events.EventBuilder.on_rewrite), "off" only logs what to do.
     rewritten_tables: str = key_field("snapshot.rewritten.tables")
+    #: Partitions attached or detached while running: "incremental" copies an attached one's
+    #: rows into the table's topic and deletes a detached one's (bridge.source.table_watch).
+    partition_changes: str = key_field("snapshot.partition.changes")
 
 
 @dataclass(frozen=True, slots=True)

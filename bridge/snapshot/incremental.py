@@ -70,6 +70,8 @@ from bridge.signals import (
     EXECUTE,
     LOG,
     OPEN_WINDOW,
+    PARTITION,
+    PARTITION_CHANGE,
     PAUSE,
     RESUME,
     STOP,
@@ -89,6 +91,7 @@ from bridge.snapshot.incremental_state import (
 from bridge.snapshot.reader import SESSION_SETTINGS
 from bridge.snapshot.window import ChunkWindow
 from bridge.source.protocol import quote_ident, quote_literal
+from bridge.source.table_watch import PartitionChange
 from bridge.types.errors import ConversionError
 
 if TYPE_CHECKING:
@@ -141,7 +144,9 @@ class SnapshotOutput(Protocol):
         """The Kafka key of ``row`` as the stream would publish it (registering the table)."""
         ...
 
-    def publish_snapshot_rows(self, table: RelationSchemas, rows: list[Mapping[str, Any]]) -> None:
+    def publish_snapshot_rows(
+        self, table: RelationSchemas, rows: list[Mapping[str, Any]], *, deleted: bool = False
+    ) -> None:
         """Publish ``rows`` as ``r`` events in the current transaction."""
         ...
 
@@ -291,6 +296,28 @@ class IncrementalSnapshotter:
                 if_absent=True,
             )
 
+    def snapshot_partitions(self, changes: list[PartitionChange]) -> None:
+        """Partitions attached to or detached from a captured table while running
+        (bridge.source.table_watch): pgoutput sent none of their rows, so an attached one's
+        rows are copied into the table's topic and a detached one's deleted from it, each by
+        an ``execute-snapshot`` through the signal table (durable) reading that partition."""
+        for change in changes:
+            if change.root == self._self() or not self.settings.captured(
+                *change.root.split(".", 1)
+            ):
+                continue
+            kind = "attached" if change.attached else "detached"
+            self._send(
+                EXECUTE,
+                {
+                    "data-collections": [change.root],
+                    "type": "incremental",
+                    PARTITION: change.partition,
+                    PARTITION_CHANGE: kind,
+                },
+                f"partition-{kind}-{change.oid}-{uuid.uuid4().hex[:8]}",
+            )
+
     def snapshot_rewritten(self, table: str, signal_id: str) -> None:
         """A table whose rows DDL rewrote without sending them (bridge.events: on_rewrite):
         an ``execute-snapshot`` signal through the signal table (durable), under ``signal_id``
@@ -392,6 +419,13 @@ class IncrementalSnapshotter:
         if table is None:
             self._skip(task, "it is no longer in the publication")
             return
+        source = table.qualified
+        if task.partition is not None:
+            schema, name = task.partition.split(".", 1)
+            source = f"{quote_ident(schema)}.{quote_ident(name)}"
+            if conn.execute("SELECT to_regclass(%s) IS NULL", (source,)).fetchone() != (False,):
+                self._skip(task, f"partition {task.partition} no longer exists")
+                return
         info = catalog.read_table(conn, table)
         info.describe_to(self.builder.mapper)
         schemas = self.builder.schemas_for(info.relation)
@@ -408,7 +442,7 @@ class IncrementalSnapshotter:
         assert self._output is not None
         chunk_id = uuid.uuid4().hex[:20]
         self._send(OPEN_WINDOW, {"table": task.table}, f"{chunk_id}-open")
-        rows, last_key, invisible = self._read(conn, info, table.row_filter, task)
+        rows, last_key, invisible = self._read(conn, info, source, table.row_filter, task)
         raced = invisible.intersection([*self._ended, stream_xid])
         if raced:
             # PostgreSQL makes a commit visible just after writing its record; under load the
@@ -446,12 +480,13 @@ class IncrementalSnapshotter:
         self.watched_topic = schemas.topic
         if task.status == "pending":
             task.status = "copying"
-            logger.info("incremental snapshot of %s started", task.table)
+            logger.info("%s started", task.describe())
 
     def _read(
         self,
         conn: psycopg.Connection[tuple[Any, ...]],
         info: catalog.TableCatalog,
+        source: str,
         row_filter: str | None,
         task: TableTask,
     ) -> tuple[list[Mapping[str, Any]], list[str] | None, frozenset[int]]:
@@ -475,7 +510,7 @@ class IncrementalSnapshotter:
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         order = ", ".join(quote_ident(k) for k in keys)
         query = (
-            f"SELECT {select} FROM {info.published.qualified}{where} ORDER BY {order} "
+            f"SELECT {select} FROM {source}{where} ORDER BY {order} "
             f"LIMIT {int(self.settings.chunk_size)}"
         )
         encoder = self.builder.schemas_for(info.relation).encoder
@@ -521,17 +556,17 @@ class IncrementalSnapshotter:
         self.watched_topic = None
         self._chunk = None
         assert self._output is not None
-        if rows:
-            self._output.publish_snapshot_rows(chunk.table, rows)
         task = chunk.task
+        if rows:
+            self._output.publish_snapshot_rows(chunk.table, rows, deleted=task.detached)
         task.last_key = chunk.last_key
         task.rows += len(rows)
         task.chunks += 1
         if not chunk.full:
             task.status = "done"
             logger.info(
-                "incremental snapshot of %s complete: %d rows in %d chunks",
-                task.table,
+                "%s complete: %d rows in %d chunks",
+                task.describe(),
                 task.rows,
                 task.chunks,
             )
@@ -547,7 +582,10 @@ class IncrementalSnapshotter:
         captured = [
             t for t in published if self.settings.captured(*t.split(".", 1)) and t != self._self()
         ]
-        queued = {t.table for t in self.state.tables if not t.finished}
+        if request.partition is not None:
+            self._queue_partition(signal, request.collections[0], request.partition, captured)
+            return
+        queued = {t.table for t in self.state.tables if not t.finished and t.partition is None}
         for pattern in request.collections:
             matched = [t for t in captured if t == pattern] or [
                 t for t in captured if re.fullmatch(pattern, t)
@@ -573,6 +611,17 @@ class IncrementalSnapshotter:
                     signal.id,
                 )
 
+    def _queue_partition(
+        self, signal: Signal, table: str, partition: str, captured: list[str]
+    ) -> None:
+        detached = signal.snapshot_request().detached
+        if table not in captured:
+            logger.warning("execute-snapshot %s: %s is not a captured table", signal.id, table)
+            return
+        task = TableTask(table, partition=partition, detached=detached)
+        self.state.tables.append(task)
+        logger.info("%s queued (signal %s)", task.describe(), signal.id)
+
     def _stop(self, signal: Signal) -> None:
         request = signal.snapshot_request()
         for task in self.state.tables:
@@ -594,7 +643,7 @@ class IncrementalSnapshotter:
     def _skip(self, task: TableTask, reason: str) -> None:
         task.status = "skipped"
         task.reason = reason
-        logger.warning("incremental snapshot of %s skipped: %s", task.table, reason)
+        logger.warning("%s skipped: %s", task.describe(), reason)
         self._changed_between_transactions()
 
     def _changed_between_transactions(self) -> None:

@@ -35,6 +35,17 @@ class TableTask:
     chunks: int = 0
     status: str = "pending"  # pending | copying | done | skipped | stopped
     reason: str | None = None  # why skipped
+    #: Read this partition's rows (schema.table) as ``table``'s: one attached while running,
+    #: or, ``detached``, one that left it, whose rows are sent as deletes.
+    partition: str | None = None
+    detached: bool = False
+
+    def describe(self) -> str:
+        if self.partition is None:
+            return f"incremental snapshot of {self.table}"
+        if self.detached:
+            return f"deleting the rows of detached partition {self.partition} from {self.table}"
+        return f"copying the rows of attached partition {self.partition} into {self.table}"
 
     @property
     def finished(self) -> bool:

@@ -9,7 +9,7 @@ import pytest
 
 from bridge.events import EventBuilder
 from bridge.pgoutput.lsn import Lsn
-from bridge.signals import SignalError, cli_signal, parse_signal
+from bridge.signals import SignalError, SnapshotRequest, cli_signal, parse_signal
 from bridge.snapshot.incremental import IncrementalSettings, IncrementalSnapshotter
 from bridge.snapshot.incremental_state import (
     HANDLED_MEMORY,
@@ -70,6 +70,40 @@ def test_malformed_signals_are_typed_errors_naming_the_signal(
 def test_execute_snapshot_requests_that_cannot_run_say_why(data: str, message: str) -> None:
     with pytest.raises(SignalError, match=message):
         parse_signal("s", "execute-snapshot", data).snapshot_request()
+
+
+def test_a_partition_request_names_one_table_and_whether_its_rows_left() -> None:
+    def request(data: str) -> object:
+        return parse_signal("p", "execute-snapshot", data).snapshot_request()
+
+    detached = request(
+        '{"data-collections": ["public.meas"], "pgbridge-partition": "public.meas_us", '
+        '"pgbridge-partition-change": "detached"}'
+    )
+    assert detached == SnapshotRequest(("public.meas",), (), "public.meas_us", True)
+    attached = request(
+        '{"data-collections": ["public.meas"], "pgbridge-partition": "public.meas_us"}'
+    )
+    assert attached == SnapshotRequest(("public.meas",), (), "public.meas_us", False)
+    with pytest.raises(SignalError, match="one data-collection"):
+        request('{"data-collections": ["a", "b"], "pgbridge-partition": "public.p"}')
+    with pytest.raises(SignalError, match="attached, detached"):
+        request(
+            '{"data-collections": ["a"], "pgbridge-partition": "public.p", '
+            '"pgbridge-partition-change": "moved"}'
+        )
+
+
+def test_a_partition_task_survives_the_state_file(tmp_path: Path) -> None:
+    state = IncrementalState(
+        "slot", [TableTask("public.meas", partition="public.meas_us", detached=True)]
+    )
+    save_incremental(tmp_path / "s.json", state)
+    loaded = load_incremental(tmp_path / "s.json")
+    assert loaded is not None and loaded.tables == state.tables
+    assert loaded.tables[0].describe() == (
+        "deleting the rows of detached partition public.meas_us from public.meas"
+    )
 
 
 def test_stop_snapshot_without_collections_means_all() -> None:
@@ -206,7 +240,7 @@ def test_a_chunk_read_that_raced_a_commit_the_stream_carried_is_read_again(
     snap = snapshotter(tmp_path)
     sent: list[str] = []
     forgotten: list[str] = []
-    published = SimpleNamespace(table="public.items", row_filter=None)
+    published = SimpleNamespace(table="public.items", qualified='"public"."items"', row_filter=None)
     info = SimpleNamespace(
         relation=relation(), chunk_key=[("id", "int4")], describe_to=lambda mapper: None
     )
@@ -225,7 +259,7 @@ def test_a_chunk_read_that_raced_a_commit_the_stream_carried_is_read_again(
     snap.attach(
         SimpleNamespace(
             snapshot_key=lambda table, row: b"\0\0\0\0\1" + str(row["id"]).encode(),
-            publish_snapshot_rows=lambda table, rows: None,
+            publish_snapshot_rows=lambda table, rows, deleted=False: None,
         )  # type: ignore[arg-type]
     )
     snap.transaction_end(Lsn(100), 76)
