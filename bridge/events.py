@@ -44,6 +44,7 @@ from bridge.pgoutput.messages import (
     Type,
     Update,
 )
+from bridge.routing import TopicRouter
 from bridge.schema import (
     ATTNUM,
     KeylessMode,
@@ -51,6 +52,7 @@ from bridge.schema import (
     SchemaError,
     TableHints,
     relation_schemas,
+    topic_name,
 )
 from bridge.schema_versions import numbered_columns, row_record
 from bridge.source.column_numbers import ColumnFacts, inferred_numbers
@@ -188,6 +190,7 @@ class EventBuilder:
         failures: FailurePolicy | None = None,
         column_numbers: Callable[[Relation], ColumnFacts] | None = None,
         column_controls: ColumnControls | None = None,
+        router: TopicRouter | None = None,
     ) -> None:
         """``hints`` by ``schema.table``; ``key_columns(schema, table)`` the configured message
         key columns of a table (``message.key.columns``), if any; ``failures`` decides what
@@ -196,9 +199,11 @@ class EventBuilder:
         not known), read from the catalog when a table version's schemas are built (renames
         are told by the numbers; a column added with a default gets it as its Avro default);
         ``column_controls``: the columns left out, masked, hashed or cut (Debezium's
-        ``column.*`` settings, :mod:`bridge.column_controls`)."""
+        ``column.*`` settings, :mod:`bridge.column_controls`); ``router``: tables sharing a
+        topic (Debezium's ``topic.regex``, :mod:`bridge.routing`)."""
         self.topic_prefix = topic_prefix
         self.column_controls = column_controls
+        self.router = router
         self.mapper = mapper or TypeMapper()
         self.hints = hints or {}
         self.keyless: KeylessMode = keyless
@@ -313,7 +318,8 @@ class EventBuilder:
             return []  # the server repeats Relation messages (reconnects, streams): no change
         schemas = self._schemas(relation, report_rewrite=True)
         owner = self._topic_owners.setdefault(schemas.topic, table)
-        if owner != table:
+        routed = schemas.topic != topic_name(self.topic_prefix, relation)  # shared on purpose
+        if owner != table and not routed:
             # Two tables whose names differ only in characters Kafka refuses ("a b" and a_b):
             # mixing them in one topic would corrupt both, and a renamed topic would move
             # with the order in which tables first change. Say so instead.
@@ -376,6 +382,7 @@ class EventBuilder:
             hints=hints,
             keyless=self.keyless,
             controls=self.column_controls,
+            router=self.router,
         )
 
     def _warn_of_rewritten_rows(

@@ -169,6 +169,7 @@ def build_parts(config: BridgeConfig) -> PipelineParts:
         TypeMapper(type_options(config)),
         key_columns=config.events.key_columns,
         column_controls=config.events.column_controls(),
+        router=config.events.router(),
         column_numbers=ColumnNumbers(config.database.conninfo(), WALSENDER_SETTINGS),
         failures=FailurePolicy(
             config.events.failure_handling_mode,  # type: ignore[arg-type]

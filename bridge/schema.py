@@ -53,6 +53,7 @@ from bridge.column_controls import ColumnControls
 from bridge.errors import PgBridgeError
 from bridge.native.plan import record_plan
 from bridge.pgoutput.messages import Relation, ReplicaIdentity, TupleData
+from bridge.routing import TopicRouter, avro_string
 from bridge.types import ColumnType, TypeMapper
 from bridge.types.defaults import avro_default
 from bridge.types.errors import ConversionError
@@ -180,9 +181,12 @@ def table_schema_name(relation: Relation) -> str:
 
 def topic_name(prefix: str, relation: Relation) -> str:
     """``<prefix>.<schema>.<table>``, with characters Kafka forbids replaced by ``_``."""
-    return _INVALID_TOPIC.sub(
-        "_", f"{prefix}.{table_schema_name(relation)}.{relation.relation_name}"
-    )
+    return table_topic(prefix, table_schema_name(relation), relation.relation_name)
+
+
+def table_topic(prefix: str, schema: str, table: str) -> str:
+    """The topic of table ``schema.table`` (:func:`topic_name`)."""
+    return _INVALID_TOPIC.sub("_", f"{prefix}.{schema}.{table}")
 
 
 def record_namespace(prefix: str, relation: Relation) -> str:
@@ -259,12 +263,20 @@ class RelationSchemas:
     #: The PostgreSQL and field names of the columns whose values are withheld by column
     #: controls: never written anywhere in clear (the dead-letter topic leaves them out).
     withheld: frozenset[str] = frozenset()
+    #: A topic shared by several tables (bridge.routing): the key's last field, named
+    #: ``routed_key[0]``, holds ``routed_key[1]`` (the table's identifier) for every row, and
+    #: ``key_suffix`` is its Avro encoding, written after the row's key fields.
+    routed_key: tuple[str, str] | None = None
+    key_suffix: bytes = b""
 
     def key_of(self, row: Mapping[str, Any]) -> dict[str, Any] | None:
         """The key record for a row (``after``, or ``before`` of a delete)."""
         if self.key_schema is None:
             return None
-        return {name: row[name] for name in self.key_fields}
+        key = {name: row[name] for name in self.key_fields}
+        if self.routed_key is not None:
+            key[self.routed_key[0]] = self.routed_key[1]
+        return key
 
 
 def relation_schemas(
@@ -275,6 +287,7 @@ def relation_schemas(
     hints: TableHints | None = None,
     keyless: KeylessMode = "null_key",
     controls: ColumnControls | None = None,
+    router: TopicRouter | None = None,
 ) -> RelationSchemas:
     """Build the key and value schemas and the row encoder of one Relation message.
 
@@ -283,13 +296,20 @@ def relation_schemas(
     default, as Debezium does for tables without a primary key), or :class:`KeylessTableError`
     with ``keyless="fail"``. Column names that are not Avro names are sanitised and made unique
     (:func:`unique_field_name`). ``controls`` leave columns out of the ``Value`` record or mask,
-    hash or cut their values (:mod:`bridge.column_controls`). Raises
+    hash or cut their values (:mod:`bridge.column_controls`). ``router`` sends the table's
+    records to a topic shared with other tables (:mod:`bridge.routing`). Raises
     :class:`~bridge.types.UnknownTypeError` for unknown types when the mapper is set to fail.
     """
     hints = hints or TableHints()
     table = f"{table_schema_name(relation)}.{relation.relation_name}"
     topic = topic_name(topic_prefix, relation)
     namespace = record_namespace(topic_prefix, relation)
+    routed = router.route(topic) if router is not None else None
+    routed_key: tuple[str, str] | None = None
+    if router is not None and routed is not None:
+        if router.key_enforce_uniqueness:
+            routed_key = (router.key_field_name, router.identifier(topic))
+        topic, namespace = routed, ".".join(avro_name(p) for p in routed.split("."))
     key_subject, value_subject = subject_names(topic)
 
     key_columns = _key_column_names(relation, hints)
@@ -301,6 +321,12 @@ def relation_schemas(
     key_schema, key_fields, key_optional = _key_schema(
         relation, hints, key_columns, by_column, namespace, table, keyless
     )
+    if key_schema is None:
+        routed_key = None  # a keyless table keeps its null key, as with Debezium's router
+    elif routed_key is not None:
+        if routed_key[0] in key_fields:
+            raise SchemaError(table, f"key.field.name {routed_key[0]!r} is a key column")
+        key_schema["fields"].append({"name": routed_key[0], "type": "string"})
 
     value_record: dict[str, Any] = {
         "type": "record",
@@ -339,6 +365,8 @@ def relation_schemas(
         columns=tuple(columns),
         encoder=encoder,
         withheld=frozenset(withheld_names),
+        routed_key=routed_key,
+        key_suffix=avro_string(routed_key[1]) if routed_key is not None else b"",
     )
 
 

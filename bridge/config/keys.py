@@ -407,6 +407,44 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "regexes of schema.table.column: columns left out of the change events' values",
     ),
     KeySpec(
+        "topic.regex",
+        _optional_text,
+        None,
+        "route tables whose topic matches this regex (the whole name) to topic.replacement "
+        "(Debezium's ByLogicalTableRouter)",
+    ),
+    KeySpec(
+        "topic.replacement",
+        _optional_text,
+        None,
+        "the topic topic.regex routes to, with Java's $1 / ${name} groups",
+    ),
+    KeySpec(
+        "key.enforce.uniqueness",
+        _boolean,
+        True,
+        "a routed table's key gets key.field.name, naming the table the row came from",
+    ),
+    KeySpec(
+        "key.field.name",
+        _text,
+        "__dbz__physicalTableIdentifier",
+        "the key field naming a routed row's table",
+    ),
+    KeySpec(
+        "key.field.regex",
+        _optional_text,
+        None,
+        "its value: key.field.replacement for this regex of the table's own topic (default "
+        "the topic's name)",
+    ),
+    KeySpec(
+        "key.field.replacement",
+        _optional_text,
+        None,
+        "see key.field.regex",
+    ),
+    KeySpec(
         "message.key.columns",
         _message_key_columns,
         (),

@@ -40,6 +40,7 @@ from bridge.config.keys import (
 from bridge.config.registry_auth import REGISTRY_BEARER_KEYS, registry_bearer_properties
 from bridge.config.settings import BridgeConfig, Setting
 from bridge.errors import ConfigError
+from bridge.routing import DEFAULT_KEY_FIELD
 
 logger = logging.getLogger(__name__)
 
@@ -314,6 +315,8 @@ _CLIENT_SECURITY_KEYS = (
 _CLIENT_LOCATION_KEYS = frozenset(
     {"topic.prefix", "kafka.bootstrap.servers", "schema.registry.url"}
 )
+#: How a routed topic's key names each row's table (bridge.routing): the apply job adds it.
+_CLIENT_ROUTING_KEYS = ("key.field.name", "key.field.regex", "key.field.replacement")
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,13 +329,15 @@ class ClientSettings:
     registry_url: str | None
     kafka: tuple[tuple[str, str | Secret], ...]
     registry: tuple[tuple[str, str | Secret], ...]
+    #: key.field.name, key.field.regex, key.field.replacement (bridge.routing)
+    routed_key: tuple[str, str | None, str | None] = (DEFAULT_KEY_FIELD, None, None)
 
 
 def load_client_settings(path: Path | None, env: Mapping[str, str]) -> ClientSettings:
     """The client settings of a pgbridge configuration file and ``PGBRIDGE_*`` variables
     (variables win over the file, as for ``pgbridge run``), checked as ``pgbridge run`` checks
     them; every other key is ignored (it configures the bridge)."""
-    wanted = _CLIENT_SECURITY_KEYS | _CLIENT_LOCATION_KEYS
+    wanted = _CLIENT_SECURITY_KEYS | _CLIENT_LOCATION_KEYS | set(_CLIENT_ROUTING_KEYS)
     raw: dict[str, tuple[object, str]] = {}
     if path is not None:
         for key, value in _read_toml(path).items():
@@ -365,6 +370,11 @@ def load_client_settings(path: Path | None, env: Mapping[str, str]) -> ClientSet
         return str(value) if value else None
 
     return ClientSettings(
+        routed_key=(
+            str(values["key.field.name"]),
+            text("key.field.regex"),
+            text("key.field.replacement"),
+        ),
         topic_prefix=text("topic.prefix"),
         bootstrap_servers=text("kafka.bootstrap.servers"),
         registry_url=text("schema.registry.url"),

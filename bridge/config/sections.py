@@ -131,12 +131,16 @@ def events(
 ) -> EventsConfig:
     if v["column.include.list"] and v["column.exclude.list"]:
         raise ConfigError("column.exclude.list", "cannot be combined with column.include.list")
-    return v.fill(
+    if (v["topic.regex"] is None) != (v["topic.replacement"] is None):
+        raise ConfigError("topic.replacement", "topic.regex and topic.replacement go together")
+    config = v.fill(
         EventsConfig,
         messages_topic=messages_topic,
         dead_letter_topic=dead_letter_topic,
         column_rules=column_rules,
     )
+    config.router()  # the regexes and replacements checked at load
+    return config
 
 
 def kafka(v: Values, producer: Producer) -> KafkaConfig:

@@ -16,6 +16,7 @@ from bridge.column_controls import ColumnControls, ColumnRule
 from bridge.config.basics import Secret, reveal
 from bridge.config.keys import KEY_SPECS
 from bridge.retry import RetryPolicy
+from bridge.routing import TopicRouter
 
 
 def key_field(name: str) -> Any:
@@ -157,9 +158,29 @@ class EventsConfig:
     column_include: tuple[str, ...] = key_field("column.include.list")
     column_exclude: tuple[str, ...] = key_field("column.exclude.list")
     column_rules: tuple[ColumnRule, ...] = ()
+    # Debezium's ByLogicalTableRouter (bridge.routing): tables sharing a topic.
+    topic_regex: str | None = key_field("topic.regex")
+    topic_replacement: str | None = key_field("topic.replacement")
+    key_enforce_uniqueness: bool = key_field("key.enforce.uniqueness")
+    key_field_name: str = key_field("key.field.name")
+    key_field_regex: str | None = key_field("key.field.regex")
+    key_field_replacement: str | None = key_field("key.field.replacement")
 
     def column_controls(self) -> ColumnControls:
         return ColumnControls(self.column_include, self.column_exclude, self.column_rules)
+
+    def router(self) -> TopicRouter | None:
+        """The topic router, when ``topic.regex`` is set (bridge.routing)."""
+        if self.topic_regex is None:
+            return None
+        return TopicRouter(
+            self.topic_regex,
+            self.topic_replacement or "",
+            self.key_enforce_uniqueness,
+            self.key_field_name,
+            self.key_field_regex,
+            self.key_field_replacement,
+        )
 
     def key_columns(self, schema: str, table: str) -> tuple[str, ...] | None:
         """The configured message key columns of ``schema.table``, if any."""

@@ -378,8 +378,8 @@ class EnvelopeSerializer:
         :meth:`register_parsed`), or ``None`` where its records need the general path: no C
         encoder, a column without a native form, transaction metadata in the envelope, a value
         schema not shaped like bridge.schema's."""
-        if native.encode_insert is None or self._tx_metadata:
-            return None
+        if native.encode_insert is None or self._tx_metadata or table.routed_key is not None:
+            return None  # (the lanes write the row's key fields only)
         parts = self._envelopes.get(ids.value_id)
         row_plan, key_plan = table.encoder.plans
         if parts is None or row_plan is None:
@@ -424,9 +424,13 @@ class EnvelopeSerializer:
         row = event.after if event.after is not None else event.before
         if row is None:
             return None
+        table = event.table
         if type(row) is EncodedRow and row.key_avro is not None:
-            # Encoded by the C accelerator from the same schema (bridge.native.plan).
-            return self._writers[ids.key_id][0] + row.key_avro
+            # Encoded by the C accelerator from the same schema (bridge.native.plan); a routed
+            # table's identifier field is last, so its encoding follows.
+            return self._writers[ids.key_id][0] + row.key_avro + table.key_suffix
+        if table.routed_key is not None:
+            return self._encode(ids.key_id, table.key_of(row))
         # The Key record's fields are named like the row's (RelationSchemas.key_of), and a
         # record writer reads only its own fields: the row is encoded as the key directly.
         return self._encode(ids.key_id, row)

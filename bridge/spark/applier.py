@@ -80,7 +80,7 @@ from bridge.spark.apply_metrics import (
     TABLE_FAILURES,
     TABLE_LAG,
 )
-from bridge.spark.config import ApplyConfig
+from bridge.spark.config import ApplyConfig, delta_table
 from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
 from bridge.spark.errors import RegistryUnavailableError, TableApplyError, first_line
 from bridge.spark.fences import Fences, read_fences
@@ -410,18 +410,38 @@ class BatchApplier:
         if summary is None or count == 0:
             return
         identity = (summary["schema"], summary["table"])
-        if identity != (summary["schema_max"], summary["table_max"]) or None in identity:
+        if None in identity:
+            raise TableApplyError(table.topic, "records without a source table")
+        # Several source tables share a topic only when the bridge routes them into it
+        # (bridge.routing): they land in the topic's table, not each in its own.
+        schema, name = delta_table(
+            self.config.topic_prefix, table.topic, str(identity[0]), str(identity[1])
+        )
+        routed = (schema, name) != (str(identity[0]), str(identity[1]))
+        if not routed and identity != (summary["schema_max"], summary["table_max"]):
             raise TableApplyError(
                 table.topic,
                 f"records of several tables in one topic: {identity} .. "
                 f"{(summary['schema_max'], summary['table_max'])}",
             )
-        schema, name = str(identity[0]), str(identity[1])
         path = self.config.table_path(schema, name)
         with self._lock:
             self._paths[table.topic] = path
         label = f"{schema}.{name}"
         changes = changes.drop(tf.SOURCE_SCHEMA, tf.SOURCE_TABLE)
+        if routed and summary["trunc"] is not None:
+            # One routed table's TRUNCATE would empty every routed table's rows here.
+            logger.warning(
+                "%s: a TRUNCATE of a table routed into topic %s is not applied (it would empty "
+                "the rows of every table routed there); delete that table's rows by its %s",
+                label,
+                table.topic,
+                self.config.routed_key[0],
+            )
+            summary = {**summary, "trunc": None}
+            changes = changes.where(F.col(tf.OP) != "t")
+            if int(summary["rows"]) == 0:
+                return
         truncate = summary["trunc"]
         exists = path in self._known or _is_delta_table(spark, path)
         keys = table.key_columns

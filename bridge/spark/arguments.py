@@ -216,4 +216,5 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         spark_master=getattr(args, "master", None),
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        routed_key=shared.routed_key,
     )

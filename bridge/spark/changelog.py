@@ -47,7 +47,7 @@ from pyspark.sql import functions as F
 from bridge.spark import transforms as tf
 from bridge.spark.applier import BatchApplier
 from bridge.spark.columns import missing_literal
-from bridge.spark.config import ApplyConfig
+from bridge.spark.config import ApplyConfig, delta_table
 from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
 from bridge.spark.errors import ApplyError
 from bridge.spark.fences import Fences, read_fences
@@ -291,7 +291,9 @@ def current_state(
                 raise ApplyError(f"no table and no changes for topic {topic!r} yet")
             current: DataFrame = spark.read.format("delta").load(base)
             return current
-        path = config.table_path(str(identity[0]), str(identity[1]))
+        path = config.table_path(
+            *delta_table(config.topic_prefix, topic, str(identity[0]), str(identity[1]))
+        )
         # Computed now, as of this moment (a read, not a live query); the decoded changelog's
         # cached frames are released right after.
         return _fold(spark, path, tables[0], config.variable_decimal).localCheckpoint(eager=True)

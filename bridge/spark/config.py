@@ -14,8 +14,10 @@ import re
 from dataclasses import dataclass, field
 
 from bridge.errors import ConfigError
+from bridge.routing import DEFAULT_KEY_FIELD
+from bridge.schema import table_topic
 
-__all__ = ["ApplyConfig", "path_segment"]
+__all__ = ["ApplyConfig", "delta_table", "path_segment"]
 
 # Kafka topic names: ASCII letters, digits, '.', '_' and '-'.
 _TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -92,6 +94,11 @@ class ApplyConfig:
     stays, with the values rows had, as a record of what was) or ``drop`` (the Delta column is
     dropped too; older versions' records in the same batch lose it as well).
 
+    ``routed_key``: key.field.name, key.field.regex, key.field.replacement of a ``pgbridge
+    run`` that routes tables into shared topics (:mod:`bridge.routing`): a routed topic lands
+    in one Delta table named by the topic (:meth:`delta_table`), with that key field as a
+    column computed from each record's source table as the bridge computes it.
+
     ``mode``: ``merge`` (the default) MERGEs each table's changes at every micro-batch;
     ``changelog`` appends each micro-batch to one changelog table, serves current state through
     :func:`bridge.spark.changelog.current_state`, and compacts into the tables every
@@ -129,6 +136,7 @@ class ApplyConfig:
     # Prometheus /metrics of the job (its pgbridge_apply_* metrics); 0: no endpoint.
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
+    routed_key: tuple[str, str | None, str | None] = (DEFAULT_KEY_FIELD, None, None)
 
     def __post_init__(self) -> None:
         if not self.topic_prefix or not _TOPIC_CHARS.match(self.topic_prefix):
@@ -234,6 +242,17 @@ class ApplyConfig:
     def is_table_topic(self, topic: str) -> bool:
         """Whether ``topic`` is a table's change topic under the prefix (as subscribed)."""
         return is_table_topic(self.topic_prefix, topic)
+
+
+def delta_table(topic_prefix: str, topic: str, schema: str, table: str) -> tuple[str, str]:
+    """The (schema, table) of the Delta table a topic's records from source ``schema.table``
+    land in: the source table's own, unless the topic is not that table's own topic (tables
+    routed into a shared topic, bridge.routing), then the topic's ``<schema>.<table>`` after
+    the prefix (split at its first dot)."""
+    if topic == table_topic(topic_prefix, schema, table):
+        return schema, table
+    routed_schema, _, routed_table = topic[len(topic_prefix) + 1 :].partition(".")
+    return routed_schema, routed_table
 
 
 def is_table_topic(topic_prefix: str, topic: str) -> bool:

@@ -265,7 +265,11 @@ def decode_batch(
     for topic, table_groups in per_table.items():
         try:
             table, dead = _table_batch(
-                topic, table_groups, batch_id, newest_only=config.dropped_columns == "drop"
+                topic,
+                table_groups,
+                batch_id,
+                newest_only=config.dropped_columns == "drop",
+                routed=_routed_key_column(config),
             )
         except Exception as exc:  # e.g. versions Spark cannot conform: this table only
             for group in table_groups:
@@ -333,7 +337,10 @@ def _decode_group(
         shape = RowShape.plain(tf.envelope_fields(decoded))
     try:
         key_fields = _key_columns(schemas, topic, row["key_id"], row["min_key_id"])
-        missing = [k for k in key_fields if k not in {c.field for c in shape.columns}]
+        routed = config.routed_key[0]  # a routed topic's key field: a column computed below
+        missing = [
+            k for k in key_fields if k not in {c.field for c in shape.columns} and k != routed
+        ]
         if missing:
             raise TableApplyError(
                 topic, f"key columns {missing} are not columns of schema id {schema_id}"
@@ -348,7 +355,8 @@ def _decode_group(
     # One dead-letter frame per group, whatever the reasons: the dead-letter phase unions
     # these, so its plan grows by one branch per (topic, schema id), not by three.
     out.dead_letters.append(_group_dead_letters(decoded, schema_id, unfit, config, batch_id))
-    key_columns = tuple(shape.name_of(k) for k in key_fields)
+    names = {c.field for c in shape.columns}
+    key_columns = tuple(shape.name_of(k) if k in names else k for k in key_fields)
     return _Group(schema_id, decoded, shape, key_columns)
 
 
@@ -422,12 +430,35 @@ def _group_dead_letters(
     return tf.dead_letters(rows, F.col(_DEAD_REASON), batch_id)
 
 
+def _routed_key_column(config: ApplyConfig) -> tuple[str, Column]:
+    """The key field of a routed topic (bridge.routing) and its value for each record, from
+    the record's source table as ``pgbridge run`` computes it: the table's own topic name, or
+    ``key.field.regex`` (Java's, as Debezium applies it) replaced in that name."""
+    name, regex, replacement = config.routed_key
+    own = F.regexp_replace(
+        F.concat_ws(
+            ".", F.lit(config.topic_prefix), F.col(tf.SOURCE_SCHEMA), F.col(tf.SOURCE_TABLE)
+        ),
+        r"[^A-Za-z0-9._\-]",
+        "_",
+    )
+    if regex is None or replacement is None:
+        return name, own
+    whole = f"^(?:{regex})$"
+    return name, F.when(own.rlike(whole), F.regexp_replace(own, whole, replacement)).otherwise(own)
+
+
 def _table_batch(
-    topic: str, table_groups: list[_Group], batch_id: int, newest_only: bool = False
+    topic: str,
+    table_groups: list[_Group],
+    batch_id: int,
+    newest_only: bool = False,
+    routed: tuple[str, Column] | None = None,
 ) -> tuple[TableBatch, list[DataFrame]]:
     """One table's groups -> its TableBatch, and the dead letters of records it cannot use.
     ``newest_only``: the columns are the newest version's (older versions' other columns are
-    left out: dropped in the source), not all versions'."""
+    left out: dropped in the source), not all versions'. ``routed``: a key column the values
+    do not carry (a routed topic's), and how to compute it."""
     newest = max(table_groups, key=lambda g: g.schema_id)
     renames = newest.shape.renames()
     keys = newest.key_columns or next((g.key_columns for g in table_groups if g.key_columns), ())
@@ -452,8 +483,14 @@ def _table_batch(
             changes = tf.envelope_to_images(group.decoded, shape)
         else:
             changes = tf.envelope_to_changes(group.decoded, shape)
+        computed: list[str] = []
+        if routed is not None and routed[0] in keys and routed[0] not in changes.columns:
+            changes = changes.withColumn(routed[0], routed[1])
+            computed.append(routed[0])
         frames.append(changes)
-        shapes.append(T.StructType([changes.schema[c.name] for c in shape.columns]))
+        shapes.append(
+            T.StructType([changes.schema[c] for c in [*(c.name for c in shape.columns), *computed]])
+        )
     order = sorted(range(len(table_groups)), key=lambda i: -table_groups[i].schema_id)
     columns = _union_columns([shapes[i] for i in (order[:1] if newest_only else order)])
     raw = _raw(table_groups[0].decoded)
