@@ -24,3 +24,5 @@ VARIABLE_DECIMAL: Final = 14  # numeric without typmod -> VariableScaleDecimal r
 ARRAY: Final = 15  # one-dimensional array -> Avro array of ["null", item]; item ops in the plan
 JSONB: Final = 16  # jsonb -> Avro string (binary: the text after the version byte 1)
 ZONED: Final = 17  # timestamptz -> Debezium's ZonedTimestamp string (years 0..9999)
+#: ... with the fraction always ``scale`` digits (the plan's; Debezium's array items)
+ZONED_PADDED: Final = 18

@@ -18,7 +18,8 @@ from bridge.native import ops
 
 class ColumnType(Protocol):
     """What a plan reads of a column type (:class:`bridge.types.base.ColumnType` has it): its
-    Avro schema, its native ops per wire format, an array's element type."""
+    Avro schema, its native ops per wire format, an array's element type, a padded
+    ZonedTimestamp's fraction width."""
 
     @property
     def avro(self) -> Any: ...
@@ -28,6 +29,9 @@ class ColumnType(Protocol):
 
     @property
     def element(self) -> ColumnType | None: ...
+
+    @property
+    def fraction_digits(self) -> int: ...
 
 
 #: Must match PLAN_STRIDE and the layout described at the top of _speedups.c: column index,
@@ -76,6 +80,8 @@ def field_plan(index: int, column: ColumnType, nullable: int) -> bytes | None:
             if params is None:
                 return None
             scale, precision = params
+        if ops.ZONED_PADDED in (item_text, item_binary):
+            scale = element.fraction_digits
     elif ops.DECIMAL in (text_op, binary_op):
         params = _decimal_fits(column)
         if params is None:

@@ -79,8 +79,10 @@ static char *put_digits(char *at, int64_t value, int width) {
 
 /* Debezium's ZonedTimestamp text of `micros` since 1970 UTC, as
  * bridge.types.temporal.format_timestamp_utc: "YYYY-MM-DDTHH:MM:SS[.fraction]Z", the fraction
- * without trailing zeros. 0 for a year outside 0..9999 (Python spells expanded years). */
-static int write_zoned(Out *o, int64_t micros) {
+ * without trailing zeros, or with `pad` (1..6) digits always (Debezium's array items: Java's
+ * appendFraction(p, p), which cuts the digits beyond p). 0 for a year outside 0..9999 (Python
+ * spells expanded years). */
+static int write_zoned(Out *o, int64_t micros, int pad) {
     int64_t days = micros / US_PER_DAY, us = micros % US_PER_DAY;
     if (us < 0) {
         us += US_PER_DAY;
@@ -102,7 +104,12 @@ static int write_zoned(Out *o, int64_t micros) {
     at = put_digits(at, seconds / 60 % 60, 2);
     *at++ = ':';
     at = put_digits(at, seconds % 60, 2);
-    if (frac) {
+    if (pad > 0 && pad <= 6) {
+        int64_t cut = 1;
+        for (int i = pad; i < 6; i++) cut *= 10;
+        *at++ = '.';
+        at = put_digits(at, frac / cut, pad);
+    } else if (frac) {
         int width = 6;
         while (frac % 10 == 0) {
             frac /= 10;
@@ -811,6 +818,7 @@ int write_value(Out *o, int op, int item_op, int binary, const char *p, Py_ssize
         }
         return out_long(o, v) ? 1 : -1;
     case OP_ZONED:
+    case OP_ZONED_PADDED:
         if (binary) {
             if (n != 8) return 0;
             v = be_signed((const unsigned char *)p, 8);
@@ -824,7 +832,7 @@ int write_value(Out *o, int op, int item_op, int binary, const char *p, Py_ssize
         } else if (!parse_timestamp_text(p, n, 1, &v)) {
             return 0;
         }
-        return write_zoned(o, v);
+        return write_zoned(o, v, op == OP_ZONED_PADDED ? scale : 0);
     case OP_DATE:
         if (binary) {
             if (n != 4) return 0;

@@ -32,6 +32,7 @@ enum {
     OP_ARRAY = 15,    /* one-dimensional array -> Avro array of ["null", item], item op in plan */
     OP_JSONB = 16,    /* jsonb -> Avro string (binary: after the version byte) */
     OP_ZONED = 17,    /* timestamptz -> Debezium's ZonedTimestamp string (ISO-8601 UTC, "Z") */
+    OP_ZONED_PADDED = 18, /* the same, the fraction always `scale` digits (array items) */
 };
 
 #define PG_EPOCH_DAYS 10957LL

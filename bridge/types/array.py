@@ -46,6 +46,7 @@ from bridge.types.base import (
 )
 from bridge.types.errors import ConversionError
 from bridge.types.lossy import ARRAY_FLATTENED, ARRAY_WRAPPED, record_lossy
+from bridge.types.temporal import timestamptz_array_element
 
 
 class _RawTextLoader(Loader):
@@ -211,6 +212,8 @@ def register_types(registry: TypeRegistry) -> None:
         element = registry.by_name.get(info.name)
         if element is None or not info.array_oid:
             continue
+        if info.name == "timestamptz":  # Debezium pads an array's items (not a scalar)
+            element = timestamptz_array_element
         factory = array_factory(element, info.delimiter.encode())
         registry.by_oid[info.array_oid] = factory
         registry.by_name["_" + info.name] = factory

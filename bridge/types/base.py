@@ -133,7 +133,8 @@ class ColumnType:
     ``native`` names, for the text and the binary wire format, the :mod:`bridge.native.ops`
     code whose C parser reproduces the converter exactly (0: the Python converter only).
     ``element`` is an array's element type, whose ``native`` codes the C encoder applies to
-    the items (``None`` for other types).
+    the items (``None`` for other types). ``fraction_digits``: the fixed fraction width of a
+    ``ZONED_PADDED`` value (the C plan's scale).
     """
 
     pg_name: str
@@ -143,6 +144,7 @@ class ColumnType:
     toast_placeholder: Any = None
     native: tuple[int, int] = (0, 0)
     element: ColumnType | None = None
+    fraction_digits: int = 0
 
 
 @dataclass(frozen=True, slots=True)

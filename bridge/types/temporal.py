@@ -279,21 +279,24 @@ timestamp_from_binary: Final = _binary_timestamp("timestamp")
 timestamptz_from_binary: Final = _binary_timestamp("timestamp with time zone")
 
 
-def format_timestamp_utc(micros: int) -> str:
+def format_timestamp_utc(micros: int, pad: int = 0) -> str:
     """Debezium's ZonedTimestamp text of a finite instant: ISO-8601 in UTC with ``Z``, any
-    year, exact (no int64 sentinels here: callers spell infinities themselves)."""
+    year, exact (no int64 sentinels here: callers spell infinities themselves). The fraction
+    has no trailing zeros, or, with ``pad`` (1..6), always that many digits (Debezium's array
+    items: Java's ``appendFraction(p, p)``, which cuts the digits beyond)."""
     days, us_of_day = divmod(micros, US_PER_DAY)
     year, month, day = civil_from_days(days)
     seconds, us = divmod(us_of_day, US_PER_SECOND)
     minutes, s = divmod(seconds, 60)
     h, mi = divmod(minutes, 60)
-    frac = f".{us:06d}".rstrip("0") if us else ""
+    digits = f".{us:06d}"
+    frac = digits[: pad + 1] if 0 < pad <= 6 else (digits.rstrip("0") if us else "")
     # ISO-8601 expanded years (Java's formatter): a sign beyond 9999 and before year 0.
     y = f"{year:04d}" if 0 <= year <= 9999 else f"{year:+05d}"
     return f"{y}-{month:02d}-{day:02d}T{h:02d}:{mi:02d}:{s:02d}{frac}Z"
 
 
-def zoned_from_text(raw: bytes) -> str:
+def zoned_from_text(raw: bytes, pad: int = 0) -> str:
     """ZonedTimestamp text of a timestamptz text value, exact for every value (no clamping)."""
     if raw == b"infinity" or raw == b"-infinity":
         return raw.decode()
@@ -301,17 +304,38 @@ def zoned_from_text(raw: bytes) -> str:
         micros = int((_tstz_text(raw) - _EPOCH_UTC) // _ONE_US)
     except DataError:
         micros = _timestamp_exact(raw, "timestamp with time zone")
-    return format_timestamp_utc(micros)
+    return format_timestamp_utc(micros, pad)
 
 
-def zoned_from_binary(raw: bytes) -> str:
+def zoned_from_binary(raw: bytes, pad: int = 0) -> str:
     """ZonedTimestamp text of a timestamptz binary value, exact for every value."""
     us = int.from_bytes(raw, "big", signed=True)
     if us == INT64_MAX:
         return "infinity"
     if us == INT64_MIN:
         return "-infinity"
-    return format_timestamp_utc(us + PG_EPOCH_US)
+    return format_timestamp_utc(us + PG_EPOCH_US, pad)
+
+
+def timestamptz_array_element(request: TypeRequest) -> ColumnType:
+    """The items of a ``timestamptz[]``: as the scalar, except that Debezium writes an array's
+    ZonedTimestamp items with the fraction padded to the column's precision (6 unless
+    declared: ``2024-01-02T03:04:05.500000Z``; measured beside Debezium 3.3), where a scalar's
+    has no trailing zeros. The width travels in :attr:`ColumnType.fraction_digits`."""
+    scalar = _timestamptz(request)
+    if scalar.avro is not TIMESTAMPTZ_STRING_SCHEMA:
+        return scalar
+    pad = request.typmod if 0 <= request.typmod <= 6 else 6
+    if pad == 0:  # Java's formatter then writes no fraction: as the scalar
+        return scalar
+    return ColumnType(
+        "timestamp with time zone",
+        TIMESTAMPTZ_STRING_SCHEMA,
+        lambda raw: zoned_from_text(raw, pad),
+        lambda raw: zoned_from_binary(raw, pad),
+        native=(ops.ZONED_PADDED, ops.ZONED_PADDED),
+        fraction_digits=pad,
+    )
 
 
 def _timestamptz(request: TypeRequest) -> ColumnType:

@@ -639,7 +639,6 @@ FORM_DIFFERS = {
 }
 #: Columns whose values differ in the ordinary row (row 1), and why.
 VALUE_DIFFERS = {
-    "atz": "timestamptz in an array: Debezium pads the fraction to 6 digits (not in a scalar)",
     "grid": "a 2-dimensional array: Debezium sends [null, null]",
     "nm": "name: Debezium sends null",
 }

@@ -287,9 +287,7 @@ class Table:
                 for name, oid, typmod in columns
             ),
         )
-        schemas = relation_schemas(
-            relation, mapper or TypeMapper(), topic_prefix="pg", hints=hints
-        )
+        schemas = relation_schemas(relation, mapper or TypeMapper(), topic_prefix="pg", hints=hints)
         before = schemas.value_schema["fields"][0]
         assert before["name"] == "before"
         value_record = next(b for b in before["type"] if isinstance(b, dict))
@@ -601,6 +599,49 @@ def test_zoned_timestamps_encode_to_python_bytes(value: Pair, binary: bool) -> N
 )
 def test_zoned_edge_values_encode_to_python_bytes(value: Value) -> None:
     assert_native_matches(ZONED, tuple_data(("t", b"1"), value))
+
+
+TIMESTAMPTZ_ARRAY = 1185
+ZONED_ARRAYS = Table.build(
+    [("id", INT8, -1), ("atz", TIMESTAMPTZ_ARRAY, -1), ("atz3", TIMESTAMPTZ_ARRAY, 3)],
+    keys=["id"],
+    mapper=TypeMapper(TypeOptions(timestamptz_handling="string")),
+)
+
+
+@native_only
+@settings(max_examples=300, deadline=None)
+@given(
+    six=arrays(timestamptzs(), TIMESTAMPTZ),
+    three=arrays(timestamptzs(), TIMESTAMPTZ),
+    binary=st.booleans(),
+)
+def test_zoned_array_items_are_padded_like_debeziums_in_c_as_in_python(
+    six: Pair, three: Pair, binary: bool
+) -> None:
+    """A timestamptz[]'s ZonedTimestamp items have the fraction padded to the column's
+    precision (6 unless declared), as Debezium writes them; the C text equals Python's."""
+    form = 1 if binary else 0
+    kind = "b" if binary else "t"
+    assert_native_matches(
+        ZONED_ARRAYS, tuple_data(("t", b"1"), (kind, six[form]), (kind, three[form]))
+    )
+
+
+def test_zoned_array_items_and_scalars_differ_only_in_the_padding() -> None:
+    row = ZONED_ARRAYS.schemas.encoder.values(
+        tuple_data(
+            ("t", b"1"),
+            ("t", b'{"2024-01-02 03:04:05.5+00","2024-01-02 03:04:05+00",NULL}'),
+            ("t", b'{"2024-01-02 03:04:05.5+00"}'),
+        )
+    )[0]
+    assert row["atz"] == ["2024-01-02T03:04:05.500000Z", "2024-01-02T03:04:05.000000Z", None]
+    assert row["atz3"] == ["2024-01-02T03:04:05.500Z"]
+    scalar = ZONED.schemas.encoder.values(
+        tuple_data(("t", b"1"), ("t", b"2024-01-02 03:04:05.5+00"))
+    )
+    assert scalar[0]["tstz"] == "2024-01-02T03:04:05.5Z"
 
 
 @native_only
