@@ -66,6 +66,7 @@ from bridge.sink.avro_writer import AvroWriteError
 from bridge.sink.metadata import MetadataRecords, heartbeat_topic, transaction_topic
 from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
 from bridge.sink.serializer import EnvelopeSerializer, InsertLane, message_value_schema
+from bridge.sink.transactions import ExactlyOnce
 from bridge.snapshot.incremental import IncrementalSnapshotter
 from bridge.source.api import ChangeSource
 from bridge.source.type_catalog import ResolvedType
@@ -114,9 +115,13 @@ class Pipeline:
         incremental: IncrementalSnapshotter | None = None,
         housekeeping: Callable[[], None] | None = None,
         describe_type: Callable[[int], ResolvedType | None] | None = None,
+        exactly_once: ExactlyOnce | None = None,
     ) -> None:
         """``describe_type``: what the catalog says of a type a Type message names (a domain's
-        modifier: bridge.source.type_catalog), asked before the mapper sees the message."""
+        modifier: bridge.source.type_catalog), asked before the mapper sees the message.
+        ``exactly_once``: the Kafka transactions whole source transactions go out in
+        (bridge.sink.transactions), started; the slot is confirmed only as far as they
+        committed."""
         self.source = source
         self.builder = builder
         self.registrar = registrar
@@ -157,6 +162,7 @@ class Pipeline:
         #: Called between messages at every poll tick (bridge.source.table_watch).
         self.housekeeping = housekeeping
         self.describe_type = describe_type
+        self.exactly_once = exactly_once
         self._signal_oid: int | None = None
         self._watched: str | None = None
         if incremental is not None:
@@ -191,6 +197,8 @@ class Pipeline:
                 poll(0)
                 since_poll = 0
                 next_poll = monotonic() + _POLL_INTERVAL_S
+                if message is None and self.exactly_once is not None and self._counts is None:
+                    self.exactly_once.idle()  # between source transactions: commit what waits
                 self._report()
                 self._acknowledge()
                 if self.housekeeping is not None:
@@ -360,6 +368,8 @@ class Pipeline:
         counts.report(self.tracker)  # every send reported before the completion
         counts.complete = True
         self.tracker.transaction_complete(counts.token, end_lsn)
+        if self.exactly_once is not None:
+            self.exactly_once.transaction_done(end_lsn)
 
     def _report(self) -> None:
         """Hand the counts gathered since the last call to the tracker."""
@@ -372,6 +382,8 @@ class Pipeline:
 
     def _acknowledge(self) -> None:
         flush = self.tracker.flush_lsn
+        if self.exactly_once is not None:
+            flush = self.exactly_once.acknowledgeable(flush)
         self.source.acknowledge(flush)
         self.observer.on_acknowledged(flush, self.tracker.in_flight)
         if self.incremental is not None:
@@ -603,6 +615,21 @@ class Pipeline:
 
     # -- shutdown -------------------------------------------------------------------------------
 
+    def _end_kafka_transaction(self, flush: Lsn) -> Lsn:
+        """At shutdown: commit the open Kafka transaction when it holds whole source
+        transactions only, else abort it (a part of one must not become visible); what the
+        slot may then be confirmed to."""
+        eos = self.exactly_once
+        assert eos is not None
+        try:
+            if self._counts is None:
+                eos.commit()
+            else:
+                eos.abort()
+        except PgBridgeError as exc:
+            logger.warning("ending the Kafka transaction at shutdown failed: %s", exc)
+        return eos.acknowledgeable(flush)
+
     def _shutdown(self) -> None:
         """Deliver what was handed to Kafka, confirm what is complete, disconnect.
 
@@ -627,6 +654,8 @@ class Pipeline:
                 flush = self.tracker.flush_lsn
             except Exception:
                 logger.exception("reporting deliveries at shutdown failed")
+            if self.exactly_once is not None:
+                flush = self._end_kafka_transaction(flush)
             self.source.acknowledge(flush)
             self.source.close()
             if self.incremental is not None:

@@ -39,6 +39,7 @@ from typing import Protocol
 
 from bridge.retry import WAITED_SECONDS, WAITING_FOR, RetryPolicy
 from bridge.sink.kafka_errors import PERMANENT_TOPIC_CODES, DeliveryError, TopicCreationError
+from bridge.sink.transactions import KafkaTransactionError, ProducerFencedError
 from bridge.snapshot.errors import SnapshotTableChangedError
 from bridge.source.errors import SpillError
 
@@ -73,6 +74,10 @@ def transient_fault(exc: BaseException) -> str | None:
     last delivered transaction is confirmed, so the bridge waits and streams it again rather
     than exit into a crash loop."""
     if transient_kafka_fault(exc):
+        return "kafka"
+    if isinstance(exc, KafkaTransactionError) and not isinstance(exc, ProducerFencedError):
+        # An aborted Kafka transaction: the slot was confirmed only as far as the last commit,
+        # so streaming again from there sends its records once more (bridge.sink.transactions).
         return "kafka"
     if isinstance(exc, SpillError):
         return "spill directory"

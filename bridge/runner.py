@@ -33,6 +33,11 @@ from bridge.sink.metadata import MetadataRecords
 from bridge.sink.publisher import KafkaPublisher
 from bridge.sink.registry import SchemaRegistrar, registry_client
 from bridge.sink.serializer import EnvelopeSerializer, SourceSettings
+from bridge.sink.transactions import (
+    ExactlyOnce,
+    committed_position,
+    ensure_offsets_topic,
+)
 from bridge.snapshot.copier import SnapshotSink
 from bridge.snapshot.incremental import IncrementalSettings, IncrementalSnapshotter
 from bridge.snapshot.incremental import state_file as incremental_state_file
@@ -149,8 +154,10 @@ class PipelineParts:
     publisher: KafkaPublisher
 
 
-def build_parts(config: BridgeConfig) -> PipelineParts:
-    """The stages after the source, ready for the snapshot and then for streaming."""
+def build_parts(config: BridgeConfig, *, transactional: bool = False) -> PipelineParts:
+    """The stages after the source, ready for the snapshot and then for streaming;
+    ``transactional``: the publisher's producer has the slot's transactional.id (streaming
+    with ``exactly.once.support = required``; snapshots stay at-least-once)."""
     registrar = SchemaRegistrar(
         registry_client(config.registry.client_config()),
         compatibility=config.registry.compatibility_level or "BACKWARD",
@@ -180,7 +187,18 @@ def build_parts(config: BridgeConfig) -> PipelineParts:
         builder,
         registrar,
         serializer,
-        KafkaPublisher(config.kafka, config.topic_creation, retry=config.retry),
+        KafkaPublisher(
+            config.kafka,
+            config.topic_creation,
+            retry=config.retry,
+            extra_config={
+                "transactional.id": config.kafka.transactional_id,
+                # librdkafka wants it at least the delivery timeout (message.timeout.ms).
+                "transaction.timeout.ms": max(60_000, config.kafka.delivery_timeout_ms),
+            }
+            if transactional
+            else None,
+        ),
     )
 
 
@@ -235,11 +253,15 @@ def build_pipeline(
     config: BridgeConfig, metrics: BridgeMetrics | None = None, parts: PipelineParts | None = None
 ) -> Pipeline:
     """Everything wired, the source opened (slot and publication checked or created)."""
-    source = LogicalReplicationSource(
-        replace(source_config(config), start_after=takeover_start(config))
-    )
+    parts = parts or build_parts(config, transactional=config.kafka.exactly_once)
+    start_after = takeover_start(config)
+    exactly_once: ExactlyOnce | None = None
+    if config.kafka.exactly_once:
+        exactly_once, committed = start_exactly_once(config, parts.publisher)
+        if committed is not None and (start_after is None or committed > start_after):
+            start_after = committed
+    source = LogicalReplicationSource(replace(source_config(config), start_after=start_after))
     source.open()
-    parts = parts or build_parts(config)
     incremental = incremental_snapshotter(config, parts.builder)
     if incremental is not None and config.snapshot.rewritten_tables == "incremental":
         parts.builder.on_rewrite = incremental.snapshot_rewritten
@@ -287,7 +309,34 @@ def build_pipeline(
         incremental=incremental,
         housekeeping=watch.tick,
         describe_type=TypeDescriber(config.database.conninfo()).describe,
+        exactly_once=exactly_once,
     )
+
+
+def start_exactly_once(
+    config: BridgeConfig, publisher: KafkaPublisher
+) -> tuple[ExactlyOnce, Lsn | None]:
+    """The Kafka transactions of a streaming run (bridge.sink.transactions), started (older
+    producers of the slot's transactional.id fenced), and where the last committed one ended:
+    the stream starts there, so nothing Kafka already committed is sent again."""
+    kafka = config.kafka
+    client = {"bootstrap.servers": kafka.bootstrap_servers}
+    client.update({key: reveal(value) for key, value in kafka.security})
+    replication = config.topic_creation.replication_factor
+    ensure_offsets_topic(client, kafka.offsets_topic, replication if replication > 0 else -1)
+    slot = config.replication.slot_name
+    exactly_once = ExactlyOnce(
+        publisher.producer,
+        lambda key, value: publisher.produce_offsets(kafka.offsets_topic, key, value),
+        publisher.flush,
+        slot,
+        kafka.commit_interval_ms / 1000,
+    )
+    exactly_once.start()  # fences older producers and aborts what they left open
+    committed = committed_position(client, kafka.offsets_topic, slot)
+    if committed is not None:
+        logger.info("exactly once: Kafka holds slot %s's changes up to %s", slot, committed)
+    return exactly_once, committed
 
 
 def incremental_snapshotter(
@@ -487,9 +536,18 @@ def run(config: BridgeConfig, stop: threading.Event | None = None) -> int:
             if snapshots:
                 snapshots[-1].parts.publisher.close()
             return 0
-        spare.append(snapshots[-1].parts)
+        if not config.kafka.exactly_once:  # else streaming needs a transactional producer
+            spare.append(snapshots[-1].parts)
         stream_with_restarts(
-            lambda: _StreamingAttempt(config, metrics, next_parts()), stop, config.retry
+            lambda: _StreamingAttempt(
+                config,
+                metrics,
+                build_parts(config, transactional=True)
+                if config.kafka.exactly_once
+                else next_parts(),
+            ),
+            stop,
+            config.retry,
         )
     except PgBridgeError as exc:
         metrics.error(type(exc).__name__)

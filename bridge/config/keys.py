@@ -487,6 +487,34 @@ KEYS: Final[tuple[KeySpec, ...]] = (
     ),
     KeySpec("kafka.client.id", _text, "pgbridge", "client id shown in broker logs and quotas"),
     KeySpec(
+        "exactly.once.support",
+        _choice("disabled", "required"),
+        "disabled",
+        "required: each run of source transactions and the position it reaches go to Kafka "
+        "in one Kafka transaction (read_committed consumers see each change once); "
+        "disabled: at-least-once",
+    ),
+    KeySpec(
+        "exactly.once.offsets.topic",
+        _optional_text,
+        None,
+        "compacted topic of the positions committed with the records (default "
+        "<topic.prefix>-offsets)",
+    ),
+    KeySpec(
+        "exactly.once.transactional.id",
+        _optional_text,
+        None,
+        "the producer's transactional.id, one per slot (default pgbridge-<slot.name>): a "
+        "newer instance fences an older one",
+    ),
+    KeySpec(
+        "exactly.once.commit.interval.ms",
+        _at_least(1),
+        100,
+        "how long a Kafka transaction collects whole source transactions before its commit",
+    ),
+    KeySpec(
         "kafka.security.protocol",
         _choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", upper=True),
         "PLAINTEXT",

@@ -144,8 +144,16 @@ def events(
 
 
 def kafka(v: Values, producer: Producer) -> KafkaConfig:
+    offsets_topic = str(v["exactly.once.offsets.topic"] or f"{v['topic.prefix']}-offsets")
+    check_topic_name("exactly.once.offsets.topic", offsets_topic)
+    if any(name == "transactional.id" for name, _ in producer):
+        raise ConfigError(
+            "kafka.producer.transactional.id", "set exactly.once.transactional.id instead"
+        )
     return v.fill(
         KafkaConfig,
+        offsets_topic=offsets_topic,
+        transactional_id=str(v["exactly.once.transactional.id"] or f"pgbridge-{v['slot.name']}"),
         bootstrap_servers=v.required("kafka.bootstrap.servers"),
         producer_overrides=tuple(producer),
         security=kafka_security(v.raw, producer),

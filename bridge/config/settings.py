@@ -200,6 +200,10 @@ class KafkaConfig:
     which is the bridge's back-pressure toward PostgreSQL.
     """
 
+    @property
+    def exactly_once(self) -> bool:
+        return self.exactly_once_support == "required"
+
     bootstrap_servers: str = field(metadata={"key": "kafka.bootstrap.servers", "derived": True})
     compression_type: str = key_field("kafka.compression.type")
     linger_ms: int = key_field("kafka.linger.ms")
@@ -208,6 +212,11 @@ class KafkaConfig:
     max_queue_size: int = key_field("max.queue.size")
     max_queue_size_in_bytes: int = key_field("max.queue.size.in.bytes")
     client_id: str = key_field("kafka.client.id")
+    #: Exactly-once delivery (bridge.sink.transactions): "required" or "disabled".
+    exactly_once_support: str = key_field("exactly.once.support")
+    offsets_topic: str = derived_field("exactly.once.offsets.topic", "")
+    transactional_id: str = derived_field("exactly.once.transactional.id", "")
+    commit_interval_ms: int = key_field("exactly.once.commit.interval.ms")
     producer_overrides: tuple[tuple[str, str | Secret], ...] = ()
     #: TLS and SASL (bridge.config.kafka_security), shared by the producer and admin client.
     security: tuple[tuple[str, str | Secret], ...] = ()

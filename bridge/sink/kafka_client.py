@@ -119,6 +119,8 @@ class BrokerRefusals:
 
     def __init__(self, conf: Mapping[str, Any], log: logging.Logger) -> None:
         self.refused: tuple[str, str] | None = None
+        #: The producer's fatal error (code name), once it had one: it sends nothing more.
+        self.fatal: str | None = None
         self._log = log
         self._servers = conf["bootstrap.servers"]
         self.client_log = ClientLog(str(conf.get("security.protocol", "PLAINTEXT")), self._mismatch)
@@ -130,6 +132,7 @@ class BrokerRefusals:
         if is_refusal(err):
             self.refused = (err.name(), err.str())
         if err.fatal():
+            self.fatal = self.fatal or err.name()
             self._log.error("Kafka producer fatal error: %s: %s", err.name(), err.str())
         else:
             self._log.warning("Kafka client error: %s: %s", err.name(), err.str())

@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +90,7 @@ from bridge.sink.kafka_client import BrokerRefusals, admin_config, producer_conf
 from bridge.sink.kafka_errors import DeliveryError, PublisherError
 from bridge.sink.native_batches import PRODUCER_SETTINGS, BatchReport, native_batches
 from bridge.sink.topic_admin import TopicAdmin
+from bridge.sink.transactions import FENCED_CODES, ProducerFencedError
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +155,8 @@ class KafkaPublisher:
         if extra_config:
             conf.update(extra_config)
         self._kafka = kafka
+        self._transactional_id = conf.get("transactional.id")
+        self._ready: set[str] = set()  # topics whose metadata a transaction can rely on
         self.retry = retry or RetryPolicy()
         #: Runs between retries of a topic creation (the pipeline serves deliveries there).
         self.on_wait: Callable[[], None] | None = None
@@ -612,6 +616,8 @@ class KafkaPublisher:
                 return exc
             exc = self._cleared[0]
         error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is not None and error.name() in FENCED_CODES:
+            return self._fenced(error.str())
         failures = self._failures
         if failures.first is not None:
             return failures.first
@@ -649,12 +655,21 @@ class KafkaPublisher:
             raise failures.callback_error
         first = failures.first
         if first is not None:
+            if first.code in FENCED_CODES or self._refusals.fatal in FENCED_CODES:
+                # A newer producer of our transactional.id (its fatal error purged the rest).
+                raise self._fenced(str(first)) from first
             refused = self._refusals.refused
             if refused is not None and first.code == "_MSG_TIMED_OUT":
                 # Timed out because the brokers refuse this client: say so, as a permanent
                 # error (bridge.restarts stops on it instead of restarting into it again).
                 raise DeliveryError(first.topic, first.partition, *refused) from first
             raise first
+
+    def _fenced(self, detail: str) -> ProducerFencedError:
+        return ProducerFencedError(
+            f"another pgbridge instance took over this slot (a newer producer has "
+            f"transactional.id {self._transactional_id}): {detail}"
+        )
 
     def abandon(self, timeout: float) -> int:
         """Give up on this producer after a failure: records not yet sent are dropped (the
@@ -678,6 +693,22 @@ class KafkaPublisher:
             logger.warning("%d record(s) still in flight on the abandoned producer", remaining)
         return remaining
 
+    # -- exactly once (bridge.sink.transactions) -----------------------------------------------
+
+    @property
+    def producer(self) -> Producer:
+        """The confluent-kafka producer (transactional when made with a transactional.id)."""
+        return self._producer
+
+    def produce_offsets(self, topic: str, key: bytes, value: bytes) -> None:
+        """An offsets record, after the records queued before it; no delivery callback (the
+        transaction's commit reports its fate)."""
+        self.send_pending()
+        if topic not in self._ready:
+            self._await_metadata(topic)
+            self._ready.add(topic)
+        self._producer.produce(topic, key=key, value=value)
+
     # -- topics -------------------------------------------------------------------------------
 
     def ensure_topic(self, topic: str) -> None:
@@ -685,6 +716,27 @@ class KafkaPublisher:
         :mod:`bridge.sink.topic_admin`), waiting under :attr:`retry` for brokers that do not
         answer yet."""
         self._topic_admin.ensure_topic(topic, self.retry, self.on_wait)
+        if self._transactional_id is not None and topic not in self._ready:
+            self._await_metadata(topic)
+            self._ready.add(topic)
+
+    def _await_metadata(self, topic: str, timeout: float = 30.0) -> None:
+        """Until the brokers know ``topic``'s partitions: a transaction's first record of a
+        topic created a moment ago otherwise fails the whole transaction (the coordinator
+        answers UNKNOWN_TOPIC_OR_PART, which is not retried inside a transaction)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            described = self._producer.list_topics(topic, timeout=5).topics.get(topic)
+            if (
+                described is not None
+                and described.error is None
+                and described.partitions
+                and all(p.leader >= 0 for p in described.partitions.values())
+            ):
+                return
+            if time.monotonic() > deadline:
+                return  # the transaction says what is wrong, if anything still is
+            time.sleep(0.05)
 
     def _admin_client(self) -> AdminClient:
         conf = admin_config(self._kafka)

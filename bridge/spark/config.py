@@ -227,6 +227,9 @@ class ApplyConfig:
             # bounded by offsets known to exist, so an immediate answer is never a busy wait.
             # A user's kafka.fetch.max.wait.ms still wins (set below).
             "kafka.fetch.max.wait.ms": "0",
+            # Records of an open or aborted Kafka transaction (exactly.once.support) are not
+            # changes yet, or never: the Java consumer's default would read them.
+            "kafka.isolation.level": "read_committed",
         }
         if self.tables:
             options["subscribe"] = ",".join(f"{self.topic_prefix}.{t}" for t in self.tables)

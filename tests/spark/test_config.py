@@ -327,3 +327,8 @@ def test_kafka_source_answers_fetches_at_once_unless_the_user_says() -> None:
     assert _config().kafka_source_options()["kafka.fetch.max.wait.ms"] == "0"
     options = _config(kafka_options=(("fetch.max.wait.ms", "100"),)).kafka_source_options()
     assert options["kafka.fetch.max.wait.ms"] == "100"
+
+
+def test_kafka_source_reads_committed_records_only() -> None:
+    """Records of an open or aborted Kafka transaction (exactly.once.support) are not read."""
+    assert _config().kafka_source_options()["kafka.isolation.level"] == "read_committed"
