@@ -24,7 +24,9 @@ def _dev(args: argparse.Namespace) -> int:
     if getattr(args, "secure", False):
         return _dev_secure(args)
 
-    stack = LocalStack(postgres_major=getattr(args, "pg_version", None))
+    stack = LocalStack(
+        postgres_major=getattr(args, "pg_version", None), brokers=getattr(args, "brokers", None)
+    )
     if args.dev_command == "up":
         info = stack.up()
         print(f"PostgreSQL {info.postgres_major}: {info.postgres_dsn()}")
@@ -205,6 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
     up = dev_commands.add_parser("up", help="download what is missing and start everything")
     up.add_argument("--pg-version", help="PostgreSQL major version (13-18; default: newest)")
+    up.add_argument(
+        "--brokers",
+        type=int,
+        choices=(1, 3),
+        help="Kafka brokers: 1 (the default), or a 3-node KRaft cluster (replication factor 3, "
+        "min.insync.replicas 2)",
+    )
     up.add_argument(
         "--secure",
         action="store_true",

@@ -1,4 +1,5 @@
-"""A single-node Apache Kafka 4.x broker in KRaft mode (broker and controller in one process).
+"""An Apache Kafka 4.x broker in KRaft mode (broker and controller in one process): alone, or
+one node of a cluster (:mod:`bridge.devstack.kafka_cluster`).
 
 Its classpath is resolved from Maven Central with a small POM (``poms/kafka.xml``); storage is
 formatted once with ``kafka.tools.StorageTool`` and the broker runs as ``kafka.Kafka``.
@@ -13,6 +14,7 @@ import subprocess
 import uuid
 from importlib import resources
 from pathlib import Path
+from typing import Protocol
 
 from bridge.devstack import maven
 from bridge.devstack.paths import cache_dir
@@ -52,6 +54,18 @@ def ensure_kafka_classpath() -> Path:
     return lib
 
 
+class KafkaNodes(Protocol):
+    """What a node of a cluster needs to know of it."""
+
+    def nodes(self) -> list[tuple[int, int]]:
+        """Every node's (node.id, controller port)."""
+        ...
+
+    def cluster_id(self) -> str:
+        """The id every node's storage is formatted with."""
+        ...
+
+
 class KafkaBroker(Service):
     part = "kafka"
     start_timeout = 90.0
@@ -64,6 +78,8 @@ class KafkaBroker(Service):
         tls: TlsFiles | None = None,
         sasl_users: dict[str, str] | None = None,
         oauth_jwks_url: str | None = None,
+        node_id: int = 1,
+        cluster: KafkaNodes | None = None,
     ) -> None:
         """With ``tls`` and ``sasl_users`` (user -> password), the broker's one client
         listener is SASL_SSL with the PLAIN and SCRAM (:data:`SCRAM_MECHANISMS`) mechanisms:
@@ -81,6 +97,8 @@ class KafkaBroker(Service):
             raise ValueError("OAUTHBEARER needs the secured listener (tls and SASL users)")
         self._lib: Path | None = None
         self._java: str | None = None
+        self.node_id = node_id
+        self.cluster = cluster
 
     @property
     def bootstrap_servers(self) -> str:
@@ -153,21 +171,29 @@ class KafkaBroker(Service):
     def prepare(self) -> None:
         port, controller = self.port("port"), self.port("controller_port")
         data = self.base_dir / "data"
+        nodes = self.cluster.nodes() if self.cluster else [(self.node_id, controller)]
+        voters = ",".join(f"{node}@127.0.0.1:{at}" for node, at in nodes)
+        # Alone: every internal topic on the one broker. In a cluster: replicated on all,
+        # a write acknowledged by two (what production clusters run).
+        replicas = len(nodes)
+        isr = min(2, replicas)
         self._config_path().write_text(
             "\n".join(
                 [
                     "process.roles=broker,controller",
-                    "node.id=1",
-                    f"controller.quorum.voters=1@127.0.0.1:{controller}",
+                    f"node.id={self.node_id}",
+                    f"controller.quorum.voters={voters}",
                     *self._listener_settings(port, controller),
                     "controller.listener.names=CONTROLLER",
                     f"log.dirs={data}",
                     "num.partitions=1",
-                    "offsets.topic.replication.factor=1",
-                    "transaction.state.log.replication.factor=1",
-                    "transaction.state.log.min.isr=1",
-                    "share.coordinator.state.topic.replication.factor=1",
-                    "share.coordinator.state.topic.min.isr=1",
+                    f"default.replication.factor={replicas}",
+                    f"min.insync.replicas={isr}",
+                    f"offsets.topic.replication.factor={replicas}",
+                    f"transaction.state.log.replication.factor={replicas}",
+                    f"transaction.state.log.min.isr={isr}",
+                    f"share.coordinator.state.topic.replication.factor={replicas}",
+                    f"share.coordinator.state.topic.min.isr={isr}",
                     "group.initial.rebalance.delay.ms=0",
                     # Topics are created by pgbridge with the settings it was asked for.
                     "auto.create.topics.enable=false",
@@ -177,7 +203,11 @@ class KafkaBroker(Service):
         )
         (self.base_dir / "log4j2.properties").write_text(_LOG4J2)
         if not (data / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = (
+                self.cluster.cluster_id()
+                if self.cluster
+                else base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            )
             proc = subprocess.run(
                 [
                     *self._java_cmd(),

@@ -19,6 +19,7 @@ from pathlib import Path
 import psycopg
 
 from bridge.devstack.kafka import KafkaBroker
+from bridge.devstack.kafka_cluster import KafkaCluster
 from bridge.devstack.paths import stack_dir
 from bridge.devstack.postgres import DEFAULT_MAJOR, PostgresCluster, ensure_postgres_binaries
 from bridge.devstack.registry import ApicurioRegistry
@@ -43,6 +44,7 @@ class StackInfo:
     start_seconds: dict[str, float] = field(default_factory=dict)
     postgres_host: str = "127.0.0.1"
     postgres_password: str | None = None  # the local cluster trusts loopback; containers do not
+    brokers: int = 1  # Kafka brokers (``pgbridge dev up --brokers 3``: a cluster)
 
     def postgres_dsn(self, dbname: str = "postgres") -> str:
         dsn = f"host={self.postgres_host} port={self.postgres_port} user=postgres dbname={dbname}"
@@ -59,7 +61,14 @@ class StackInfo:
 
 
 class LocalStack:
-    def __init__(self, directory: Path | None = None, postgres_major: str | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path | None = None,
+        postgres_major: str | None = None,
+        brokers: int | None = None,
+    ) -> None:
+        """``brokers``: Kafka's brokers, one (the default) or a cluster (kept for the next
+        ``up`` and ``down`` until given again)."""
         self.dir = (directory or stack_dir()).resolve()
         self.dir.mkdir(parents=True, exist_ok=True)
         recorded = self._read_info()
@@ -67,7 +76,12 @@ class LocalStack:
             recorded.postgres_major if recorded else DEFAULT_MAJOR
         )
         self._pg: PostgresCluster | None = None
-        self.kafka = KafkaBroker(self.dir / "kafka")
+        self.brokers = brokers or (recorded.brokers if recorded else 1)
+        self.kafka: KafkaBroker | KafkaCluster = (
+            KafkaBroker(self.dir / "kafka")
+            if self.brokers == 1
+            else KafkaCluster(self.dir / f"kafka-cluster-{self.brokers}", self.brokers)
+        )
 
     @property
     def postgres(self) -> PostgresCluster:
@@ -110,6 +124,7 @@ class LocalStack:
             registry_url=registry.url,
             spark_jars=spark_jars,
             start_seconds={k: round(v, 1) for k, v in timings.items()},
+            brokers=self.brokers,
         )
         self._write_info(info)
         return info
