@@ -171,9 +171,11 @@ def snapshot_locked(dsn: str, table: str) -> bool:
     return bool(row and row[0])
 
 
-# The stack's version is also run with PGBRIDGE_NATIVE=0 (make test's pure-Python slice).
+# The stack's version runs in make test with PGBRIDGE_NATIVE=0 (the pure-Python slice), and
+# in make test-long on the C path too; 13 runs on the C path in make test (the suite's time).
 @pytest.mark.parametrize(
-    "version", [pytest.param("stack", marks=pytest.mark.pure_python_slice), "13"]
+    "version",
+    [pytest.param("stack", marks=[pytest.mark.pure_python_slice, pytest.mark.long]), "13"],
 )
 def test_snapshot_existing_rows_with_concurrent_writes_rebuild_equals_source(
     local_stack: StackInfo, tmp_path: Path, version: str, request: pytest.FixtureRequest
