@@ -21,10 +21,11 @@ import logging
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 
 from bridge.errors import PgBridgeError
 from bridge.pgoutput.lsn import Lsn
+from bridge.sink.topic_reader import TopicReadError, read_topic
 
 logger = logging.getLogger(__name__)
 
@@ -59,46 +60,24 @@ def offsets_record(slot: str, end_lsn: Lsn) -> tuple[bytes, bytes]:
     return slot.encode(), json.dumps(value, separators=(",", ":")).encode()
 
 
-def committed_position(consumer_conf: dict[str, Any], topic: str, slot: str) -> Lsn | None:
+def committed_position(client: dict[str, str], topic: str, slot: str) -> Lsn | None:
     """The end LSN of the last Kafka transaction committed for ``slot`` (``None``: none), read
-    read_committed from the offsets topic to its end (a missing topic: none)."""
-    conf = {
-        **consumer_conf,
-        "group.id": f"pgbridge-offsets-{slot}",
-        "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-        "auto.offset.reset": "earliest",
-    }
-    consumer = Consumer(conf)
+    read_committed from the offsets topic to its end (a missing topic: none). ``client``:
+    ``bootstrap.servers`` and the security settings."""
+    settings = dict(client)
+    bootstrap = settings.pop("bootstrap.servers")
+    settings["isolation.level"] = "read_committed"
+    found: Lsn | None = None
     try:
-        metadata = consumer.list_topics(topic, timeout=30)
-        described = metadata.topics.get(topic)
-        if described is None or described.error is not None:
+        for message in read_topic(bootstrap, topic, settings, timeout=30.0):
+            value = message.value()
+            if message.key() == slot.encode() and value:
+                found = Lsn(int(json.loads(value)["lsn_int"]))
+    except TopicReadError as exc:
+        if exc.reason == "no such topic":
             return None
-        found: Lsn | None = None
-        for partition in described.partitions:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=30, cached=False
-            )
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, partition, low)])
-            position = low
-            while position < high:
-                message = consumer.poll(5)
-                if message is None:
-                    # The high watermark of a read_committed reader is the last stable offset:
-                    # what is left are transaction markers, which are never returned.
-                    break
-                if message.error() is not None:
-                    raise KafkaTransactionError(f"reading offsets topic {topic}: {message.error()}")
-                position = (message.offset() or position) + 1
-                value = message.value()
-                if message.key() == slot.encode() and value:
-                    found = Lsn(int(json.loads(value)["lsn_int"]))
-        return found
-    finally:
-        consumer.close()
+        raise KafkaTransactionError(f"reading offsets topic {topic}: {exc.reason}") from None
+    return found
 
 
 class ExactlyOnce:
