@@ -6,8 +6,11 @@ tables of 100 rows, then ``--rounds`` batches that update one row in every table
 insert one; Kafka-shaped rows of Confluent-framed envelopes, as
 ``tests/spark/test_apply_batches.py`` builds them, fed to the job's own ``BatchApplier``).
 Per batch it prints the phases the job logs, seconds and Spark jobs per table, and the CPU
-of the Spark JVM per table. Needs the Spark jars of the dev stack's cache (``pgbridge dev up``
-fetches them), not the stack itself.
+of the Spark JVM per table; beside each batch, the baseline: the same change applied to every
+table by Delta alone (a bare ``DeltaTable.merge`` of one row, or an append with ``--op c``,
+as many tables at a time as the job), which is the floor any design that commits each table
+by a Delta MERGE pays, and the ratio of the two. Needs the Spark jars of the dev stack's
+cache (``pgbridge dev up`` fetches them), not the stack itself.
 
     .venv/bin/python bench/table_cost_bench.py --tables 40 --rounds 2
 """
@@ -19,8 +22,10 @@ import logging
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -89,9 +94,7 @@ def main() -> None:
                 batches.add(table, "c", (10 + round_, 0), after={"id": 100 + round_, "v": "r"})
             else:
                 before = {"id": round_, "v": "x"}
-                batches.add(
-                    table, "u", (10 + round_, 0), before=before, after={**before, "v": "r"}
-                )
+                batches.add(table, "u", (10 + round_, 0), before=before, after={**before, "v": "r"})
         frame = batches.frame()
         cpu, jobs, started = cpu_seconds(pid), spark_jobs(spark), time.perf_counter()
         batches.apply(round_, frame)
@@ -102,10 +105,47 @@ def main() -> None:
             f"(target 0.3), {(spark_jobs(spark) - jobs) / per:.1f} Spark jobs and "
             f"{(cpu_seconds(pid) - cpu) / per:.2f} JVM CPU-s per table"
         )
+        cpu, jobs, started = cpu_seconds(pid), spark_jobs(spark), time.perf_counter()
+        paths = [batches.config.table_path("public", t.table) for t in tables]
+        _bare_delta_batch(spark, paths, round_, args.op, args.parallel_tables)
+        bare = time.perf_counter() - started
+        print(
+            f"  baseline, Delta alone ({'append' if args.op == 'c' else 'MERGE'} of one row, "
+            f"{args.parallel_tables} tables at a time): {bare / per:.2f} s per table, "
+            f"{(spark_jobs(spark) - jobs) / per:.1f} Spark jobs and "
+            f"{(cpu_seconds(pid) - cpu) / per:.2f} JVM CPU-s per table; "
+            f"the job {seconds / bare:.2f}x the baseline"
+        )
     changed = 100 + args.rounds if args.op == "c" else args.rounds
     values = [r["v"] for r in batches.rows("public", "t0") if r["id"] == changed]
     assert values == ["r"], f"t0's row {changed} holds {values}, not the change"
     spark.stop()
+
+
+def _bare_delta_batch(spark: Any, paths: list[str], round_: int, op: str, parallel: int) -> None:
+    """One row per table written by Delta's own API, with none of the job's work around it."""
+    from delta.tables import DeltaTable
+
+    key = 1_000 + round_ if op == "c" else 50 + round_  # a new key, or one no batch touched
+
+    def write(path: str) -> None:
+        target = DeltaTable.forPath(spark, path)
+        values = {"id": str(key), "v": "'bare'"}  # the other columns: NULL
+        row = spark.range(1).selectExpr(
+            *(
+                f"CAST({values.get(name, 'NULL')} AS {kind}) AS `{name}`"
+                for name, kind in target.toDF().dtypes
+            )
+        )
+        if op == "c":
+            row.write.format("delta").mode("append").save(path)
+        else:
+            target.alias("t").merge(row.alias("s"), "t.id = s.id").whenMatchedUpdate(
+                set={"v": "s.v"}
+            ).execute()
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        list(pool.map(write, paths))
 
 
 if __name__ == "__main__":
