@@ -24,7 +24,11 @@ too (a row copied before a truncate is erased by it).
 Where fences live. In the table's own Delta log: every MERGE commit carries the fences after it
 as its ``userMetadata`` (``{"pgbridge_fences": …}``), so they are committed atomically with the
 rows they describe, skipped with them when Delta's idempotent DML skips a replayed batch, and
-read back (:func:`read_fences`) from the newest commit that has them when the job starts.
+read back (:func:`read_fences`) from the newest commit that has them when the job starts. A
+batch replayed after a crash is recognised by them too (its offsets are covered,
+:meth:`Fences.cover`), and a record a commit covered is never applied again: the appends of
+``bridge.spark.applier`` rely on that instead of Delta's transaction-id check, which costs
+three Spark jobs per table and batch.
 
 Each commit also records the table's **floor**: the lowest commit LSN of any change ever
 applied to it (its first load's, then lowered by every batch), so no row the table holds was
@@ -119,6 +123,14 @@ class Fences:
             )
         result: Column = covered.otherwise(F.lit(True))
         return result
+
+    def cover(self, offsets: Mapping[int, int]) -> bool:
+        """Whether this table's commits covered every record of a batch whose highest offset
+        per Kafka partition is ``offsets``: a batch replayed after a crash, applied already."""
+        return bool(offsets) and all(
+            number in self.offsets and offset <= self.offsets[number]
+            for number, offset in offsets.items()
+        )
 
     def advanced(
         self,

@@ -585,7 +585,7 @@ def append_new_keys(
     path: str,
     latest: DataFrame,
     plan: MergePlan,
-    app_id: str,
+    app_id: str | None,
     batch_id: int,
     *,
     commit_metadata: str | None = None,
@@ -594,13 +594,20 @@ def append_new_keys(
     inserts the table's fences prove new, see ``bridge.spark.applier``): what
     :func:`merge_changes` would do (the last change per key inserted, deletes dropped), as an
     append: no join with the target, one write. Idempotent as the MERGE is (same transaction
-    id and version)."""
+    id and version), or, with ``app_id`` None, by the caller having removed every record a
+    commit of the table covered (the offsets of its fences)."""
     rows = (
         latest.alias("s")
         .where(F.col(f"s.{tf.OP}") != "d")
         .select(*[column.alias(name) for name, column in _inserted(plan).items()])
     )
-    idempotent_append(rows, path, app_id, batch_id, commit_metadata)
+    if app_id is None:
+        writer = rows.write.format("delta").mode("append")
+        if commit_metadata is not None:
+            writer = writer.option("userMetadata", commit_metadata)
+        writer.save(path)
+    else:
+        idempotent_append(rows, path, app_id, batch_id, commit_metadata)
 
 
 def idempotent_append(

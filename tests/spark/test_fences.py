@@ -38,3 +38,12 @@ def test_the_floor_is_set_by_the_first_load_and_only_moves_down() -> None:
     assert Fences.from_metadata(first.to_metadata()) == first
     older = Fences({0: (100, 3)})  # written by a job before floors
     assert older.advanced({0: (120, 0)}, None, lowest=110).floor is None
+
+
+def test_a_batch_is_covered_when_every_partition_offset_was_committed() -> None:
+    fences = Fences(offsets={0: 100, 1: 50})
+    assert fences.cover({0: 100, 1: 7})  # a replay of what the table's commits covered
+    assert not fences.cover({0: 101})  # a record past the commits: a new batch
+    assert not fences.cover({0: 10, 2: 0})  # a partition no commit covered
+    assert not fences.cover({})  # no records: nothing to say (the caller applies as usual)
+    assert not Fences().cover({0: 0})  # commits from before offsets were recorded
