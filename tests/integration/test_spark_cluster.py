@@ -53,12 +53,6 @@ def spark_cluster(tmp_path: Path) -> Iterator[tuple[SparkMaster, list[SparkWorke
         master.stop()
 
 
-def _executor_java_options() -> str:
-    options = os.environ.get("SPARK_SUBMIT_OPTS", "")
-    archive = os.environ.get("PGBRIDGE_SPARK_CLASS_ARCHIVE")
-    return f"{options} -XX:SharedArchiveFile={archive}" if archive else options
-
-
 def test_apply_on_a_standalone_cluster_with_two_workers_equals_the_source(
     local_stack: StackInfo,
     spark: Any,
@@ -77,10 +71,9 @@ def test_apply_on_a_standalone_cluster_with_two_workers_equals_the_source(
             "--delta-base", config.delta_base, "--checkpoint", config.checkpoint_location,
             "--dead-letter", config.dead_letter_location,
             "--spark-conf", "spark.executor.memory=512m",
-            # Short-lived executors: the JIT options the tests give drivers (tests/conftest.py),
-            # and the driver's class archive (the workers run on this machine).
+            # Short-lived executors: the JIT options the tests give drivers (tests/conftest.py).
             "--spark-conf",
-            f"spark.executor.extraJavaOptions={_executor_java_options()}",
+            f"spark.executor.extraJavaOptions={os.environ.get('SPARK_SUBMIT_OPTS', '')}",
             "--spark-conf", "spark.driver.host=127.0.0.1",
         ]  # fmt: skip
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
