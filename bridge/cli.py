@@ -33,7 +33,6 @@ def _dev(args: argparse.Namespace) -> int:
         print(f"Kafka:    {info.bootstrap_servers}")
         print(f"Registry: {info.registry_url}")
         print(f"Spark jars: {len(info.spark_jars)} in {info.spark_jars[0].rsplit('/', 1)[0]}")
-        print(f"Spark class archive: {info.spark_class_archive or 'none (Spark starts slower)'}")
         print(f"Started in {info.start_seconds['total']} s {info.start_seconds}")
         print(f"Environment for other shells: source {info.stack_dir}/stack.env")
     elif args.dev_command == "down":

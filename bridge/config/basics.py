@@ -25,7 +25,6 @@ RESERVED_ENV: Final = frozenset(
         "PGBRIDGE_BOOTSTRAP_SERVERS",
         "PGBRIDGE_REGISTRY_URL",
         "PGBRIDGE_SPARK_JARS",
-        "PGBRIDGE_SPARK_CLASS_ARCHIVE",  # the Spark driver's class archive (devstack.spark_classes)
         "PGBRIDGE_STACK_DIR",
         "PGBRIDGE_KEEP_STACK",
         "PGBRIDGE_CACHE",

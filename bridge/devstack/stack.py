@@ -24,8 +24,6 @@ from bridge.devstack.paths import stack_dir
 from bridge.devstack.postgres import DEFAULT_MAJOR, PostgresCluster, ensure_postgres_binaries
 from bridge.devstack.registry import ApicurioRegistry
 from bridge.devstack.spark import ensure_spark_jars
-from bridge.devstack.spark_classes import ensure_spark_class_archive
-from bridge.spark.session import CLASS_ARCHIVE_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +45,6 @@ class StackInfo:
     postgres_host: str = "127.0.0.1"
     postgres_password: str | None = None  # the local cluster trusts loopback; containers do not
     brokers: int = 1  # Kafka brokers (``pgbridge dev up --brokers 3``: a cluster)
-    spark_class_archive: str = ""  # the Spark driver's class archive, when it could be built
 
     def postgres_dsn(self, dbname: str = "postgres") -> str:
         dsn = f"host={self.postgres_host} port={self.postgres_port} user=postgres dbname={dbname}"
@@ -60,15 +57,7 @@ class StackInfo:
             "PGBRIDGE_BOOTSTRAP_SERVERS": self.bootstrap_servers,
             "PGBRIDGE_REGISTRY_URL": self.registry_url,
             "PGBRIDGE_SPARK_JARS": ",".join(self.spark_jars),
-            **({CLASS_ARCHIVE_ENV: self.spark_class_archive} if self.spark_class_archive else {}),
         }
-
-
-def _prepare_spark() -> tuple[tuple[str, ...], str]:
-    """Spark's jars, and the driver's class archive built from them (empty: none)."""
-    jars = tuple(str(p) for p in ensure_spark_jars())
-    archive = ensure_spark_class_archive(jars)
-    return jars, str(archive) if archive else ""
 
 
 class LocalStack:
@@ -110,8 +99,7 @@ class LocalStack:
         timings: dict[str, float] = {}
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=1) as pool:
-            # A download and the class archive's one-time build at most; overlaps the starts.
-            spark = pool.submit(_prepare_spark)
+            jars = pool.submit(ensure_spark_jars)  # a download at most; overlaps the starts
             t = time.monotonic()
             self.postgres.start()
             _ensure_database(self.postgres.dsn(), REGISTRY_DATABASE)
@@ -125,7 +113,7 @@ class LocalStack:
             registry.wait_ready()
             timings["registry"] = time.monotonic() - t
             t = time.monotonic()
-            spark_jars, archive = spark.result()
+            spark_jars = tuple(str(p) for p in jars.result())
             timings["spark"] = time.monotonic() - t
         timings["total"] = time.monotonic() - started
         info = StackInfo(
@@ -137,7 +125,6 @@ class LocalStack:
             spark_jars=spark_jars,
             start_seconds={k: round(v, 1) for k, v in timings.items()},
             brokers=self.brokers,
-            spark_class_archive=archive,
         )
         self._write_info(info)
         return info

@@ -9,9 +9,6 @@ from typing import Any
 
 from bridge.spark.packages import packages_option
 
-#: The Spark class archive's path (set by the dev stack's environment; see _class_archive_option).
-CLASS_ARCHIVE_ENV = "PGBRIDGE_SPARK_CLASS_ARCHIVE"
-
 
 def build_spark_session(
     app_name: str = "pgbridge-apply",
@@ -55,23 +52,9 @@ def build_spark_session(
     else:
         settings["spark.jars.packages"] = packages_option()
     settings.update(conf or {})
-    archive_option = _class_archive_option()
-    if archive_option:
-        options = settings.get("spark.driver.extraJavaOptions", "")
-        settings["spark.driver.extraJavaOptions"] = f"{options} {archive_option}".strip()
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
-
-
-def _class_archive_option() -> str | None:
-    """The driver JVM maps its classes from the archive the dev stack built
-    (:mod:`bridge.devstack.spark_classes`: a start ~10 s shorter), when there is one. Only the
-    driver this process launches: a session already running keeps its JVM."""
-    archive = os.environ.get(CLASS_ARCHIVE_ENV)
-    if not archive or not os.path.isfile(archive):
-        return None
-    return f"-XX:SharedArchiveFile={archive}"
 
 
 def _is_terminal(stream: Any) -> bool:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import struct
 import uuid
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -149,19 +147,3 @@ def test_spark_reads_kafka_and_decodes_confluent_avro(local_stack: StackInfo, sp
     assert sorted((r["id"], r["name"]) for r in decoded.collect()) == [
         (r["id"], r["name"]) for r in rows
     ]
-
-
-def test_spark_driver_maps_its_classes_from_the_stack_class_archive(
-    local_stack: StackInfo, spark: Any
-) -> None:
-    """The stack built the driver's class archive and the tests' driver started with it:
-    the Delta and Spark SQL classes it loaded came from the archive, not from their jars."""
-    archive = local_stack.spark_class_archive
-    assert archive and os.path.getsize(archive) > 50_000_000, archive
-    jvm = spark.sparkContext._jvm
-    runtime = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-    assert f"-XX:SharedArchiveFile={archive}" in list(runtime.getInputArguments())
-    # The JVM maps an archive it accepted; one it refuses (another classpath, another Java)
-    # is left unmapped, with a warning, and the driver loads every class from its jar.
-    maps = Path(f"/proc/{spark.sparkContext._gateway.proc.pid}/maps").read_text()
-    assert archive in maps
