@@ -601,23 +601,23 @@ def append_new_keys(
         .where(F.col(f"s.{tf.OP}") != "d")
         .select(*[column.alias(name) for name, column in _inserted(plan).items()])
     )
-    if app_id is None:
-        writer = rows.write.format("delta").mode("append")
-        if commit_metadata is not None:
-            writer = writer.option("userMetadata", commit_metadata)
-        writer.save(path)
-    else:
-        idempotent_append(rows, path, app_id, batch_id, commit_metadata)
+    idempotent_append(rows, path, app_id, batch_id, commit_metadata)
 
 
 def idempotent_append(
-    rows: DataFrame, path: str, app_id: str, batch_id: int, commit_metadata: str | None = None
+    rows: DataFrame,
+    path: str,
+    app_id: str | None,
+    batch_id: int,
+    commit_metadata: str | None = None,
 ) -> None:
     """Append ``rows`` to the Delta table at ``path`` unless (app_id, batch_id) was committed
-    to it already. Writer options, not session conf: a DataFrame writes through its own
-    session, not the applying thread's (see :func:`idempotent_writes`)."""
+    to it already; with ``app_id`` None, unconditionally (the caller fenced replays itself).
+    Writer options, not session conf: a DataFrame writes through its own session, not the
+    applying thread's (see :func:`idempotent_writes`)."""
     writer = rows.write.format("delta").mode("append")
-    writer = writer.option("txnAppId", app_id).option("txnVersion", str(batch_id))
+    if app_id is not None:
+        writer = writer.option("txnAppId", app_id).option("txnVersion", str(batch_id))
     if commit_metadata is not None:
         writer = writer.option("userMetadata", commit_metadata)
     writer.save(path)
