@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/snapshot_bench.py [--rows 1000000] [--threads 1,2,4]
         [--chunk 100000] [--wide] [--set KEY=VALUE (repeatable)]
+        [--delivery at-least-once,exactly-once]
         [--incremental [--rate 2000] [--incremental-chunk 1024]]
 
 On the local stack (real PostgreSQL, Kafka, Apicurio; started if needed), in one run:
@@ -12,7 +13,9 @@ On the local stack (real PostgreSQL, Kafka, Apicurio; started if needed), in one
 - **raw**: ``COPY (SELECT …) TO STDOUT (FORMAT binary)`` of the whole table read by psycopg and
   thrown away: the rate at which the server produces the rows, the ceiling for any client;
 - **pgbridge**: the snapshot with 1, 2, 4 (``--threads``) workers, until Kafka acknowledged
-  every row (acks=all), in this process.
+  every row (acks=all), in this process; with ``--delivery`` listing both, each worker count
+  runs at-least-once and exactly once (each chunk in a Kafka transaction of its own,
+  ``exactly.once.support = required``), each beside a raw COPY of its own, and their ratio.
 
 With ``--incremental``, then: an incremental snapshot of the same table (signal
 ``execute-snapshot`` while ``pgbridge run`` streams, in this process) against the initial
@@ -115,8 +118,12 @@ def raw_copy(dsn: str) -> tuple[float, float, int, int]:
         return time.perf_counter() - t0, cpu() - cpu0, rows, nbytes
 
 
+#: The delivery guarantees a run compares (``--delivery``): their ``exactly.once.support``.
+DELIVERY = {"at-least-once": "disabled", "exactly-once": "required"}
+
+
 def snapshot(
-    stack: StackInfo, dsn: str, threads: int, chunk: int
+    stack: StackInfo, dsn: str, threads: int, chunk: int, delivery: str = "at-least-once"
 ) -> tuple[float, float, CpuSampler]:
     """(seconds, CPU seconds, the host's CPU by role and thread) of one initial_only snapshot
     with ``threads`` workers."""
@@ -138,6 +145,7 @@ def snapshot(
                 "snapshot.chunk.size": str(chunk),
                 "snapshot.progress.interval.ms": "60000",
                 "state.dir": state_dir,
+                "exactly.once.support": DELIVERY[delivery],
             }
             | OVERRIDES,
         )
@@ -272,7 +280,15 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=2000, help="stream changes/s (incremental)")
     parser.add_argument("--incremental-chunk", type=int, default=1024)
     parser.add_argument("--baseline-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--delivery",
+        default="at-least-once",
+        help="the guarantees measured side by side (comma-separated: at-least-once, exactly-once)",
+    )
     args = parser.parse_args()
+    deliveries = args.delivery.split(",")
+    if not deliveries or any(d not in DELIVERY for d in deliveries):
+        parser.error(f"--delivery: a comma-separated list of {', '.join(DELIVERY)}")
     if args.incremental and "1" not in args.threads.split(","):
         parser.error("--incremental compares with the 1-worker snapshot: keep 1 in --threads")
     for item in args.set:
@@ -307,34 +323,46 @@ def main() -> None:
             f"PostgreSQL {stack.postgres_major}, {args.rows:,} rows"
             f"{' (wide)' if args.wide else ''}, {os.cpu_count()} cores"
         )
-        ratios: dict[int, list[float]] = {}
+        ratios: dict[tuple[int, str], list[float]] = {}
+        rates: dict[tuple[int, str], float] = {}
+        cpus: dict[tuple[int, str], float] = {}
         for threads in (int(t) for t in args.threads.split(",")):
-            # Each snapshot right after a raw COPY of its own: the ratio to the one beside it.
-            with CpuSampler() as raw_sampler:
-                raw_s, raw_cpu, rows, nbytes = raw_copy(dsn)
-            raw_rate = rows / raw_s
+            for delivery in deliveries:
+                # Each snapshot right after a raw COPY of its own: the ratio to the one beside it.
+                with CpuSampler() as raw_sampler:
+                    raw_s, raw_cpu, rows, nbytes = raw_copy(dsn)
+                raw_rate = rows / raw_s
+                print(
+                    f"raw COPY binary:          {raw_s:7.2f} s {raw_rate:12,.0f} rows/s "
+                    f"{nbytes / 1e6 / raw_s:8.1f} MB/s   client CPU {raw_cpu / rows * 1e6:6.2f} "
+                    f"us/row   {machine(raw_sampler, raw_s, rows)}"
+                )
+                print(f"    CPU by process: {per_row(raw_sampler.by_role(), rows)}")
+                seconds, cpu_s, sampler = snapshot(stack, dsn, threads, args.chunk, delivery)
+                rate = rows / seconds
+                if threads == 1 and delivery == deliveries[0]:
+                    baseline_snapshot_s.append(seconds)
+                ratios.setdefault((threads, delivery), []).append(rate / raw_rate)
+                rates[(threads, delivery)], cpus[(threads, delivery)] = rate, cpu_s / rows
+                print(
+                    f"pgbridge snapshot, {threads} worker(s), {delivery}: {seconds:7.2f} s "
+                    f"{rate:12,.0f} rows/s {nbytes / 1e6 / seconds:8.1f} MB/s   "
+                    f"{rate / raw_rate:5.2f}x raw   CPU {cpu_s / rows * 1e6:6.2f} us/row   "
+                    f"{machine(sampler, seconds, rows)}"
+                )
+                print(f"    CPU by process: {per_row(sampler.by_role(), rows)}")
+                print(f"    pgbridge by thread: {per_row(sampler.by_thread(), rows)}")
+            if len(deliveries) == 2:
+                first, second = ((threads, d) for d in deliveries)
+                print(
+                    f"{threads} worker(s): {deliveries[1]} / {deliveries[0]}: rows/s "
+                    f"{rates[second] / rates[first]:.2f}x, CPU per row "
+                    f"{cpus[second] / cpus[first]:.2f}x"
+                )
+        for (threads, delivery), values in ratios.items():
             print(
-                f"raw COPY binary:          {raw_s:7.2f} s {raw_rate:12,.0f} rows/s "
-                f"{nbytes / 1e6 / raw_s:8.1f} MB/s   client CPU {raw_cpu / rows * 1e6:6.2f} "
-                f"us/row   {machine(raw_sampler, raw_s, rows)}"
-            )
-            print(f"    CPU by process: {per_row(raw_sampler.by_role(), rows)}")
-            seconds, cpu_s, sampler = snapshot(stack, dsn, threads, args.chunk)
-            rate = rows / seconds
-            if threads == 1:
-                baseline_snapshot_s.append(seconds)
-            ratios.setdefault(threads, []).append(rate / raw_rate)
-            print(
-                f"pgbridge snapshot, {threads} worker(s): {seconds:7.2f} s {rate:12,.0f} rows/s "
-                f"{nbytes / 1e6 / seconds:8.1f} MB/s   {rate / raw_rate:5.2f}x raw   "
-                f"CPU {cpu_s / rows * 1e6:6.2f} us/row   {machine(sampler, seconds, rows)}"
-            )
-            print(f"    CPU by process: {per_row(sampler.by_role(), rows)}")
-            print(f"    pgbridge by thread: {per_row(sampler.by_thread(), rows)}")
-        for threads, values in ratios.items():
-            print(
-                f"median ratio, {threads} worker(s): {statistics.median(values):.2f}x raw "
-                f"over {len(values)} round(s)"
+                f"median ratio, {threads} worker(s), {delivery}: "
+                f"{statistics.median(values):.2f}x raw over {len(values)} round(s)"
             )
         if args.incremental:
             incremental(stack, dsn, rows, args.rate, args.incremental_chunk, args.baseline_seconds)

@@ -38,6 +38,7 @@ from bridge.sink.transactions import (
     committed_position,
     ensure_offsets_topic,
 )
+from bridge.snapshot.chunk_transactions import SNAPSHOT_TRANSACTION_TIMEOUT_MS, SnapshotTransactions
 from bridge.snapshot.copier import SnapshotSink
 from bridge.snapshot.incremental import IncrementalSettings, IncrementalSnapshotter
 from bridge.snapshot.incremental import state_file as incremental_state_file
@@ -205,7 +206,8 @@ def build_parts(config: BridgeConfig, *, transactional: bool = False) -> Pipelin
 def snapshot_sink(config: BridgeConfig, parts: PipelineParts) -> SnapshotSink:
     """The snapshot's sink: the pipeline's parts, and a ring of producers of its own that
     report failures only (:mod:`bridge.snapshot.epochs`), each with half of the queue bounds
-    so that the ring holds no more than one streaming producer would."""
+    so that the ring holds no more than one streaming producer would; exactly once, the
+    transactional lanes of :mod:`bridge.snapshot.chunk_transactions` instead."""
     kafka = replace(
         config.kafka,
         max_queue_size=max(1, config.kafka.max_queue_size // 2),
@@ -217,9 +219,47 @@ def snapshot_sink(config: BridgeConfig, parts: PipelineParts) -> SnapshotSink:
             kafka, config.topic_creation, retry=config.retry, report_successes=False
         )
 
+    transactions = None
+    if config.kafka.exactly_once:
+
+        def lane(index: int) -> KafkaPublisher:
+            return KafkaPublisher(
+                kafka,
+                config.topic_creation,
+                retry=config.retry,
+                report_successes=False,
+                extra_config={
+                    "transactional.id": f"{kafka.transactional_id}-snapshot-{index}",
+                    # Open while its chunk is copied, longer than a streaming commit interval.
+                    "transaction.timeout.ms": max(
+                        SNAPSHOT_TRANSACTION_TIMEOUT_MS, kafka.delivery_timeout_ms
+                    ),
+                },
+            )
+
+        replication = config.topic_creation.replication_factor
+        transactions = SnapshotTransactions(
+            lane,
+            kafka_client(config),
+            kafka.offsets_topic,
+            config.replication.slot_name,
+            replication if replication > 0 else -1,
+        )
     return SnapshotSink(
-        parts.registrar, parts.serializer, parts.publisher, parts.builder.failures, publisher
+        parts.registrar,
+        parts.serializer,
+        parts.publisher,
+        parts.builder.failures,
+        publisher,
+        transactions,
     )
+
+
+def kafka_client(config: BridgeConfig) -> dict[str, str]:
+    """``bootstrap.servers`` and the security settings, for the admin and reading clients."""
+    client = {"bootstrap.servers": config.kafka.bootstrap_servers}
+    client.update({key: reveal(value) for key, value in config.kafka.security})
+    return client
 
 
 def takeover_start(config: BridgeConfig) -> Lsn | None:
@@ -320,8 +360,7 @@ def start_exactly_once(
     producers of the slot's transactional.id fenced), and where the last committed one ended:
     the stream starts there, so nothing Kafka already committed is sent again."""
     kafka = config.kafka
-    client = {"bootstrap.servers": kafka.bootstrap_servers}
-    client.update({key: reveal(value) for key, value in kafka.security})
+    client = kafka_client(config)
     replication = config.topic_creation.replication_factor
     ensure_offsets_topic(client, kafka.offsets_topic, replication if replication > 0 else -1)
     slot = config.replication.slot_name

@@ -34,7 +34,9 @@ __all__ = [
     "ExactlyOnce",
     "KafkaTransactionError",
     "ProducerFencedError",
+    "call_transactional",
     "committed_position",
+    "ensure_offsets_topic",
     "offsets_record",
 ]
 
@@ -157,30 +159,41 @@ class ExactlyOnce:
         self._began = time.monotonic()
 
     def _call(self, method: Any, *args: Any) -> None:
-        """A transactional call, retried while Kafka says it may be; typed errors otherwise."""
-        for attempt in range(5):
-            try:
-                method(*args)
-                return
-            except KafkaException as exc:
-                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-                if error is None:
-                    raise KafkaTransactionError(f"Kafka transaction: {exc}") from None
-                if error.name() in FENCED_CODES:
-                    raise ProducerFencedError(
-                        f"another pgbridge instance took over slot {self._slot} (its producer "
-                        f"has this transactional.id): {error.str()}"
-                    ) from None
-                if error.retriable() and attempt < 4:
-                    time.sleep(0.5 * (attempt + 1))
-                    continue
-                if error.txn_requires_abort():
-                    self.abort()
-                raise KafkaTransactionError(
-                    f"Kafka transaction ({getattr(method, '__name__', method)}): {error.str()}; "
-                    f"its records are aborted and will be sent again from LSN "
-                    f"{self.committed or 'the slot'}"
+        call_transactional(
+            method,
+            *args,
+            slot=self._slot,
+            abort=self.abort,
+            resent_from=f"LSN {self.committed or 'the slot'}",
+        )
+
+
+def call_transactional(method: Any, *args: Any, slot: str, abort: Any, resent_from: str) -> None:
+    """A transactional call of a producer of ``slot``, retried while Kafka says it may be;
+    typed errors otherwise (``abort()`` first when Kafka requires it; ``resent_from``: where
+    the restart sends the aborted records again from)."""
+    for attempt in range(5):
+        try:
+            method(*args)
+            return
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is None:
+                raise KafkaTransactionError(f"Kafka transaction: {exc}") from None
+            if error.name() in FENCED_CODES:
+                raise ProducerFencedError(
+                    f"another pgbridge instance took over slot {slot} (its producer "
+                    f"has this transactional.id): {error.str()}"
                 ) from None
+            if error.retriable() and attempt < 4:
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            if error.txn_requires_abort():
+                abort()
+            raise KafkaTransactionError(
+                f"Kafka transaction ({getattr(method, '__name__', method)}): {error.str()}; "
+                f"its records are aborted and will be sent again from {resent_from}"
+            ) from None
 
 
 def ensure_offsets_topic(admin_conf: dict[str, Any], topic: str, replication_factor: int) -> None:

@@ -17,7 +17,6 @@ last one can be marked).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import threading
@@ -36,7 +35,8 @@ from bridge.sink.avro_writer import AvroWriteError
 from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
 from bridge.sink.serializer import CopyLane, EnvelopeSerializer
 from bridge.snapshot import progress as progress_module
-from bridge.snapshot.epochs import AckEpochs
+from bridge.snapshot.chunk_acks import ChunkAcks, EpochAcks, TransactionAcks
+from bridge.snapshot.chunk_transactions import SnapshotTransactions, progress_record
 from bridge.snapshot.plan import wire_kinds
 from bridge.snapshot.progress import SnapshotProgress
 from bridge.snapshot.reader import (
@@ -73,7 +73,9 @@ class SnapshotSink:
 
     ``publisher_factory`` makes the snapshot's own producers (``KafkaPublisher`` with
     ``report_successes=False``), closed at its end; without it the snapshot publishes
-    through ``publisher`` and acknowledges by its queue running empty.
+    through ``publisher`` and acknowledges by its queue running empty. ``transactions``
+    (exactly once): each chunk in a Kafka transaction of its own instead
+    (:mod:`bridge.snapshot.chunk_transactions`).
     """
 
     registrar: SchemaRegistrar
@@ -81,15 +83,19 @@ class SnapshotSink:
     publisher: Any  # bridge.pipeline.Publisher
     failures: FailurePolicy
     publisher_factory: Callable[[], Any] | None = None
+    transactions: SnapshotTransactions | None = None
 
 
 class _ChunkCount:
-    """One chunk's figures, and the epoch of its last record published (-1: none yet)."""
+    """One chunk's figures, the epoch of its last record published (-1: none yet) and its lane
+    (exactly once: the Kafka transaction it is in)."""
 
-    __slots__ = ("epoch", "nbytes", "read_done", "rows", "table")
+    __slots__ = ("epoch", "key", "lane", "nbytes", "read_done", "rows", "table")
 
-    def __init__(self, table: TableProgress) -> None:
+    def __init__(self, table: TableProgress, index: int) -> None:
         self.table = table
+        self.key = (table.plan.table, index)
+        self.lane: int | None = None
         self.epoch = -1
         self.rows = 0
         self.nbytes = 0
@@ -125,10 +131,12 @@ class SnapshotCopier:
         # One row held back (it may be the snapshot's last): an event, or a lane's record with
         # its COPY row and seq (encoded again with marker "last" when it is).
         self._held: tuple[ChangeEvent | _HeldRecord, _ChunkCount] | None = None
-        self._first = not any(t.started for t in state.tables)
+        # Exactly once, rows of a run that committed nothing were never visible.
+        exactly_once = sink.transactions is not None
+        self._first = not any(t.done if exactly_once else t.started for t in state.tables)
         self._tx: TxContext | None = None
         self._dirty = False
-        self._epochs = AckEpochs([sink.publisher])
+        self._acks: ChunkAcks = EpochAcks([sink.publisher], own=False)
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -139,19 +147,23 @@ class SnapshotCopier:
         recorded)."""
         progress_module.CURRENT = self.progress
         self.progress.running = True
-        factory = self.sink.publisher_factory
-        own = [factory() for _ in range(_RING)] if factory is not None else []
-        if own:
-            self._epochs = AckEpochs(own)
+        factory, transactions = self.sink.publisher_factory, self.sink.transactions
+        try:
+            if transactions is not None:
+                # A lane per worker, and one for the chunk whose last row is held back.
+                self._acks = TransactionAcks(transactions.lanes(len(connections) + 1))
+            elif factory is not None:
+                self._acks = EpochAcks([factory() for _ in range(_RING)], own=True)
+        except BaseException:
+            for connection in connections:
+                connection.close()
+            raise
         try:
             done = self._run(stop, connections)
         except BaseException:
-            for publisher in own:
-                with contextlib.suppress(Exception):  # the failure propagating says what failed
-                    publisher.close()
+            self._acks.abandon()
             raise
-        for publisher in own:
-            publisher.close()
+        self._acks.close()
         return done
 
     def _run(self, stop: threading.Event, connections: list[SnapshotConnection]) -> bool:
@@ -205,7 +217,7 @@ class SnapshotCopier:
             lane = self._lane(schemas)
             for chunk in table.remaining():
                 tasks.put(Task(table.plan, chunk, schemas, kinds, lane))
-                self._counts[(table.plan.table, chunk.index)] = _ChunkCount(table)
+                self._counts[(table.plan.table, chunk.index)] = _ChunkCount(table, chunk.index)
         return tasks
 
     def _copy(
@@ -297,14 +309,15 @@ class SnapshotCopier:
         if self._held is not None:
             held, self._held = self._held, None
             self._publish_held(*held)
-        epochs = self._epochs
+        acks = self._acks
+        publisher = acks.publisher_for(count)
         topic = self.schemas[batch.table].topic
         pack = batch.packed
         if pack is not None:
             if not self._first:
                 # The usual batch, packed: handed over from its buffer, the last row held.
-                epochs.publisher.publish_packed(topic, pack, rows - 1, _ignore)
-                count.epoch = epochs.sent(rows - 1)
+                publisher.publish_packed(topic, pack, rows - 1, _ignore)
+                acks.sent(count, rows - 1)
                 self.published += rows - 1
                 assert native.unpack_records is not None and batch.last is not None
                 (tail,) = native.unpack_records(pack, rows - 1, rows)
@@ -319,8 +332,8 @@ class SnapshotCopier:
         if batch.records_only and not self._first:
             # The usual batch: every row encoded by the lane, handed over in one call.
             records: list[Record] = events[:-1]  # type: ignore[assignment]
-            epochs.publisher.publish_records(topic, records, _ignore)
-            count.epoch = epochs.sent(len(events) - 1)
+            publisher.publish_records(topic, records, _ignore)
+            acks.sent(count, len(events) - 1)
             self.published += len(events) - 1
             self._hold(batch, count)
             return
@@ -328,7 +341,7 @@ class SnapshotCopier:
         # what is the same for the whole batch (one chunk, one table) looked up once.
         ids = self._ids[batch.table]
         key_of, value_of = self.sink.serializer.key, self.sink.serializer.value
-        publish = epochs.publisher.publish
+        publish = publisher.publish
         published = 0
         for i in range(len(events) - 1):
             event = events[i]
@@ -354,7 +367,7 @@ class SnapshotCopier:
             publish(topic, key, value, _ignore)
             published += 1
         if published:
-            count.epoch = epochs.sent(published)
+            acks.sent(count, published)
         self.published += published
         self._hold(batch, count)
 
@@ -447,15 +460,14 @@ class SnapshotCopier:
         self._send(failures.dead_letter_topic, key, value, count)
 
     def _send(self, topic: str, key: bytes | None, value: bytes | None, count: _ChunkCount) -> None:
-        epochs = self._epochs
-        epochs.publisher.publish(topic, key, value, _ignore)
-        count.epoch = epochs.sent(1)
+        self._acks.publisher_for(count).publish(topic, key, value, _ignore)
+        self._acks.sent(count, 1)
 
     # -- acknowledgements and the state file ----------------------------------------------------
 
     def _service(self, now: float) -> None:
         """Learn what was acknowledged, record finished chunks, log progress when due."""
-        self._epochs.service(now)
+        self._acks.service(now)
         self._record_finished(now)
         if self.progress.due(now):
             if self.terminal is not None:
@@ -466,40 +478,57 @@ class SnapshotCopier:
 
     def _record_finished(self, now: float) -> None:
         held = self._held[1] if self._held is not None else None
-        acknowledged_below = self._epochs.acknowledged_below
-        finished = [
-            key
-            for key, c in self._counts.items()
-            if c.read_done and c.epoch < acknowledged_below and c is not held
-        ]
-        for key in finished:
-            count = self._counts.pop(key)
-            table = count.table
-            table.done.add(key[1])
-            table.rows_done += count.rows
-            table.bytes_done += count.nbytes
-            self.progress.chunk_done(table.plan.table, now)
-            if table.complete:
-                logger.info(
-                    "snapshot of %s complete: %d rows, %.1f MB",
-                    table.plan.table,
-                    table.rows_done,
-                    table.bytes_done / 1e6,
-                )
-        if finished:
+        ready = [c for c in self._counts.values() if c.read_done and c is not held]
+        if not ready:
+            return
+        recorded = len(self._counts)
+        self._acks.settle(ready, self._progress_records, self._delivered)  # type: ignore[arg-type]
+        if len(self._counts) < recorded:
             save_state(self.state_path, self.state)
+
+    def _delivered(self, count: _ChunkCount) -> None:
+        """Kafka holds all of ``count``'s chunk: it is done (saved by the caller)."""
+        del self._counts[count.key]
+        table = count.table
+        table.done.add(count.key[1])
+        table.rows_done += count.rows
+        table.bytes_done += count.nbytes
+        self.progress.chunk_done(table.plan.table, time.monotonic())
+        if table.complete:
+            logger.info(
+                "snapshot of %s complete: %d rows, %.1f MB",
+                table.plan.table,
+                table.rows_done,
+                table.bytes_done / 1e6,
+            )
+
+    def _progress_records(self, count: _ChunkCount) -> list[tuple[bytes, bytes]]:
+        """Exactly once: the progress record committed with ``count``'s chunk: the table's
+        chunks done so far, and it."""
+        transactions = self.sink.transactions
+        assert transactions is not None
+        table, lane = count.table, count.lane
+        assert lane is not None
+        chunks = table.done | {count.key[1]}
+        return [progress_record(transactions.slot, self.state.id, table.plan.table, lane, chunks)]
 
     def _drain(self, *, final: bool) -> None:
         """Publish the held row (``last`` when ``final``, after every other record was
-        acknowledged: it is last in every partition too), wait for every acknowledgement and
-        record the chunks that are complete."""
-        self._epochs.drain()
+        acknowledged or committed: it is last in every partition too), wait for every
+        acknowledgement and record the chunks that are complete."""
+        self._settle_all()
         if self._held is not None:
             held, count = self._held
             self._held = None
             self._publish_held(held, count, "last" if final else None)
-            self._epochs.drain()
-        self._record_finished(time.monotonic())
+            self._settle_all()
+
+    def _settle_all(self) -> None:
+        """Every chunk read to its end (but the held row's) delivered and recorded: the
+        second round records what the first one's settlement started (commits)."""
+        for _ in range(2):
+            self._acks.drain()
+            self._record_finished(time.monotonic())
 
 
 @dataclass(frozen=True, slots=True)

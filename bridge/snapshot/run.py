@@ -223,6 +223,8 @@ def _plan_and_copy(
     stop: threading.Event,
 ) -> bool:
     try:
+        if resumed is not None and sink.transactions is not None:
+            _add_committed_chunks(resumed, sink.transactions.committed(resumed.id))
         schemas = _plan(config, source, builder, connections[0], state, resumed)
         state.planned = True
         if resumed is not None:
@@ -245,6 +247,24 @@ def _plan_and_copy(
         sink, state, path, schemas, progress_interval=config.snapshot.progress_interval_ms / 1000
     )
     return copier.run(stop, connections)
+
+
+def _add_committed_chunks(state: SnapshotState, committed: dict[str, set[int]]) -> None:
+    """Exactly once: the chunks whose Kafka transaction committed after the state file was
+    last written (a crash between the two) are done too; copying them again would repeat
+    their rows for a read_committed reader."""
+    for table in state.tables:
+        known = {c.index for c in table.plan.chunks}
+        extra = (committed.get(table.plan.table, set()) & known) - table.done
+        if extra:
+            logger.info(
+                "snapshot of %s: chunk(s) %s committed in Kafka after the state file was last "
+                "written: not copied again",
+                table.plan.table,
+                ", ".join(map(str, sorted(extra))),
+            )
+            table.done |= extra
+            table.started = True
 
 
 def _lock_list(

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import tempfile
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,9 @@ class SnapshotState:
     #: False between the slot's creation and the first plan: a restart then plans every table
     #: (the slot exists, so without this record its rows would never be copied).
     planned: bool = True
+    #: This snapshot's identity (kept through resumes, new for a fresh or repeated one): the
+    #: progress records of its Kafka transactions name it (bridge.snapshot.chunk_transactions).
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def table(self, name: str) -> TableProgress | None:
         return next((t for t in self.tables if t.plan.table == name), None)
@@ -98,6 +102,7 @@ class SnapshotState:
             "run": self.run,
             "status": self.status,
             "planned": self.planned,
+            "id": self.id,
             "tables": [_table_json(t) for t in self.tables],
         }
 
@@ -115,6 +120,8 @@ class SnapshotState:
             status=status,
             tables=[_table_from_json(t) for t in data["tables"]],
             planned=bool(data.get("planned", True)),
+            # Files from before snapshot ids: no Kafka transaction names one.
+            id=str(data.get("id") or uuid.uuid4().hex),
         )
 
 
