@@ -158,7 +158,8 @@ class PipelineParts:
 def build_parts(config: BridgeConfig, *, transactional: bool = False) -> PipelineParts:
     """The stages after the source, ready for the snapshot and then for streaming;
     ``transactional``: the publisher's producer has the slot's transactional.id (streaming
-    with ``exactly.once.support = required``; snapshots stay at-least-once)."""
+    with ``exactly.once.support = required``; the initial snapshot has transactional
+    producers of its own, :func:`snapshot_sink`)."""
     registrar = SchemaRegistrar(
         registry_client(config.registry.client_config()),
         compatibility=config.registry.compatibility_level or "BACKWARD",

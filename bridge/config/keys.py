@@ -505,8 +505,8 @@ KEYS: Final[tuple[KeySpec, ...]] = (
         "exactly.once.transactional.id",
         _optional_text,
         None,
-        "the producer's transactional.id, one per slot (default pgbridge-<slot.name>): a "
-        "newer instance fences an older one",
+        "the producer's transactional.id, one per slot (default pgbridge-<slot.name>; the "
+        "initial snapshot's producers add -snapshot-<n>): a newer instance fences an older one",
     ),
     KeySpec(
         "exactly.once.commit.interval.ms",
