@@ -28,9 +28,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from bridge.sink.topic_reader import TopicReadError, read_topic
 from bridge.sink.transactions import (
@@ -149,7 +149,7 @@ class _Lane:
 
     def __init__(self, publisher: LanePublisher) -> None:
         self.publisher = publisher
-        self.chunk: ChunkKey | None = None  # the chunk it carries, until its commit was reaped
+        self.chunk: ChunkCount | None = None  # the chunk it carries, until its commit ended
         self.open = False  # a transaction is begun
         self.commit: Future[None] | None = None  # its commit, under way on the pool
 
@@ -174,11 +174,19 @@ class ChunkTransactions:
         self._timeout = timeout_s
         self._lanes: list[_Lane] = []
         self._pool = ThreadPoolExecutor(max_workers=_COMMIT_THREADS, thread_name_prefix="commit")
+        self._committed: list[ChunkCount] = []  # commits ended, not yet told to the copier
         self.commits = 0
 
+    @property
+    def lanes(self) -> int:
+        return len(self._lanes)
+
     def start(self, lanes: int) -> None:
-        """Start ``lanes`` lanes: each fences an older producer of its transactional.id and
-        has Kafka abort what that one left open (all at once: each waits for round trips)."""
+        """Start ``lanes`` lanes: each fences an older producer of its transactional.id, and
+        Kafka aborts what that one left open (or completes its commit), all at once: each
+        waits for round trips. Every lane a crashed run used must be started before the
+        offsets topic is read: a transaction left open there hides what was committed after
+        it from a read_committed reader."""
         added = [_Lane(self._make_lane(i)) for i in range(len(self._lanes), lanes)]
         self._lanes.extend(added)
         started = [
@@ -190,29 +198,50 @@ class ChunkTransactions:
         for future in started:
             future.result()
 
-    def _add_lane(self) -> _Lane:
-        lane = _Lane(self._make_lane(len(self._lanes)))
-        self._lanes.append(lane)
-        self._call(lane, lane.publisher.producer.init_transactions, self._timeout)
-        return lane
-
     # -- what the copier calls ------------------------------------------------------------------
 
     def publisher_for(self, count: ChunkCount) -> DrainablePublisher:
-        """The publisher of the chunk's lane (a free lane, its transaction begun, for a chunk
-        that has none yet)."""
+        """The publisher of the chunk's lane (for a chunk that has none yet, a free lane, its
+        transaction begun; when every lane is busy, once a commit under way ends)."""
         if count.lane is None:
-            index = next((i for i, lane in enumerate(self._lanes) if lane.chunk is None), None)
-            if index is None:
-                self._add_lane()
-                index = len(self._lanes) - 1
+            index = self._free_lane()
             lane = self._lanes[index]
-            lane.chunk = count.key
+            lane.chunk = count
             count.lane = index
             if not lane.open:
                 self._call(lane, lane.publisher.producer.begin_transaction)
                 lane.open = True
         return self._lanes[count.lane].publisher
+
+    def _free_lane(self) -> int:
+        self._collect()
+        while True:
+            index = next((i for i, lane in enumerate(self._lanes) if lane.chunk is None), None)
+            if index is not None:
+                return index
+            under_way = [lane.commit for lane in self._lanes if lane.commit is not None]
+            if not under_way:
+                raise RuntimeError(
+                    f"all {len(self._lanes)} snapshot lanes carry chunks being read"
+                )  # the copier starts one more lane than chunks can be in flight
+            wait(under_way, return_when=FIRST_COMPLETED)
+            self._collect()
+
+    def _collect(self) -> None:
+        """Free the lanes whose commit ended (raising a failed one); their chunks wait for
+        :meth:`commit` to report them."""
+        for lane in self._lanes:
+            future = lane.commit
+            if future is None or not future.done():
+                continue
+            lane.commit = None
+            lane.open = False  # committed, or aborted by the failed commit raised here
+            future.result()
+            self.commits += 1
+            count, lane.chunk = lane.chunk, None
+            assert count is not None
+            count.lane = None
+            self._committed.append(count)
 
     def service(self) -> None:
         """Serve the deliveries of every lane not committing (raises a failed one)."""
@@ -228,8 +257,11 @@ class ChunkTransactions:
     ) -> None:
         """Start the commit of each ``ready`` chunk (read to its end, nothing held back) in its
         lane, with the records ``progress(count)`` returns (its progress record), and call
-        ``committed(count)`` for each chunk whose commit is done (raising a failed one)."""
+        ``committed(count)`` for each chunk whose commit ended (raising a failed one)."""
+        reporting = {id(count) for count in self._committed}
         for count in ready:
+            if id(count) in reporting:
+                continue  # committed (its lane taken by another chunk since), to be reported
             if count.lane is not None and self._lanes[count.lane].commit is not None:
                 continue  # under way
             self.publisher_for(count)  # a chunk without records still commits its progress
@@ -241,22 +273,13 @@ class ChunkTransactions:
             lane.commit = self._pool.submit(
                 self._call, lane, lane.publisher.producer.commit_transaction, self._timeout
             )
-        for count in ready:
-            if count.lane is None:
-                continue
-            lane = self._lanes[count.lane]
-            if lane.commit is None or not lane.commit.done():
-                continue
-            future, lane.commit = lane.commit, None
-            lane.open = False  # committed, or aborted by a failed commit (raised here)
-            future.result()
-            self.commits += 1
-            lane.chunk = None
-            count.lane = None
-            committed(count)
+        self._collect()
+        done, self._committed = self._committed, []
+        for ended in done:
+            committed(cast(_Count, ended))  # one of the counts given to publisher_for
 
     def drain(self) -> None:
-        """Wait for the commits under way (their chunks are reaped by the next
+        """Wait for the commits under way (their chunks are reported by the next
         :meth:`commit`)."""
         wait([lane.commit for lane in self._lanes if lane.commit is not None])
 

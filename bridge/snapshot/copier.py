@@ -36,7 +36,11 @@ from bridge.sink.registry import RegisteredSchemas, SchemaRegistrar
 from bridge.sink.serializer import CopyLane, EnvelopeSerializer
 from bridge.snapshot import progress as progress_module
 from bridge.snapshot.chunk_acks import ChunkAcks, EpochAcks, TransactionAcks
-from bridge.snapshot.chunk_transactions import SnapshotTransactions, progress_record
+from bridge.snapshot.chunk_transactions import (
+    ChunkTransactions,
+    SnapshotTransactions,
+    progress_record,
+)
 from bridge.snapshot.plan import wire_kinds
 from bridge.snapshot.progress import SnapshotProgress
 from bridge.snapshot.reader import (
@@ -113,7 +117,10 @@ class SnapshotCopier:
         schemas: dict[str, RelationSchemas],
         *,
         progress_interval: float = 5.0,
+        lanes: ChunkTransactions | None = None,
     ) -> None:
+        """``lanes``: exactly once, the started lanes each chunk is committed in (closed with
+        the copy)."""
         self.sink = sink
         self.state = state
         self.state_path = state_path
@@ -132,11 +139,12 @@ class SnapshotCopier:
         # its COPY row and seq (encoded again with marker "last" when it is).
         self._held: tuple[ChangeEvent | _HeldRecord, _ChunkCount] | None = None
         # Exactly once, rows of a run that committed nothing were never visible.
-        exactly_once = sink.transactions is not None
-        self._first = not any(t.done if exactly_once else t.started for t in state.tables)
+        self._first = not any(t.done if lanes is not None else t.started for t in state.tables)
         self._tx: TxContext | None = None
         self._dirty = False
-        self._acks: ChunkAcks = EpochAcks([sink.publisher], own=False)
+        self._acks: ChunkAcks = (
+            TransactionAcks(lanes) if lanes is not None else EpochAcks([sink.publisher], own=False)
+        )
 
     # -- the run --------------------------------------------------------------------------------
 
@@ -147,12 +155,9 @@ class SnapshotCopier:
         recorded)."""
         progress_module.CURRENT = self.progress
         self.progress.running = True
-        factory, transactions = self.sink.publisher_factory, self.sink.transactions
+        factory = self.sink.publisher_factory
         try:
-            if transactions is not None:
-                # A lane per worker, and one for the chunk whose last row is held back.
-                self._acks = TransactionAcks(transactions.lanes(len(connections) + 1))
-            elif factory is not None:
+            if factory is not None and not isinstance(self._acks, TransactionAcks):
                 self._acks = EpochAcks([factory() for _ in range(_RING)], own=True)
         except BaseException:
             for connection in connections:

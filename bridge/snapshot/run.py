@@ -16,6 +16,7 @@ from bridge.events import EventBuilder
 from bridge.pgoutput.lsn import Lsn
 from bridge.schema import RelationSchemas
 from bridge.snapshot import catalog
+from bridge.snapshot.chunk_transactions import ChunkTransactions
 from bridge.snapshot.copier import SnapshotCopier, SnapshotSink
 from bridge.snapshot.errors import SnapshotStateMismatchError
 from bridge.snapshot.reader import SnapshotConnection, classify, open_connections
@@ -141,6 +142,7 @@ def run_snapshot(
                 str(exported.consistent_point),
                 state.run + 1 if state is not None else 0,
                 planned=False,
+                lanes=state.lanes if state is not None else 0,
             )
             # Recorded before anything else: from now on the slot exists, and a restart must
             # know that its snapshot was never delivered.
@@ -164,7 +166,10 @@ def run_snapshot(
                 resumed = None  # the slot was created, nothing planned: plan every table
         else:
             new_state = SnapshotState(
-                slot_name, str(slot.confirmed_flush_lsn), state.run + 1 if state else 1
+                slot_name,
+                str(slot.confirmed_flush_lsn),
+                state.run + 1 if state else 1,
+                lanes=state.lanes if state else 0,
             )
         connections, _ = open_connections(
             source.dsn, None, lambda conn: _lock_list(config, source, conn, resumed), threads
@@ -222,9 +227,17 @@ def _plan_and_copy(
     path: Path,
     stop: threading.Event,
 ) -> bool:
+    lanes: ChunkTransactions | None = None
     try:
-        if resumed is not None and sink.transactions is not None:
-            _add_committed_chunks(resumed, sink.transactions.committed(resumed.id))
+        transactions = sink.transactions
+        if transactions is not None:
+            # Exactly once: the lanes first (a worker each, the held row's chunk, and one for
+            # a chunk whose commit is under way), at least as many as any run before started:
+            # what those left open is aborted before the offsets topic is read.
+            lanes = transactions.lanes(max(state.lanes, len(connections) + 2))
+            state.lanes = lanes.lanes
+            if resumed is not None:
+                _add_committed_chunks(resumed, transactions.committed(resumed.id))
         schemas = _plan(config, source, builder, connections[0], state, resumed)
         state.planned = True
         if resumed is not None:
@@ -242,9 +255,16 @@ def _plan_and_copy(
     except BaseException:
         for connection in connections:
             connection.close()
+        if lanes is not None:
+            lanes.abandon()
         raise
     copier = SnapshotCopier(
-        sink, state, path, schemas, progress_interval=config.snapshot.progress_interval_ms / 1000
+        sink,
+        state,
+        path,
+        schemas,
+        progress_interval=config.snapshot.progress_interval_ms / 1000,
+        lanes=lanes,
     )
     return copier.run(stop, connections)
 

@@ -90,6 +90,9 @@ class SnapshotState:
     #: This snapshot's identity (kept through resumes, new for a fresh or repeated one): the
     #: progress records of its Kafka transactions name it (bridge.snapshot.chunk_transactions).
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: Exactly once: how many transactional producers (lanes) the snapshot of this slot ever
+    #: started; the next run starts at least as many, fencing whatever they left open.
+    lanes: int = 0
 
     def table(self, name: str) -> TableProgress | None:
         return next((t for t in self.tables if t.plan.table == name), None)
@@ -103,6 +106,7 @@ class SnapshotState:
             "status": self.status,
             "planned": self.planned,
             "id": self.id,
+            "lanes": self.lanes,
             "tables": [_table_json(t) for t in self.tables],
         }
 
@@ -122,6 +126,7 @@ class SnapshotState:
             planned=bool(data.get("planned", True)),
             # Files from before snapshot ids: no Kafka transaction names one.
             id=str(data.get("id") or uuid.uuid4().hex),
+            lanes=int(data.get("lanes", 0)),
         )
 
 

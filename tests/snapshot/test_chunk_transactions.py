@@ -154,13 +154,20 @@ def test_a_chunk_without_rows_still_commits_its_progress() -> None:
     assert log == ["lane0 begin", "lane0 progress s/snapshot/0/public.t [[3, 3]]", "lane0 commit"]
 
 
-def test_more_chunks_in_flight_than_lanes_start_a_lane() -> None:
-    transactions, lanes, log = _lanes(1)
-    first, second = Count(("t", 0)), Count(("t", 1))
+def test_a_chunk_finding_every_lane_busy_takes_the_lane_of_a_commit_that_ended() -> None:
+    transactions, lanes, _ = _lanes(2)
+    first, second, third = Count(("t", 0)), Count(("t", 1)), Count(("t", 2))
     transactions.publisher_for(first)
     transactions.publisher_for(second)
-    assert (first.lane, second.lane) == (0, 1) and len(lanes) == 2
-    assert "lane1 init" in log  # fenced before it carried anything
+    reported: list[Count] = []
+    transactions.commit([first], _progress, reported.append)  # started on the pool
+    transactions.publisher_for(third)  # waits for it, if it has not ended yet
+    assert third.lane == 0 and len(lanes) == 2  # no lane beyond those started (and fenced)
+    commits = transactions.commits
+    transactions.commit([first], _progress, reported.append)  # still ready for the copier
+    assert reported == [first] and transactions.commits == commits  # not committed twice
+    with pytest.raises(RuntimeError, match="all 2 snapshot lanes carry chunks being read"):
+        transactions.publisher_for(Count(("t", 3)))  # the copier starts enough lanes
 
 
 def test_a_stop_aborts_the_chunks_in_flight_and_closes_the_lanes() -> None:
