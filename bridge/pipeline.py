@@ -334,10 +334,12 @@ class Pipeline:
             counts = self._require_counts()
             if self._tx_begun:
                 self._publish_transaction_end(output)
+            if self.incremental is not None:
+                # Before the completion, which may commit the Kafka transaction: a chunk's
+                # progress made in this transaction is committed with its rows.
+                self.incremental.transaction_end(output.end_lsn, output.tx.xid)
             self._complete(counts, output.end_lsn)
             self._counts = None
-            if self.incremental is not None:
-                self.incremental.transaction_end(output.end_lsn, output.tx.xid)
             # The publisher batches records; the transaction's last ones go out now, not at
             # the next poll tick (commit-to-acknowledgement latency).
             self.publisher.send_pending()

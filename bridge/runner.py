@@ -36,12 +36,18 @@ from bridge.sink.serializer import EnvelopeSerializer, SourceSettings
 from bridge.sink.transactions import (
     ExactlyOnce,
     committed_position,
+    committed_value,
     ensure_offsets_topic,
 )
 from bridge.snapshot.chunk_transactions import SNAPSHOT_TRANSACTION_TIMEOUT_MS, SnapshotTransactions
 from bridge.snapshot.copier import SnapshotSink
 from bridge.snapshot.incremental import IncrementalSettings, IncrementalSnapshotter
 from bridge.snapshot.incremental import state_file as incremental_state_file
+from bridge.snapshot.incremental_state import (
+    IncrementalState,
+    incremental_key,
+    parse_incremental_record,
+)
 from bridge.snapshot.kafka_signals import KafkaSignals
 from bridge.snapshot.run import run_snapshot
 from bridge.source.column_numbers import ColumnNumbers
@@ -303,7 +309,9 @@ def build_pipeline(
             start_after = committed
     source = LogicalReplicationSource(replace(source_config(config), start_after=start_after))
     source.open()
-    incremental = incremental_snapshotter(config, parts.builder)
+    incremental = incremental_snapshotter(config, parts.builder, exactly_once is not None)
+    if incremental is not None and exactly_once is not None:
+        exactly_once.also_commit = incremental.kafka_records
     if incremental is not None and config.snapshot.rewritten_tables == "incremental":
         parts.builder.on_rewrite = incremental.snapshot_rewritten
     watch = TableWatch(
@@ -380,7 +388,7 @@ def start_exactly_once(
 
 
 def incremental_snapshotter(
-    config: BridgeConfig, builder: EventBuilder
+    config: BridgeConfig, builder: EventBuilder, exactly_once: bool = False
 ) -> IncrementalSnapshotter | None:
     """The incremental snapshots' driver. Its signals go through the signal table when one is
     configured (checked to be in the publication: otherwise no signal would ever arrive), else
@@ -413,10 +421,21 @@ def incremental_snapshotter(
             signal_key=signal_key,
         ),
         builder,
+        committed_incremental(config) if exactly_once else None,
     )
     if "kafka" in config.signal.enabled_channels:
         snapshotter.kafka = KafkaSignals(config, snapshotter.forward)
     return snapshotter
+
+
+def committed_incremental(config: BridgeConfig) -> IncrementalState | None:
+    """Exactly once: the incremental snapshot's progress last committed in Kafka, if any."""
+    value = committed_value(
+        kafka_client(config),
+        config.kafka.offsets_topic,
+        incremental_key(config.replication.slot_name),
+    )
+    return None if value is None else parse_incremental_record(value)
 
 
 def _check_signal_table_published(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -36,6 +37,7 @@ __all__ = [
     "ProducerFencedError",
     "call_transactional",
     "committed_position",
+    "committed_value",
     "ensure_offsets_topic",
     "offsets_record",
 ]
@@ -62,24 +64,32 @@ def offsets_record(slot: str, end_lsn: Lsn) -> tuple[bytes, bytes]:
     return slot.encode(), json.dumps(value, separators=(",", ":")).encode()
 
 
-def committed_position(client: dict[str, str], topic: str, slot: str) -> Lsn | None:
-    """The end LSN of the last Kafka transaction committed for ``slot`` (``None``: none), read
-    read_committed from the offsets topic to its end (a missing topic: none). ``client``:
-    ``bootstrap.servers`` and the security settings."""
+def committed_value(client: dict[str, str], topic: str, key: bytes) -> bytes | None:
+    """The last value of ``key`` committed in the offsets topic (``None``: none, or no topic),
+    read read_committed to its end. ``client``: ``bootstrap.servers`` and the security
+    settings."""
     settings = dict(client)
     bootstrap = settings.pop("bootstrap.servers")
     settings["isolation.level"] = "read_committed"
-    found: Lsn | None = None
+    found: bytes | None = None
     try:
         for message in read_topic(bootstrap, topic, settings, timeout=30.0):
             value = message.value()
-            if message.key() == slot.encode() and value:
-                found = Lsn(int(json.loads(value)["lsn_int"]))
+            if message.key() == key and value:
+                found = value
     except TopicReadError as exc:
         if exc.reason == "no such topic":
             return None
         raise KafkaTransactionError(f"reading offsets topic {topic}: {exc.reason}") from None
     return found
+
+
+def committed_position(client: dict[str, str], topic: str, slot: str) -> Lsn | None:
+    """The end LSN of the last Kafka transaction committed for ``slot`` (``None``: none), read
+    read_committed from the offsets topic to its end (a missing topic: none). ``client``:
+    ``bootstrap.servers`` and the security settings."""
+    value = committed_value(client, topic, slot.encode())
+    return None if value is None else Lsn(int(json.loads(value)["lsn_int"]))
 
 
 class ExactlyOnce:
@@ -108,6 +118,9 @@ class ExactlyOnce:
         self._dirty = False  # records (or transactions) since the last commit
         self.committed: Lsn | None = None
         self.commits = 0
+        #: Records committed with the slot's, given the end LSN the transaction reaches (the
+        #: incremental snapshot's progress: bridge.snapshot.incremental_state).
+        self.also_commit: Callable[[Lsn], Sequence[tuple[bytes, bytes]]] | None = None
 
     def start(self) -> None:
         """Fence older producers of this transactional.id and open the first transaction."""
@@ -131,6 +144,9 @@ class ExactlyOnce:
         if not self._dirty:
             return
         if self._last_end is not None:
+            if self.also_commit is not None:
+                for key, value in self.also_commit(self._last_end):
+                    self._publish_offsets(key, value)
             self._publish_offsets(*offsets_record(self._slot, self._last_end))
         self._flush(self._timeout)
         self._call(self._producer.commit_transaction, self._timeout)

@@ -85,6 +85,7 @@ from bridge.snapshot import catalog
 from bridge.snapshot.incremental_state import (
     IncrementalState,
     TableTask,
+    incremental_record,
     load_incremental,
     save_incremental,
 )
@@ -165,15 +166,32 @@ class _Chunk:
 class IncrementalSnapshotter:
     """Signals in, chunks out; see the module docstring. Runs on the pipeline's thread."""
 
-    def __init__(self, settings: IncrementalSettings, builder: EventBuilder) -> None:
+    def __init__(
+        self,
+        settings: IncrementalSettings,
+        builder: EventBuilder,
+        committed: IncrementalState | None = None,
+    ) -> None:
+        """``committed``: exactly once, the newest version Kafka committed (taken when it is
+        later than the file's)."""
         self.settings = settings
         self.builder = builder
-        self.state = load_incremental(settings.state_path) or IncrementalState(settings.slot)
+        recorded = load_incremental(settings.state_path)
+        if committed is not None and (recorded is None or committed.lsn > recorded.lsn):
+            logger.info(
+                "incremental snapshot progress: Kafka's offsets topic holds a later version "
+                "than the state file (a crash between the two): taking it"
+            )
+            save_incremental(settings.state_path, committed)
+            recorded = committed
+        self.state = recorded or IncrementalState(settings.slot)
         self.signal_schema, self.signal_name = (
             signal_table_name(settings.signal_table) if settings.signal_table else ("", "")
         )
         #: Versions of the state waiting for Kafka: (end LSN of their transaction, state).
         self._pending: list[tuple[Lsn, IncrementalState]] = []
+        self._last_end = Lsn(self.state.lsn)  # of the last stream transaction seen
+        self._in_kafka = Lsn(self.state.lsn)  # the newest version handed to a Kafka transaction
         self._dirty = False
         self._chunk: _Chunk | None = None
         self._output: SnapshotOutput | None = None
@@ -357,9 +375,26 @@ class IncrementalSnapshotter:
         Kafka."""
         if xid is not None:
             self._ended.append(xid)
+        self._last_end = end_lsn
         if self._dirty:
+            self.state.lsn = int(end_lsn)
             self._pending.append((end_lsn, self.state.copy()))
             self._dirty = False
+
+    def kafka_records(self, up_to: Lsn) -> list[tuple[bytes, bytes]]:
+        """Exactly once: the record of the newest version made in a stream transaction up to
+        ``up_to`` and not yet given, for the Kafka transaction that commits them (none when
+        nothing changed)."""
+        newest: tuple[Lsn, IncrementalState] | None = None
+        for lsn, version in self._pending:
+            if lsn > up_to:
+                break
+            if lsn > self._in_kafka:
+                newest = (lsn, version)
+        if newest is None:
+            return []
+        self._in_kafka = newest[0]
+        return [incremental_record(newest[1])]
 
     def acknowledged(self, flush_lsn: Lsn) -> None:
         """Kafka has everything before ``flush_lsn``: record the newest state covered."""
@@ -655,6 +690,8 @@ class IncrementalSnapshotter:
         if self._pending:
             self._pending[-1] = (self._pending[-1][0], self.state.copy())
         else:
+            # After the last stream transaction's version: the later of the two at a start.
+            self.state.lsn = int(self._last_end)
             save_incremental(self.settings.state_path, self.state)
 
     def _abandon_chunk(self) -> None:

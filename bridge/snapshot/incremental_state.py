@@ -4,7 +4,10 @@ not, and the signals already acted on; one JSON file per slot, replaced atomical
 A version of it is written only once the stream has been acknowledged past the transaction
 that produced it (the chunk's closing watermark, or the signal): whatever the file says is in
 Kafka. After a crash the next start resumes after the last recorded chunk; signals replayed
-from the slot that the file lists as handled are not acted on twice.
+from the slot that the file lists as handled are not acted on twice. With exactly once, each
+Kafka transaction also carries the newest version it covers (:func:`incremental_record`, in the
+offsets topic), so that a crash between a commit and the file's write does not copy a chunk
+again for a read_committed reader; a start takes the later of the two.
 """
 
 from __future__ import annotations
@@ -16,7 +19,15 @@ from typing import Any, Final
 
 from bridge.snapshot.state import read_json_state, write_json_atomically
 
-__all__ = ["IncrementalState", "TableTask", "load_incremental", "save_incremental"]
+__all__ = [
+    "IncrementalState",
+    "TableTask",
+    "incremental_key",
+    "incremental_record",
+    "load_incremental",
+    "parse_incremental_record",
+    "save_incremental",
+]
 
 FORMAT_VERSION: Final = 1
 #: Signal ids remembered as handled (a replay after a crash is at most this far behind).
@@ -58,6 +69,9 @@ class IncrementalState:
     tables: list[TableTask] = field(default_factory=list)
     paused: bool = False
     handled: list[str] = field(default_factory=list)
+    #: The end LSN of the stream transaction this version was made in (0: unknown): of two
+    #: versions (the file's, the one committed in Kafka with exactly once), the later wins.
+    lsn: int = 0
 
     @property
     def current(self) -> TableTask | None:
@@ -79,6 +93,7 @@ class IncrementalState:
             "paused": self.paused,
             "tables": [asdict(t) for t in self.tables],
             "handled": list(self.handled),
+            "lsn": self.lsn,
         }
 
     @classmethod
@@ -90,6 +105,7 @@ class IncrementalState:
             tables=[TableTask(**t) for t in data["tables"]],
             paused=bool(data["paused"]),
             handled=[str(h) for h in data["handled"]],
+            lsn=int(data.get("lsn", 0)),
         )
 
     def copy(self) -> IncrementalState:
@@ -102,3 +118,17 @@ def load_incremental(path: Path) -> IncrementalState | None:
 
 def save_incremental(path: Path, state: IncrementalState) -> None:
     write_json_atomically(path, state.as_json())
+
+
+def incremental_key(slot: str) -> bytes:
+    # A slot name is [a-z0-9_]: no streaming offsets record (key: the slot) has a "/".
+    return f"{slot}/incremental".encode()
+
+
+def incremental_record(state: IncrementalState) -> tuple[bytes, bytes]:
+    """The offsets topic's record of ``state`` (exactly once)."""
+    return incremental_key(state.slot), json.dumps(state.as_json()).encode()
+
+
+def parse_incremental_record(value: bytes) -> IncrementalState:
+    return IncrementalState.from_json(json.loads(value))

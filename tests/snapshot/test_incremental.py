@@ -16,6 +16,7 @@ from bridge.snapshot.incremental_state import (
     IncrementalState,
     TableTask,
     load_incremental,
+    parse_incremental_record,
     save_incremental,
 )
 from bridge.snapshot.window import ChunkWindow
@@ -197,6 +198,34 @@ def test_a_signal_is_recorded_only_once_kafka_has_its_transaction(tmp_path: Path
     second.on_signal_row(tuple_data("sig-2", "resume-snapshot", "{}"))
     second.on_signal_row(tuple_data("sig-1", "pause-snapshot", "{}"))  # replayed
     assert not second.state.paused
+
+
+def test_exactly_once_commits_each_version_with_the_transactions_that_made_it(
+    tmp_path: Path,
+) -> None:
+    """The Kafka transaction that commits a signal's (or a chunk's) stream transaction carries
+    the state it produced, once; a start after a crash that came before the file's write takes
+    Kafka's later version, and a file later than Kafka's wins over it."""
+    first = snapshotter(tmp_path)
+    assert first.kafka_records(Lsn(100)) == []  # nothing changed
+    first.on_signal_row(tuple_data("sig-1", "pause-snapshot", "{}"))
+    first.transaction_end(Lsn(200))
+    assert first.kafka_records(Lsn(199)) == []  # that transaction is not in this commit
+    ((key, value),) = first.kafka_records(Lsn(200))
+    assert key == b"slot/incremental"
+    committed = parse_incremental_record(value)
+    assert committed.paused and committed.handled == ["sig-1"] and committed.lsn == 200
+    assert first.kafka_records(Lsn(300)) == []  # given once
+    # The crash: Kafka committed it, the file was never written.
+    assert load_incremental(tmp_path / "incremental-slot.json") is None
+    resumed = IncrementalSnapshotter(first.settings, EventBuilder("p"), committed)
+    assert resumed.state.paused and resumed.state.handled == ["sig-1"]
+    assert load_incremental(tmp_path / "incremental-slot.json") == committed
+    # A file version later than Kafka's (a change between transactions, written at once).
+    later = IncrementalState("slot", paused=False, handled=["sig-1", "sig-2"], lsn=300)
+    save_incremental(tmp_path / "incremental-slot.json", later)
+    again = IncrementalSnapshotter(first.settings, EventBuilder("p"), committed)
+    assert not again.state.paused and again.state.lsn == 300
 
 
 def test_watermarks_of_an_earlier_attempt_are_ignored(tmp_path: Path) -> None:
