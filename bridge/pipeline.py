@@ -184,6 +184,7 @@ class Pipeline:
         on_message, poll = self._on_message, self.publisher.poll
         thresholds = gc.get_threshold()
         gc.set_threshold(max(thresholds[0], _GC_GEN0_THRESHOLD), *thresholds[1:])
+        failed = False
         try:
             for message in self.source.messages():
                 if message is not None:
@@ -211,9 +212,12 @@ class Pipeline:
                     self._publish_heartbeat()
                 if stop.is_set():
                     break
+        except BaseException:
+            failed = True
+            raise
         finally:
             gc.set_threshold(*thresholds)
-            self._shutdown()
+            self._shutdown(failed)
 
     def _on_message(self, message: LogicalMessage) -> None:
         self.builder.message_lsn = self.source.message_lsn
@@ -617,26 +621,28 @@ class Pipeline:
 
     # -- shutdown -------------------------------------------------------------------------------
 
-    def _end_kafka_transaction(self, flush: Lsn) -> Lsn:
+    def _end_kafka_transaction(self, flush: Lsn, failed: bool) -> Lsn:
         """At shutdown: commit the open Kafka transaction when it holds whole source
-        transactions only, else abort it (a part of one must not become visible); what the
-        slot may then be confirmed to."""
+        transactions only and nothing ``failed``, else abort it (a part of one must not become
+        visible); what the slot may then be confirmed to."""
         eos = self.exactly_once
         assert eos is not None
         try:
-            if self._counts is None:
+            # A failed delivery fails the transaction too: it can only be aborted.
+            if self._counts is None and not failed:
                 eos.commit()
             else:
                 eos.abort()
         except PgBridgeError as exc:
             logger.warning("ending the Kafka transaction at shutdown failed: %s", exc)
+            eos.abort()
         return eos.acknowledgeable(flush)
 
-    def _shutdown(self) -> None:
+    def _shutdown(self, failed: bool) -> None:
         """Deliver what was handed to Kafka, confirm what is complete, disconnect.
 
-        Runs on a clean stop and after an error alike: confirming the delivered prefix is
-        always safe, and it spares a restart from resending it.
+        Runs on a clean stop and after an error (``failed``) alike: confirming the delivered
+        prefix is always safe, and it spares a restart from resending it.
         """
         started = time.monotonic()
         try:
@@ -646,8 +652,10 @@ class Pipeline:
                     "%d record(s) not delivered at shutdown; they will be resent", remaining
                 )
         except PgBridgeError as exc:  # the failure that stopped the pipeline, typed: no trace
+            failed = True
             logger.warning("flushing the producer at shutdown failed: %s", exc)
         except Exception:
+            failed = True
             logger.exception("flushing the producer at shutdown failed")
         finally:
             flush = self.tracker.flush_lsn
@@ -657,7 +665,7 @@ class Pipeline:
             except Exception:
                 logger.exception("reporting deliveries at shutdown failed")
             if self.exactly_once is not None:
-                flush = self._end_kafka_transaction(flush)
+                flush = self._end_kafka_transaction(flush, failed)
             self.source.acknowledge(flush)
             self.source.close()
             if self.incremental is not None:

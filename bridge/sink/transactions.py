@@ -144,10 +144,12 @@ class ExactlyOnce:
         if not self._dirty:
             return
         if self._last_end is not None:
+            # Typed errors: a producer whose transaction failed (a record timed out, say)
+            # refuses new records with a bare _STATE error.
             if self.also_commit is not None:
                 for key, value in self.also_commit(self._last_end):
-                    self._publish_offsets(key, value)
-            self._publish_offsets(*offsets_record(self._slot, self._last_end))
+                    self._call(self._publish_offsets, key, value)
+            self._call(self._publish_offsets, *offsets_record(self._slot, self._last_end))
         self._flush(self._timeout)
         self._call(self._producer.commit_transaction, self._timeout)
         self.commits += 1

@@ -118,3 +118,20 @@ def test_the_offsets_record_is_keyed_by_slot() -> None:
         "lsn": "1/10",
         "lsn_int": 0x1_0000_0010,
     }
+
+
+def test_a_producer_refusing_the_offsets_record_is_a_typed_error() -> None:
+    """A transaction that failed (a record timed out) refuses new records with a bare _STATE
+    error; the bridge restarts on a typed one instead of dying with a traceback."""
+    producer = CallLog()
+
+    def refuse(key: bytes, value: bytes) -> None:
+        raise KafkaException(KafkaError(KafkaError._STATE, "Erroneous state"))
+
+    eos = ExactlyOnce(producer, refuse, lambda timeout: None, "slot1", 3600.0)
+    eos.start()
+    eos.transaction_done(Lsn(100))
+    with pytest.raises(KafkaTransactionError, match="Erroneous state"):
+        eos.idle()
+    assert "commit_transaction" not in producer.calls
+    assert eos.acknowledgeable(Lsn(100)) == Lsn(0)
