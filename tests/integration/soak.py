@@ -11,8 +11,10 @@ confirms a marker committed once the fault is over); at the end every counter va
 in PostgreSQL is looked for in Kafka. Duplicates (the at-least-once resend) and losses are
 charged to the first fault injected after the value's commit.
 
-``test_fault_cycle.py`` runs each fault once in CI; ``make soak`` runs random faults for 30
-minutes (``python -m tests.integration.soak --minutes 30``). Both print the table.
+``test_fault_cycle.py`` runs each fault once (``make test-long``), and the exactly-once cycle
+on a 3-broker cluster (``brokers=3, exactly_once=True``: the leader of the counter's partition
+killed instead of the only broker, the bridge killed several times); ``make soak`` runs random
+faults for 30 minutes (``python -m tests.integration.soak --minutes 30``). All print the table.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 from bridge.devstack.kafka import KafkaBroker
+from bridge.devstack.kafka_cluster import KafkaCluster
 from bridge.devstack.postgres import PostgresCluster, ensure_postgres_binaries
 from bridge.devstack.stack import LocalStack, StackInfo
 from bridge.pgoutput.lsn import Lsn
@@ -55,6 +58,17 @@ CYCLE_OUTAGES = {
     "postgres fast restart": 6.0,
     "spill directory gone": 6.0,
 }
+#: The exactly-once cycle on 3 brokers: the bridge killed at three points of the stream (its
+#: Kafka commits every 100 ms: some kills fall between a commit and the slot's confirmation).
+EXACTLY_ONCE_CYCLE = [
+    ("walsender terminated", 0.0),
+    ("bridge SIGKILL", 0.0),
+    ("registry down, new table", 15.0),
+    ("bridge SIGKILL", 0.0),
+    ("leader SIGKILL", 12.0),
+    ("bridge SIGKILL", 0.0),
+    ("postgres fast restart", 6.0),
+]
 DELIVERY_TIMEOUT_MS = 8000
 SOAK_PAUSE_S = 20.0  # steady writing between two faults of the soak
 
@@ -73,15 +87,24 @@ class FaultResult:
 class FaultRig:
     """The writer, ``pgbridge run`` and the services it depends on, ready to be hurt."""
 
-    def __init__(self, stack: StackInfo, workdir: Path) -> None:
+    def __init__(
+        self, stack: StackInfo, workdir: Path, *, brokers: int = 1, exactly_once: bool = False
+    ) -> None:
+        """``brokers`` > 1: a KRaft cluster (replication factor 3, ``min.insync.replicas =
+        2``); ``exactly_once``: ``exactly.once.support = required``."""
         self.workdir = workdir
+        self.exactly_once = exactly_once
         self.stack = stack
         # Its own temporary directory: PostgreSQL runs as another account, which must reach it.
         self.pg_dir = Path(tempfile.mkdtemp(prefix="pgbridge-soak-pg-"))
         self.cluster = PostgresCluster(
             ensure_postgres_binaries(stack.postgres_major), base_dir=self.pg_dir
         )
-        self.broker = KafkaBroker(workdir / "kafka", heap="384m")
+        self.broker: KafkaBroker | KafkaCluster = (
+            KafkaBroker(workdir / "kafka", heap="384m")
+            if brokers == 1
+            else KafkaCluster(workdir / "kafka", brokers=brokers, heap="384m")
+        )
         registry = urlsplit(stack.registry_url)
         assert registry.hostname is not None and registry.port is not None
         self.proxy = TcpProxy(registry.hostname, registry.port)
@@ -124,6 +147,7 @@ class FaultRig:
                 "errors.retry.delay.max.ms": "2000",
                 "streaming.spill.threshold.bytes": "65536",
                 "streaming.spill.dir": str(self.spill_dir),
+                "exactly.once.support": "required" if self.exactly_once else "disabled",
             },
         )
         self.bridge = BridgeProcess(self.settings, str(self.workdir / "bridge.log"))
@@ -243,12 +267,19 @@ class FaultRig:
         self.proxy.up()
 
     def _kill_broker(self, outage: float) -> None:
-        pid = self.broker.pid
+        """The broker, or on a cluster the leader of the counter's partition (the hot one)."""
+        kafka = self.broker
+        broker = (
+            kafka.broker(kafka.leader_of(f"{self.prefix}.public.counter"))
+            if isinstance(kafka, KafkaCluster)
+            else kafka
+        )
+        pid = broker.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)  # reaped: a zombie would look alive to the next start
         time.sleep(outage)
-        self.broker.start()
+        broker.start()
 
     def _restart_postgres(self, outage: float) -> None:
         self.cluster.stop()
@@ -319,6 +350,7 @@ FAULTS: dict[str, Callable[[FaultRig, float], None]] = {
     "bridge SIGKILL": FaultRig._kill_bridge,
     "registry down, new table": FaultRig._registry_down,
     "broker SIGKILL": FaultRig._kill_broker,
+    "leader SIGKILL": FaultRig._kill_broker,
     "postgres fast restart": FaultRig._restart_postgres,
     "spill directory gone": FaultRig._spill_gone,
 }
@@ -345,10 +377,20 @@ def report(results: list[FaultResult], rig: FaultRig) -> str:
 
 
 def run_cycle(
-    stack: StackInfo, schedule: list[tuple[str, float]], pause: float
+    stack: StackInfo,
+    schedule: list[tuple[str, float]],
+    pause: float,
+    *,
+    brokers: int = 1,
+    exactly_once: bool = False,
 ) -> tuple[list[FaultResult], FaultRig]:
     """Each (fault, outage) in turn, ``pause`` seconds of steady writing between them."""
-    rig = FaultRig(stack, Path(tempfile.mkdtemp(prefix="pgbridge-soak-")))
+    rig = FaultRig(
+        stack,
+        Path(tempfile.mkdtemp(prefix="pgbridge-soak-")),
+        brokers=brokers,
+        exactly_once=exactly_once,
+    )
     results: list[FaultResult] = []
     try:
         rig.start()
@@ -376,7 +418,7 @@ def main() -> None:
     schedule: list[tuple[str, float]] = []
     budget = args.minutes * 60
     while budget > 0:
-        fault = rng.choice(sorted(FAULTS))
+        fault = rng.choice(sorted(CYCLE_OUTAGES))
         outage = 0.0 if CYCLE_OUTAGES[fault] == 0 else rng.uniform(5, 25)
         schedule.append((fault, outage))
         budget -= outage + SOAK_PAUSE_S + 10  # about 10 s to recover
