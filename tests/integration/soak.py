@@ -13,7 +13,8 @@ charged to the first fault injected after the value's commit.
 
 ``test_fault_cycle.py`` runs each fault once (``make test-long``), and the exactly-once cycle
 on a 3-broker cluster (``brokers=3, exactly_once=True``: the leader of the counter's partition
-killed instead of the only broker, the bridge killed several times); ``make soak`` runs random
+killed instead of the only broker, then frozen with SIGSTOP as a stalled disk freezes it, a
+rolling restart, the bridge killed several times); ``make soak`` runs random
 faults for 30 minutes (``python -m tests.integration.soak --minutes 30``). All print the table.
 """
 
@@ -67,6 +68,8 @@ EXACTLY_ONCE_CYCLE = [
     ("bridge SIGKILL", 0.0),
     ("leader SIGKILL", 12.0),
     ("bridge SIGKILL", 0.0),
+    ("leader stalled", 10.0),
+    ("rolling restart", 2.0),
     ("postgres fast restart", 6.0),
 ]
 DELIVERY_TIMEOUT_MS = 8000
@@ -266,14 +269,36 @@ class FaultRig:
         time.sleep(outage)
         self.proxy.up()
 
-    def _kill_broker(self, outage: float) -> None:
+    def _hot_broker(self) -> KafkaBroker:
         """The broker, or on a cluster the leader of the counter's partition (the hot one)."""
         kafka = self.broker
-        broker = (
-            kafka.broker(kafka.leader_of(f"{self.prefix}.public.counter"))
-            if isinstance(kafka, KafkaCluster)
-            else kafka
-        )
+        if isinstance(kafka, KafkaCluster):
+            return kafka.broker(kafka.leader_of(f"{self.prefix}.public.counter"))
+        return kafka
+
+    def _stall_broker(self, outage: float) -> None:
+        """The hot broker frozen (SIGSTOP), its connections open: what a stalled disk does to
+        a broker (every fsync and read waits), then thawed."""
+        pid = self._hot_broker().pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(outage)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    def _rolling_restart(self, outage: float) -> None:
+        """Each broker in turn stopped (SIGTERM: a controlled shutdown that moves its
+        leaderships away), ``outage`` seconds down, started and answering before the next."""
+        kafka = self.broker
+        brokers = kafka.brokers if isinstance(kafka, KafkaCluster) else [kafka]
+        for broker in brokers:
+            broker.stop()
+            time.sleep(outage)
+            broker.start()
+
+    def _kill_broker(self, outage: float) -> None:
+        broker = self._hot_broker()
         pid = broker.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
@@ -351,6 +376,8 @@ FAULTS: dict[str, Callable[[FaultRig, float], None]] = {
     "registry down, new table": FaultRig._registry_down,
     "broker SIGKILL": FaultRig._kill_broker,
     "leader SIGKILL": FaultRig._kill_broker,
+    "leader stalled": FaultRig._stall_broker,
+    "rolling restart": FaultRig._rolling_restart,
     "postgres fast restart": FaultRig._restart_postgres,
     "spill directory gone": FaultRig._spill_gone,
 }

@@ -36,13 +36,14 @@ def test_fault_cycle_each_fault_once_under_a_writer_loses_nothing(
 
 
 # make test: exactly once through three SIGKILLs (test_exactly_once.py); here the whole cycle
-# on a 3-broker cluster, beside the same cycle at-least-once (a cluster and two cycles: ~6 min).
+# on a 3-broker cluster, beside the same cycle at-least-once (a cluster and two cycles: ~7 min).
 @pytest.mark.long
 def test_exactly_once_fault_cycle_on_three_brokers_repeats_and_loses_nothing(
     local_stack: StackInfo, record_property: pytest.RecordProperty
 ) -> None:
     """#36: walsender terminated, the bridge SIGKILLed three times, the registry down while a
-    table is created, the hot partition's leader SIGKILLed, PostgreSQL restarted, on 3 brokers
+    table is created, the hot partition's leader SIGKILLed, then frozen (SIGSTOP: a stalled
+    disk), a rolling restart of the three brokers, PostgreSQL restarted, on 3 brokers
     (replication factor 3, min.insync.replicas 2): a read_committed consumer sees each value
     once; the same cycle at-least-once is printed beside it."""
     tables = []
@@ -54,7 +55,8 @@ def test_exactly_once_fault_cycle_on_three_brokers_repeats_and_loses_nothing(
         mode = "exactly once" if exactly_once else "at-least-once"
         tables.append(f"{mode}, 3 brokers:\n{table}")
         assert [r.fault for r in results] == [f for f, _ in EXACTLY_ONCE_CYCLE]
-        assert all(r.recovered for r in results), table
+        # The bridge's log is gone with the rig's directory: its tail says why.
+        assert all(r.recovered for r in results), f"{table}\n{rig.final_log[-6000:]}"
         assert sum(r.lost for r in results) == 0 and rig.unattributed["lost"] == 0, table
         assert rig.committed > 1000, table
     record_property("fault_table", "\n\n".join(tables))  # printed at the end of the run
