@@ -116,20 +116,28 @@ def stream_with_restarts(
     wait = sleep or stop.wait
     attempt = 0
     waiting: str | None = None  # the dependency waited for, until an attempt starts
+    restarting = False
     while not stop.is_set():
-        streaming = start()
-        if waiting is not None:
-            WAITING_FOR.pop(waiting, None)
+        streaming: Streaming | None = None
         try:
+            streaming = start()
+            if waiting is not None:
+                WAITING_FOR.pop(waiting, None)
             streaming.run(stop)
             return
         except Exception as exc:
             waiting = transient_fault(exc)
-            if waiting is None or stop.is_set():
+            # The first start fails fast (a setting may be wrong); a restart's own start
+            # meets the fault it restarts after (a Kafka transaction coordinator still
+            # moving, say) and waits it out the same way.
+            if waiting is None or stop.is_set() or (streaming is None and not restarting):
                 raise
             failure: Exception = exc
-        streaming.abandon()
-        attempt = 1 if streaming.made_progress() else attempt + 1
+        restarting = True
+        if streaming is not None:
+            streaming.abandon()
+        progressed = streaming is not None and streaming.made_progress()
+        attempt = 1 if progressed else attempt + 1
         if policy.max_retries != -1 and attempt > policy.max_retries:
             logger.error("%s: %s; gave up after %d restarts", waiting, failure, attempt - 1)
             raise failure

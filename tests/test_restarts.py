@@ -110,3 +110,25 @@ def test_restarts_a_spill_directory_fault_streams_again_and_says_so() -> None:
     assert "spill directory" not in seen[0]
     assert seen[1].get("spill directory") == "spilling a transaction"
     assert "spill directory" not in WAITING_FOR
+
+
+def test_restarts_a_restart_whose_own_start_fails_transiently_is_retried() -> None:
+    """A restart's start meets the fault it restarts after (Kafka still moving); the first
+    start of the process fails fast instead (a setting may be wrong)."""
+    attempts: list[Attempt | Exception] = [Attempt(TIMED_OUT), TIMED_OUT, Attempt(None)]
+
+    def start() -> Attempt:
+        item = attempts.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    waits: list[float] = []
+    stream_with_restarts(start, threading.Event(), RetryPolicy(), sleep=waits.append)
+    assert len(waits) == 2 and not attempts
+
+    def fails_at_once() -> Attempt:
+        raise TIMED_OUT
+
+    with pytest.raises(DeliveryError):
+        stream_with_restarts(fails_at_once, threading.Event(), RetryPolicy())
