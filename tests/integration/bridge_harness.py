@@ -447,6 +447,18 @@ def wait_slot_confirmed(
         time.sleep(0.2)
 
 
+def wait_streaming(dsn: str, slot: str, process: BridgeProcess, timeout: float = 120) -> None:
+    """Until a new bridge streams: its slot exists and is confirmed past a mark made after.
+    (A mark made before the slot exists proves nothing: a slot is created confirmed at its
+    consistent point, past that mark, while its snapshot may still be copying.)"""
+    deadline = time.monotonic() + timeout
+    while slot_confirmed(dsn, slot) == Lsn(0):
+        if process.proc.poll() is not None or time.monotonic() > deadline:
+            break  # wait_slot_confirmed says why
+        time.sleep(0.2)
+    wait_slot_confirmed(dsn, slot, mark(dsn), process, max(1.0, deadline - time.monotonic()))
+
+
 def run_until_exit(values: Mapping[str, str], timeout: float = 60) -> tuple[int, str, float]:
     """``pgbridge run --set key=value …`` until it exits: (exit code, output, seconds)."""
     command = [sys.executable, "-m", "bridge.cli", "run"]

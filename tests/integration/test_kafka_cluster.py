@@ -31,6 +31,7 @@ from tests.integration.bridge_harness import (
     read_topic,
     scratch_database,
     wait_slot_confirmed,
+    wait_streaming,
 )
 from tests.integration.test_exactly_once import ROWS, _writer
 
@@ -59,7 +60,7 @@ def test_leader_killed_under_a_writer_repeats_and_loses_nothing(
         settings["kafka.bootstrap.servers"] = cluster.bootstrap_servers
         slot = settings["slot.name"]
         process = BridgeProcess(settings, str(tmp_path / "bridge.log"))
-        wait_slot_confirmed(dsn, slot, mark(dsn), process)
+        wait_streaming(dsn, slot, process)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO events VALUES (0, 'first')")  # the topic exists now
         wait_slot_confirmed(dsn, slot, mark(dsn), process)
