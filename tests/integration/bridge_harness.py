@@ -448,13 +448,15 @@ def wait_slot_confirmed(
 
 
 def wait_streaming(dsn: str, slot: str, process: BridgeProcess, timeout: float = 120) -> None:
-    """Until a new bridge streams: its slot exists and is confirmed past a mark made after.
+    """Until ``pgbridge run`` streams (its snapshot done) and confirmed a change made now.
     (A mark made before the slot exists proves nothing: a slot is created confirmed at its
     consistent point, past that mark, while its snapshot may still be copying.)"""
     deadline = time.monotonic() + timeout
-    while slot_confirmed(dsn, slot) == Lsn(0):
-        if process.proc.poll() is not None or time.monotonic() > deadline:
-            break  # wait_slot_confirmed says why
+    while "streaming slot" not in process.log():
+        if process.proc.poll() is not None:
+            raise RuntimeError(f"pgbridge run exited:\n{process.log()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pgbridge run never started streaming:\n{process.log()[-3000:]}")
         time.sleep(0.2)
     wait_slot_confirmed(dsn, slot, mark(dsn), process, max(1.0, deadline - time.monotonic()))
 

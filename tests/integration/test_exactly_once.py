@@ -111,11 +111,12 @@ def _extra_positions(changes: list[dict[str, Any]], seen: int, expected: int) ->
     lines = [f"{seen} distinct positions, {expected} changes made; ops {dict(ops)}"]
     for key, values in odd[:8]:
         lines.append(f"id {key}:")
-        lines += [
-            f"  op {v['op']} commit_lsn {v['source']['commit_lsn']} seq {v['source']['seq']} "
-            f"lsn {v['source']['lsn']} txId {v['source']['txId']} snapshot {v['source']['snapshot']}"
-            for v in values
-        ]
+        for v in values:
+            source = v["source"]
+            lines.append(
+                f"  op {v['op']} commit_lsn {source['commit_lsn']} seq {source['seq']} "
+                f"lsn {source['lsn']} txId {source['txId']} snapshot {source['snapshot']}"
+            )
     return "\n".join(lines)
 
 

@@ -85,9 +85,7 @@ def test_connect_form_lands_in_delta_like_avro_form(spark: Any, tmp_path: Path) 
         df = spark.read.format("delta").load(batches.config.table_path("public", name))
         # microseconds: infinity's int64 extremes are beyond Python's datetime
         picked = df.selectExpr("id", "d", "ts", "u", "tz", "unix_micros(tz) AS tz_us")
-        data = sorted(
-            (r.asDict() for r in picked.drop("tz").collect()), key=lambda r: int(r["id"])
-        )
+        data = sorted((r.asDict() for r in picked.drop("tz").collect()), key=lambda r: int(r["id"]))
         results[name] = (dict(picked.dtypes), data)
     assert results["as_connect"] == results["as_avro"]
     types, data = results["as_connect"]
