@@ -12,6 +12,7 @@ import hashlib
 import logging
 import subprocess
 import uuid
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Protocol
@@ -54,6 +55,13 @@ def ensure_kafka_classpath() -> Path:
     return lib
 
 
+#: JVM options for a broker that lives minutes (the tests' throwaway brokers and clusters): the
+#: client compiler only and the serial collector. Measured, 3 brokers on 2 cores: 13.5 -> 7.6
+#: CPU-s to start (ready in 10.2 -> 6.4 s), 3.3 -> 2.1 CPU-s under a light load; a long-lived
+#: broker (the stack's) keeps the JVM's defaults, whose optimising compiler pays off later.
+SHORT_LIVED_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+
 class KafkaNodes(Protocol):
     """What a node of a cluster needs to know of it."""
 
@@ -80,6 +88,7 @@ class KafkaBroker(Service):
         oauth_jwks_url: str | None = None,
         node_id: int = 1,
         cluster: KafkaNodes | None = None,
+        jvm_options: Sequence[str] = (),
     ) -> None:
         """With ``tls`` and ``sasl_users`` (user -> password), the broker's one client
         listener is SASL_SSL with the PLAIN and SCRAM (:data:`SCRAM_MECHANISMS`) mechanisms:
@@ -88,6 +97,7 @@ class KafkaBroker(Service):
         :mod:`bridge.devstack.keycloak`), OAUTHBEARER logins with that realm's tokens."""
         super().__init__(base_dir)
         self.heap = heap
+        self.jvm_options = tuple(jvm_options)
         self.tls = tls
         self.sasl_users = sasl_users
         self.oauth_jwks_url = oauth_jwks_url
@@ -254,6 +264,7 @@ class KafkaBroker(Service):
         return [
             self._java,
             f"-Xmx{self.heap}",
+            *self.jvm_options,
             f"-Dlog4j2.configurationFile={self.base_dir / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.base_dir}",
             # Kafka 4 fetches OAuth keys only from URLs allowed by this property.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from bridge.devstack.kafka import KafkaBroker
@@ -21,12 +22,20 @@ __all__ = ["KafkaCluster"]
 class KafkaCluster:
     part = "kafka"
 
-    def __init__(self, base_dir: Path, brokers: int = 3, heap: str = "512m") -> None:
+    def __init__(
+        self,
+        base_dir: Path,
+        brokers: int = 3,
+        heap: str = "512m",
+        jvm_options: Sequence[str] = (),
+    ) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self.base_dir = base_dir.resolve()
         self.brokers = [
-            KafkaBroker(self.base_dir / f"kafka-{n}", heap, node_id=n, cluster=self)
+            KafkaBroker(
+                self.base_dir / f"kafka-{n}", heap, node_id=n, cluster=self, jvm_options=jvm_options
+            )
             for n in range(1, brokers + 1)
         ]
         self.log_path = self.brokers[0].log_path

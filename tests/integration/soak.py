@@ -42,7 +42,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-from bridge.devstack.kafka import KafkaBroker
+from bridge.devstack.kafka import SHORT_LIVED_JVM_OPTIONS, KafkaBroker
 from bridge.devstack.kafka_cluster import KafkaCluster
 from bridge.devstack.postgres import PostgresCluster, ensure_postgres_binaries
 from bridge.devstack.stack import LocalStack, StackInfo
@@ -170,9 +170,14 @@ class FaultRig:
             ensure_postgres_binaries(stack.postgres_major), base_dir=self.pg_dir
         )
         self.broker: KafkaBroker | KafkaCluster = (
-            KafkaBroker(workdir / "kafka", heap="384m")
+            KafkaBroker(workdir / "kafka", heap="384m", jvm_options=SHORT_LIVED_JVM_OPTIONS)
             if brokers == 1
-            else KafkaCluster(workdir / "kafka", brokers=brokers, heap="384m")
+            else KafkaCluster(
+                workdir / "kafka",
+                brokers=brokers,
+                heap="384m",
+                jvm_options=SHORT_LIVED_JVM_OPTIONS,
+            )
         )
         registry = urlsplit(stack.registry_url)
         assert registry.hostname is not None and registry.port is not None

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from bridge.devstack.kafka import KafkaBroker
+from bridge.devstack.kafka import SHORT_LIVED_JVM_OPTIONS, KafkaBroker
 from bridge.devstack.postgres import PostgresCluster, ensure_postgres_binaries
 from bridge.devstack.stack import StackInfo
 from bridge.retry import WAITING_FOR
@@ -120,7 +120,11 @@ def test_faults_kafka_broker_down_past_the_delivery_timeout_restarts_streaming_w
     """A broker killed (SIGKILL) under a steady writer, for longer than
     ``kafka.delivery.timeout.ms``: ``pgbridge run`` does not exit; it streams again from the
     slot's confirmed position until the broker is back, and every row arrives."""
-    broker = KafkaBroker(Path(tempfile.mkdtemp(prefix="pgbridge-fault-kafka-")), heap="384m")
+    broker = KafkaBroker(
+        Path(tempfile.mkdtemp(prefix="pgbridge-fault-kafka-")),
+        heap="384m",
+        jvm_options=SHORT_LIVED_JVM_OPTIONS,
+    )
     broker.start()  # errors, never skips, if it cannot start
     prefix = f"kfault{uuid.uuid4().hex[:8]}"
     writer_stop = threading.Event()

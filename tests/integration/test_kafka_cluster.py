@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from bridge.devstack.kafka import SHORT_LIVED_JVM_OPTIONS
 from bridge.devstack.kafka_cluster import KafkaCluster
 from bridge.devstack.stack import StackInfo
 from tests.integration.bridge_harness import (
@@ -40,7 +41,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[KafkaCluster]:
-    kafka = KafkaCluster(tmp_path / "cluster", brokers=3)
+    kafka = KafkaCluster(tmp_path / "cluster", brokers=3, jvm_options=SHORT_LIVED_JVM_OPTIONS)
     kafka.start()  # fails, never skips, when it cannot start
     try:
         yield kafka

@@ -28,7 +28,7 @@ import pytest
 
 from bridge.config import load_client_security
 from bridge.config.basics import reveal
-from bridge.devstack.kafka import KafkaBroker
+from bridge.devstack.kafka import SHORT_LIVED_JVM_OPTIONS, KafkaBroker
 from bridge.devstack.keycloak import KeycloakServer
 from bridge.devstack.registry import ApicurioRegistry
 from bridge.devstack.stack import StackInfo
@@ -57,6 +57,7 @@ def oauth_broker(keycloak: KeycloakServer) -> Iterator[tuple[KeycloakServer, Kaf
         tls=make_tls_files(base / "tls"),
         sasl_users={"broker": uuid.uuid4().hex},
         oauth_jwks_url=keycloak.jwks_url,
+        jvm_options=SHORT_LIVED_JVM_OPTIONS,
     )
     broker.start()  # raises StackError naming its log: the tests error, never skip
     try:

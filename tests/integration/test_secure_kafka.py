@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer
 
-from bridge.devstack.kafka import KafkaBroker
+from bridge.devstack.kafka import SHORT_LIVED_JVM_OPTIONS, KafkaBroker
 from bridge.devstack.stack import StackInfo
 from bridge.devstack.tls import make_tls_files
 from tests.integration.bridge_harness import (
@@ -45,6 +45,7 @@ def secure_broker() -> Iterator[KafkaBroker]:
         base / "broker",
         tls=make_tls_files(base / "tls"),
         sasl_users={"broker": uuid.uuid4().hex, "bridge": BRIDGE_PASSWORD},
+        jvm_options=SHORT_LIVED_JVM_OPTIONS,
     )
     broker.start()  # raises StackError naming its log: the tests error, never skip
     try:

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from bridge.devstack.kafka import KafkaBroker
+from bridge.devstack.kafka import SHORT_LIVED_JVM_OPTIONS, KafkaBroker
 from bridge.devstack.stack import StackInfo
 from bridge.spark.config import ApplyConfig
 from bridge.spark.job import run_apply
@@ -75,7 +75,11 @@ def _assert_dashboard_metrics(port: int) -> None:
 def test_spark_apply_rides_through_a_kafka_outage(
     local_stack: StackInfo, spark: Any, tmp_path: Path
 ) -> None:
-    broker = KafkaBroker(Path(tempfile.mkdtemp(prefix="pgbridge-spark-kafka-")), heap="384m")
+    broker = KafkaBroker(
+        Path(tempfile.mkdtemp(prefix="pgbridge-spark-kafka-")),
+        heap="384m",
+        jvm_options=SHORT_LIVED_JVM_OPTIONS,
+    )
     broker.start()  # errors, never skips, if it cannot start
     prefix = f"sfault{uuid.uuid4().hex[:8]}"
     errors: list[BaseException] = []
