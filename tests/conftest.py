@@ -146,39 +146,41 @@ def connect_worker(
 
 
 #: The test modules by their time in `make test`'s integration run, longest first (seconds of
-#: setup + calls + teardown, measured 2026-11-28 with `--durations=0`; the two Spark modules
-#: after interpreted expressions). pytest-xdist hands out whole modules (`--dist loadfile`) in
-#: collection order when told not to reorder them (`--no-loadscope-reorder`; by default it puts
-#: the modules with the most tests first): longest first makes the two workers finish
-#: together. Without it the one-test modules of a minute (the Spark cluster, Kafka outage) came
-#: last and one worker ran alone for minutes. A module not listed keeps its place after these.
+#: setup + calls + teardown, measured 2026-11-29 with `--durations=0`, the fault cycle in CI).
+#: pytest-xdist hands out whole modules (`--dist loadfile`) in collection order when told not
+#: to reorder them (`--no-loadscope-reorder`; by default it puts the modules with the most
+#: tests first): longest first makes the two workers finish together. Without it the one-test
+#: modules of minutes (the fault cycle, the Spark cluster) came last and one worker ran alone
+#: for minutes (measured: the fault cycle unlisted, 754 -> 817 s). A module not listed keeps
+#: its place after these.
 _LONGEST_FIRST = (
-    "tests/spark/test_apply_batches.py",  # 351 s before interpreted expressions, ~200 after
-    "tests/integration/test_spark_apply.py",  # 117
-    "tests/integration/test_faults.py",  # 115
-    "tests/integration/test_incremental_snapshot.py",  # 107
-    "tests/integration/test_delta_e2e.py",  # 92
-    "tests/integration/test_snapshot_e2e.py",  # 87
-    "tests/integration/test_connect_interop.py",  # 31, ~80 with the Debezium takeover
-    "tests/spark/test_changelog.py",  # 85 before, ~60 after
-    "tests/integration/test_oauth_logins.py",  # 61
-    "tests/integration/test_spark_cluster.py",  # 58
-    "tests/integration/test_failover.py",  # 52
-    "tests/integration/test_secure_stack.py",  # 50
-    "tests/integration/test_spark_hostile.py",  # 49
-    "tests/integration/test_spark_faults.py",  # 45
-    "tests/integration/source/test_source_replication.py",  # 40
-    "tests/spark/test_transforms.py",  # 30
-    "tests/integration/test_ddl_torture.py",  # 28
-    "tests/spark/test_debezium_types.py",  # 26
-    "tests/integration/test_secure_kafka.py",  # 24
-    "tests/integration/test_type_zoo.py",  # 24
-    "tests/integration/test_many_tables.py",  # 24
-    "tests/integration/test_pipeline_e2e.py",  # 19
-    "tests/integration/test_hostile_schema.py",  # 17
-    "tests/integration/test_publisher.py",  # 15
-    "tests/integration/test_check.py",  # 15
-    "tests/integration/test_secure_postgres.py",  # 13
+    "tests/spark/test_apply_batches.py",  # 251
+    "tests/integration/test_fault_cycle.py",  # 155
+    "tests/integration/test_incremental_snapshot.py",  # 108
+    "tests/integration/test_spark_apply.py",  # 107
+    "tests/integration/test_delta_e2e.py",  # 84
+    "tests/integration/test_secure_stack.py",  # 61
+    "tests/integration/test_oauth_logins.py",  # 57
+    "tests/integration/test_spark_cluster.py",  # 56
+    "tests/integration/test_failover.py",  # 51
+    "tests/spark/test_changelog.py",  # 49
+    "tests/integration/test_connect_interop.py",  # 44
+    "tests/integration/test_spark_faults.py",  # 42
+    "tests/integration/source/test_source_replication.py",  # 39
+    "tests/integration/test_snapshot_e2e.py",  # 38
+    "tests/integration/test_spark_hostile.py",  # 27
+    "tests/integration/test_ddl_torture.py",  # 23
+    "tests/integration/test_many_tables.py",  # 22
+    "tests/integration/test_snapshot_exactly_once.py",  # 22
+    "tests/integration/test_pipeline_e2e.py",  # 18
+    "tests/integration/test_secure_kafka.py",  # 18
+    "tests/integration/test_hostile_schema.py",  # 14
+    "tests/integration/test_check.py",  # 14
+    "tests/integration/test_faults.py",  # 11 (its other faults are in the cycle)
+    "tests/integration/test_secrets_masked.py",  # 11
+    "tests/integration/test_secure_postgres.py",  # 11
+    "tests/integration/test_publisher.py",  # 10
+    "tests/integration/test_registry.py",  # 10
 )
 
 
