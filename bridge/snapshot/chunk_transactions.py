@@ -258,9 +258,12 @@ class ChunkTransactions:
         """Start the commit of each ``ready`` chunk (read to its end, nothing held back) in its
         lane, with the records ``progress(count)`` returns (its progress record), and call
         ``committed(count)`` for each chunk whose commit ended (raising a failed one)."""
-        reporting = {id(count) for count in self._committed}
         for count in ready:
-            if id(count) in reporting:
+            # Looked up for each chunk, not once before the loop: an earlier chunk's wait for
+            # a lane (publisher_for) may reap this one's commit (its lane freed): committing
+            # it again would report it twice (seen on a fresh 3-broker cluster: the copier's
+            # KeyError ended the snapshot).
+            if any(reaped is count for reaped in self._committed):
                 continue  # committed (its lane taken by another chunk since), to be reported
             if count.lane is not None and self._lanes[count.lane].commit is not None:
                 continue  # under way

@@ -81,11 +81,9 @@ EXACTLY_ONCE_CYCLE = [
 #: bridges killed twice, the leader killed and then every broker, each past the delivery timeout
 #: (KRaft fences a silent broker after 9 s).
 SHORT_EXACTLY_ONCE_CYCLE = [
+    ("walsender terminated", 0.0),
     ("bridge SIGKILL", 0.0),
     ("registry down, new table", 6.0),
-    # Not first: a termination right after a start once ended the exactly-once bridge (#36,
-    # open); the whole cycle in make test-long starts with it.
-    ("walsender terminated", 0.0),
     ("leader SIGKILL", 10.0),
     ("bridge SIGKILL", 0.0),
     ("Kafka down", 10.0),
@@ -234,7 +232,10 @@ class FaultRig:
             self._wait_for_slot(capture, timeout=120)
         self.writer = threading.Thread(target=self._write, name="soak-writer", daemon=True)
         self.writer.start()
-        self.caught_up(timeout=120)
+        for mode, seconds in self.caught_up(timeout=120).items():
+            if seconds is None:  # before any fault: a failure of the start itself
+                capture = next(c for c in self.captures if c.mode == mode)
+                raise AssertionError(f"{mode}: pgbridge did not start:\n{capture.log()[-8000:]}")
 
     def _wait_for_slot(self, capture: Capture, timeout: float) -> None:
         assert capture.bridge is not None

@@ -170,6 +170,23 @@ def test_a_chunk_finding_every_lane_busy_takes_the_lane_of_a_commit_that_ended()
         transactions.publisher_for(Count(("t", 3)))  # the copier starts enough lanes
 
 
+def test_a_commit_reaped_while_an_earlier_chunk_waits_for_a_lane_is_not_committed_again() -> None:
+    """The copier's ready list is in its own order: a chunk needing a lane may come before a
+    chunk whose commit is under way, and waiting for a lane reaps that commit."""
+    transactions, _, _ = _lanes(2)
+    committing, reading, new = Count(("t", 0)), Count(("t", 1)), Count(("u", 0))
+    transactions.publisher_for(committing)
+    transactions.publisher_for(reading)  # every lane busy from here
+    reported: list[Count] = []
+    transactions.commit([committing], _progress, reported.append)  # under way on the pool
+    transactions.commit([new, committing], _progress, reported.append)
+    transactions.drain()
+    transactions.commit([c for c in (new, committing) if c not in reported], _progress,
+                        reported.append)  # fmt: skip
+    assert sorted(c.key for c in reported) == [("t", 0), ("u", 0)]  # each once
+    assert transactions.commits == 2
+
+
 def test_a_stop_aborts_the_chunks_in_flight_and_closes_the_lanes() -> None:
     transactions, lanes, log = _lanes(2)
     a = Count(("t", 0))
