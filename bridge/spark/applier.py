@@ -60,7 +60,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -82,6 +82,12 @@ from bridge.spark.apply_metrics import (
 )
 from bridge.spark.config import ApplyConfig, delta_table
 from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
+from bridge.spark.driver_merge import (
+    DriverWriteRefused,
+    append_in_driver,
+    driver_write_fits,
+    merge_in_driver,
+)
 from bridge.spark.errors import RegistryUnavailableError, TableApplyError, first_line
 from bridge.spark.fences import Fences, read_fences
 from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
@@ -141,6 +147,9 @@ class ApplyStats:
     changes: int = 0
     dead_letters: int = 0
     per_table: dict[str, int] = field(default_factory=dict)
+    # schema.table -> how its last batch was written: (append | insert-only merge | merge |
+    # replay, delta-rs | spark)
+    last_write: dict[str, tuple[str, str]] = field(default_factory=dict)
     failed_tables: dict[str, str] = field(default_factory=dict)  # topic -> last error
 
 
@@ -167,6 +176,8 @@ class BatchApplier:
         # Keyless tables' positions as jobs before kept them, in a table of their own (read
         # once, only for a table whose log holds no position yet; see bridge.spark.multiset).
         self._legacy_positions: dict[str, Position] | None = None
+        # Tables delta-rs refused to write (bridge.spark.driver_merge): Spark writes them.
+        self._spark_only: set[str] = set()
 
     def _session(self, spark: Any) -> Any:
         """This thread's own session (same SparkContext and cache, own SQL conf).
@@ -475,13 +486,16 @@ class BatchApplier:
         CHANGES_APPLIED.labels(label).inc(count)
         if summary["newest_ms"] is not None:
             TABLE_LAG.labels(label).set(max(0.0, time.time() - int(summary["newest_ms"]) / 1000))
+        kind, writer = self.stats.last_write.get(label, ("write", ""))
         logger.info(
-            "batch %d: %s: %d changes%s in %.1f s (MERGE %.1f s)",
+            "batch %d: %s: %d changes%s in %.1f s (%s%s %.1f s)",
             batch_id,
             label,
             count,
             f", truncate at {work.truncate_at}" if work.truncate_at else "",
             time.monotonic() - started,
+            kind,
+            f" by {writer}" if writer else "",
             merge_seconds,
         )
 
@@ -553,11 +567,13 @@ class BatchApplier:
             summary["lowest_lsn"],
             first_load=not exists,
         )
+        metadata, app_id = after.to_metadata(), self.config.txn_app_id
         # A table created by this batch is empty: its first load is an append; so is a batch
         # of inserts the fences prove new to the table.
         if exists and fences.cover(summary["offsets"]):
             logger.info("%s: batch %d was applied before (a replay): nothing to write", work.label,
                         work.batch_id)  # fmt: skip
+            written = ("replay", "")
         elif not exists or new_keys_only(summary, count, fences, table.pgbridge_positions):
             # Replays are fenced by the offsets the table's commits covered (above); Delta's
             # own check of the transaction id costs three Spark jobs per table and batch (it
@@ -565,19 +581,66 @@ class BatchApplier:
             # predate the offsets. A table this batch creates has none yet: its replay finds
             # them in the commit of its first load.
             by_offsets = not exists or bool(fences.offsets)
-            append_new_keys(
-                spark, path, latest, plan,
-                None if by_offsets else self.config.txn_app_id, work.batch_id,
-                commit_metadata=after.to_metadata(),
+            written = "append", self._write(
+                path,
+                count,
+                lambda target: append_in_driver(
+                    target, latest, plan, app_id, work.batch_id, commit_metadata=metadata
+                ),
+                lambda: append_new_keys(
+                    spark, path, latest, plan, None if by_offsets else app_id, work.batch_id,
+                    commit_metadata=metadata,
+                ),
             )  # fmt: skip
         else:
-            merge_changes(
-                spark, path, latest, plan, self.config.txn_app_id, work.batch_id,
-                commit_metadata=after.to_metadata(),
-            )  # fmt: skip
+            kind = "insert-only merge" if plan.inserts_only and truncate_at is None else "merge"
+            written = (
+                kind,
+                self._write(
+                    path,
+                    count,
+                    lambda target: merge_in_driver(
+                        target, latest, plan, app_id, work.batch_id, commit_metadata=metadata
+                    ),
+                    lambda: merge_changes(
+                        spark, path, latest, plan, app_id, work.batch_id, commit_metadata=metadata
+                    ),
+                ),
+            )
         with self._lock:
             self._fences[path] = after
+            self.stats.last_write[work.label] = written
         return changes
+
+    def _write(
+        self,
+        path: str,
+        count: int,
+        in_driver: Callable[[Any], None],
+        with_spark: Callable[[], None],
+    ) -> str:
+        """Write a table's batch in the driver (delta-rs) where it fits, else with Spark;
+        returns which wrote it.
+
+        A table delta-rs refused (it committed nothing) is written by Spark from then on, in
+        this job: the same batch at once, the next ones without trying delta-rs again.
+        """
+        with self._lock:
+            spark_only = path in self._spark_only
+        target = (
+            None if spark_only else driver_write_fits(path, count, self.config.driver_write_rows)
+        )
+        if target is not None:
+            try:
+                in_driver(target)
+                return "delta-rs"
+            except DriverWriteRefused as exc:
+                with self._lock:
+                    self._spark_only.add(path)
+                logger.warning("%s: delta-rs cannot write this table (%s); Spark writes it",
+                               path, first_line(exc))  # fmt: skip
+        with_spark()
+        return "spark"
 
     def _apply_history(
         self,

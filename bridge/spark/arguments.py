@@ -98,6 +98,13 @@ def _table_arguments(parser: argparse.ArgumentParser) -> None:
         default="60 seconds",
         help="changelog mode: how often the changelog is compacted into the tables",
     )
+    parser.add_argument(
+        "--driver-write-rows",
+        type=int,
+        default=50_000,
+        help="a keyed table's batch of at most this many changes, into a table under 32 MiB on a "
+        "local path, is written by the driver with delta-rs, not by Spark jobs (0: never)",
+    )
     parser.add_argument("--history", action="store_true", help="also keep SCD type 2 history")
     parser.add_argument("--history-base", default="", help="default: <delta-base>/_history")
     parser.add_argument(
@@ -204,6 +211,7 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         app_id=args.app_id,
         parallel_tables=args.parallel_tables,
+        driver_write_rows=args.driver_write_rows,
         mode=getattr(args, "mode", "merge"),
         compaction_interval=getattr(args, "compaction_interval", "60 seconds"),
         history=args.history,

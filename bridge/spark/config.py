@@ -82,7 +82,10 @@ class ApplyConfig:
     ``app_id`` names the job in Delta's idempotent-write bookkeeping (``txnAppId``); by default
     it is derived from the checkpoint location, because batch ids restart with a new checkpoint
     and must not be compared with those of an old one. ``parallel_tables`` tables of a batch are
-    merged at the same time. ``history`` also keeps an SCD type 2 table per source table under
+    merged at the same time. A keyed table's batch of at most ``driver_write_rows`` changes, into a
+    table under 32 MiB on a local path, is written by the driver with delta-rs instead of Spark
+    jobs (:mod:`bridge.spark.driver_merge`: milliseconds instead of a second per table); 0
+    writes every table with Spark. ``history`` also keeps an SCD type 2 table per source table under
     ``history_base`` (default ``<delta_base>/_history``), see :mod:`bridge.spark.history`.
     ``deletion_vectors`` creates tables with Delta deletion vectors, so a MERGE that updates a
     few rows of a file marks them instead of rewriting the file (readers need Delta reader
@@ -122,6 +125,7 @@ class ApplyConfig:
     registry_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     query_name: str = "pgbridge-apply"
     parallel_tables: int = 2
+    driver_write_rows: int = 50_000
     history: bool = False
     deletion_vectors: bool = True
     dropped_columns: str = "keep"
@@ -177,6 +181,8 @@ class ApplyConfig:
             )
         if self.parallel_tables < 1:
             raise ConfigError("parallel_tables", "must be at least 1")
+        if self.driver_write_rows < 0:
+            raise ConfigError("driver_write_rows", "must be 0 (off) or more")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
             raise ConfigError("max_offsets_per_trigger", "must be positive")
         for key, value in self.kafka_options:

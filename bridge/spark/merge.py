@@ -62,6 +62,7 @@ __all__ = [
     "idempotent_append",
     "idempotent_writes",
     "merge_changes",
+    "new_key_rows",
     "small_tables_rewrite",
     "type_change",
 ]
@@ -596,12 +597,17 @@ def append_new_keys(
     append: no join with the target, one write. Idempotent as the MERGE is (same transaction
     id and version), or, with ``app_id`` None, by the caller having removed every record a
     commit of the table covered (the offsets of its fences)."""
-    rows = (
+    idempotent_append(new_key_rows(latest, plan), path, app_id, batch_id, commit_metadata)
+
+
+def new_key_rows(latest: DataFrame, plan: MergePlan) -> DataFrame:
+    """The rows :func:`append_new_keys` appends: each key's last change unless a delete, with
+    unchanged TOAST as null, and its position."""
+    return (
         latest.alias("s")
         .where(F.col(f"s.{tf.OP}") != "d")
         .select(*[column.alias(name) for name, column in _inserted(plan).items()])
     )
-    idempotent_append(rows, path, app_id, batch_id, commit_metadata)
 
 
 def idempotent_append(

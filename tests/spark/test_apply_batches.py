@@ -67,7 +67,7 @@ class _Schemas(SchemaCache):
 class Batches:
     """Builds Kafka-shaped batches of framed records and applies them."""
 
-    def __init__(self, spark: Any, tmp: Path) -> None:
+    def __init__(self, spark: Any, tmp: Path, writer: str = "delta-rs") -> None:
         self.spark = spark
         self.schemas = _Schemas()
         self.config = ApplyConfig(
@@ -78,6 +78,8 @@ class Batches:
             checkpoint_location=str(tmp / "checkpoint"),
             dead_letter_location=str(tmp / "dead"),
             parallel_tables=1,
+            # "spark": every table written by Spark jobs (as large tables and batches are).
+            **({"driver_write_rows": 0} if writer == "spark" else {}),
         )
         self.records: list[tuple[bytes | None, bytes | None, str, int]] = []
         self.offsets: dict[tuple[str, int], int] = {}
@@ -165,8 +167,19 @@ def _merges(spark: Any, path: str) -> int:
 
 
 @pytest.fixture
-def batches(spark: Any, tmp_path: Path) -> Batches:
-    return Batches(spark, tmp_path)
+def batches(spark: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Batches:
+    """Batches written as the job writes them by default (small tables: delta-rs in the
+    driver); ``@BOTH_WRITERS`` runs a test once more with Spark writing every table."""
+    return Batches(spark, tmp_path, getattr(request, "param", "delta-rs"))
+
+
+#: Runs a test with each writer: what a table holds must not depend on which wrote it.
+BOTH_WRITERS = pytest.mark.parametrize("batches", ["delta-rs", "spark"], indirect=True)
+
+
+def _last_write(applier: BatchApplier, table: str = "public.keyed") -> str:
+    """How the applier wrote ``table``'s last batch (append, insert-only merge, merge)."""
+    return applier.stats.last_write[table][0]
 
 
 def test_multiset_keeps_duplicates_across_batches(batches: Batches) -> None:
@@ -306,6 +319,7 @@ def test_zero_column_table_counts_rows(batches: Batches, spark: Any) -> None:
     assert all(c.startswith("_pgbridge_") for c in df.columns)
 
 
+@BOTH_WRITERS
 def test_keyed_table_matches_null_key_columns_null_safe(batches: Batches) -> None:
     # message.key.columns may name nullable columns: (k1, k2) with k2 NULL is still one row.
     t = TableVersion(
@@ -352,6 +366,7 @@ HOSTILE_COLUMNS = [
 ]
 
 
+@BOTH_WRITERS
 def test_hostile_names_keep_original_columns_and_get_their_own_path(
     batches: Batches, spark: Any
 ) -> None:
@@ -670,6 +685,7 @@ def _ids(batches: Batches) -> dict[int, Any]:
     return {r["id"]: r["v"] for r in batches.rows("public", "keyed")}
 
 
+@BOTH_WRITERS
 def test_resent_insert_after_its_delete_never_resurrects_the_row(batches: Batches) -> None:
     """A producer resend split across micro-batches: the resent insert comes in one batch and
     the resent delete in the next. No state in between shows the deleted row (each batch runs
@@ -689,6 +705,7 @@ def test_resent_insert_after_its_delete_never_resurrects_the_row(batches: Batche
     assert _ids(batches) == {2: "b2"}
 
 
+@BOTH_WRITERS
 def test_first_load_of_a_new_table_is_an_append_equal_to_a_merge(
     batches: Batches, spark: Any
 ) -> None:
@@ -734,6 +751,7 @@ def _last_merge_metrics(spark: Any, path: str) -> dict[str, str]:
     return dict(history.orderBy("version", ascending=False).first()["operationMetrics"])
 
 
+@pytest.mark.parametrize("batches", ["spark"], indirect=True)
 @pytest.mark.parametrize("large", [False, True], ids=["small table", "large table"])
 def test_small_tables_rewrite_files_and_large_ones_write_deletion_vectors(
     batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch, large: bool
@@ -761,6 +779,64 @@ def test_small_tables_rewrite_files_and_large_ones_write_deletion_vectors(
         assert int(metrics["numTargetFilesRemoved"]) >= 1
 
 
+def test_small_batches_of_small_tables_are_written_by_delta_rs_in_the_driver(
+    batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default a small table's batch is written by delta-rs in the driver (milliseconds,
+    not Spark jobs); a batch over ``driver_write_rows`` and a table large enough for deletion
+    vectors are Spark's. Delta's log holds what Spark's writes would: the batch's fences and
+    transaction, so a restarted job recognises what was applied, whichever writer wrote it."""
+    import dataclasses
+
+    from bridge.spark import driver_merge
+
+    path = batches.config.table_path("public", "keyed")
+    for key in range(1, 4):
+        batches.add(KEYED, "c", (10, key), after={"id": key, "v": "a"})
+    assert batches.apply(0).stats.last_write["public.keyed"] == ("append", "delta-rs")
+    batches.add(KEYED, "u", (11, 0), after={"id": 2, "v": "b"})
+    batches.add(KEYED, "d", (11, 1), before={"id": 3})
+    assert batches.apply(1).stats.last_write["public.keyed"] == ("merge", "delta-rs")
+    assert _ids(batches) == {1: "a", 2: "b"}
+    assert read_fences(spark, path).partitions == {0: (11, 1)}
+    # Past the row bound: Spark.
+    batches.config = dataclasses.replace(batches.config, driver_write_rows=1)
+    batches.add(KEYED, "u", (12, 0), after={"id": 1, "v": "c"})
+    batches.add(KEYED, "u", (12, 1), after={"id": 2, "v": "c"})
+    assert batches.apply(2, restarted=True).stats.last_write["public.keyed"] == ("merge", "spark")
+    # A large table: Spark (its MERGE marks rows with deletion vectors instead of rewriting).
+    batches.config = dataclasses.replace(batches.config, driver_write_rows=1000)
+    monkeypatch.setattr(driver_merge, "DELETION_VECTORS_MIN_TABLE_BYTES", 0)
+    batches.add(KEYED, "u", (13, 0), after={"id": 1, "v": "d"})
+    third = batches.frame().localCheckpoint()
+    applier = batches.apply(3, third, restarted=True)
+    assert applier.stats.last_write["public.keyed"] == ("merge", "spark")
+    monkeypatch.undo()
+    # A replay of batch 3 after a restart writes nothing, with delta-rs back in charge.
+    applier = batches.apply(3, third, restarted=True)
+    assert applier.stats.last_write["public.keyed"] == ("replay", "")
+    batches.add(KEYED, "u", (14, 0), after={"id": 2, "v": "e"})
+    assert batches.apply(4).stats.last_write["public.keyed"] == ("merge", "delta-rs")
+    assert _ids(batches) == {1: "d", 2: "e"}
+
+
+def test_a_merge_changing_no_row_still_commits_the_batch_position(
+    batches: Batches, spark: Any
+) -> None:
+    """A batch whose changes are all older than the rows (resent above the fences after a
+    restart lost them, say) changes no row: delta-rs makes no commit for that, Spark does; the
+    driver writer commits the batch's fences and transaction all the same, so the log's
+    position is where the job is."""
+    path = batches.config.table_path("public", "keyed")
+    batches.add(KEYED, "c", (20, 0), after={"id": 1, "v": "new"})
+    batches.apply(0)
+    batches.add(KEYED, "u", (10, 0), after={"id": 1, "v": "old"}, partition=1)
+    assert batches.apply(1).stats.last_write["public.keyed"] == ("merge", "delta-rs")
+    assert _ids(batches) == {1: "new"}
+    assert read_fences(spark, path).offsets == {0: 0, 1: 0}
+
+
+@BOTH_WRITERS
 def test_truncate_is_not_overtaken_by_a_late_change_from_another_partition(
     batches: Batches,
 ) -> None:
@@ -1011,15 +1087,7 @@ def test_backfill_interrupted_after_the_column_was_added_is_finished_at_the_rest
     assert detail is not None and PENDING_BACKFILL_PROPERTY not in detail["properties"]
 
 
-def _last_merge_parameters(spark: Any, path: str) -> dict[str, str]:
-    from delta.tables import DeltaTable
-
-    history = DeltaTable.forPath(spark, path).history().where("operation = 'MERGE'")
-    row = history.orderBy("version", ascending=False).first()
-    assert row is not None
-    return dict(row["operationParameters"])
-
-
+@BOTH_WRITERS
 def test_snapshot_reads_at_the_floor_are_an_insert_only_merge(batches: Batches, spark: Any) -> None:
     """A snapshot topic longer than a batch: its first batch is the table's first load (an
     append), which sets the floor to the snapshot's LSN; the later batches' reads at that LSN,
@@ -1028,28 +1096,17 @@ def test_snapshot_reads_at_the_floor_are_an_insert_only_merge(batches: Batches, 
     batches.add(KEYED, "r", (5, 0), after={"id": 1, "v": "a"})
     batches.add(KEYED, "r", (5, 1), after={"id": 2, "v": "b"})
     batches.apply(0)  # the first load: an append
-    path = batches.config.table_path("public", "keyed")
     batches.add(KEYED, "r", (5, 1), after={"id": 2, "v": "b"})  # resent
     batches.add(KEYED, "r", (5, 2), after={"id": 3, "v": "c"})
     batches.add(KEYED, "c", (6, 0), after={"id": 4, "v": "d"})
-    batches.apply(1)
-    assert _last_merge_parameters(spark, path)["matchedPredicates"] == "[]"
+    assert _last_write(batches.apply(1)) == "insert-only merge"
     assert _ids(batches) == {1: "a", 2: "b", 3: "c", 4: "d"}
     batches.add(KEYED, "u", (7, 0), after={"id": 1, "v": "a7"})
     batches.apply(2)
     batches.add(KEYED, "r", (9, 0), after={"id": 2, "v": "b9"})  # a later snapshot's read
     batches.add(KEYED, "r", (5, 0), after={"id": 1, "v": "a"})  # older than id 1's row
-    batches.apply(3)
-    assert _last_merge_parameters(spark, path)["matchedPredicates"] != "[]"
+    assert _last_write(batches.apply(3)) == "merge"
     assert _ids(batches) == {1: "a7", 2: "b9", 3: "c", 4: "d"}
-
-
-def _operations(spark: Any, path: str) -> list[str]:
-    """The table's commits' operations, oldest first."""
-    from delta.tables import DeltaTable
-
-    history = DeltaTable.forPath(spark, path).history().orderBy("version")
-    return [r["operation"] for r in history.select("operation").collect()]
 
 
 def test_a_batch_of_inserts_only_is_appended_without_duplicating_resends(
@@ -1061,23 +1118,19 @@ def test_a_batch_of_inserts_only_is_appended_without_duplicating_resends(
     the MERGE again."""
     batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
     batches.apply(0)  # the first load: an append
-    path = batches.config.table_path("public", "keyed")
     batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})  # resent
     batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
     batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})  # delivered twice
     batches.add(KEYED, "c", (11, 1), after={"id": 3, "v": "c"}, partition=1)
-    batches.apply(1)
-    assert _operations(spark, path)[-1] == "WRITE"
+    assert _last_write(batches.apply(1)) == "append"
     assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3]
     batches.add(KEYED, "u", (12, 0), after={"id": 2, "v": "b2"})
     batches.add(KEYED, "c", (12, 1), after={"id": 4, "v": "d"})
-    batches.apply(2)
-    assert _operations(spark, path)[-1] == "MERGE"
+    assert _last_write(batches.apply(2)) == "merge"
     # A restarted job reads the fences back from the log: the resend is still recognised.
     batches.add(KEYED, "c", (11, 1), after={"id": 3, "v": "c"}, partition=1)  # resent
     batches.add(KEYED, "c", (13, 0), after={"id": 5, "v": "e"})
-    batches.apply(3, restarted=True)
-    assert _operations(spark, path)[-1] == "WRITE"
+    assert _last_write(batches.apply(3, restarted=True)) == "append"
     assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3, 4, 5]
     assert _ids(batches) == {1: "a", 2: "b2", 3: "c", 4: "d", 5: "e"}
 
@@ -1097,23 +1150,18 @@ def test_a_snapshot_longer_than_a_batch_is_appended_until_a_resumed_attempt(
     read(0, 0, 0, 1)
     read(0, 0, 1, 2)
     batches.apply(0)  # the first load
-    path = batches.config.table_path("public", "keyed")
     read(0, 1, 0, 3)  # chunk 1 interrupted after its first row
     read(0, 2, 0, 4)
-    batches.apply(1)
-    assert _operations(spark, path)[-1] == "WRITE"
+    assert _last_write(batches.apply(1)) == "append"
     read(1, 1, 0, 3)  # the resumed attempt copies chunk 1 again
     read(1, 1, 1, 5)
-    batches.apply(2)
-    assert _operations(spark, path)[-1] == "MERGE"
-    assert _last_merge_parameters(spark, path)["matchedPredicates"] == "[]"
+    assert _last_write(batches.apply(2)) == "insert-only merge"
     assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3, 4, 5]
     # A new job (fences from the log) after a streamed insert: reads are not appended.
     batches.add(KEYED, "c", (6, 0), after={"id": 6, "v": "c"})
     batches.apply(3)
     read(0, 3, 0, 2)  # not a realistic first attempt any more: it must not duplicate id 2
-    batches.apply(4, restarted=True)
-    assert _operations(spark, path)[-1] == "MERGE"
+    assert _last_write(batches.apply(4, restarted=True)) != "append"
     assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3, 4, 5, 6]
 
 
@@ -1136,7 +1184,5 @@ def test_inserts_into_a_table_without_a_floor_are_an_insert_only_merge(
         spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
     batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})  # resent
     batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
-    batches.apply(1, restarted=True)
-    assert _operations(spark, path)[-1] == "MERGE"
-    assert _last_merge_parameters(spark, path)["matchedPredicates"] == "[]"
+    assert _last_write(batches.apply(1, restarted=True)) == "insert-only merge"
     assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2]

@@ -1,0 +1,325 @@
+"""A small table's batch written by the driver with delta-rs, not by Spark jobs.
+
+Why: Delta's MERGE through Spark costs about a second per table on 2 cores whatever the batch
+holds (the snapshot state of the table's new version, source materialisation, the scan for
+touched files, the rewrite and the commit: a dozen Spark jobs; Delta's own floor, measured in
+docs/measurements.md), and an append about half that. A table that changed by a few rows paid
+it every batch, so a batch over 200 busy tables took minutes. delta-rs (the ``deltalake``
+package: Delta's protocol in Rust) merges the same rows into the same table in milliseconds,
+in the driver's process. Spark still does everything before: framing, decoding, fences and the
+last change per key; only the final rows (bounded: at most ``ApplyConfig.driver_merge_rows``)
+are collected as Arrow.
+
+The statement is :func:`bridge.spark.merge.merge_changes`'s, clause for clause (NULL-safe key
+match, the ``(commit_lsn, seq)`` guard, unchanged TOAST kept from the target, a truncate's
+delete of older rows), and the commit carries what Spark's would: the fences as
+``userMetadata`` and Delta's transaction (``txnAppId`` = the job, version = the batch), checked
+before writing as Spark's idempotent DML checks it. So one table log serves both writers, any
+Delta reader, and a restart, whichever wrote the last commit.
+
+When (:func:`driver_write_fits`): at most ``driver_merge_rows`` changes, a table under
+:data:`bridge.spark.merge.DELETION_VECTORS_MIN_TABLE_BYTES` (delta-rs rewrites the files it
+touches; a large table's MERGE is cheaper with Spark's deletion vectors), on a local path
+(object stores would need delta-rs's own credentials). Anything delta-rs refuses before its
+commit (a type or table feature it does not write, a column named in another case) raises
+:class:`DriverWriteRefused`, and the caller applies the table with Spark instead: nothing was
+written. A failure after the commit (its checkpoint) is harmless the same way: Spark's MERGE of
+the same batch finds the transaction recorded and skips.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlparse
+
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
+
+from bridge.spark import transforms as tf
+from bridge.spark.merge import (
+    DELETION_VECTORS_MIN_TABLE_BYTES,
+    MergePlan,
+    new_key_rows,
+    type_change,
+)
+
+__all__ = ["DriverWriteRefused", "append_in_driver", "driver_write_fits", "merge_in_driver"]
+
+logger = logging.getLogger(__name__)
+
+
+class DriverWriteRefused(Exception):
+    """delta-rs could not write the batch and committed nothing: apply it with Spark."""
+
+
+def is_local_path(path: str) -> bool:
+    """A path delta-rs reaches without credentials of its own: plain or ``file:``."""
+    return urlparse(path).scheme in ("", "file")
+
+
+def open_table(path: str) -> Any:
+    """The Delta table at ``path`` through delta-rs (its log only: milliseconds)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(path)
+
+
+def table_bytes(table: Any) -> int:
+    """The size of the table's live files, from its log."""
+    sizes = table.get_add_actions(flatten=True).column("size_bytes")
+    return int(sum(s for s in sizes.to_pylist() if s is not None))
+
+
+def driver_write_fits(path: str, changes: int, max_rows: int) -> Any | None:
+    """The delta-rs table to write ``changes`` rows to at ``path``, or None when Spark should
+    (too many rows, a table large enough for deletion vectors, a remote path, a table delta-rs
+    cannot open)."""
+    if max_rows <= 0 or changes > max_rows or not is_local_path(path):
+        return None
+    try:
+        table = open_table(path)
+        if table_bytes(table) >= DELETION_VECTORS_MIN_TABLE_BYTES:
+            return None
+    except Exception as exc:  # a log delta-rs cannot read: Spark can
+        logger.info("%s: delta-rs cannot open the table (%s); Spark writes it", path, exc)
+        return None
+    return table
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _newer(left: str, right: str) -> str:
+    """``left``'s (commit_lsn, seq) is after ``right``'s (tf.newer)."""
+    lsn, seq = tf.COMMIT_LSN, tf.SEQ
+    return (
+        f"({left}.{lsn} > {right}.{lsn} OR "
+        f"({left}.{lsn} = {right}.{lsn} AND {left}.{seq} > {right}.{seq}))"
+    )
+
+
+def _before(alias: str, position: tuple[int, int]) -> str:
+    """``alias``'s (commit_lsn, seq) is before ``position`` (merge.before)."""
+    lsn, seq = position
+    return (
+        f"({alias}.{tf.COMMIT_LSN} < {lsn} OR "
+        f"({alias}.{tf.COMMIT_LSN} = {lsn} AND {alias}.{tf.SEQ} < {seq}))"
+    )
+
+
+def _unchanged(name: str) -> str:
+    return f"array_has(s.{tf.UNCHANGED}, {_literal(name)})"
+
+
+def _inserted(plan: MergePlan) -> dict[str, str]:
+    """merge._inserted: a new row's values (null for unchanged TOAST) and its position."""
+    values: dict[str, str] = {}
+    for name in plan.value_columns:
+        source = f"s.{_quote(name)}"
+        if plan.fold_unchanged and name not in plan.key_columns:
+            source = f"CASE WHEN {_unchanged(name)} THEN NULL ELSE {source} END"
+        values[_quote(name)] = source
+    values.update({m: f"s.{m}" for m in tf.PERSISTED_META})
+    return values
+
+
+def _updated(plan: MergePlan) -> dict[str, str]:
+    """merge_changes's ``set``: the change's values, the target's for unchanged TOAST."""
+    values: dict[str, str] = {}
+    for name in plan.value_columns:
+        if name in plan.key_columns:
+            continue
+        source = f"s.{_quote(name)}"
+        if plan.fold_unchanged:
+            source = f"CASE WHEN {_unchanged(name)} THEN t.{_quote(name)} ELSE {source} END"
+        values[_quote(name)] = source
+    values.update({m: f"s.{m}" for m in tf.PERSISTED_META})
+    return values
+
+
+def _source_columns(plan: MergePlan) -> list[str]:
+    meta = [*tf.PERSISTED_META, tf.OP]
+    return [*plan.value_columns, *meta, *([tf.UNCHANGED] if plan.fold_unchanged else [])]
+
+
+def _collect(table: Any, latest: DataFrame, plan: MergePlan) -> Any:
+    """The rows to write, as Arrow, once the table is known to take them as Spark would."""
+    columns = _source_columns(plan)
+    _check_target(table, latest.schema, [*plan.value_columns, *tf.PERSISTED_META])
+    return latest.select(*[tf.quote(c) for c in columns]).toArrow()
+
+
+def _check_target(table: Any, source: T.StructType, assigned: Sequence[str]) -> None:
+    """Every column the statement sets exists in the table, of a type that holds the source's
+    values exactly (:func:`bridge.spark.merge.type_change`); else delta-rs must not write.
+
+    Spark's MERGE fails on a column the table lacks, where delta-rs would drop the value
+    silently; and a cast Spark would refuse must not be made by delta-rs instead.
+    """
+    try:
+        schema = json.loads(table.schema().to_json())
+        target = {f["name"]: T._parse_datatype_json_value(f["type"]) for f in schema["fields"]}
+    except Exception as exc:  # a type Spark's parser does not know
+        raise DriverWriteRefused(f"the table's schema: {exc}") from exc
+    for name in assigned:
+        if name not in target:
+            raise DriverWriteRefused(f"the table has no column {name!r}")
+        verdict = type_change(target[name], source[name].dataType)
+        if verdict != "none":
+            raise DriverWriteRefused(
+                f"column {name!r} is {target[name].simpleString()} in the table and "
+                f"{source[name].dataType.simpleString()} in the batch"
+            )
+
+
+def _commit_properties(app_id: str, batch_id: int, commit_metadata: str | None) -> Any:
+    from deltalake import CommitProperties, Transaction
+
+    return CommitProperties(
+        custom_metadata={"userMetadata": commit_metadata} if commit_metadata else None,
+        app_transactions=[Transaction(app_id, batch_id)],
+    )
+
+
+def _done_before(table: Any, app_id: str, batch_id: int) -> bool:
+    """Delta's idempotent-DML check: this job's batch ``batch_id`` already committed here."""
+    done = table.transaction_version(app_id)
+    return done is not None and int(done) >= batch_id
+
+
+def merge_in_driver(
+    table: Any,
+    latest: DataFrame,
+    plan: MergePlan,
+    app_id: str,
+    batch_id: int,
+    *,
+    commit_metadata: str | None = None,
+) -> None:
+    """:func:`bridge.spark.merge.merge_changes` of ``latest`` into ``table`` (delta-rs)."""
+    if _done_before(table, app_id, batch_id):
+        return
+    source = _collect(table, latest, plan)
+    on = " AND ".join(f"t.{_quote(k)} IS NOT DISTINCT FROM s.{_quote(k)}" for k in plan.key_columns)
+    is_delete = f"s.{tf.OP} = 'd'"
+    try:
+        builder = table.merge(
+            source,
+            predicate=on,
+            source_alias="s",
+            target_alias="t",
+            commit_properties=_commit_properties(app_id, batch_id, commit_metadata),
+        )
+        if plan.inserts_only and plan.truncate_at is None:
+            builder = builder.when_not_matched_insert(updates=_inserted(plan))
+        else:
+            newer = _newer("s", "t")
+            builder = (
+                builder.when_matched_delete(predicate=f"{is_delete} AND {newer}")
+                .when_matched_update(
+                    updates=_updated(plan), predicate=f"NOT ({is_delete}) AND {newer}"
+                )
+                .when_not_matched_insert(updates=_inserted(plan), predicate=f"NOT ({is_delete})")
+            )
+        if plan.truncate_at is not None:
+            builder = builder.when_not_matched_by_source_delete(
+                predicate=_before("t", plan.truncate_at)
+            )
+    except Exception as exc:  # building the statement: nothing written
+        raise DriverWriteRefused(str(exc)) from exc
+    version = table.version()
+    _execute(builder.execute, table, app_id, batch_id)
+    if table.version() == version:
+        # delta-rs makes no commit for a MERGE that changes no row; Spark's commits one all
+        # the same, which is where the batch's fences and transaction are kept.
+        _execute(
+            lambda: _append(table, _empty(table), app_id, batch_id, commit_metadata),
+            table,
+            app_id,
+            batch_id,
+        )
+
+
+def append_in_driver(
+    table: Any,
+    latest: DataFrame,
+    plan: MergePlan,
+    app_id: str,
+    batch_id: int,
+    *,
+    commit_metadata: str | None = None,
+) -> None:
+    """:func:`bridge.spark.merge.append_new_keys` into ``table`` with delta-rs: the same rows
+    (:func:`bridge.spark.merge.new_key_rows`), appended in one commit, no scan of the target.
+    A column of the table the rows lack (dropped in the source, kept here) is null in them, as
+    in Spark's append."""
+    if _done_before(table, app_id, batch_id):
+        return
+    rows = new_key_rows(latest, plan)
+    _check_target(table, rows.schema, rows.columns)
+    data = _conformed(table, rows.toArrow())
+    _execute(
+        lambda: _append(table, data, app_id, batch_id, commit_metadata), table, app_id, batch_id
+    )
+
+
+def _append(table: Any, data: Any, app_id: str, batch_id: int, commit_metadata: str | None) -> None:
+    from deltalake import write_deltalake
+
+    write_deltalake(
+        table,
+        data,
+        mode="append",
+        commit_properties=_commit_properties(app_id, batch_id, commit_metadata),
+    )
+
+
+def _empty(table: Any) -> Any:
+    """No rows, in the table's schema: an append of it commits only its commit info."""
+    import pyarrow as pa
+
+    return pa.schema(table.schema().to_arrow()).empty_table()
+
+
+def _conformed(table: Any, rows: Any) -> Any:
+    """``rows`` with exactly the table's columns and types (delta-rs appends only that)."""
+    import pyarrow as pa
+
+    target = pa.schema(table.schema().to_arrow())
+    columns = []
+    for field in target:
+        if field.name in rows.column_names:
+            columns.append(rows.column(field.name).cast(field.type))
+        else:
+            columns.append(pa.nulls(rows.num_rows, field.type))
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+def _execute(execute: Any, table: Any, app_id: str, batch_id: int) -> None:
+    """Run a delta-rs write; an error that left nothing committed is
+    :class:`DriverWriteRefused`.
+
+    delta-rs commits last, then checkpoints: an error after the commit (the checkpoint's) is
+    told by the batch's transaction in the table's log, and the write stands.
+    """
+    try:
+        execute()
+    except Exception as exc:
+        try:
+            table.update_incremental()
+            committed = _done_before(table, app_id, batch_id)
+        except Exception:
+            committed = False
+        if committed:
+            logger.warning("delta-rs committed batch %d to %s but then failed: %s", batch_id,
+                           table.table_uri, exc)  # fmt: skip
+            return
+        raise DriverWriteRefused(str(exc)) from exc
