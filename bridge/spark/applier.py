@@ -18,13 +18,14 @@ exported as ``pgbridge_apply_batch_phase_seconds{phase}``, with commit-to-visibl
 - **summary**: one job over every table of the batch (counts, last truncate, unchanged TOAST,
   identity, commit times), which also fills each table's cached changes; not one job per
   table.
-- **merge**: one Delta MERGE per table that changed, ``parallel_tables`` at a time through one
-  session (each thread with its own SQL conf, for Delta's idempotent ``txnAppId`` /
-  ``txnVersion``). This is the cost that still grows with the number of tables: a Delta commit
-  is per table, and MERGE is Delta's only atomic upsert-and-delete. Deletion vectors (on by
+- **merge**: one Delta commit per table that changed, ``parallel_tables`` at a time. A small
+  table's batch (at most ``driver_write_rows`` changes, a table under 32 MiB, a local path) is
+  written by the driver with delta-rs (:mod:`bridge.spark.driver_merge`): the same MERGE, in
+  milliseconds, where Delta's MERGE through Spark costs about a second of fixed work per table
+  on 2 cores. Larger ones are Spark's: one Delta MERGE through one session (each thread with its
+  own SQL conf, for Delta's idempotent ``txnAppId`` / ``txnVersion``); deletion vectors (on by
   default) make a MERGE touching few rows of a large file mark them instead of rewriting the
-  file; a table under 32 MiB has its touched files rewritten instead, which spares eight
-  Spark jobs per MERGE (about 1.5 s on 2 cores).
+  file.
   A table the batch created is empty, so its first load is an append instead (what the MERGE
   would leave: last change per key, deletes dropped), with no join against the target; so is
   a batch of inserts only, whose keys the table's fences prove new
