@@ -312,7 +312,9 @@ class BatchApplier:
         tables: list[TableBatch] = []
         try:
             with phases.phase("read"):
-                decoded = decode_batch(framed, self.config, self.schemas, batch_id)
+                decoded = decode_batch(
+                    framed, self.config, self.schemas, batch_id, task_slots(spark)
+                )
             # Each table's changes are read by its summary and by its MERGE, both from the
             # decoded records' cache (decode_batch): the changes are projections of them, and
             # caching them too cost more than computing them twice (measured: a 1.5M-row
