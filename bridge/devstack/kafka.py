@@ -109,6 +109,11 @@ class KafkaBroker(Service):
         self._java: str | None = None
         self.node_id = node_id
         self.cluster = cluster
+        #: Variables added to the broker's environment (the tests' fault shims).
+        self.extra_environment: dict[str, str] = {}
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), **self.extra_environment}
 
     @property
     def bootstrap_servers(self) -> str:

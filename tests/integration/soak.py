@@ -17,8 +17,9 @@ so what each mode does with one fault is compared on the same workload.
 
 ``test_fault_cycle.py`` runs each fault once (``make test-long``), and the exactly-once cycle
 on a 3-broker cluster (``brokers=3``: the leader of the counter's partition killed instead of
-the only broker, then frozen with SIGSTOP as a stalled disk freezes it, a rolling restart, the
-bridges killed several times), a short one in ``make test`` and the whole one in ``make
+the only broker, then frozen with SIGSTOP as a stalled disk freezes it, then its disk full
+(writes failing with ENOSPC, tests/integration/full_disk.py), a rolling restart, the bridges
+killed several times), a short one in ``make test`` and the whole one in ``make
 test-long``; ``make soak`` runs random faults for 30 minutes (``python -m
 tests.integration.soak --minutes 30``). All print the table.
 """
@@ -47,6 +48,7 @@ from bridge.devstack.kafka_cluster import KafkaCluster
 from bridge.devstack.postgres import PostgresCluster, ensure_postgres_binaries
 from bridge.devstack.stack import LocalStack, StackInfo
 from bridge.pgoutput.lsn import Lsn
+from tests.integration import full_disk
 from tests.integration.bridge_harness import (
     BridgeProcess,
     bridge_settings,
@@ -74,6 +76,7 @@ EXACTLY_ONCE_CYCLE = [
     ("leader SIGKILL", 12.0),
     ("bridge SIGKILL", 0.0),
     ("leader stalled", 10.0),
+    ("leader disk full", 10.0),
     ("rolling restart", 2.0),
     ("postgres fast restart", 6.0),
 ]
@@ -177,6 +180,9 @@ class FaultRig:
                 jvm_options=SHORT_LIVED_JVM_OPTIONS,
             )
         )
+        shim = full_disk.build_shim(workdir)
+        for broker in self._brokers():
+            full_disk.prepare(broker, shim)  # the shim only acts on "broker disk full"
         registry = urlsplit(stack.registry_url)
         assert registry.hostname is not None and registry.port is not None
         self.proxy = TcpProxy(registry.hostname, registry.port)
@@ -384,6 +390,31 @@ class FaultRig:
             return kafka.broker(kafka.leader_of(f"{self.captures[0].prefix}.public.counter"))
         return kafka
 
+    def _brokers(self) -> list[KafkaBroker]:
+        kafka = self.broker
+        return kafka.brokers if isinstance(kafka, KafkaCluster) else [kafka]
+
+    def _disk_full(self, outage: float) -> None:
+        """The hot broker's disk full for ``outage`` seconds (its writes to its log directory
+        fail with ENOSPC: tests/integration/full_disk.py), then space again. Kafka takes a log
+        directory whose writes fail offline, and a broker whose only log directory is offline
+        stops itself; it is started again once there is space, as an operator would."""
+        broker = self._hot_broker()
+        pid = broker.pid
+        assert pid is not None
+        full_disk.fill(broker)
+        try:
+            time.sleep(outage)
+        finally:
+            full_disk.free(broker)
+        exited, _ = os.waitpid(pid, os.WNOHANG)
+        if not exited:  # the writer writes to this broker all the time: the shim did nothing
+            raise AssertionError(
+                f"broker {broker.node_id} kept running on a full disk:\n"
+                f"{broker.log_path.read_text(errors='replace')[-3000:]}"
+            )
+        broker.start()
+
     def _stall_broker(self, outage: float) -> None:
         """The hot broker frozen (SIGSTOP), its connections open: what a stalled disk does to
         a broker (every fsync and read waits), then thawed."""
@@ -512,6 +543,7 @@ FAULTS: dict[str, Callable[[FaultRig, float], None]] = {
     "broker SIGKILL": FaultRig._kill_broker,
     "leader SIGKILL": FaultRig._kill_broker,
     "leader stalled": FaultRig._stall_broker,
+    "leader disk full": FaultRig._disk_full,
     "Kafka down": FaultRig._kafka_down,
     "rolling restart": FaultRig._rolling_restart,
     "postgres fast restart": FaultRig._restart_postgres,

@@ -685,7 +685,6 @@ def _ids(batches: Batches) -> dict[int, Any]:
     return {r["id"]: r["v"] for r in batches.rows("public", "keyed")}
 
 
-@BOTH_WRITERS
 def test_resent_insert_after_its_delete_never_resurrects_the_row(batches: Batches) -> None:
     """A producer resend split across micro-batches: the resent insert comes in one batch and
     the resent delete in the next. No state in between shows the deleted row (each batch runs
@@ -1087,7 +1086,6 @@ def test_backfill_interrupted_after_the_column_was_added_is_finished_at_the_rest
     assert detail is not None and PENDING_BACKFILL_PROPERTY not in detail["properties"]
 
 
-@BOTH_WRITERS
 def test_snapshot_reads_at_the_floor_are_an_insert_only_merge(batches: Batches, spark: Any) -> None:
     """A snapshot topic longer than a batch: its first batch is the table's first load (an
     append), which sets the floor to the snapshot's LSN; the later batches' reads at that LSN,
