@@ -89,10 +89,6 @@ def driver_write_fits(path: str, changes: int, max_rows: int) -> Any | None:
     return table
 
 
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -123,10 +119,10 @@ def _inserted(plan: MergePlan) -> dict[str, str]:
     """merge._inserted: a new row's values (null for unchanged TOAST) and its position."""
     values: dict[str, str] = {}
     for name in plan.value_columns:
-        source = f"s.{_quote(name)}"
+        source = f"s.{tf.quote(name)}"
         if plan.fold_unchanged and name not in plan.key_columns:
             source = f"CASE WHEN {_unchanged(name)} THEN NULL ELSE {source} END"
-        values[_quote(name)] = source
+        values[tf.quote(name)] = source
     values.update({m: f"s.{m}" for m in tf.PERSISTED_META})
     return values
 
@@ -137,10 +133,10 @@ def _updated(plan: MergePlan) -> dict[str, str]:
     for name in plan.value_columns:
         if name in plan.key_columns:
             continue
-        source = f"s.{_quote(name)}"
+        source = f"s.{tf.quote(name)}"
         if plan.fold_unchanged:
-            source = f"CASE WHEN {_unchanged(name)} THEN t.{_quote(name)} ELSE {source} END"
-        values[_quote(name)] = source
+            source = f"CASE WHEN {_unchanged(name)} THEN t.{tf.quote(name)} ELSE {source} END"
+        values[tf.quote(name)] = source
     values.update({m: f"s.{m}" for m in tf.PERSISTED_META})
     return values
 
@@ -208,7 +204,9 @@ def merge_in_driver(
     if _done_before(table, app_id, batch_id):
         return
     source = _collect(table, latest, plan)
-    on = " AND ".join(f"t.{_quote(k)} IS NOT DISTINCT FROM s.{_quote(k)}" for k in plan.key_columns)
+    on = " AND ".join(
+        f"t.{tf.quote(k)} IS NOT DISTINCT FROM s.{tf.quote(k)}" for k in plan.key_columns
+    )
     is_delete = f"s.{tf.OP} = 'd'"
     try:
         builder = table.merge(

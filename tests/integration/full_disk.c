@@ -17,9 +17,10 @@
 #include <time.h>
 #include <unistd.h>
 
+static const char *flag = NULL, *dir = NULL; /* from the environment, read once */
+static size_t dir_len = 0;
+
 static int full_now(void) {
-    static const char *flag = NULL, *dir = NULL;
-    static size_t dir_len = 0;
     static struct timespec checked = {0, 0};
     static int full = 0;
     if (dir == NULL) {
@@ -50,8 +51,7 @@ static int on_full_disk(int fd) {
     ssize_t n = readlink(link, path, sizeof path - 1);
     if (n <= 0) return 0;
     path[n] = '\0';
-    const char *dir = getenv("PGBRIDGE_FULL_DISK_DIR");
-    return strncmp(path, dir, strlen(dir)) == 0;
+    return strncmp(path, dir, dir_len) == 0;
 }
 
 #define REAL(name) static __typeof__(name) *real_##name; \
