@@ -94,11 +94,16 @@ class EpochAcks:
 class TransactionAcks:
     """Exactly once: a chunk is delivered once its Kafka transaction committed."""
 
-    def __init__(self, transactions: ChunkTransactions) -> None:
+    def __init__(
+        self, transactions: ChunkTransactions, settle_ready: Callable[[], None] | None = None
+    ) -> None:
+        """``settle_ready()``: settle the chunks read to their end now (called when a chunk
+        finds every lane taken and no commit under way)."""
         self.transactions = transactions
+        self.settle_ready = settle_ready
 
     def publisher_for(self, chunk: Chunk) -> DrainablePublisher:
-        return self.transactions.publisher_for(chunk)
+        return self.transactions.publisher_for(chunk, self.settle_ready)
 
     def sent(self, chunk: Chunk, records: int) -> None:
         """Nothing to count: the commit says it all."""

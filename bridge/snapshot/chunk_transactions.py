@@ -18,9 +18,13 @@ A producer has one open transaction at a time and the workers copy chunks in par
 chunks go to **lanes**, transactional producers ``<transactional.id>-snapshot-<n>``, each
 carrying one chunk until its commit. A worker hands its batches over in chunk order, so at
 most one chunk per worker is in flight, plus the one whose last row the copier holds back (it
-may be the snapshot's ``last``): workers + 1 lanes, all started (fencing what a crashed run
-left open) before the first row. The commits are the coordinator's, one chunk at a time: the
-records of the committed set always precede the progress record that lists them.
+may be the snapshot's ``last``), plus the chunks read to their end whose commit the copier has
+not started yet: workers + 1 lanes, all started (fencing what a crashed run left open) before
+the first row, hold when every chunk read to its end is committing. The copier starts those
+commits on its service tick; a chunk that finds every lane taken first has it start them now
+(``settle_ready``): small chunks read quickly end several between two ticks. The commits are
+the coordinator's, one chunk at a time: the records of the committed set always precede the
+progress record that lists them.
 """
 
 from __future__ import annotations
@@ -200,11 +204,14 @@ class ChunkTransactions:
 
     # -- what the copier calls ------------------------------------------------------------------
 
-    def publisher_for(self, count: ChunkCount) -> DrainablePublisher:
+    def publisher_for(
+        self, count: ChunkCount, settle_ready: Callable[[], None] | None = None
+    ) -> DrainablePublisher:
         """The publisher of the chunk's lane (for a chunk that has none yet, a free lane, its
-        transaction begun; when every lane is busy, once a commit under way ends)."""
+        transaction begun; when every lane is busy, once a commit under way ends: when none is
+        under way, ``settle_ready()`` starts the commits of the chunks read to their end)."""
         if count.lane is None:
-            index = self._free_lane()
+            index = self._free_lane(settle_ready)
             lane = self._lanes[index]
             lane.chunk = count
             count.lane = index
@@ -213,13 +220,18 @@ class ChunkTransactions:
                 lane.open = True
         return self._lanes[count.lane].publisher
 
-    def _free_lane(self) -> int:
+    def _free_lane(self, settle_ready: Callable[[], None] | None) -> int:
         self._collect()
         while True:
             index = next((i for i, lane in enumerate(self._lanes) if lane.chunk is None), None)
             if index is not None:
                 return index
             under_way = [lane.commit for lane in self._lanes if lane.commit is not None]
+            if not under_way and settle_ready is not None:
+                settle_ready()  # its commit() takes no lane for a chunk that has one
+                settle_ready = None  # once: what it started is waited for below
+                self._collect()
+                continue
             if not under_way:
                 raise RuntimeError(
                     f"all {len(self._lanes)} snapshot lanes carry chunks being read"
@@ -258,7 +270,9 @@ class ChunkTransactions:
         """Start the commit of each ``ready`` chunk (read to its end, nothing held back) in its
         lane, with the records ``progress(count)`` returns (its progress record), and call
         ``committed(count)`` for each chunk whose commit ended (raising a failed one)."""
-        for count in ready:
+        # Chunks holding a lane first: a chunk without one (no records) may have to wait for
+        # a lane, and those commits are what frees one.
+        for count in sorted(ready, key=lambda c: c.lane is None):
             # Looked up for each chunk, not once before the loop: an earlier chunk's wait for
             # a lane (publisher_for) may reap this one's commit (its lane freed): committing
             # it again would report it twice (seen on a fresh 3-broker cluster: the copier's

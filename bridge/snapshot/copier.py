@@ -143,7 +143,9 @@ class SnapshotCopier:
         self._tx: TxContext | None = None
         self._dirty = False
         self._acks: ChunkAcks = (
-            TransactionAcks(lanes) if lanes is not None else EpochAcks([sink.publisher], own=False)
+            TransactionAcks(lanes, lambda: self._record_finished(time.monotonic()))
+            if lanes is not None
+            else EpochAcks([sink.publisher], own=False)
         )
 
     # -- the run --------------------------------------------------------------------------------

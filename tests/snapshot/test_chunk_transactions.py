@@ -170,6 +170,31 @@ def test_a_chunk_finding_every_lane_busy_takes_the_lane_of_a_commit_that_ended()
         transactions.publisher_for(Count(("t", 3)))  # the copier starts enough lanes
 
 
+def test_chunks_read_to_their_end_between_two_ticks_are_committed_to_free_a_lane() -> None:
+    """Small chunks: a worker ends several between two of the copier's service ticks, each
+    keeping its lane until the copier starts its commit. The chunk finding every lane taken
+    has the copier settle them now, instead of ending the snapshot."""
+    transactions, lanes, _ = _lanes(2)
+    read, reading = Count(("t", 0)), Count(("t", 1))
+    transactions.publisher_for(read)
+    transactions.publisher_for(reading)  # every lane taken, no commit under way
+    reported: list[Count] = []
+    settled: list[str] = []
+
+    def settle_ready() -> None:  # the copier's _record_finished: the chunk read to its end
+        settled.append("settle")
+        transactions.commit([c for c in (read,) if c not in reported], _progress,
+                            reported.append)  # fmt: skip
+
+    new = Count(("t", 2))
+    transactions.publisher_for(new, settle_ready)
+    assert settled == ["settle"] and new.lane == 0 and len(lanes) == 2
+    transactions.commit([], _progress, reported.append)
+    assert reported == [read]  # committed once, reported once
+    with pytest.raises(RuntimeError, match="all 2 snapshot lanes carry chunks being read"):
+        transactions.publisher_for(Count(("t", 3)), settle_ready)  # nothing left to settle
+
+
 def test_a_commit_reaped_while_an_earlier_chunk_waits_for_a_lane_is_not_committed_again() -> None:
     """The copier's ready list is in its own order: a chunk needing a lane may come before a
     chunk whose commit is under way, and waiting for a lane reaps that commit."""
