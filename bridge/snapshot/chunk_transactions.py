@@ -307,7 +307,11 @@ class ChunkTransactions:
         for lane in self._lanes:
             if lane.open:
                 self._abort(lane)
-            lane.publisher.close()
+                # The abort failed its records' deliveries (librdkafka reports them as
+                # errors): wanted here, so not raised as a close() would.
+                lane.publisher.abandon(5)
+            else:
+                lane.publisher.close()
 
     def abandon(self) -> None:
         """After a failure: the lanes are dropped; their open transactions are aborted by
