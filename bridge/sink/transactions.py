@@ -50,7 +50,11 @@ FENCED_CODES = frozenset({"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"
 class KafkaTransactionError(PgBridgeError):
     """A Kafka transaction could not be committed: its records are aborted (never visible to a
     read_committed consumer) and the slot was not confirmed past them, so the restart sends
-    them again."""
+    them again. ``kafka_code``: Kafka's error name, when Kafka answered with one."""
+
+    def __init__(self, message: str, kafka_code: str | None = None) -> None:
+        super().__init__(message)
+        self.kafka_code = kafka_code
 
 
 class ProducerFencedError(KafkaTransactionError):
@@ -216,11 +220,22 @@ def call_transactional(method: Any, *args: Any, slot: str, abort: Any, resent_fr
 
 def ensure_offsets_topic(admin_conf: dict[str, Any], topic: str, replication_factor: int) -> None:
     """Create the compacted offsets topic when it is missing (one partition: one key per
-    slot, read whole at every start)."""
+    slot, read whole at every start). A refused login, certificate or ``security.protocol``
+    ends the wait at once as a :class:`~bridge.sink.kafka_errors.TopicCreationError` (as the
+    publisher's topic creation does), not after the request's timeout."""
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
 
-    admin = AdminClient(admin_conf)
+    from bridge.sink.kafka_client import BrokerRefusals
+    from bridge.sink.kafka_errors import TopicCreationError
+
+    refusals = BrokerRefusals(admin_conf, logger)
+    conf: dict[str, Any] = {
+        **admin_conf,
+        "error_cb": refusals.on_error,
+        "logger": refusals.client_log,
+    }
+    admin = AdminClient(conf)
     future = admin.create_topics(
         [
             NewTopic(
@@ -233,11 +248,17 @@ def ensure_offsets_topic(admin_conf: dict[str, Any], topic: str, replication_fac
         operation_timeout=30,
         request_timeout=30,
     )[topic]
+    deadline = time.monotonic() + 60
+    while not future.done() and time.monotonic() < deadline:
+        admin.poll(0.1)  # serves the error callback and the client log
+        if refusals.refused is not None:
+            raise TopicCreationError(topic, *refusals.refused)
     try:
-        future.result(timeout=60)
+        future.result(timeout=max(0.0, deadline - time.monotonic()))
         logger.info("created offsets topic %s (compacted)", topic)
     except KafkaException as exc:
         error = exc.args[0]
         if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return
-        raise KafkaTransactionError(f"creating offsets topic {topic}: {exc}") from None
+        code = error.name() if isinstance(error, KafkaError) else None
+        raise KafkaTransactionError(f"creating offsets topic {topic}: {exc}", code) from None
