@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from types import FrameType
 
 import psycopg
+from confluent_kafka import KafkaException
 
 from bridge import native, signal_messages
 from bridge.config import BridgeConfig
@@ -29,12 +30,15 @@ from bridge.pgoutput.lsn import Lsn
 from bridge.pipeline import Pipeline, PipelineObserver, PipelineOptions
 from bridge.restarts import stream_with_restarts
 from bridge.signals import ensure_signal_table, signal_table_name
+from bridge.sink.delivery_mode import probe_transactions, resolve_delivery
 from bridge.sink.metadata import MetadataRecords
 from bridge.sink.publisher import KafkaPublisher
 from bridge.sink.registry import SchemaRegistrar, registry_client
 from bridge.sink.serializer import EnvelopeSerializer, SourceSettings
 from bridge.sink.transactions import (
     ExactlyOnce,
+    KafkaTransactionError,
+    ProducerFencedError,
     committed_position,
     committed_value,
     ensure_offsets_topic,
@@ -191,22 +195,22 @@ def build_parts(config: BridgeConfig, *, transactional: bool = False) -> Pipelin
             config.events.dead_letter_topic,
         ),
     )
-    return PipelineParts(
-        builder,
-        registrar,
-        serializer,
-        KafkaPublisher(
-            config.kafka,
-            config.topic_creation,
-            retry=config.retry,
-            extra_config={
-                "transactional.id": config.kafka.transactional_id,
-                # librdkafka wants it at least the delivery timeout (message.timeout.ms).
-                "transaction.timeout.ms": max(60_000, config.kafka.delivery_timeout_ms),
-            }
-            if transactional
-            else None,
-        ),
+    return PipelineParts(builder, registrar, serializer, build_publisher(config, transactional))
+
+
+def build_publisher(config: BridgeConfig, transactional: bool) -> KafkaPublisher:
+    """The pipeline's publisher; ``transactional``: with the slot's transactional.id."""
+    return KafkaPublisher(
+        config.kafka,
+        config.topic_creation,
+        retry=config.retry,
+        extra_config={
+            "transactional.id": config.kafka.transactional_id,
+            # librdkafka wants it at least the delivery timeout (message.timeout.ms).
+            "transaction.timeout.ms": max(60_000, config.kafka.delivery_timeout_ms),
+        }
+        if transactional
+        else None,
     )
 
 
@@ -552,6 +556,22 @@ def _database_name(dsn: str) -> str:
     return str(conninfo_to_dict(dsn).get("dbname") or "postgres")
 
 
+def _probe_transactions(config: BridgeConfig) -> str | None:
+    """Why the cluster refuses this bridge Kafka transactions, or ``None``
+    (bridge.sink.delivery_mode), waiting for a cluster that does not answer yet."""
+
+    def probe() -> str | None:
+        # The longest transaction timeout the bridge asks for: the snapshot's chunks'.
+        timeout_ms = max(SNAPSHOT_TRANSACTION_TIMEOUT_MS, config.kafka.delivery_timeout_ms)
+        return probe_transactions(config, kafka_client(config), timeout_ms)
+
+    def transient(exc: Exception) -> bool:
+        fenced = isinstance(exc, ProducerFencedError)
+        return not fenced and isinstance(exc, KafkaTransactionError | KafkaException | TimeoutError)
+
+    return config.retry.run("kafka", "asking the cluster for Kafka transactions", probe, transient)
+
+
 def run(config: BridgeConfig, stop: threading.Event | None = None) -> int:
     """Run until SIGTERM/SIGINT (or ``stop``); 0 after a clean stop."""
     stop = stop or threading.Event()
@@ -573,6 +593,8 @@ def run(config: BridgeConfig, stop: threading.Event | None = None) -> int:
             "available to build it"
         )
     try:
+        config = resolve_delivery(config, _probe_transactions)
+        metrics.delivery(exactly_once=config.kafka.exactly_once)
         prepare_signal_table(config)
         # After a transient Kafka failure a publisher is spent: each restart takes fresh parts;
         # streaming goes on with the snapshot's (its relation and schema caches are warm).
@@ -595,18 +617,22 @@ def run(config: BridgeConfig, stop: threading.Event | None = None) -> int:
             if snapshots:
                 snapshots[-1].parts.publisher.close()
             return 0
-        if not config.kafka.exactly_once:  # else streaming needs a transactional producer
-            spare.append(snapshots[-1].parts)
+        warm = snapshots[-1].parts
+        if config.kafka.exactly_once:
+            # Streaming needs a transactional producer; the rest is the snapshot's all the
+            # same: its builder knows each table's relation, so DDL right after the snapshot
+            # is compared with what the snapshot sent (a rewrite is seen, bridge.events).
+            warm.publisher.close()
+            warm = replace(warm, publisher=build_publisher(config, transactional=True))
+        spare.append(warm)
+
+        def streaming_parts() -> PipelineParts:
+            if spare:
+                return spare.pop()
+            return build_parts(config, transactional=config.kafka.exactly_once)
+
         stream_with_restarts(
-            lambda: _StreamingAttempt(
-                config,
-                metrics,
-                build_parts(config, transactional=True)
-                if config.kafka.exactly_once
-                else next_parts(),
-            ),
-            stop,
-            config.retry,
+            lambda: _StreamingAttempt(config, metrics, streaming_parts()), stop, config.retry
         )
     except PgBridgeError as exc:
         metrics.error(type(exc).__name__)

@@ -488,10 +488,12 @@ KEYS: Final[tuple[KeySpec, ...]] = (
     KeySpec("kafka.client.id", _text, "pgbridge", "client id shown in broker logs and quotas"),
     KeySpec(
         "exactly.once.support",
-        _choice("disabled", "required"),
-        "disabled",
-        "required: each run of source transactions and the position it reaches go to Kafka "
-        "in one Kafka transaction (read_committed consumers see each change once); "
+        _choice("disabled", "requested", "required"),
+        "requested",
+        "requested: exactly once where the Kafka cluster offers this bridge transactions, "
+        "else at-least-once with a warning (pgbridge_exactly_once 0); required: exactly once "
+        "or stop at start (each run of source transactions and the position it reaches go to "
+        "Kafka in one Kafka transaction: read_committed consumers see each change once); "
         "disabled: at-least-once",
     ),
     KeySpec(

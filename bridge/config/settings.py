@@ -212,7 +212,8 @@ class KafkaConfig:
     max_queue_size: int = key_field("max.queue.size")
     max_queue_size_in_bytes: int = key_field("max.queue.size.in.bytes")
     client_id: str = key_field("kafka.client.id")
-    #: Exactly-once delivery (bridge.sink.transactions): "required" or "disabled".
+    #: Exactly-once delivery (bridge.sink.transactions): "required" or "disabled"; the
+    #: default "requested" is resolved to one of them at start (bridge.sink.delivery_mode).
     exactly_once_support: str = key_field("exactly.once.support")
     offsets_topic: str = derived_field("exactly.once.offsets.topic", "")
     transactional_id: str = derived_field("exactly.once.transactional.id", "")

@@ -89,8 +89,10 @@ class KafkaBroker(Service):
         node_id: int = 1,
         cluster: KafkaNodes | None = None,
         jvm_options: Sequence[str] = (),
+        settings: Sequence[str] = (),
     ) -> None:
-        """With ``tls`` and ``sasl_users`` (user -> password), the broker's one client
+        """``settings``: ``key=value`` lines added to the broker's properties (they win over
+        the stack's). With ``tls`` and ``sasl_users`` (user -> password), the broker's one client
         listener is SASL_SSL with the PLAIN and SCRAM (:data:`SCRAM_MECHANISMS`) mechanisms:
         TLS with the given certificate, and a login required (the first user is the broker's
         own, between its roles). With ``oauth_jwks_url`` too (an OpenID Connect realm's keys,
@@ -98,6 +100,7 @@ class KafkaBroker(Service):
         super().__init__(base_dir)
         self.heap = heap
         self.jvm_options = tuple(jvm_options)
+        self.settings = tuple(settings)
         self.tls = tls
         self.sasl_users = sasl_users
         self.oauth_jwks_url = oauth_jwks_url
@@ -212,6 +215,7 @@ class KafkaBroker(Service):
                     "group.initial.rebalance.delay.ms=0",
                     # Topics are created by pgbridge with the settings it was asked for.
                     "auto.create.topics.enable=false",
+                    *self.settings,
                 ]
             )
             + "\n"

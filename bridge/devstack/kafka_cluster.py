@@ -28,13 +28,20 @@ class KafkaCluster:
         brokers: int = 3,
         heap: str = "512m",
         jvm_options: Sequence[str] = (),
+        settings: Sequence[str] = (),
     ) -> None:
+        """``settings``: ``key=value`` lines added to every broker's properties."""
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self.base_dir = base_dir.resolve()
         self.brokers = [
             KafkaBroker(
-                self.base_dir / f"kafka-{n}", heap, node_id=n, cluster=self, jvm_options=jvm_options
+                self.base_dir / f"kafka-{n}",
+                heap,
+                node_id=n,
+                cluster=self,
+                jvm_options=jvm_options,
+                settings=settings,
             )
             for n in range(1, brokers + 1)
         ]

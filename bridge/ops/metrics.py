@@ -115,6 +115,12 @@ class BridgeMetrics:
             namespace=ns,
             registry=reg,
         )
+        self._exactly_once = Gauge(
+            "exactly_once",
+            "1: this run delivers exactly once (Kafka transactions); 0: at least once",
+            namespace=ns,
+            registry=reg,
+        )
         self._lag_ms = Gauge(
             "lag_milliseconds",
             "Now minus the commit time of the newest processed change",
@@ -147,6 +153,10 @@ class BridgeMetrics:
     def error(self, kind: str) -> None:
         """An error of ``kind`` (``delivery``, ``decode``, ``schema``, ``source``, …)."""
         self._errors.labels(kind=kind).inc()
+
+    def delivery(self, *, exactly_once: bool) -> None:
+        """The delivery this run resolved (exactly.once.support, bridge.sink.delivery_mode)."""
+        self._exactly_once.set(1 if exactly_once else 0)
 
     def in_flight(self, records: int) -> None:
         """Records currently awaiting Kafka's acknowledgement (``publisher.in_flight``)."""

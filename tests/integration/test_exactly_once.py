@@ -1,4 +1,5 @@
-"""Exactly once into Kafka (#36, ``exactly.once.support = required``), on the real stack.
+"""Exactly once into Kafka (#36, ``exactly.once.support = required``, and the default
+``requested`` on a broker that refuses transactions), on the real stack.
 
 A steady writer (small transactions on one table) runs while ``pgbridge run`` is killed with
 SIGKILL three times and restarted; a read_committed consumer of the topic then sees every
@@ -19,6 +20,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from bridge.devstack.kafka import SHORT_LIVED_JVM_OPTIONS
+from bridge.devstack.kafka_cluster import KafkaCluster
 from bridge.devstack.stack import StackInfo
 from bridge.runner import build_parts, start_exactly_once
 from bridge.sink.transactions import ProducerFencedError
@@ -159,3 +162,44 @@ def test_a_newer_producer_on_the_slot_fences_the_running_bridge(local_stack: Sta
         with pytest.raises(ProducerFencedError):
             bridge.stop()
         newer.abandon(5)
+
+
+def test_by_default_a_cluster_refusing_transactions_gets_at_least_once_and_says_why(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    """``exactly.once.support`` left at its default (requested) on a broker that refuses the
+    bridge's transactions (its transaction.max.timeout.ms below the bridge's timeout: Kafka
+    answers INVALID_TRANSACTION_TIMEOUT): the bridge warns, says why, and streams at least
+    once, delivering everything. On the stack's own broker (which allows them) every other
+    test runs the default exactly once."""
+    kafka = KafkaCluster(
+        tmp_path / "kafka",
+        brokers=1,
+        jvm_options=SHORT_LIVED_JVM_OPTIONS,
+        settings=["transaction.max.timeout.ms=60000"],
+    )
+    kafka.start()  # fails, never skips, when it cannot start
+    prefix = f"refused{uuid.uuid4().hex[:8]}"
+    try:
+        with scratch_database(local_stack) as dsn:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("CREATE TABLE events (id int PRIMARY KEY, v text)")
+            settings = bridge_settings(
+                local_stack, dsn, prefix, **{"kafka.bootstrap.servers": kafka.bootstrap_servers}
+            )
+            assert "exactly.once.support" not in settings  # the default
+            process = BridgeProcess(settings, str(tmp_path / "bridge.log"))
+            wait_streaming(dsn, settings["slot.name"], process)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("INSERT INTO events SELECT g, 'v' FROM generate_series(1, 100) g")
+            wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), process)
+            assert process.terminate() == 0, process.log()[-3000:]
+            log = process.log()
+            assert "exactly once requested, but the brokers' transaction.max.timeout.ms" in log
+            assert "this run delivers at least once" in log
+        records = read_topic(
+            kafka.bootstrap_servers, local_stack.registry_url, f"{prefix}.public.events"
+        )
+        assert sorted(v["after"]["id"] for _, v in records if v is not None) == list(range(1, 101))
+    finally:
+        kafka.stop()
