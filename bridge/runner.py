@@ -303,7 +303,9 @@ def takeover_start(config: BridgeConfig) -> Lsn | None:
 def build_pipeline(
     config: BridgeConfig, metrics: BridgeMetrics | None = None, parts: PipelineParts | None = None
 ) -> Pipeline:
-    """Everything wired, the source opened (slot and publication checked or created)."""
+    """Everything wired, the source opened (slot and publication checked or created).
+    ``config``'s delivery as :func:`with_resolved_delivery` left it (an unresolved
+    ``requested`` streams at least once)."""
     parts = parts or build_parts(config, transactional=config.kafka.exactly_once)
     start_after = takeover_start(config)
     exactly_once: ExactlyOnce | None = None
@@ -556,6 +558,23 @@ def _database_name(dsn: str) -> str:
     return str(conninfo_to_dict(dsn).get("dbname") or "postgres")
 
 
+def streaming_parts_after_snapshot(config: BridgeConfig, parts: PipelineParts) -> PipelineParts:
+    """The snapshot's parts, for streaming. Exactly once, streaming needs a transactional
+    producer; the rest is the snapshot's all the same: its builder knows each table's
+    relation, so DDL right after the snapshot is compared with what the snapshot sent (a
+    rewrite is seen, bridge.events)."""
+    if not config.kafka.exactly_once:
+        return parts
+    parts.publisher.close()
+    return replace(parts, publisher=build_publisher(config, transactional=True))
+
+
+def with_resolved_delivery(config: BridgeConfig) -> BridgeConfig:
+    """``config`` with ``exactly.once.support = requested`` resolved for this start
+    (bridge.sink.delivery_mode); what :func:`run` does first, before anything is built."""
+    return resolve_delivery(config, _probe_transactions)
+
+
 def _probe_transactions(config: BridgeConfig) -> str | None:
     """Why the cluster refuses this bridge Kafka transactions, or ``None``
     (bridge.sink.delivery_mode), waiting for a cluster that does not answer yet."""
@@ -593,7 +612,7 @@ def run(config: BridgeConfig, stop: threading.Event | None = None) -> int:
             "available to build it"
         )
     try:
-        config = resolve_delivery(config, _probe_transactions)
+        config = with_resolved_delivery(config)
         metrics.delivery(exactly_once=config.kafka.exactly_once)
         prepare_signal_table(config)
         # After a transient Kafka failure a publisher is spent: each restart takes fresh parts;
@@ -617,14 +636,7 @@ def run(config: BridgeConfig, stop: threading.Event | None = None) -> int:
             if snapshots:
                 snapshots[-1].parts.publisher.close()
             return 0
-        warm = snapshots[-1].parts
-        if config.kafka.exactly_once:
-            # Streaming needs a transactional producer; the rest is the snapshot's all the
-            # same: its builder knows each table's relation, so DDL right after the snapshot
-            # is compared with what the snapshot sent (a rewrite is seen, bridge.events).
-            warm.publisher.close()
-            warm = replace(warm, publisher=build_publisher(config, transactional=True))
-        spare.append(warm)
+        spare.append(streaming_parts_after_snapshot(config, snapshots[-1].parts))
 
         def streaming_parts() -> PipelineParts:
             if spare:

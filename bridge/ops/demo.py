@@ -33,7 +33,14 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from bridge.config import load_config
 from bridge.devstack.stack import LocalStack, StackInfo
 from bridge.pgoutput.lsn import Lsn
-from bridge.runner import build_parts, build_pipeline, snapshot_sink, source_config
+from bridge.runner import (
+    build_parts,
+    build_pipeline,
+    snapshot_sink,
+    source_config,
+    streaming_parts_after_snapshot,
+    with_resolved_delivery,
+)
 from bridge.sink.registry import DESERIALIZER_CONF, registry_client
 from bridge.snapshot.run import run_snapshot
 
@@ -251,7 +258,11 @@ def run_demo() -> int:
     }
     seed(dsn)
     state_dir = tempfile.mkdtemp(prefix="pgbridge-demo-")
-    config = load_config(None, {}, {**settings, "state.dir": state_dir})
+    # The default delivery, resolved as `pgbridge run` resolves it: exactly once where the
+    # cluster grants transactions (the local stack does).
+    config = with_resolved_delivery(load_config(None, {}, {**settings, "state.dir": state_dir}))
+    delivery = "exactly once" if config.kafka.exactly_once else "at least once"
+    say(f"delivery: {delivery} (exactly.once.support = requested, the default)")
     stop = threading.Event()
     parts = build_parts(config)
     started = time.monotonic()
@@ -261,7 +272,7 @@ def run_demo() -> int:
         "\ninitial snapshot: the rows already in the database, as op 'r' events, in "
         f"{time.monotonic() - started:.1f} s"
     )
-    pipeline = build_pipeline(config, parts=parts)
+    pipeline = build_pipeline(config, parts=streaming_parts_after_snapshot(config, parts))
     errors: list[BaseException] = []
 
     def run() -> None:
