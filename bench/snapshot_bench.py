@@ -282,7 +282,8 @@ def main() -> None:
     parser.add_argument("--baseline-seconds", type=float, default=20.0)
     parser.add_argument(
         "--delivery",
-        default="at-least-once",
+        # Both: the product's default is exactly once where the cluster allows it.
+        default="at-least-once,exactly-once",
         help="the guarantees measured side by side (comma-separated: at-least-once, exactly-once)",
     )
     args = parser.parse_args()
