@@ -44,6 +44,7 @@ from bridge.pgoutput.messages import (
     Type,
     Update,
 )
+from bridge.relation_memory import RelationMemory, RememberedRelation
 from bridge.routing import TopicRouter
 from bridge.schema import (
     ATTNUM,
@@ -176,6 +177,20 @@ class DeadLetterEvent:
 Output = ChangeEvent | LogicalMessageEvent | TransactionEnd | DeadLetterEvent
 
 
+def remembered(schemas: RelationSchemas) -> RememberedRelation:
+    """What the rewrite check compares of a table version (kept across restarts)."""
+    relation = schemas.relation
+    row = row_record(schemas.value_schema)
+    return RememberedRelation(
+        relation.namespace,
+        relation.relation_name,
+        schemas.table,
+        schemas.topic,
+        tuple((c.name, c.type_oid) for c in relation.columns),
+        tuple(f.get(ATTNUM) for f in row["fields"]) if row else (),
+    )
+
+
 class EventBuilder:
     """Turns the ordered message stream into events; keeps the relation and type caches."""
 
@@ -232,6 +247,9 @@ class EventBuilder:
         #: or moved to another schema): the id is the same whenever the stream is replayed
         #: (the table's OID and the WAL position of its new Relation message).
         self.on_rewrite: Callable[[str, str], None] | None = None
+        #: The relations delivered before this process started (bridge.relation_memory): a
+        #: table's first Relation after a restart is compared with it.
+        self.memory: RelationMemory | None = None
         self._handlers: dict[type, Callable[[Any], list[Output]]] = {
             Insert: self._insert,
             Update: self._update,
@@ -329,6 +347,8 @@ class EventBuilder:
                 "them or leave one out with table.exclude.list",
             )
         self.relations[relation.relation_oid] = schemas
+        if self.memory is not None:
+            self.memory.saw(self.message_lsn, relation.relation_oid, remembered(schemas))
         return []
 
     def schemas_for(self, relation: Relation) -> RelationSchemas:
@@ -357,7 +377,14 @@ class EventBuilder:
             )
             facts = replace(facts, numbers=numbers)
         resnapshot = report_rewrite and self.on_rewrite is not None
-        rewritten = self._warn_of_rewritten_rows(relation, facts, known, resnapshot)
+        previous = (
+            remembered(known)
+            if known is not None
+            else self.memory.known.get(relation.relation_oid)
+            if self.memory is not None and report_rewrite
+            else None
+        )
+        rewritten = self._warn_of_rewritten_rows(relation, facts, previous, resnapshot)
         if rewritten and resnapshot and self.on_rewrite is not None:
             table = f"{relation.namespace or 'pg_catalog'}.{relation.relation_name}"
             # Named by the transaction it arrived in: the same when the slot replays it, a new
@@ -389,7 +416,7 @@ class EventBuilder:
         self,
         relation: Relation,
         facts: ColumnFacts,
-        known: RelationSchemas | None,
+        known: RememberedRelation | None,
         resnapshot: bool = False,
     ) -> bool:
         """Whether DDL rewrote the table without sending its rows: a column added with a
@@ -407,10 +434,7 @@ class EventBuilder:
             else "run an incremental snapshot of the table (or set snapshot.rewritten.tables = "
             "incremental; docs/snapshots.md)"
         )
-        if (known.relation.namespace, known.relation.relation_name) != (
-            relation.namespace,
-            relation.relation_name,
-        ):
+        if (known.namespace, known.relation_name) != (relation.namespace, relation.relation_name):
             logger.warning(
                 "table %s is now %s.%s (ALTER TABLE ... RENAME TO / SET SCHEMA): its changes go "
                 "to a new topic from here; the rows it held are in topic %s (and that Delta "
@@ -422,8 +446,8 @@ class EventBuilder:
                 fix,
             )
             return True
-        row = row_record(known.value_schema)
-        before = {f.get(ATTNUM) for f in row["fields"]} if row else set()
+        before = set(known.attnums)
+        old_types = dict(known.columns)
         added = sorted(
             name
             for name in facts.defaulted - facts.missing.keys()
@@ -432,9 +456,8 @@ class EventBuilder:
         retyped = sorted(
             column.name
             for column in relation.columns
-            for old in known.relation.columns
-            if old.name == column.name
-            and old.type_oid != column.type_oid  # a modifier alone keeps the values
+            if column.name in old_types
+            and old_types[column.name] != column.type_oid  # a modifier alone keeps the values
         )
         if retyped:
             logger.warning(

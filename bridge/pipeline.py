@@ -394,6 +394,9 @@ class Pipeline:
         self.observer.on_acknowledged(flush, self.tracker.in_flight)
         if self.incremental is not None:
             self.incremental.acknowledged(flush)
+        memory = self.builder.memory
+        if memory is not None:
+            memory.acknowledged(int(flush))
 
     # -- records --------------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from bridge.ops.metrics import BridgeMetrics
 from bridge.ops.observe import MetricsObserver
 from bridge.pgoutput.lsn import Lsn
 from bridge.pipeline import Pipeline, PipelineObserver, PipelineOptions
+from bridge.relation_memory import RelationMemory, relation_memory_file
 from bridge.restarts import stream_with_restarts
 from bridge.signals import ensure_signal_table, signal_table_name
 from bridge.sink.delivery_mode import probe_transactions, resolve_delivery
@@ -194,6 +195,10 @@ def build_parts(config: BridgeConfig, *, transactional: bool = False) -> Pipelin
             config.events.failure_handling_mode,  # type: ignore[arg-type]
             config.events.dead_letter_topic,
         ),
+    )
+    # DDL made while the bridge was down is compared with what it delivered before.
+    builder.memory = RelationMemory(
+        relation_memory_file(config.snapshot.state_dir, config.replication.slot_name)
     )
     return PipelineParts(builder, registrar, serializer, build_publisher(config, transactional))
 

@@ -558,3 +558,45 @@ def test_rows_ddl_rewrote_are_copied_again_with_the_default_settings(
         assert_rebuild_equals_source(
             local_stack, dsn, prefix, {"public.retyped": ("id",), "public.after_name": ("id",)}
         )
+
+
+def test_a_type_changed_while_the_bridge_was_down_is_copied_again_after_the_restart(
+    local_stack: StackInfo, tmp_path: Path
+) -> None:
+    """The bridge stops; ``ALTER COLUMN … TYPE … USING`` rewrites every row while it is down;
+    the next start compares the table's first Relation with the version the last run delivered
+    (kept in its state directory, bridge.relation_memory) and requests the table's incremental
+    snapshot by itself, so the topic ends with what USING computed."""
+    prefix = f"incdn{uuid.uuid4().hex[:8]}"
+    with scratch_database(local_stack) as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "CREATE TABLE retyped (id int PRIMARY KEY, v text);"
+                "INSERT INTO retyped SELECT i, repeat('x', i % 7) FROM generate_series(1, 500) i"
+            )
+        settings = bridge_settings(local_stack, dsn, prefix, **{"state.dir": str(tmp_path)})
+        log = str(tmp_path / "bridge.log")
+        process = BridgeProcess(settings, log)
+        try:
+            wait_for(lambda: "to topics" in process.log(), process, "streaming")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("UPDATE retyped SET v = 'y' WHERE id = 1")  # a change streamed
+            wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), process)
+            assert process.terminate() == 0, process.log()[-3000:]
+            with psycopg.connect(dsn, autocommit=True) as conn:  # while no bridge runs
+                conn.execute("ALTER TABLE retyped ALTER COLUMN v TYPE int USING length(v) * 10")
+                conn.execute("UPDATE retyped SET v = -1 WHERE id = 5")  # brings the Relation
+            process = BridgeProcess(settings, log)
+            wait_for(
+                lambda: tables_done(tmp_path, settings, "public.retyped"),
+                process,
+                "the retyped table's snapshot",
+                timeout=120,
+            )
+            wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), process)
+            assert process.terminate() == 0, process.log()[-3000:]
+        finally:
+            if process.proc.poll() is None:
+                process.kill()
+        assert "public.retyped: requesting an incremental snapshot (rewrite-" in process.log()
+        assert_rebuild_equals_source(local_stack, dsn, prefix, {"public.retyped": ("id",)})
