@@ -58,3 +58,4 @@ def test_every_metric_the_dashboard_reads_is_exported_by_a_running_bridge(
     # The queries are not vacuous: the run's own figures are there.
     assert 'pgbridge_events_total{op="u",table="public.items"} 10.0' in scrape
     assert 'pgbridge_snapshot_rows{table="public.items"} 100.0' in scrape
+    assert "pgbridge_exactly_once 1.0" in scrape  # the default, granted by the local stack

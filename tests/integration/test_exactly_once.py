@@ -30,8 +30,10 @@ from tests.integration.bridge_harness import (
     RunningBridge,
     bridge_config,
     bridge_settings,
+    free_port,
     mark,
     read_topic,
+    scrape_metrics,
     scratch_database,
     wait_slot_confirmed,
     wait_streaming,
@@ -184,12 +186,21 @@ def test_by_default_a_cluster_refusing_transactions_gets_at_least_once_and_says_
         with scratch_database(local_stack) as dsn:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("CREATE TABLE events (id int PRIMARY KEY, v text)")
+            port = free_port()
             settings = bridge_settings(
-                local_stack, dsn, prefix, **{"kafka.bootstrap.servers": kafka.bootstrap_servers}
+                local_stack,
+                dsn,
+                prefix,
+                **{
+                    "kafka.bootstrap.servers": kafka.bootstrap_servers,
+                    "metrics.port": str(port),
+                    "metrics.host": "127.0.0.1",
+                },
             )
             assert "exactly.once.support" not in settings  # the default
             process = BridgeProcess(settings, str(tmp_path / "bridge.log"))
             wait_streaming(dsn, settings["slot.name"], process)
+            assert "pgbridge_exactly_once 0.0" in scrape_metrics(port, "pgbridge_exactly_once")
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("INSERT INTO events SELECT g, 'v' FROM generate_series(1, 100) g")
             wait_slot_confirmed(dsn, settings["slot.name"], mark(dsn), process)
