@@ -30,7 +30,7 @@ _UNREADABLE = "ignoring %s (%s): DDL made while the bridge was down is not seen"
 
 
 def relation_memory_file(state_dir: Path, slot: str) -> Path:
-    return state_dir / f"relations-{slot}.json"
+    return state_dir.expanduser() / f"relations-{slot}.json"  # the default is under ~
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,3 +87,10 @@ def test_an_unreadable_file_is_a_warning_and_an_empty_memory(
     with caplog.at_level("WARNING", logger="bridge.relation_memory"):
         assert RelationMemory(path).known == {}
     assert "DDL made while the bridge was down is not seen" in caplog.text
+
+
+def test_the_default_state_directory_is_under_the_home_directory() -> None:
+    from bridge.config.settings import DEFAULT_STATE_DIR
+
+    path = relation_memory_file(DEFAULT_STATE_DIR, "slot")
+    assert path == Path.home() / ".local/state/pgbridge/relations-slot.json"
