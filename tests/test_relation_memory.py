@@ -31,15 +31,21 @@ def _stream_one_change(builder: EventBuilder, version: object = None) -> None:
     _run(builder, version or relation(), BEGIN, Insert(None, 16384, tuple_data("1", "a")), COMMIT)
 
 
+def _delivered(path: Path, told: list[tuple[str, str]]) -> EventBuilder:
+    """A bridge that streamed one change of the table, the slot confirmed past it."""
+    builder = _bridge(path, told)
+    _stream_one_change(builder)
+    assert builder.memory is not None
+    builder.memory.acknowledged(int(lsn("0/1030")))
+    return builder
+
+
 def test_a_type_changed_while_the_bridge_was_down_is_reported_after_the_restart(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = relation_memory_file(tmp_path, "slot")
     told: list[tuple[str, str]] = []
-    first = _bridge(path, told)
-    _stream_one_change(first)
-    assert first.memory is not None
-    first.memory.acknowledged(int(lsn("0/1030")))  # the slot confirmed past it; then a stop
+    _delivered(path, told)  # then a stop
     # ALTER COLUMN body TYPE int USING ..., while no bridge runs; the next one's stream:
     second = _bridge(path, told)
     later = Begin(final_lsn=lsn("0/5000"), commit_ts=2_000_000, xid=701)
@@ -52,10 +58,7 @@ def test_a_type_changed_while_the_bridge_was_down_is_reported_after_the_restart(
 def test_a_rename_while_the_bridge_was_down_is_reported_after_the_restart(tmp_path: Path) -> None:
     path = relation_memory_file(tmp_path, "slot")
     told: list[tuple[str, str]] = []
-    first = _bridge(path, told)
-    _stream_one_change(first)
-    assert first.memory is not None
-    first.memory.acknowledged(int(lsn("0/1030")))
+    _delivered(path, told)
     _run(_bridge(path, told), BEGIN, relation(name="things"))
     assert [table for table, _ in told] == ["public.things"]
 
@@ -65,10 +68,8 @@ def test_a_version_not_yet_confirmed_is_not_kept_so_a_replay_is_no_change(tmp_pa
     restart replays the old version first, which must not read as a change back."""
     path = relation_memory_file(tmp_path, "slot")
     told: list[tuple[str, str]] = []
-    first = _bridge(path, told)
-    _stream_one_change(first)
+    first = _delivered(path, told)
     assert first.memory is not None
-    first.memory.acknowledged(int(lsn("0/1030")))
     first.message_lsn = int(lsn("0/5000"))
     _run(first, RETYPED)  # reported by the running bridge
     assert len(told) == 1

@@ -22,7 +22,7 @@ from bridge.config import TopicCreationConfig
 from bridge.retry import RetryPolicy
 from bridge.sink.kafka_errors import PERMANENT_TOPIC_CODES, TopicCreationError
 
-__all__ = ["TopicAdmin"]
+__all__ = ["TopicAdmin", "admin_result"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +31,27 @@ _ADMIN_TIMEOUT_S = 30.0
 
 def _transient_topic_error(exc: Exception) -> bool:
     return isinstance(exc, TopicCreationError) and exc.code not in PERMANENT_TOPIC_CODES
+
+
+def admin_result(
+    admin: AdminClient,
+    future: Any,
+    topic: str,
+    refused: Callable[[], tuple[str, str] | None],
+    timeout_s: float,
+) -> Any:
+    """``future.result()``, serving the admin client's error callbacks meanwhile: a refused
+    login or certificate (``refused()``) ends the wait at once, as a permanent
+    TopicCreationError, instead of a timeout that would be retried."""
+    deadline = time.monotonic() + timeout_s
+    while not future.done():
+        admin.poll(0.1)
+        refusal = refused()
+        if refusal is not None:
+            raise TopicCreationError(topic, *refusal)
+        if time.monotonic() > deadline:
+            raise FutureTimeoutError()
+    return future.result(timeout=0)
 
 
 class TopicAdmin:
@@ -95,18 +116,7 @@ class TopicAdmin:
         return self._admin
 
     def _result(self, admin: AdminClient, future: Any, topic: str) -> Any:
-        """``future.result()``, serving the admin client's error callbacks meanwhile: a refused
-        login or certificate ends the wait at once, as a permanent TopicCreationError, instead
-        of a timeout that would be retried."""
-        deadline = time.monotonic() + _ADMIN_TIMEOUT_S * 2
-        while not future.done():
-            admin.poll(0.1)
-            refused = self._refused()
-            if refused is not None:
-                raise TopicCreationError(topic, *refused)
-            if time.monotonic() > deadline:
-                raise FutureTimeoutError()
-        return future.result(timeout=0)
+        return admin_result(admin, future, topic, self._refused, _ADMIN_TIMEOUT_S * 2)
 
     def _learn_partitions(self, admin: AdminClient, topic: str) -> None:
         """The partition count for the native batches, from a description; none on any

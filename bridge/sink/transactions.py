@@ -227,7 +227,7 @@ def ensure_offsets_topic(admin_conf: dict[str, Any], topic: str, replication_fac
     from confluent_kafka.cimpl import NewTopic
 
     from bridge.sink.kafka_client import BrokerRefusals
-    from bridge.sink.kafka_errors import TopicCreationError
+    from bridge.sink.topic_admin import admin_result
 
     refusals = BrokerRefusals(admin_conf, logger)
     conf: dict[str, Any] = {
@@ -248,13 +248,8 @@ def ensure_offsets_topic(admin_conf: dict[str, Any], topic: str, replication_fac
         operation_timeout=30,
         request_timeout=30,
     )[topic]
-    deadline = time.monotonic() + 60
-    while not future.done() and time.monotonic() < deadline:
-        admin.poll(0.1)  # serves the error callback and the client log
-        if refusals.refused is not None:
-            raise TopicCreationError(topic, *refusals.refused)
     try:
-        future.result(timeout=max(0.0, deadline - time.monotonic()))
+        admin_result(admin, future, topic, lambda: refusals.refused, 60)
         logger.info("created offsets topic %s (compacted)", topic)
     except KafkaException as exc:
         error = exc.args[0]
