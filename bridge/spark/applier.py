@@ -82,7 +82,10 @@ from bridge.spark.apply_metrics import (
     TABLE_LAG,
 )
 from bridge.spark.config import ApplyConfig, delta_table
-from bridge.spark.decode import SchemaCache, TableBatch, decode_batch
+from bridge.spark.decode import SchemaCache, TableBatch, batch_groups, decode_batch
+from bridge.spark.driver_changes import ArrowRows, admitted, arrow_rows, last_change_per_key
+from bridge.spark.driver_decode import DriverDecoder
+from bridge.spark.driver_lane import DriverTable, driver_tables
 from bridge.spark.driver_merge import (
     DriverWriteRefused,
     append_in_driver,
@@ -152,6 +155,8 @@ class ApplyStats:
     # replay, delta-rs | spark)
     last_write: dict[str, tuple[str, str]] = field(default_factory=dict)
     failed_tables: dict[str, str] = field(default_factory=dict)  # topic -> last error
+    # Tables' batches decoded in the driver (bridge.spark.driver_lane), not by Spark.
+    driver_decoded: int = 0
 
 
 class BatchApplier:
@@ -179,6 +184,7 @@ class BatchApplier:
         self._legacy_positions: dict[str, Position] | None = None
         # Tables delta-rs refused to write (bridge.spark.driver_merge): Spark writes them.
         self._spark_only: set[str] = set()
+        self._decoder = DriverDecoder()
 
     def _session(self, spark: Any) -> Any:
         """This thread's own session (same SparkContext and cache, own SQL conf).
@@ -244,7 +250,11 @@ class BatchApplier:
         return {}
 
     def _apply_tables(
-        self, spark: Any, tables: Sequence[TableBatch], batch_id: int, batch: _BatchState
+        self,
+        spark: Any,
+        tables: Sequence[TableBatch | DriverTable],
+        batch_id: int,
+        batch: _BatchState,
     ) -> None:
         if self.config.parallel_tables == 1 or len(tables) <= 1:
             for table in tables:
@@ -268,7 +278,7 @@ class BatchApplier:
                 raise error
 
     def _apply_or_set_aside(
-        self, spark: Any, table: TableBatch, batch_id: int, batch: _BatchState
+        self, spark: Any, table: TableBatch | DriverTable, batch_id: int, batch: _BatchState
     ) -> None:
         """Apply one table; if it fails twice, dead-letter its records instead of the batch."""
         error: Exception | None = None
@@ -296,7 +306,8 @@ class BatchApplier:
         logger.error("batch %d: %s: %s; its records go to the dead-letter table", batch_id,
                      table.name, reason)  # fmt: skip
         with self._lock:
-            batch.dead_letters.append(tf.dead_letters(table.raw, reason, batch_id))
+            raw = table.raw_frame(spark) if isinstance(table, DriverTable) else table.raw
+            batch.dead_letters.append(tf.dead_letters(raw, reason, batch_id))
             self.stats.failed_tables[table.topic] = reason
         TABLE_FAILURES.labels(table.topic).inc()
 
@@ -310,10 +321,22 @@ class BatchApplier:
         framed = tf.frame(batch).coalesce(task_slots(spark))
         decoded = None
         tables: list[TableBatch] = []
+        in_driver: list[DriverTable] = []
         try:
             with phases.phase("read"):
+                groups = batch_groups(framed)
+                if len(groups.groups) > 1:
+                    framed.persist()  # read by the driver's collection and each group's decode
+                in_driver = driver_tables(
+                    framed, groups, self.config, self.schemas, self._decoder, self._driver_path
+                )
                 decoded = decode_batch(
-                    framed, self.config, self.schemas, batch_id, task_slots(spark)
+                    framed,
+                    self.config,
+                    self.schemas,
+                    batch_id,
+                    task_slots(spark),
+                    groups.without({t.topic for t in in_driver}),
                 )
             # Each table's changes are read by its summary and by its MERGE, both from the
             # decoded records' cache (decode_batch): the changes are projections of them, and
@@ -326,17 +349,36 @@ class BatchApplier:
             # Per-table MERGEs are mostly driver-side latency (log replay, planning, commit):
             # running them side by side keeps the cores busy.
             with phases.phase("merge"):
-                self._apply_tables(spark, tables, batch_id, state)
+                self._apply_tables(spark, [*in_driver, *tables], batch_id, state)
             with phases.phase("dead_letters"):
                 self._write_dead_letters(
                     spark, [*decoded.dead_letters, *state.dead_letters], batch_id
                 )
             self.stats.batches += 1
-            self._report(batch_id, phases, state, len(tables))
+            self.stats.driver_decoded += len(in_driver)
+            self._report(batch_id, phases, state, len(tables) + len(in_driver))
         finally:
             for cached in decoded.cached if decoded else []:
                 cached.unpersist()
             framed.unpersist()
+
+    def _driver_path(
+        self, topic: str, columns: frozenset[tuple[str, str]], records: int
+    ) -> str | None:
+        """The path of ``topic``'s table when its batch of ``records`` with these (name, type)
+        columns may be decoded and written in the driver: a table this job wrote before with
+        these columns (nothing to create or evolve) that delta-rs writes (driver_write_fits)."""
+        with self._lock:
+            path = self._paths.get(topic)
+            known = self._known.get(path) if path is not None else None
+            if path is None or known is None or path in self._spark_only:
+                return None
+        drop = self.config.dropped_columns == "drop"
+        if not (columns == known if drop else columns <= known):
+            return None
+        if driver_write_fits(path, records, self.config.driver_write_rows) is None:
+            return None
+        return path
 
     def _applied_position(self, spark: Any, path: str, fences: Fences) -> Position | None:
         """A keyless table's applied position: its partition 0 fence (all its records are in
@@ -410,9 +452,16 @@ class BatchApplier:
         return {tables[i].topic: combine_parts(parts) for i, parts in per_table.items()}
 
     def _apply_table(
-        self, spark: Any, table: TableBatch, batch_id: int, batch: _BatchState | None = None
+        self,
+        spark: Any,
+        table: TableBatch | DriverTable,
+        batch_id: int,
+        batch: _BatchState | None = None,
     ) -> None:
         batch = batch if batch is not None else _BatchState()
+        if isinstance(table, DriverTable):
+            self._apply_driver_table(spark, table, batch_id, batch)
+            return
         started = time.monotonic()
         changes = table.changes
         merge_seconds = 0.0
@@ -474,15 +523,43 @@ class BatchApplier:
         else:
             self._merge_keyless(spark, work)
         merge_seconds = time.monotonic() - merge_started
-        if os.environ.get(PAUSE_AFTER_MERGE_ENV):
-            time.sleep(float(os.environ[PAUSE_AFTER_MERGE_ENV]))
+        _pause_after_merge()
         if self.config.history and keys:
             self._apply_history(spark, table, schema, name, changes, keys, truncate,
                                 bool(summary["toast"]), batch_id)  # fmt: skip
+        self._record_applied(work, batch, started, merge_seconds)
+
+    def _apply_driver_table(
+        self, spark: Any, table: DriverTable, batch_id: int, batch: _BatchState
+    ) -> None:
+        """A table decoded in the driver (bridge.spark.driver_lane): its fences, last change
+        per key and rows in Python, written as :meth:`_write_keyed` writes any keyed table.
+        Only keyed tables this job wrote before with these columns come here."""
+        started = time.monotonic()
+        summary = table.summary
+        label = f"{summary['schema']}.{summary['table']}"
+        work = _TableWork(table, table.path, label, None, summary, int(summary["n"]), True,
+                          batch_id)  # fmt: skip
+        fences = self._fences_of(spark, table.path)
+        names = table.columns.fieldNames()
+        fold = bool(summary["toast"])
+        changes = admitted(table.changes, fences, work.truncate_at)
+        keys = [names.index(k) for k in table.key_columns]
+        latest = arrow_rows(last_change_per_key(changes, keys, fold, names), table.columns)
+        self._write_keyed(spark, work, table.key_columns, fences, latest, fold)
+        merge_seconds = time.monotonic() - started
+        _pause_after_merge()
+        self._record_applied(work, batch, started, merge_seconds)
+
+    def _record_applied(
+        self, work: _TableWork, batch: _BatchState, started: float, merge_seconds: float
+    ) -> None:
+        """A table's batch is in Delta: stats, metrics, its log line."""
+        summary, count, label = work.summary, work.count, work.label
         with self._lock:
             self.stats.changes += count
             self.stats.per_table[label] = self.stats.per_table.get(label, 0) + count
-            batch.counts[table.topic] = count
+            batch.counts[work.table.topic] = count
             batch.commit_ms.extend(
                 int(summary[k]) for k in ("oldest_ms", "newest_ms") if summary[k] is not None
             )
@@ -492,7 +569,7 @@ class BatchApplier:
         kind, writer = self.stats.last_write.get(label, ("write", ""))
         logger.info(
             "batch %d: %s: %d changes%s in %.1f s (%s%s %.1f s)",
-            batch_id,
+            work.batch_id,
             label,
             count,
             f", truncate at {work.truncate_at}" if work.truncate_at else "",
@@ -505,6 +582,7 @@ class BatchApplier:
     def _merge_keyless(self, spark: Any, work: _TableWork) -> None:
         """A table without key columns: its row images as a multiset (bridge.spark.multiset)."""
         path, table, summary, truncate_at = work.path, work.table, work.summary, work.truncate_at
+        assert work.changes is not None and isinstance(table, TableBatch)
         self._ensure(spark, path, table, ())
         fences = self._fences_of(spark, path)
         last = summary["last"]
@@ -537,7 +615,8 @@ class BatchApplier:
         """A keyed table: the last change per key, MERGEd (or appended to a table this batch
         created); the changes as the MERGE saw them (fenced), for the history table."""
         path, table, summary, truncate_at = work.path, work.table, work.summary, work.truncate_at
-        changes, exists, count = work.changes, work.exists, work.count
+        changes = work.changes
+        assert changes is not None and isinstance(table, TableBatch)
         changes = changes.drop(tf.COUNT_DELTA) if tf.COUNT_DELTA in changes.columns else changes
         self._ensure(spark, path, table, keys)
         # Resends and changes a truncate already erased never reach the MERGE (fences).
@@ -556,6 +635,23 @@ class BatchApplier:
             changes = tf.drop_before(changes, *truncate_at)
         fold = bool(summary["toast"])
         latest = tf.last_change_per_key(changes, keys, fold_unchanged=fold)
+        self._write_keyed(spark, work, keys, fences, latest, fold)
+        return changes
+
+    def _write_keyed(
+        self,
+        spark: Any,
+        work: _TableWork,
+        keys: Sequence[str],
+        fences: Fences,
+        latest: DataFrame | ArrowRows,
+        fold: bool,
+    ) -> None:
+        """Write a keyed table's last changes: nothing for a replay, an append where the keys
+        are new (a table this batch created, inserts the fences prove new), else a MERGE; by
+        delta-rs where it fits, else by Spark."""
+        path, table, summary, truncate_at = work.path, work.table, work.summary, work.truncate_at
+        exists, count = work.exists, work.count
         plan = MergePlan(
             key_columns=tuple(keys),
             value_columns=tuple(table.columns.fieldNames()),
@@ -571,6 +667,10 @@ class BatchApplier:
             first_load=not exists,
         )
         metadata, app_id = after.to_metadata(), self.config.txn_app_id
+
+        def frame() -> DataFrame:  # for Spark's write of rows decoded in the driver
+            return latest if isinstance(latest, DataFrame) else latest.to_frame(spark)
+
         # A table created by this batch is empty: its first load is an append; so is a batch
         # of inserts the fences prove new to the table.
         if exists and fences.cover(summary["offsets"]):
@@ -591,7 +691,7 @@ class BatchApplier:
                     target, latest, plan, app_id, work.batch_id, commit_metadata=metadata
                 ),
                 lambda: append_new_keys(
-                    spark, path, latest, plan, None if by_offsets else app_id, work.batch_id,
+                    spark, path, frame(), plan, None if by_offsets else app_id, work.batch_id,
                     commit_metadata=metadata,
                 ),
             )  # fmt: skip
@@ -606,14 +706,13 @@ class BatchApplier:
                         target, latest, plan, app_id, work.batch_id, commit_metadata=metadata
                     ),
                     lambda: merge_changes(
-                        spark, path, latest, plan, app_id, work.batch_id, commit_metadata=metadata
+                        spark, path, frame(), plan, app_id, work.batch_id, commit_metadata=metadata
                     ),
                 ),
             )
         with self._lock:
             self._fences[path] = after
             self.stats.last_write[work.label] = written
-        return changes
 
     def _write(
         self,
@@ -714,10 +813,10 @@ class BatchApplier:
 class _TableWork:
     """One table's part of a batch, as ``_apply_table`` found it (summary read, path known)."""
 
-    table: TableBatch
+    table: TableBatch | DriverTable
     path: str
     label: str  # schema.table
-    changes: DataFrame
+    changes: DataFrame | None  # None: decoded in the driver (bridge.spark.driver_lane)
     summary: dict[str, Any]
     count: int
     exists: bool  # the Delta table exists (else this batch creates it)
@@ -757,6 +856,12 @@ class _PhaseTimer:
     @property
     def total(self) -> float:
         return time.monotonic() - self.started
+
+
+def _pause_after_merge() -> None:
+    """The crash tests' failpoint (PAUSE_AFTER_MERGE_ENV)."""
+    if os.environ.get(PAUSE_AFTER_MERGE_ENV):
+        time.sleep(float(os.environ[PAUSE_AFTER_MERGE_ENV]))
 
 
 def _is_delta_table(spark: Any, path: str) -> bool:

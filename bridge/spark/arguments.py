@@ -105,6 +105,13 @@ def _table_arguments(parser: argparse.ArgumentParser) -> None:
         help="a keyed table's batch of at most this many changes, into a table under 32 MiB on a "
         "local path, is written by the driver with delta-rs, not by Spark jobs (0: never)",
     )
+    parser.add_argument(
+        "--no-driver-decode",
+        dest="driver_decode",
+        action="store_false",
+        help="decode every table's records with Spark, also those the driver writes with "
+        "delta-rs (by default the driver decodes them too, with no Spark plan per table)",
+    )
     parser.add_argument("--history", action="store_true", help="also keep SCD type 2 history")
     parser.add_argument("--history-base", default="", help="default: <delta-base>/_history")
     parser.add_argument(
@@ -212,6 +219,7 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         app_id=args.app_id,
         parallel_tables=args.parallel_tables,
         driver_write_rows=args.driver_write_rows,
+        driver_decode=args.driver_decode,
         mode=getattr(args, "mode", "merge"),
         compaction_interval=getattr(args, "compaction_interval", "60 seconds"),
         history=args.history,

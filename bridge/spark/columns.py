@@ -83,11 +83,11 @@ def _full_name(node: dict[str, Any], namespace: str | None) -> str:
     return f"{ns}.{name}" if ns else name
 
 
-def _named_types(node: Any, namespace: str | None, out: dict[str, Any]) -> None:
+def named_types(node: Any, namespace: str | None, out: dict[str, Any]) -> None:
     """Every named type defined in ``node``, by full name (later uses are by reference)."""
     if isinstance(node, list):
         for item in node:
-            _named_types(item, namespace, out)
+            named_types(item, namespace, out)
         return
     if not isinstance(node, dict):
         return
@@ -98,23 +98,23 @@ def _named_types(node: Any, namespace: str | None, out: dict[str, Any]) -> None:
         # A name without its own namespace still takes the enclosing one (Avro's rule).
         inner = full.rpartition(".")[0] or None
         for field_ in node.get("fields", []):
-            _named_types(field_.get("type"), inner, out)
+            named_types(field_.get("type"), inner, out)
         return
     for key in ("type", "items", "values"):
         if key in node:
-            _named_types(node[key], namespace, out)
+            named_types(node[key], namespace, out)
 
 
-def _resolve(node: Any, named: dict[str, Any]) -> Any:
+def resolve(node: Any, named: dict[str, Any]) -> Any:
     """``node`` with a reference by name replaced by its definition, and ``null`` unions
     reduced to their other branch (Spark reads ``["null", X]`` as a nullable X)."""
     if isinstance(node, str):
         return named.get(node, node)
     if isinstance(node, list):
         branches = [b for b in node if b != "null"]
-        return _resolve(branches[0], named) if len(branches) == 1 else node
+        return resolve(branches[0], named) if len(branches) == 1 else node
     if isinstance(node, dict) and isinstance(node.get("type"), dict | list):
-        return _resolve(node["type"], named)
+        return resolve(node["type"], named)
     return node
 
 
@@ -125,7 +125,7 @@ def _missing_reader(field_: dict[str, Any], named: dict[str, Any]) -> str | None
     """The reader schema that turns an empty record into ``field_``'s non-null Avro default."""
     if MISSING_PROPERTY not in field_ or field_.get("default") is None:
         return None
-    kind = _resolve(field_["type"], named)
+    kind = resolve(field_["type"], named)
     return json.dumps(
         {
             "type": "record",
@@ -139,17 +139,17 @@ def row_columns(schema_json: str) -> tuple[tuple[RowColumn, ...], dict[str, Any]
     """The row record's columns of a change envelope schema, and its named types."""
     envelope = json.loads(schema_json)
     named: dict[str, Any] = {}
-    _named_types(envelope, None, named)
+    named_types(envelope, None, named)
     for field_ in envelope.get("fields", []) if isinstance(envelope, dict) else []:
         if field_.get("name") in ("before", "after"):
-            row = _resolve(field_["type"], named)
+            row = resolve(field_["type"], named)
             if isinstance(row, dict) and row.get("type") == "record":
                 return (
                     tuple(
                         RowColumn(
                             str(f["name"]),
                             str(f.get(ORIGINAL_NAME_PROPERTY) or f["name"]),
-                            _resolve(f["type"], named),
+                            resolve(f["type"], named),
                             tuple(str(n) for n in f.get(RENAMED_FROM_PROPERTY) or ()),
                             _missing_reader(f, named),
                         )
@@ -160,7 +160,7 @@ def row_columns(schema_json: str) -> tuple[tuple[RowColumn, ...], dict[str, Any]
     return (), named
 
 
-def _is_variable_decimal(avro: Any) -> bool:
+def is_variable_decimal(avro: Any) -> bool:
     return (
         isinstance(avro, dict)
         and avro.get("type") == "record"
@@ -239,8 +239,8 @@ def convert(
 ) -> tuple[Column, Column] | None:
     """(converted column, "a value did not fit" flag) for a column of Avro type ``avro``, or
     ``None`` when the column holds nothing to convert (it is then used as it is)."""
-    avro = _resolve(avro, named)
-    if _is_variable_decimal(avro):
+    avro = resolve(avro, named)
+    if is_variable_decimal(avro):
         return variable_decimal(col, precision, scale)
     if not isinstance(avro, dict):
         return None

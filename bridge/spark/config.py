@@ -85,8 +85,11 @@ class ApplyConfig:
     merged at the same time. A keyed table's batch of at most ``driver_write_rows`` changes, into a
     table under 32 MiB on a local path, is written by the driver with delta-rs instead of Spark
     jobs (:mod:`bridge.spark.driver_merge`: milliseconds instead of a second per table); 0
-    writes every table with Spark. ``history`` also keeps an SCD type 2 table per source table under
-    ``history_base`` (default ``<delta_base>/_history``), see :mod:`bridge.spark.history`.
+    writes every table with Spark. With ``driver_decode`` (the default) such a table's records
+    are also decoded in the driver, with no Spark plan per table, when the job wrote the table
+    before with the same columns (:mod:`bridge.spark.driver_lane`). ``history`` also keeps an
+    SCD type 2 table per source table under ``history_base`` (default
+    ``<delta_base>/_history``), see :mod:`bridge.spark.history`.
     ``deletion_vectors`` creates tables with Delta deletion vectors, so a MERGE that updates a
     few rows of a file marks them instead of rewriting the file (readers need Delta reader
     version 3; turn it off for older readers). Tables under 32 MiB rewrite the files a MERGE
@@ -126,6 +129,7 @@ class ApplyConfig:
     query_name: str = "pgbridge-apply"
     parallel_tables: int = 2
     driver_write_rows: int = 50_000
+    driver_decode: bool = True
     history: bool = False
     deletion_vectors: bool = True
     dropped_columns: str = "keep"

@@ -39,6 +39,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
+from bridge.spark.driver_changes import ArrowRows
 from bridge.spark.merge import (
     DELETION_VECTORS_MIN_TABLE_BYTES,
     MergePlan,
@@ -146,10 +147,12 @@ def _source_columns(plan: MergePlan) -> list[str]:
     return [*plan.value_columns, *meta, *([tf.UNCHANGED] if plan.fold_unchanged else [])]
 
 
-def _collect(table: Any, latest: DataFrame, plan: MergePlan) -> Any:
+def _collect(table: Any, latest: DataFrame | ArrowRows, plan: MergePlan) -> Any:
     """The rows to write, as Arrow, once the table is known to take them as Spark would."""
     columns = _source_columns(plan)
     _check_target(table, latest.schema, [*plan.value_columns, *tf.PERSISTED_META])
+    if isinstance(latest, ArrowRows):  # decoded in the driver (bridge.spark.driver_lane)
+        return latest.table.select(columns)
     return latest.select(*[tf.quote(c) for c in columns]).toArrow()
 
 
@@ -193,7 +196,7 @@ def _done_before(table: Any, app_id: str, batch_id: int) -> bool:
 
 def merge_in_driver(
     table: Any,
-    latest: DataFrame,
+    latest: DataFrame | ArrowRows,
     plan: MergePlan,
     app_id: str,
     batch_id: int,
@@ -248,7 +251,7 @@ def merge_in_driver(
 
 def append_in_driver(
     table: Any,
-    latest: DataFrame,
+    latest: DataFrame | ArrowRows,
     plan: MergePlan,
     app_id: str,
     batch_id: int,
@@ -261,9 +264,14 @@ def append_in_driver(
     in Spark's append."""
     if _done_before(table, app_id, batch_id):
         return
-    rows = new_key_rows(latest, plan)
-    _check_target(table, rows.schema, rows.columns)
-    data = _conformed(table, rows.toArrow())
+    if isinstance(latest, ArrowRows):  # decoded in the driver (bridge.spark.driver_lane)
+        _check_target(table, latest.schema, [*plan.value_columns, *tf.PERSISTED_META])
+        arrow = latest.new_key_rows(plan.value_columns, plan.key_columns, plan.fold_unchanged)
+    else:
+        rows = new_key_rows(latest, plan)
+        _check_target(table, rows.schema, rows.columns)
+        arrow = rows.toArrow()
+    data = _conformed(table, arrow)
     _execute(
         lambda: _append(table, data, app_id, batch_id, commit_metadata), table, app_id, batch_id
     )

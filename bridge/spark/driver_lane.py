@@ -1,0 +1,194 @@
+"""Which tables of a batch are decoded in the driver (bridge.spark.driver_decode), and their
+records, collected in one Spark job for all of them.
+
+A topic qualifies when what Spark's path would do with it is known to come to the same here:
+one value schema version in the batch, keyed records of one key schema, no history table, and
+a Delta table this job already wrote with these columns and types (no creation, evolution,
+rename or backfill to make) whose batch delta-rs writes anyway (at most ``driver_write_rows``
+records, a table under 32 MiB on a local path: bridge.spark.driver_merge). Its records are
+then decoded here; a topic that turns out otherwise
+(:class:`~bridge.spark.driver_decode.NotForDriver`, records of another source table, a routed
+topic) goes back to Spark's path in the same batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from bridge.spark import transforms as tf
+from bridge.spark.config import ApplyConfig, delta_table
+from bridge.spark.decode import BatchGroups, SchemaCache
+from bridge.spark.driver_changes import summarize
+from bridge.spark.driver_decode import DriverDecoder, NotForDriver, RawChange
+
+__all__ = ["DriverTable", "driver_tables"]
+
+logger = logging.getLogger(__name__)
+
+#: Key column types whose equality in Python is not Spark's (NaN, -0.0): Spark's path.
+_INEXACT_KEYS = (T.FloatType, T.DoubleType)
+
+
+@dataclass(slots=True)
+class DriverTable:
+    """One topic's changes of a batch, decoded in the driver."""
+
+    topic: str
+    path: str
+    columns: T.StructType  # the row's columns (PostgreSQL names, Spark types)
+    key_columns: tuple[str, ...]
+    changes: list[RawChange]
+    summary: dict[str, Any]
+    raw: Any  # pyarrow.Table: the Kafka records behind the changes (for dead letters)
+    renames: dict[str, str] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+    keyless: bool = False
+    pgbridge_positions: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.topic
+
+    def raw_frame(self, spark: Any) -> DataFrame:
+        frame: DataFrame = spark.createDataFrame(self.raw)
+        return frame
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    topic: str
+    path: str
+    schema_id: int
+    columns: T.StructType
+    key_columns: tuple[str, ...]
+
+
+def driver_tables(
+    framed: DataFrame,
+    groups: BatchGroups,
+    config: ApplyConfig,
+    schemas: SchemaCache,
+    decoder: DriverDecoder,
+    writable_path: Callable[[str, frozenset[tuple[str, str]], int], str | None],
+) -> list[DriverTable]:
+    """The batch's topics decoded in the driver. ``writable_path(topic, columns, records)``:
+    the path of the topic's Delta table if this job wrote it before with these (name, type)
+    columns and delta-rs may write that many records to it, else None."""
+    if not config.driver_decode or config.driver_write_rows <= 0 or config.history:
+        return []
+    candidates = _candidates(groups, config, schemas, decoder, writable_path)
+    if not candidates:
+        return []
+    records = (
+        framed.where(
+            F.col("topic").isin(*candidates)
+            & F.col(tf.FRAMING_ERROR).isNull()
+            & F.col("value").isNotNull()
+        )
+        .select(*tf.KAFKA_META, tf.VALUE_SCHEMA_ID)
+        .toArrow()
+    )
+    tables: list[DriverTable] = []
+    topics = records.column("topic").to_pylist()
+    rows_of: dict[str, list[int]] = {}
+    for i, topic in enumerate(topics):
+        rows_of.setdefault(topic, []).append(i)
+    for topic, candidate in candidates.items():
+        raw = records.take(rows_of.get(topic, []))
+        try:
+            table = _decoded(candidate, raw, config, decoder)
+        except NotForDriver as exc:
+            logger.debug("%s: decoded by Spark (%s)", topic, exc)
+            continue
+        if table is not None:
+            tables.append(table)
+    return tables
+
+
+def _candidates(
+    groups: BatchGroups,
+    config: ApplyConfig,
+    schemas: SchemaCache,
+    decoder: DriverDecoder,
+    writable_path: Callable[[str, frozenset[tuple[str, str]], int], str | None],
+) -> dict[str, _Candidate]:
+    per_topic: dict[str, list[Any]] = {}
+    for row in groups.groups:
+        per_topic.setdefault(str(row["topic"]), []).append(row)
+    out: dict[str, _Candidate] = {}
+    for topic, rows in per_topic.items():
+        if len(rows) != 1 or not config.is_table_topic(topic):
+            continue
+        row = rows[0]
+        key_id = row["key_id"]
+        if key_id is None or key_id != row["min_key_id"]:
+            continue
+        schema_id = int(row[tf.VALUE_SCHEMA_ID])
+        schema_json = schemas.schema_json(schema_id)
+        if schema_json is None:
+            continue
+        prepared = decoder.prepare(schema_id, schema_json, config.variable_decimal)
+        key_fields = schemas.field_names(int(key_id))
+        if prepared is None or not key_fields:
+            continue
+        columns = decoder.columns(schema_id)
+        by_field = {c.field: c for c in columns}
+        if any(k not in by_field or isinstance(by_field[k].spark_type, _INEXACT_KEYS)
+               for k in key_fields):  # fmt: skip
+            continue
+        names = [c.name for c in columns]
+        if any(n.startswith("_pgbridge_") for n in names) or len({n.lower() for n in names}) < len(
+            names
+        ):
+            continue  # Spark's path dead-letters these
+        typed = frozenset((c.name.lower(), c.spark_type.simpleString()) for c in columns)
+        path = writable_path(topic, typed, int(row["records"]))
+        if path is None:
+            continue
+        out[topic] = _Candidate(
+            topic,
+            path,
+            schema_id,
+            T.StructType([T.StructField(c.name, c.spark_type, True) for c in columns]),
+            tuple(by_field[k].name for k in key_fields),
+        )
+    return out
+
+
+def _decoded(
+    candidate: _Candidate, raw: Any, config: ApplyConfig, decoder: DriverDecoder
+) -> DriverTable | None:
+    """The candidate's table, or None when its records hold no change (logical messages)."""
+    changes = decoder.decode(
+        candidate.schema_id,
+        raw.column("value").to_pylist(),
+        raw.column("partition").to_pylist(),
+        raw.column("offset").to_pylist(),
+    )
+    summary = summarize(changes)
+    if summary is None:
+        return None
+    identity = (summary["schema"], summary["table"])
+    if None in identity or identity != (summary["schema_max"], summary["table_max"]):
+        raise NotForDriver("records without a source table, or of several")
+    schema, name = str(identity[0]), str(identity[1])
+    if delta_table(config.topic_prefix, candidate.topic, schema, name) != (schema, name):
+        raise NotForDriver("a routed topic")
+    if config.table_path(schema, name) != candidate.path:
+        raise NotForDriver("records of another table than the topic's before")
+    return DriverTable(
+        candidate.topic,
+        candidate.path,
+        candidate.columns,
+        candidate.key_columns,
+        changes,
+        summary,
+        raw,
+    )

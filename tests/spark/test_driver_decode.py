@@ -1,0 +1,329 @@
+"""Small tables decoded in the driver (bridge.spark.driver_decode, driver_changes, driver_lane)
+end as Spark's path ends them.
+
+The pure tests pin the conversions that must equal Spark's (instants, variable-scale decimals)
+and where the driver hands a topic back to Spark. The integration test applies one sequence
+of batches over a table of every plain type, with extremes, TOAST, resends, deletes, a
+truncate and records the driver does not take, once with the driver decoding and once with
+Spark decoding every table, and compares the Delta tables column for column.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import uuid
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import types as T
+
+from bridge.spark.columns import RowShape
+from bridge.spark.driver_changes import admitted, last_change_per_key, summarize
+from bridge.spark.driver_decode import (
+    DriverDecoder,
+    NotForDriver,
+    RawChange,
+    _variable_decimal,
+    _zoned_timestamp,
+    driver_columns,
+)
+from bridge.spark.fences import Fences
+from tests.spark.envelopes import TableVersion, frame_avro
+from tests.spark.test_apply_batches import OPT_INT, OPT_STR, PREFIX, VSD, Batches, _vsd, col
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _micros(moment: dt.datetime) -> int:
+    return (moment - EPOCH) // dt.timedelta(microseconds=1)
+
+
+def test_zoned_timestamps_are_read_as_spark_reads_them() -> None:
+    assert _zoned_timestamp("1970-01-01T00:00:00Z") == 0
+    assert _zoned_timestamp("2024-02-29T23:59:59.999999Z") == _micros(
+        dt.datetime(2024, 2, 29, 23, 59, 59, 999999, tzinfo=dt.UTC)
+    )
+    assert _zoned_timestamp("2024-02-29T23:59:59.5Z") == _micros(
+        dt.datetime(2024, 2, 29, 23, 59, 59, 500000, tzinfo=dt.UTC)
+    )
+    assert _zoned_timestamp("0001-01-01T00:00:00Z") == _micros(dt.datetime(1, 1, 1, tzinfo=dt.UTC))
+    assert _zoned_timestamp("infinity") == 2**63 - 1
+    assert _zoned_timestamp("-infinity") == -(2**63)
+    assert _zoned_timestamp(None) is None
+    # Forms Spark's path reads (clamps, or null and a dead letter): not the driver's.
+    for text in ["+10000-01-01T00:00:00Z", "2024-02-30T00:00:00Z", "2024-01-01T00:00:00+01:00",
+                 "2024-01-01 00:00:00Z", "not a time"]:  # fmt: skip
+        with pytest.raises(NotForDriver):
+            _zoned_timestamp(text)
+
+
+def test_variable_scale_decimals_fit_exactly_or_go_to_spark() -> None:
+    convert = _variable_decimal(38, 18)
+    for text in ["1.5", "-2.25", "0", "-128", "255", "12345678901234567890.123456789012345678",
+                 "-0.000000000000000001", "1.50000000000000000000000"]:  # fmt: skip
+        assert convert(_vsd(text)) == Decimal(text), text
+        assert convert(_vsd(text)).as_tuple().exponent == -18
+    for text in ["1e100", "0.1234567890123456789", "123456789012345678901"]:
+        with pytest.raises(NotForDriver):
+            convert(_vsd(text))
+    assert convert(None) is None
+
+
+def _shape(columns: list[dict[str, Any]]) -> RowShape:
+    version = TableVersion(PREFIX, "public", "t", columns, key=[])
+    return RowShape.from_schema(json.dumps(version.value_schema()), (38, 18))
+
+
+def test_columns_the_driver_does_not_decode_leave_the_table_to_spark() -> None:
+    plain = driver_columns(_shape([col("id", "int"), col("n", ["null", VSD])]))
+    assert plain is not None
+    assert [(c.name, c.spark_type) for c in plain] == [
+        ("id", T.IntegerType()),
+        ("n", T.DecimalType(38, 18)),
+    ]
+    for other in [
+        {"type": "array", "items": "int"},
+        {"type": "map", "values": "string"},
+        {"type": "long", "logicalType": "time-micros"},
+        {"type": "record", "name": "Point", "fields": [{"name": "x", "type": "double"}]},
+        {"type": "bytes", "logicalType": "decimal", "precision": 40, "scale": 2},
+    ]:
+        assert driver_columns(_shape([col("id", "int"), col("x", ["null", other])])) is None
+
+
+def _change(op: str, key: int, lsn: int, seq: int = 0, *, partition: int = 0, offset: int = 0,
+            value: Any = None, unchanged: tuple[str, ...] = ()) -> RawChange:  # fmt: skip
+    return RawChange([key, value], op, lsn, seq, 1000 + lsn, "public", "t", unchanged,
+                     partition, offset)  # fmt: skip
+
+
+def test_summary_fences_and_last_change_per_key_in_python() -> None:
+    changes = [
+        _change("c", 1, 10, value="a", offset=0),
+        _change("u", 1, 11, value="ignored", unchanged=("v",), offset=1),
+        _change("r", 2, 5, value="snap", partition=1, offset=0),
+        _change("t", 0, 12, offset=2),
+        _change("c", 3, 13, value="after", offset=3),
+    ]
+    summary = summarize(changes)
+    assert summary is not None
+    assert (summary["n"], summary["rows"], summary["removals"], summary["creates"]) == (5, 4, 1, 2)
+    assert (summary["reads"], summary["reads_lsn"], summary["lowest_lsn"]) == (1, 5, 5)
+    assert summary["trunc"] == (12, 0, 1012) and summary["toast"]
+    assert summary["last"] == (13, 0)
+    assert summary["partitions"] == {0: (13, 0), 1: (5, 0)}
+    assert summary["offsets"] == {0: 3, 1: 0}
+    assert (summary["oldest_ms"], summary["newest_ms"]) == (1005, 1013)
+
+    # The batch's own truncate erases what came before it; a snapshot read is exempt from the
+    # partition fence but not from an offset a commit covered.
+    fences = Fences({0: (10, 0), 1: (9, 0)}, None, {1: 0})
+    kept = admitted(changes, fences, (12, 0))
+    assert [(c.op, c.values[0]) for c in kept] == [("c", 3)]
+    assert [(c.op, c.values[0]) for c in admitted(changes, Fences({1: (9, 0)}), None)] == [
+        ("c", 1), ("u", 1), ("r", 2), ("t", 0), ("c", 3),
+    ]  # fmt: skip
+
+    # The unchanged TOAST column takes the latest earlier carried value.
+    latest = last_change_per_key(changes, [0], True, ["id", "v"])
+    by_key = {c.values[0]: c for c in latest}
+    assert by_key[1].op == "u" and by_key[1].values == [1, "a"] and by_key[1].unchanged == ()
+    only_unchanged = last_change_per_key([changes[1]], [0], True, ["id", "v"])
+    assert only_unchanged[0].values == [1, None] and only_unchanged[0].unchanged == ("v",)
+
+
+def test_a_payload_that_does_not_decode_sends_the_topic_to_spark() -> None:
+    version = TableVersion(PREFIX, "public", "t", [col("id", "int")], key=["id"])
+    decoder = DriverDecoder()
+    assert decoder.prepare(1, json.dumps(version.value_schema()), (38, 18)) is not None
+    good = frame_avro(version.value_schema(), version.envelope("c", 10, 0, after={"id": 1}), 1)
+    assert [c.values for c in decoder.decode(1, [good], [0], [0])] == [[1]]
+    with pytest.raises(NotForDriver):
+        decoder.decode(1, [good[:9]], [0], [0])
+    unknown = frame_avro(version.value_schema(), version.envelope("x", 10, 0, after={"id": 1}), 1)
+    with pytest.raises(NotForDriver):
+        decoder.decode(1, [unknown], [0], [0])
+
+
+ZONED: Any = ["null", {"type": "string", "connect.name": "io.debezium.time.ZonedTimestamp"}]
+WIDE = TableVersion(
+    PREFIX,
+    "public",
+    "wide",
+    [
+        col("id", "int"),
+        col("l", ["null", "long"]),
+        col("s", OPT_STR),
+        col("b", ["null", "bytes"]),
+        col("f", ["null", "boolean"]),
+        col("r", ["null", "float"]),
+        col("d", ["null", "double"]),
+        col("day", ["null", {"type": "int", "logicalType": "date"}]),
+        col("ts", ["null", {"type": "long", "logicalType": "timestamp-micros"}]),
+        col("tsm", ["null", {"type": "long", "logicalType": "timestamp-millis"}]),
+        col("lts", ["null", {"type": "long", "logicalType": "local-timestamp-micros"}]),
+        col(
+            "dec",
+            ["null", {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}],
+        ),
+        col("n", ["null", VSD]),
+        col("z", ZONED),
+        col("e", ["null", {"type": "enum", "name": "Mood", "symbols": ["sad", "ok", "happy"]}]),
+        col("u", ["null", {"type": "string", "logicalType": "uuid"}]),
+        col("Big_Text", OPT_STR, original="Big Text"),
+        col("i", OPT_INT),
+    ],
+    key=["id"],
+)
+
+
+def _row(key: int, variant: int = 0) -> dict[str, Any]:
+    """A row of WIDE with extremes of every type (``variant`` picks a set)."""
+    extremes = variant % 3
+    return {
+        "id": key,
+        "l": [2**63 - 1, -(2**63), 0][extremes],
+        "s": ["héllo ✓ 🦀", "", None][extremes],
+        "b": [b"\x00\xff", b"", None][extremes],
+        "f": [True, False, None][extremes],
+        "r": [1.5, float("-inf"), float("nan")][extremes],
+        "d": [float("nan"), -0.0, 1e308][extremes],
+        "day": [-719162, 2932896, 0][extremes],  # 0001-01-01, 9999-12-31, 1970-01-01
+        "ts": [2**63 - 1, -(2**63), 1_700_000_000_123_456][extremes],  # +-infinity, a moment
+        "tsm": [1_700_000_000_123, -62135596800000, None][extremes],
+        "lts": [0, 253402300799999999, None][extremes],
+        "dec": [Decimal("-12345678.90"), Decimal("0.01"), None][extremes],
+        "n": [_vsd("12345678901234567890.123456789012345678"), _vsd("-0.5"), None][extremes],
+        "z": ["2024-02-29T23:59:59.999999Z", "infinity", "0001-01-01T00:00:00Z"][extremes],
+        "e": ["happy", "sad", None][extremes],
+        "u": [str(uuid.UUID(int=key)), None, str(uuid.UUID(int=2**128 - 1))][extremes],
+        "Big_Text": ["x" * 5000, None, "y"][extremes],
+        "i": [2**31 - 1, -(2**31), variant][extremes],
+    }
+
+
+def _apply_sequence(batches: Batches, table_after: Callable[[], None]) -> Any:
+    """The batches, with ``table_after`` called after each (what a reader sees in between)."""
+    t = WIDE
+    for key in range(1, 7):
+        batches.add(t, "c", (10, key), after=_row(key, key))
+    batches.apply(0)  # the table's first load: created by Spark's path either way
+    table_after()
+    # Updates (one with unchanged TOAST), a delete, inserts, a key changed twice, a resend of
+    # an insert batch 0 applied, and changes in a second partition.
+    batches.add(t, "u", (20, 0), before={**_row(1), "Big_Text": None},
+                after={**_row(1, 2), "Big_Text": None}, unchanged=["Big_Text"])  # fmt: skip
+    batches.add(t, "u", (20, 1), after=_row(2, 1))
+    batches.add(t, "d", (20, 2), before={**_row(3), "s": None})
+    batches.add(t, "c", (20, 3), after=_row(7, 0))
+    batches.add(t, "u", (21, 0), after=_row(4, 1))
+    batches.add(t, "u", (21, 1), after=_row(4, 2))
+    batches.add(t, "c", (10, 5), after=_row(5, 5))  # a resend: at or below the fence
+    batches.add(t, "c", (22, 0), after=_row(8, 1), partition=1)
+    batches.add(t, "u", (22, 1), after=_row(8, 2), partition=1, unchanged=["Big_Text"])
+    batches.apply(1)
+    table_after()
+    # A truncate, a change before it (dropped) and inserts after it.
+    batches.add(t, "u", (29, 0), after=_row(6, 0))
+    batches.add(t, "t", (30, 0))
+    batches.add(t, "c", (31, 0), after=_row(9, 1))
+    batches.add(t, "c", (31, 1), after=_row(10, 2), partition=1)
+    batches.apply(2)
+    table_after()
+    # Values the driver leaves to Spark (an instant Spark clamps, a decimal that does not fit):
+    # the whole topic's batch takes Spark's path, with its dead letter.
+    batches.add(t, "u", (40, 0), after={**_row(9, 0), "z": "+10000-01-01T00:00:00Z"})
+    batches.add(t, "c", (40, 1), after={**_row(11, 1), "n": _vsd("1e100")})
+    batches.apply(3)
+    table_after()
+    batches.add(t, "u", (50, 0), after=_row(11, 2))
+    batches.add(t, "d", (50, 1), before={"id": 10, **{k: None for k in _row(0) if k != "id"}},
+                partition=1)  # fmt: skip
+    applier = batches.apply(4)
+    table_after()
+    return applier
+
+
+def _exact_rows(df: Any) -> list[str]:
+    """Every row, every column (metadata too) as JSON, in key order; instants as their
+    microseconds (Python's datetime holds none of PostgreSQL's extremes)."""
+    from pyspark.sql import functions as F
+
+    def exact(field: T.StructField) -> Any:
+        column = F.col(f"`{field.name}`")
+        if isinstance(field.dataType, T.TimestampType):
+            return F.unix_micros(column).alias(field.name)
+        if isinstance(field.dataType, T.TimestampNTZType):
+            return F.unix_micros(column.cast("timestamp")).alias(field.name)
+        if isinstance(field.dataType, T.DateType):
+            return F.unix_date(column).alias(field.name)
+        return column
+
+    exacts = df.select(*[exact(f) for f in df.schema.fields]).orderBy("id")
+    return [r[0] for r in exacts.select(F.to_json(F.struct("*"))).collect()]
+
+
+def _run(spark: Any, tmp: Path, driver_decode: bool) -> tuple[int, list[list[str]], Any, Any]:
+    """The sequence's tables after each batch, with the driver decoding or Spark."""
+    batches = Batches(spark, tmp / str(driver_decode))
+    batches.config = dataclasses.replace(batches.config, driver_decode=driver_decode)
+    path = batches.config.table_path("public", "wide")
+    seen: list[list[str]] = []
+    applier = _apply_sequence(
+        batches, lambda: seen.append(_exact_rows(spark.read.format("delta").load(path)))
+    )
+    dtypes = spark.read.format("delta").load(path).dtypes
+    return applier.stats.driver_decoded, seen, dtypes, batches.dead()
+
+
+@pytest.mark.integration
+def test_tables_decoded_in_the_driver_equal_those_spark_decoded(spark: Any, tmp_path: Path) -> None:
+    decoded, tables, dtypes, dead = _run(spark, tmp_path, True)
+    spark_decoded, spark_tables, spark_dtypes, spark_dead = _run(spark, tmp_path, False)
+    # Batches 1, 2 and 4 were decoded in the driver; batch 3 went to Spark's path.
+    assert (decoded, spark_decoded) == (3, 0)
+    assert dtypes == spark_dtypes
+    for batch, (rows, spark_rows) in enumerate(zip(tables, spark_tables, strict=True)):
+        assert [r for r in rows if r not in spark_rows] == [], f"after batch {batch}"
+        assert rows == spark_rows, f"after batch {batch}"
+    assert [[json.loads(r)["id"] for r in rows] for rows in tables] == [
+        [1, 2, 3, 4, 5, 6],
+        [1, 2, 4, 5, 6, 7, 8],
+        [9, 10],
+        [9, 10, 11],
+        [9, 11],
+    ]
+    assert dead == spark_dead and len(dead) == 1
+
+
+@pytest.mark.integration
+def test_rows_decoded_in_the_driver_that_delta_rs_refuses_are_written_by_spark(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delta-rs refusing a table (a type or feature it does not write) after the driver
+    decoded its batch: Spark writes the same rows, and the table ends as Spark's path ends it."""
+    from bridge.spark import applier
+    from bridge.spark.driver_merge import DriverWriteRefused
+
+    def refusing(write: Any) -> Any:
+        def refuse(target: Any, latest: Any, plan: Any, app_id: str, batch_id: int,
+                   **options: Any) -> None:  # fmt: skip
+            if batch_id == 0:  # the first load: the table becomes one the driver decodes
+                write(target, latest, plan, app_id, batch_id, **options)
+                return
+            raise DriverWriteRefused("refused by the test")
+
+        return refuse
+
+    spark_decoded, spark_tables, _, _ = _run(spark, tmp_path / "spark", False)
+    monkeypatch.setattr(applier, "merge_in_driver", refusing(applier.merge_in_driver))
+    monkeypatch.setattr(applier, "append_in_driver", refusing(applier.append_in_driver))
+    decoded, tables, _, _ = _run(spark, tmp_path / "refused", True)
+    # Batch 1 was decoded in the driver and written by Spark; from then on Spark does both.
+    assert (decoded, spark_decoded) == (1, 0)
+    assert tables == spark_tables
