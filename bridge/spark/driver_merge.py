@@ -74,14 +74,25 @@ def table_bytes(table: Any) -> int:
     return int(sum(s for s in sizes.to_pylist() if s is not None))
 
 
-def driver_write_fits(path: str, changes: int, max_rows: int) -> Any | None:
+def driver_write_fits(
+    path: str, changes: int, max_rows: int, opened: Any | None = None
+) -> Any | None:
     """The delta-rs table to write ``changes`` rows to at ``path``, or None when Spark should
     (too many rows, a table large enough for deletion vectors, a remote path, a table delta-rs
-    cannot open)."""
+    cannot open). ``opened``: the table as an earlier call returned it, brought up to date
+    (reading only the log's newer commits) instead of opened anew."""
     if max_rows <= 0 or changes > max_rows or not is_local_path(path):
         return None
     try:
-        table = open_table(path)
+        table = None
+        if opened is not None:
+            try:
+                opened.update_incremental()
+                table = opened
+            except Exception:  # e.g. the table was replaced: open it anew
+                table = None
+        if table is None:
+            table = open_table(path)
         if table_bytes(table) >= DELETION_VECTORS_MIN_TABLE_BYTES:
             return None
     except Exception as exc:  # a log delta-rs cannot read: Spark can
