@@ -27,6 +27,7 @@ from bridge.spark.config import ApplyConfig, delta_table
 from bridge.spark.decode import BatchGroups, SchemaCache
 from bridge.spark.driver_changes import summarize
 from bridge.spark.driver_decode import DriverDecoder, NotForDriver, RawChange
+from bridge.spark.errors import RegistryUnavailableError
 
 __all__ = ["DriverTable", "driver_tables"]
 
@@ -104,8 +105,8 @@ def driver_tables(
         raw = records.take(rows_of.get(topic, []))
         try:
             table = _decoded(candidate, raw, config, decoder)
-        except NotForDriver as exc:
-            logger.debug("%s: decoded by Spark (%s)", topic, exc)
+        except Exception as exc:  # NotForDriver, or anything unforeseen: Spark's path decides
+            logger.debug("%s: decoded by Spark (%s: %s)", topic, type(exc).__name__, exc)
             continue
         if table is not None:
             tables.append(table)
@@ -124,42 +125,62 @@ def _candidates(
         per_topic.setdefault(str(row["topic"]), []).append(row)
     out: dict[str, _Candidate] = {}
     for topic, rows in per_topic.items():
-        if len(rows) != 1 or not config.is_table_topic(topic):
+        try:
+            candidate = _candidate(topic, rows, config, schemas, decoder, writable_path)
+        except RegistryUnavailableError:
+            raise  # the batch is retried, as Spark's path would
+        except Exception as exc:  # a schema this module cannot read: Spark's path judges it
+            logger.debug("%s: decoded by Spark (%s: %s)", topic, type(exc).__name__, exc)
             continue
-        row = rows[0]
-        key_id = row["key_id"]
-        if key_id is None or key_id != row["min_key_id"]:
-            continue
-        schema_id = int(row[tf.VALUE_SCHEMA_ID])
-        schema_json = schemas.schema_json(schema_id)
-        if schema_json is None:
-            continue
-        prepared = decoder.prepare(schema_id, schema_json, config.variable_decimal)
-        key_fields = schemas.field_names(int(key_id))
-        if prepared is None or not key_fields:
-            continue
-        columns = decoder.columns(schema_id)
-        by_field = {c.field: c for c in columns}
-        if any(k not in by_field or isinstance(by_field[k].spark_type, _INEXACT_KEYS)
-               for k in key_fields):  # fmt: skip
-            continue
-        names = [c.name for c in columns]
-        if any(n.startswith("_pgbridge_") for n in names) or len({n.lower() for n in names}) < len(
-            names
-        ):
-            continue  # Spark's path dead-letters these
-        typed = frozenset((c.name.lower(), c.spark_type.simpleString()) for c in columns)
-        path = writable_path(topic, typed, int(row["records"]))
-        if path is None:
-            continue
-        out[topic] = _Candidate(
-            topic,
-            path,
-            schema_id,
-            T.StructType([T.StructField(c.name, c.spark_type, True) for c in columns]),
-            tuple(by_field[k].name for k in key_fields),
-        )
+        if candidate is not None:
+            out[topic] = candidate
     return out
+
+
+def _candidate(
+    topic: str,
+    rows: list[Any],
+    config: ApplyConfig,
+    schemas: SchemaCache,
+    decoder: DriverDecoder,
+    writable_path: Callable[[str, frozenset[tuple[str, str]], int], str | None],
+) -> _Candidate | None:
+    """The topic's batch as a candidate for the driver, or None."""
+    if len(rows) != 1 or not config.is_table_topic(topic):
+        return None
+    row = rows[0]
+    key_id = row["key_id"]
+    if key_id is None or key_id != row["min_key_id"]:
+        return None
+    schema_id = int(row[tf.VALUE_SCHEMA_ID])
+    schema_json = schemas.schema_json(schema_id)
+    if schema_json is None:
+        return None
+    prepared = decoder.prepare(schema_id, schema_json, config.variable_decimal)
+    key_fields = schemas.field_names(int(key_id))
+    if prepared is None or not key_fields:
+        return None
+    columns = decoder.columns(schema_id)
+    by_field = {c.field: c for c in columns}
+    if any(k not in by_field or isinstance(by_field[k].spark_type, _INEXACT_KEYS)
+           for k in key_fields):  # fmt: skip
+        return None
+    names = [c.name for c in columns]
+    if any(n.startswith("_pgbridge_") for n in names) or len({n.lower() for n in names}) < len(
+        names
+    ):
+        return None  # Spark's path dead-letters these
+    typed = frozenset((c.name.lower(), c.spark_type.simpleString()) for c in columns)
+    path = writable_path(topic, typed, int(row["records"]))
+    if path is None:
+        return None
+    return _Candidate(
+        topic,
+        path,
+        schema_id,
+        T.StructType([T.StructField(c.name, c.spark_type, True) for c in columns]),
+        tuple(by_field[k].name for k in key_fields),
+    )
 
 
 def _decoded(

@@ -327,3 +327,46 @@ def test_rows_decoded_in_the_driver_that_delta_rs_refuses_are_written_by_spark(
     # Batch 1 was decoded in the driver and written by Spark; from then on Spark does both.
     assert (decoded, spark_decoded) == (1, 0)
     assert tables == spark_tables
+
+
+def test_a_schema_the_driver_cannot_read_is_left_to_spark_not_an_error() -> None:
+    """A malformed or unexpected value schema must not fail the batch here: Spark's path
+    decides what becomes of its records (it dead-letters them)."""
+    from bridge.spark.config import ApplyConfig
+    from bridge.spark.decode import BatchGroups
+    from bridge.spark.driver_lane import _candidates
+    from tests.spark.test_apply_batches import _Schemas
+
+    schemas = _Schemas()
+    good = TableVersion(PREFIX, "public", "good", [col("id", "int")], key=["id"])
+    broken = {"type": "record", "name": "Envelope", "fields": [{"type": "string"}]}
+    config = ApplyConfig(
+        topic_prefix=PREFIX,
+        bootstrap_servers="unused:9092",
+        registry_url="http://unused",
+        delta_base="/tmp/unused",
+        checkpoint_location="/tmp/unused-checkpoint",
+        dead_letter_location="/tmp/unused-dead",
+    )
+    key_id = schemas.id_of(good.key_schema())
+    groups = BatchGroups(
+        [
+            {
+                "topic": good.topic,
+                "_value_schema_id": schemas.id_of(good.value_schema()),
+                "key_id": key_id,
+                "min_key_id": key_id,
+                "records": 1,
+            },
+            {
+                "topic": f"{PREFIX}.public.broken",
+                "_value_schema_id": schemas.id_of(broken),
+                "key_id": key_id,
+                "min_key_id": key_id,
+                "records": 1,
+            },
+        ],
+        unframed=False,
+    )
+    chosen = _candidates(groups, config, schemas, DriverDecoder(), lambda *_: "/tmp/unused")
+    assert list(chosen) == [good.topic]
