@@ -36,6 +36,12 @@ logger = logging.getLogger(__name__)
 #: Key column types whose equality in Python is not Spark's (NaN, -0.0): Spark's path.
 _INEXACT_KEYS = (T.FloatType, T.DoubleType)
 
+#: Records of one batch decoded in the driver at most, over all its tables (smallest tables
+#: first; the others take Spark's path). The batch bound is sized from the JVM's heap, and a
+#: decoded change is about a kilobyte of Python objects: this keeps the driver's Python process
+#: to a few hundred MiB whatever the batch holds.
+MAX_DRIVER_RECORDS = 200_000
+
 
 @dataclass(slots=True)
 class DriverTable:
@@ -124,7 +130,10 @@ def _candidates(
     for row in groups.groups:
         per_topic.setdefault(str(row["topic"]), []).append(row)
     out: dict[str, _Candidate] = {}
-    for topic, rows in per_topic.items():
+    budget = MAX_DRIVER_RECORDS
+    for topic, rows in sorted(per_topic.items(), key=lambda item: _records(item[1])):
+        if _records(rows) > budget:
+            break  # this and every larger table: Spark's path
         try:
             candidate = _candidate(topic, rows, config, schemas, decoder, writable_path)
         except RegistryUnavailableError:
@@ -134,7 +143,12 @@ def _candidates(
             continue
         if candidate is not None:
             out[topic] = candidate
+            budget -= _records(rows)
     return out
+
+
+def _records(rows: list[Any]) -> int:
+    return sum(int(row["records"]) for row in rows)
 
 
 def _candidate(

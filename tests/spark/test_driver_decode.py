@@ -326,18 +326,10 @@ def test_tables_decoded_in_the_driver_equal_those_spark_decoded(
     assert refused_tables == spark_tables
 
 
-def test_a_schema_the_driver_cannot_read_is_left_to_spark_not_an_error() -> None:
-    """A malformed or unexpected value schema must not fail the batch here: Spark's path
-    decides what becomes of its records (it dead-letters them)."""
+def _config() -> Any:
     from bridge.spark.config import ApplyConfig
-    from bridge.spark.decode import BatchGroups
-    from bridge.spark.driver_lane import _candidates
-    from tests.spark.test_apply_batches import _Schemas
 
-    schemas = _Schemas()
-    good = TableVersion(PREFIX, "public", "good", [col("id", "int")], key=["id"])
-    broken = {"type": "record", "name": "Envelope", "fields": [{"type": "string"}]}
-    config = ApplyConfig(
+    return ApplyConfig(
         topic_prefix=PREFIX,
         bootstrap_servers="unused:9092",
         registry_url="http://unused",
@@ -345,6 +337,44 @@ def test_a_schema_the_driver_cannot_read_is_left_to_spark_not_an_error() -> None
         checkpoint_location="/tmp/unused-checkpoint",
         dead_letter_location="/tmp/unused-dead",
     )
+
+
+def test_the_driver_decodes_at_most_its_budget_of_records_per_batch_smallest_tables_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """However many small tables a batch holds, the driver's Python process decodes a bounded
+    number of records; the largest tables beyond it take Spark's path."""
+    from bridge.spark import driver_lane
+    from bridge.spark.decode import BatchGroups
+    from tests.spark.test_apply_batches import _Schemas
+
+    monkeypatch.setattr(driver_lane, "MAX_DRIVER_RECORDS", 100)
+    schemas = _Schemas()
+    rows = []
+    for name, records in [("a", 60), ("b", 10), ("c", 30), ("d", 50)]:
+        version = TableVersion(PREFIX, "public", name, [col("id", "int")], key=["id"])
+        key_id = schemas.id_of(version.key_schema())
+        value_id = schemas.id_of(version.value_schema())
+        rows.append({"topic": version.topic, "_value_schema_id": value_id,
+                     "key_id": key_id, "min_key_id": key_id, "records": records})  # fmt: skip
+    chosen = driver_lane._candidates(
+        BatchGroups(rows, unframed=False), _config(), schemas, DriverDecoder(),
+        lambda *_: "/tmp/unused",
+    )  # fmt: skip
+    assert sorted(chosen) == [f"{PREFIX}.public.b", f"{PREFIX}.public.c", f"{PREFIX}.public.d"]
+
+
+def test_a_schema_the_driver_cannot_read_is_left_to_spark_not_an_error() -> None:
+    """A malformed or unexpected value schema must not fail the batch here: Spark's path
+    decides what becomes of its records (it dead-letters them)."""
+    from bridge.spark.decode import BatchGroups
+    from bridge.spark.driver_lane import _candidates
+    from tests.spark.test_apply_batches import _Schemas
+
+    schemas = _Schemas()
+    good = TableVersion(PREFIX, "public", "good", [col("id", "int")], key=["id"])
+    broken = {"type": "record", "name": "Envelope", "fields": [{"type": "string"}]}
+    config = _config()
     key_id = schemas.id_of(good.key_schema())
     groups = BatchGroups(
         [
