@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -54,10 +54,7 @@ class DriverTable:
     changes: list[RawChange]
     summary: dict[str, Any]
     raw: Any  # pyarrow.Table: the Kafka records behind the changes (for dead letters)
-    renames: dict[str, str] = field(default_factory=dict)
-    missing: dict[str, str] = field(default_factory=dict)
-    keyless: bool = False
-    pgbridge_positions: bool = True
+    pgbridge_positions: bool = True  # checked by the schema (bridge.spark.driver_decode)
 
     @property
     def name(self) -> str:
