@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bridge.devstack.kafka import KafkaBroker
@@ -79,8 +80,11 @@ class KafkaCluster:
         self.wait_ready()
 
     def stop(self) -> None:
-        for broker in self.brokers:
-            broker.stop()
+        """Every node at once. One after the other, the last ones wait out their stop timeout:
+        a broker's controlled shutdown needs the controller quorum, which the nodes stopped
+        before it took away (measured on 3 nodes: 32 s one after the other, 6 s at once)."""
+        with ThreadPoolExecutor(len(self.brokers)) as pool:
+            list(pool.map(lambda broker: broker.stop(), self.brokers))
 
     def is_running(self) -> bool:
         return all(b.is_running() for b in self.brokers)

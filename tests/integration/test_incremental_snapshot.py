@@ -233,8 +233,9 @@ def test_incremental_snapshot_resumes_after_sigkill_and_stays_exact(
     with scratch_database(local_stack) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(SCHEMA)
+            # 40,000 rows: 200 chunks of 200, the kill comes after 20 (mid-copy).
             conn.execute(
-                "INSERT INTO items SELECT i, 'more', 0 FROM generate_series(20001, 80000) i"
+                "INSERT INTO items SELECT i, 'more', 0 FROM generate_series(20001, 40000) i"
             )
         settings = settings_for(local_stack, dsn, prefix, tmp_path)
         settings["incremental.snapshot.chunk.size"] = "200"
