@@ -14,11 +14,11 @@ Uses the real local stack (``pgbridge dev up``; started if needed) and a local[2
 3. **apply**: the real job (decode by schema id, last change per key, idempotent MERGE per
    table) over the same records, from an empty checkpoint; changes applied per second, and the
    ratio to the raw read. The resulting tables are checked against the expected live rows.
-4. **freshness**: a fresh prefix, the job running with a 1 s trigger while a producer writes
-   ``--fresh-rate`` changes/s for ``--fresh-seconds``; for every micro-batch, the time from a
-   change's commit (its Kafka CreateTime, which equals ``source.ts_ms`` here) until the batch's
-   Delta commits are done, for the oldest and newest change of the batch. Percentiles over
-   batches, plus the time from the last produced change until it is visible.
+4. **freshness**: a fresh prefix, the job running with its default trigger (1 s) while a
+   producer writes ``--fresh-rate`` changes/s for ``--fresh-seconds``; for every micro-batch,
+   the time from a change's commit (its Kafka CreateTime, which equals ``source.ts_ms`` here)
+   until the batch's Delta commits are done, for the oldest and newest change of the batch.
+   Percentiles over batches, plus the time from the last produced change until it is visible.
 
 With ``--mode changelog`` (merge-on-read, :mod:`bridge.spark.changelog`), step 3 is split in
 two, timed apart: **ingest** (Kafka -> one changelog commit per batch; the changes are visible
@@ -387,8 +387,7 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
         stack,
         prefix,
         work / "fresh",
-        available_now=False,
-        trigger_interval="1 second",
+        available_now=False,  # the default trigger
         mode=args.mode,
         kafka_options=kafka_options(args),
         compaction_interval=args.compaction_interval,

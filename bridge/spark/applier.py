@@ -71,6 +71,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from bridge.spark import merge as merge_module
 from bridge.spark import transforms as tf
 from bridge.spark.apply_metrics import (
     BATCH_PHASE_SECONDS,
@@ -98,6 +99,7 @@ from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, m
 from bridge.spark.merge import (
     MergePlan,
     append_new_keys,
+    compact,
     ensure_table,
     merge_changes,
     table_key_columns,
@@ -144,6 +146,11 @@ def job_conf(cores: int) -> dict[str, str]:
     return {
         "spark.databricks.delta.snapshotPartitions": partitions,
         "spark.sql.shuffle.partitions": partitions,
+        # A table Spark writes every second (the default trigger) gains a file or more per
+        # commit: Delta compacts them once there are 50 (autoCompact.minNumFiles), after the
+        # commit, in a commit of its own that changes no data (delta-rs's tables likewise:
+        # bridge.spark.driver_merge.compact_if_fragmented).
+        "spark.databricks.delta.autoCompact.enabled": "true",
     }
 
 
@@ -766,6 +773,25 @@ class BatchApplier:
         with self._lock:
             self._fences[path] = after
             self.stats.last_write[work.label] = written
+        if written[1] == "delta-rs":
+            self._compact_if_fragmented(spark, path, metadata)
+
+    def _compact_if_fragmented(self, spark: Any, path: str, metadata: str) -> None:
+        """Compact a table delta-rs writes once it holds COMPACT_AT_FILES files (Spark's writes
+        are compacted by Delta itself: job_conf). The batch is committed before: a failed
+        compaction is logged, and the next batch tries again."""
+        with self._lock:
+            table = self._delta_tables.get(path)
+        try:
+            if table is None or len(table.file_uris()) < merge_module.COMPACT_AT_FILES:
+                return
+            started = time.monotonic()
+            compact(self._session(spark), path, metadata)
+        except Exception as exc:
+            logger.warning("%s: compaction failed (%s); the next batch tries again", path,
+                           first_line(exc))  # fmt: skip
+            return
+        logger.info("%s: compacted in %.1f s", path, time.monotonic() - started)
 
     def _write(
         self,

@@ -57,7 +57,11 @@ def _where_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _batch_arguments(parser: argparse.ArgumentParser) -> None:
     """How the job reads: trigger, offsets, batch bound, and the Spark it runs on."""
-    parser.add_argument("--trigger-interval", default="10 seconds")
+    parser.add_argument(
+        "--trigger-interval",
+        default="1 second",
+        help='the micro-batch period (default "1 second"): longer means fewer, larger commits',
+    )
     parser.add_argument(
         "--available-now", action="store_true", help="apply what is there, then stop"
     )

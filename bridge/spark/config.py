@@ -72,11 +72,15 @@ class ApplyConfig:
     it exactly is stored as null and its record is also written to the dead-letter table with
     the column named in the reason, so the exact value is kept (in the raw record).
 
-    ``trigger_interval`` is the micro-batch period; ``available_now`` processes what is in the
-    topics and stops (for catch-up runs and tests). ``starting_offsets`` only matters for the
-    first run of a checkpoint: afterwards the checkpoint decides. ``max_offsets_per_trigger``
-    bounds a micro-batch's Kafka records; None sizes it from Spark's memory when the query
-    starts (:mod:`bridge.spark.resources`), so no batch holds more than the heap can.
+    ``trigger_interval`` is the micro-batch period: a second by default, so a change is in
+    Delta seconds after its commit (a batch starts only when there is something to read; a busy
+    table commits at most once per period, and the job compacts a table past
+    :data:`bridge.spark.merge.COMPACT_AT_FILES` files). ``available_now`` processes what
+    is in the topics and stops (for catch-up runs and tests). ``starting_offsets`` only matters
+    for the first run of a checkpoint: afterwards the checkpoint decides.
+    ``max_offsets_per_trigger`` bounds a micro-batch's Kafka records; None sizes it from
+    Spark's memory when the query starts (:mod:`bridge.spark.resources`), so no batch holds
+    more than the heap can.
     ``spark_conf`` is applied to the session :func:`bridge.spark.job.run_apply` builds itself.
 
     ``app_id`` names the job in Delta's idempotent-write bookkeeping (``txnAppId``); by default
@@ -118,7 +122,7 @@ class ApplyConfig:
     checkpoint_location: str
     dead_letter_location: str
     tables: tuple[str, ...] = ()
-    trigger_interval: str = "10 seconds"
+    trigger_interval: str = "1 second"
     available_now: bool = False
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None

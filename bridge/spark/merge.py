@@ -54,10 +54,12 @@ from bridge.spark.columns import missing_literal
 from bridge.spark.errors import TableApplyError
 
 __all__ = [
+    "COMPACT_AT_FILES",
     "KEY_COLUMNS_PROPERTY",
     "MergePlan",
     "append_new_keys",
     "clear_uncommitted_log",
+    "compact",
     "ensure_table",
     "idempotent_append",
     "idempotent_writes",
@@ -98,6 +100,14 @@ _META_FIELDS = (
 )
 
 
+#: Live files at which the job compacts a table it writes. A busy table gains a file or more
+#: per commit (one a second with the default trigger), and readers open every one. Spark's
+#: writes are compacted by Delta's auto compaction (the job switches it on, bridge.spark.
+#: applier.job_conf) at its default of 50 files; delta-rs's by :func:`compact` at the same
+#: count (delta-rs's own OPTIMIZE refuses tables with column mapping, which the job's have).
+COMPACT_AT_FILES = 50
+
+
 @dataclass(frozen=True, slots=True)
 class MergePlan:
     """What one MERGE does. ``truncate_at``: the batch's last truncate position, if any;
@@ -111,6 +121,20 @@ class MergePlan:
     truncate_at: tuple[int, int] | None = None
     fold_unchanged: bool = False
     inserts_only: bool = False
+
+
+def compact(spark: Any, path: str, commit_metadata: str | None = None) -> None:
+    """Bin-pack the table's small files (Delta's OPTIMIZE): a commit that changes no data,
+    which readers and Delta streams skip. ``commit_metadata`` becomes its ``userMetadata``, so
+    the newest commit still carries the table's fences."""
+    from delta.tables import DeltaTable
+
+    if commit_metadata is not None:
+        spark.conf.set(_USER_METADATA, commit_metadata)
+    try:
+        DeltaTable.forPath(spark, path).optimize().executeCompaction()
+    finally:
+        spark.conf.unset(_USER_METADATA)
 
 
 @contextmanager

@@ -165,6 +165,9 @@ def test_config_from_args_reads_options_and_environment(monkeypatch: pytest.Monk
     assert (config.bootstrap_servers, config.registry_url) == ("k:9092", "http://r:8081")
     assert config.tables == ("public.a", "s.b") and config.available_now
     assert config.kafka_options == (("security.protocol", "SSL"),)
+    # Freshness by default: a one-second trigger, from the command line as from the API.
+    api_default = ApplyConfig("pg", "k:9092", "http://r:8081", "/d", "/c", "/x").trigger_interval
+    assert config.trigger_interval == api_default == "1 second"
 
 
 def test_config_from_args_rejects_option_without_value() -> None:
