@@ -86,7 +86,14 @@ from bridge.spark.config import ApplyConfig, delta_table
 from bridge.spark.decode import SchemaCache, TableBatch, batch_groups, decode_batch
 from bridge.spark.driver_changes import ArrowRows, admitted, arrow_rows, last_change_per_key
 from bridge.spark.driver_decode import DriverDecoder
-from bridge.spark.driver_lane import DriverTable, driver_tables
+from bridge.spark.driver_lane import (
+    COLLECTED_RECORDS,
+    DriverTable,
+    collect_small_batch,
+    driver_tables,
+    drives,
+    groups_of,
+)
 from bridge.spark.driver_merge import (
     DriverWriteRefused,
     append_in_driver,
@@ -201,6 +208,9 @@ class BatchApplier:
         # Tables delta-rs refused to write (bridge.spark.driver_merge): Spark writes them.
         self._spark_only: set[str] = set()
         self._decoder = DriverDecoder()
+        # Whether the last batch was small enough to collect whole (collect_small_batch); a
+        # batch after a start is counted by Spark first (its tables take Spark's path anyway).
+        self._small_batches = False
 
     def _session(self, spark: Any) -> Any:
         """This thread's own session (same SparkContext and cache, own SQL conf).
@@ -363,11 +373,27 @@ class BatchApplier:
         in_driver: list[DriverTable] = []
         try:
             with phases.phase("read"):
-                groups = batch_groups(framed)
-                if len(groups.groups) > 1:
-                    framed.persist()  # read by the driver's collection and each group's decode
+                # A batch as small as the last one is collected whole: read from Kafka once
+                # for its groups and the driver's records (driver_lane.collect_small_batch).
+                collected = None
+                if self._small_batches and drives(self.config):
+                    collected = collect_small_batch(framed)
+                if collected is not None:
+                    groups = groups_of(collected)
+                else:
+                    groups = batch_groups(framed)
+                    if len(groups.groups) > 1:
+                        framed.persist()  # read by the driver's collection and each decode
+                records = sum(int(group["records"]) for group in groups.groups)
+                self._small_batches = records <= COLLECTED_RECORDS
                 in_driver = driver_tables(
-                    framed, groups, self.config, self.schemas, self._decoder, self._driver_path
+                    framed,
+                    groups,
+                    self.config,
+                    self.schemas,
+                    self._decoder,
+                    self._driver_path,
+                    collected,
                 )
                 decoded = decode_batch(
                     framed,

@@ -403,3 +403,45 @@ def test_a_schema_the_driver_cannot_read_is_left_to_spark_not_an_error() -> None
     )
     chosen = _candidates(groups, config, schemas, DriverDecoder(), lambda *_: "/tmp/unused")
     assert list(chosen) == [good.topic]
+
+
+@pytest.mark.integration
+def test_a_batch_collected_whole_has_the_groups_spark_counts(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small batch is read once, whole, and its groups counted by Arrow: the same groups as
+    Spark's count (keyed and keyless topics, tombstones, a record that is not framed); a batch
+    over the bound is not collected."""
+    from bridge.spark import driver_lane
+    from bridge.spark import transforms as tf
+    from bridge.spark.decode import batch_groups
+    from bridge.spark.driver_lane import collect_small_batch, groups_of
+    from tests.spark.test_apply_batches import FULL_DUPS, KEYED
+
+    batches = Batches(spark, tmp_path)
+    for key in range(3):
+        batches.add(KEYED, "c", (10, key), after={"id": key, "v": "a"})
+    batches.add(KEYED, "d", (11, 0), before={"id": 0})
+    batches.records.append((b"\x00\x00\x00\x00\x01", None, KEYED.topic, 0))  # a tombstone
+    batches.add(FULL_DUPS, "c", (12, 0), after={"a": 1, "b": "x"}, partition=1)
+    batches.records.append((None, b"not framed", FULL_DUPS.topic, 1))
+    framed = tf.frame(batches.frame())
+
+    def normalized(groups: list[Any]) -> list[tuple[Any, ...]]:
+        fields = ("topic", tf.VALUE_SCHEMA_ID, "key_id", "min_key_id", "records")
+        return sorted(tuple(group[f] for f in fields) for group in groups)
+
+    counted = batch_groups(framed)
+    collected = collect_small_batch(framed)
+    assert collected is not None and collected.num_rows == 7
+    mine = groups_of(collected)
+    assert normalized(mine.groups) == normalized(counted.groups)
+    assert len(mine.groups) == 2 and mine.unframed and counted.unframed
+    assert collect_small_batch(framed, limit=6) is None
+    # A record too large to collect is counted all the same, without its key and value (its
+    # topic's records are read again for the driver).
+    monkeypatch.setattr(driver_lane, "COLLECTED_VALUE_BYTES", 30)
+    capped = collect_small_batch(framed)
+    assert capped is not None
+    assert normalized(groups_of(capped).groups) == normalized(counted.groups)
+    assert driver_lane._oversize_topics(capped) == {KEYED.topic, FULL_DUPS.topic}
