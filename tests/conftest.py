@@ -146,7 +146,7 @@ def connect_worker(
 
 
 #: The test modules by their time in `make test`'s integration run, longest first (seconds of
-#: setup + calls + teardown, measured 2026-11-29 with `--durations=0`, the fault cycle in CI).
+#: setup + calls + teardown, measured 2026-11-29 with `--durations=0` and `--junitxml`).
 #: pytest-xdist hands out whole modules (`--dist loadfile`) in collection order when told not
 #: to reorder them (`--no-loadscope-reorder`; by default it puts the modules with the most
 #: tests first): longest first makes the two workers finish together. Without it the one-test
@@ -154,29 +154,31 @@ def connect_worker(
 #: for minutes (measured: the fault cycle unlisted, 754 -> 817 s). A module not listed keeps
 #: its place after these.
 _LONGEST_FIRST = (
-    "tests/spark/test_apply_batches.py",  # 251
-    "tests/integration/test_fault_cycle.py",  # 155
-    "tests/integration/test_incremental_snapshot.py",  # 108
-    "tests/integration/test_spark_apply.py",  # 107
-    "tests/integration/test_delta_e2e.py",  # 84
-    "tests/integration/test_secure_stack.py",  # 61
-    "tests/integration/test_oauth_logins.py",  # 57
-    "tests/integration/test_spark_cluster.py",  # 56
-    "tests/integration/test_failover.py",  # 51
-    "tests/spark/test_changelog.py",  # 49
-    "tests/integration/test_connect_interop.py",  # 44
-    "tests/integration/test_spark_faults.py",  # 42
-    "tests/integration/source/test_source_replication.py",  # 39
-    "tests/integration/test_snapshot_e2e.py",  # 38
-    "tests/integration/test_spark_hostile.py",  # 27
-    "tests/integration/test_ddl_torture.py",  # 23
-    "tests/integration/test_many_tables.py",  # 22
-    "tests/integration/test_snapshot_exactly_once.py",  # 22
-    "tests/integration/test_pipeline_e2e.py",  # 18
+    "tests/spark/test_apply_batches.py",  # 291
+    "tests/integration/test_incremental_snapshot.py",  # 146
+    "tests/integration/test_fault_cycle.py",  # 108
+    "tests/integration/test_delta_e2e.py",  # 79
+    "tests/integration/test_spark_apply.py",  # 66
+    "tests/spark/test_changelog.py",  # 63
+    "tests/integration/test_spark_cluster.py",  # 57
+    "tests/integration/test_failover.py",  # 56
+    "tests/integration/test_secure_stack.py",  # 55
+    "tests/integration/test_snapshot_e2e.py",  # 49
+    "tests/integration/test_oauth_logins.py",  # 48
+    "tests/integration/test_spark_faults.py",  # 38
+    "tests/integration/source/test_source_replication.py",  # 37
+    "tests/integration/test_connect_interop.py",  # 35
+    "tests/spark/test_driver_decode.py",  # 35
+    "tests/integration/test_spark_hostile.py",  # 28
+    "tests/integration/test_ddl_torture.py",  # 20
+    "tests/integration/test_pipeline_e2e.py",  # 20
+    "tests/integration/test_many_tables.py",  # 19
+    "tests/integration/test_snapshot_exactly_once.py",  # 19
+    "tests/spark/test_driver_compaction.py",  # 17
     "tests/integration/test_secure_kafka.py",  # 18
-    "tests/integration/test_hostile_schema.py",  # 14
-    "tests/integration/test_check.py",  # 14
-    "tests/integration/test_faults.py",  # 11 (its other faults are in the cycle)
+    "tests/integration/test_hostile_schema.py",  # 13
+    "tests/integration/test_check.py",  # 12
+    "tests/integration/test_faults.py",  # 12 (its other faults are in the cycle)
     "tests/integration/test_secrets_masked.py",  # 11
     "tests/integration/test_secure_postgres.py",  # 11
     "tests/integration/test_publisher.py",  # 10
