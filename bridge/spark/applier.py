@@ -243,6 +243,7 @@ class BatchApplier:
         if known is not None and (columns == known if drop else columns <= known):
             return
         extra = {"metadata": metadata} if metadata is not None else {}
+        self._forget_driver_table(path)
         ensure_table(
             spark,
             path,
@@ -447,8 +448,9 @@ class BatchApplier:
 
     def _driver_target(self, path: str, count: int) -> Any | None:
         """The delta-rs table to write ``count`` changes to at ``path`` (driver_write_fits),
-        kept open between batches (opening a table's log each time cost more than its write's
-        update: a few ms per table and batch)."""
+        kept open between batches as this job's writes leave it (opening a table's log, or
+        bringing it up to date, lists the log's directory: see driver_write_fits); dropped by
+        :meth:`_forget_driver_table` when this job writes the table another way."""
         with self._lock:
             opened = self._delta_tables.get(path)
         target = driver_write_fits(path, count, self.config.driver_write_rows, opened)
@@ -458,6 +460,11 @@ class BatchApplier:
             else:
                 self._delta_tables[path] = target
         return target
+
+    def _forget_driver_table(self, path: str) -> None:
+        """This job wrote ``path`` through Spark: its kept delta-rs table is behind the log."""
+        with self._lock:
+            self._delta_tables.pop(path, None)
 
     def _applied_position(self, spark: Any, path: str, fences: Fences) -> Position | None:
         """A keyless table's applied position: its partition 0 fence (all its records are in
@@ -812,6 +819,7 @@ class BatchApplier:
             if table is None or len(table.file_uris()) < merge_module.COMPACT_AT_FILES:
                 return
             started = time.monotonic()
+            self._forget_driver_table(path)
             compact(self._session(spark), path, metadata)
         except Exception as exc:
             logger.warning("%s: compaction failed (%s); the next batch tries again", path,
@@ -844,6 +852,7 @@ class BatchApplier:
                     self._spark_only.add(path)
                 logger.warning("%s: delta-rs cannot write this table (%s); Spark writes it",
                                path, first_line(exc))  # fmt: skip
+        self._forget_driver_table(path)
         with_spark()
         return "spark"
 
