@@ -155,8 +155,8 @@ def job_conf(cores: int) -> dict[str, str]:
         "spark.sql.shuffle.partitions": partitions,
         # A table Spark writes every second (the default trigger) gains a file or more per
         # commit: Delta compacts them once there are 50 (autoCompact.minNumFiles), after the
-        # commit, in a commit of its own that changes no data (delta-rs's tables likewise:
-        # bridge.spark.driver_merge.compact_if_fragmented).
+        # commit, in a commit of its own that changes no data (the tables delta-rs writes:
+        # BatchApplier._compact_if_fragmented).
         "spark.databricks.delta.autoCompact.enabled": "true",
     }
 

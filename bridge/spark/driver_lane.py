@@ -60,7 +60,7 @@ def collect_small_batch(framed: DataFrame, limit: int = COLLECTED_RECORDS) -> An
     Why: a batch of many small tables was read from Kafka twice, once by Spark to count its
     groups (decode.batch_groups: a shuffle over every topic-partition) and once to collect the
     driver's records; collected whole, it is read once and counted here (:func:`groups_of`;
-    measured over 200 tables at 1,000 changes/s: batches of 4.6 -> 3.3 s). A larger batch
+    measured over 200 tables at 1,000 changes/s: batches of 4.6 -> 3.0 s). A larger batch
     stops the read at ``limit + 1`` records and is counted by Spark after all.
     """
     value, key = F.col("value"), F.col("key")
