@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import random
 import signal
 import socket
 import subprocess
@@ -18,8 +19,38 @@ from bridge.errors import StackError
 SERVICE_USER = "pgbridge"
 
 
+#: Where a service's port is picked: below the kernel's ephemeral range, which every outgoing
+#: connection on the machine takes its local port from. A port picked from that range (bind to
+#: port 0) can be taken by a client's connection in the seconds before the service binds it.
+_SERVICE_PORTS_FLOOR = 20000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
-    """A TCP port on loopback that is free right now."""
+    """A TCP port on loopback that is free right now, outside the ephemeral range when the
+    machine leaves room below it (else one the kernel picks)."""
+    ceiling = _ephemeral_floor()
+    if ceiling - _SERVICE_PORTS_FLOOR >= 1000:
+        for _ in range(50):
+            port = random.randrange(_SERVICE_PORTS_FLOOR, ceiling)
+            if _bindable(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -55,15 +86,29 @@ def wait_until(
     log_path: Path,
     alive: Callable[[], bool] | None = None,
 ) -> None:
-    """Poll ``ready`` until it is true; fail naming the part and its log if it dies or times out."""
+    """Poll ``ready`` until it is true; fail naming the part and its log, with the log's last
+    lines (a test's teardown may remove the file), if it dies or times out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ready():
             return
         if alive is not None and not alive():
-            raise StackError(part, "exited during start-up", str(log_path))
+            raise StackError(part, f"exited during start-up{log_tail(log_path)}", str(log_path))
         time.sleep(0.25)
-    raise StackError(part, f"not ready after {timeout:.0f} s", str(log_path))
+    raise StackError(part, f"not ready after {timeout:.0f} s{log_tail(log_path)}", str(log_path))
+
+
+def log_tail(log_path: Path, lines: int = 15, limit: int = 3000) -> str:
+    """The last lines of a log, as a suffix for an error message ('' when there are none)."""
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - 64 * 1024))
+            text = log.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    tail = "\n".join(text.rstrip().splitlines()[-lines:])[-limit:]
+    return f"; its log ends:\n{tail}" if tail else ""
 
 
 def stop_pid(pid: int | None, timeout: float = 30.0) -> None:

@@ -44,6 +44,7 @@ def ensure_apicurio() -> Path:
 class ApicurioRegistry(Service):
     part = "registry"
     start_timeout = 120.0
+    repick_taken_ports = True
 
     def __init__(
         self,

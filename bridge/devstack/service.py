@@ -20,6 +20,9 @@ class Service(ABC):
     #: The part's name in messages, file names and ``pgbridge dev status``.
     part: str = "service"
     start_timeout: float = 120.0
+    #: Whether a start that failed on a taken port is retried once on new ports: for a service
+    #: whose ports no other part has been given before it answers (not a Kafka quorum's node).
+    repick_taken_ports: bool = False
 
     def __init__(self, base_dir: Path) -> None:
         self.base_dir = base_dir.resolve()
@@ -28,6 +31,7 @@ class Service(ABC):
         self._state: dict[str, int] = (
             json.loads(self._state_path.read_text()) if self._state_path.exists() else {}
         )
+        self._picked: set[str] = set()  # ports chosen by this object, not kept from a last run
 
     # -- to implement -------------------------------------------------------------------------
 
@@ -55,6 +59,7 @@ class Service(ABC):
         """A port for ``name``, chosen once and kept so clients' settings stay valid."""
         if name not in self._state:
             self._state[name] = free_port()
+            self._picked.add(name)
             self._save()
         return self._state[name]
 
@@ -82,6 +87,22 @@ class Service(ABC):
         self._save()
 
     def wait_ready(self) -> None:
+        try:
+            self._wait_ready()
+        except StackError as exc:
+            if not (self.repick_taken_ports and self._picked and _port_taken(str(exc))):
+                raise
+            # Another process bound a port between our pick and the service's bind: new ports
+            # (no client has been given these yet), once.
+            logger.warning("%s: a port was taken before it could bind it; new ports", self.part)
+            self.stop()
+            for name in self._picked:
+                self._state.pop(name, None)
+            self._picked.clear()
+            self.launch()
+            self._wait_ready()
+
+    def _wait_ready(self) -> None:
         pid = self.pid
         wait_until(self.part, self.ready, self.start_timeout, self.log_path, lambda: pid_alive(pid))
         logger.info("%s ready (pid %s)", self.part, pid)
@@ -94,6 +115,10 @@ class Service(ABC):
     def _save(self) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self._state_path.write_text(json.dumps(self._state))
+
+
+def _port_taken(message: str) -> bool:
+    return any(s in message for s in ("already in use", "already bound", "BindException"))
 
 
 def java_major(java: str) -> int:
