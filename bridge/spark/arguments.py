@@ -69,8 +69,9 @@ def _batch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-offsets-per-trigger",
         type=int,
-        help="Kafka records per micro-batch (default: sized from Spark's memory, about 1 per "
-        "2 KiB of heap, so a topic of any length is applied in bounded batches)",
+        help="Kafka records per micro-batch (default: sized from Spark's memory, 1 per KiB of "
+        "its unified memory, (heap - 300 MiB) x spark.memory.fraction, so a topic of any "
+        "length is applied in bounded batches)",
     )
     parser.add_argument(
         "--master",

@@ -18,10 +18,19 @@ from typing import Any
 
 from bridge.spark.errors import ApplyError
 
-#: Heap reserved per record of a batch. Measured on the default 1 GiB heap: batches of 500,000
-#: small records (one 3M-row table, 60 bytes per record) were applied, one of 3,000,000 died of
-#: OutOfMemoryError; 1 GiB / 2 KiB is 524,288 records (Runtime.maxMemory() of -Xmx1g).
-RECORD_BUDGET_BYTES = 2048
+#: Spark's unified (execution and storage) memory a batch's record may take. Spark's memory
+#: manager gives tasks ``(heap - 300 MiB) * spark.memory.fraction``; sizing by the heap alone
+#: left small heaps short: on -Xmx512m a batch sized at 2 KiB of heap per record (233,216
+#: records) failed with UNABLE_TO_ACQUIRE_MEMORY under the parallel collector, whose usable heap
+#: is 455 MiB (93 MiB of unified memory), and passed under G1 (512 MiB, 127 MiB) only by a
+#: margin. Measured on the default 1 GiB heap: batches of 500,000 small records (one 3M-row
+#: table, 60 bytes per record) were applied, one of 3,000,000 died of OutOfMemoryError; 1 KiB
+#: of unified memory per record is 444,000 records there (434 MiB).
+RECORD_BUDGET_BYTES = 1024
+#: What Spark's memory manager keeps for itself before the fraction (``RESERVED_SYSTEM_MEMORY``).
+SPARK_RESERVED_BYTES = 300 << 20
+#: ``spark.memory.fraction``'s default.
+DEFAULT_MEMORY_FRACTION = 0.6
 #: Bounds of the sized default: below, per-batch overhead dominates; above, one batch takes
 #: minutes and a failure repeats all of it.
 MIN_BATCH_RECORDS = 10_000
@@ -46,9 +55,11 @@ def parse_memory(value: str) -> int:
     return int(match.group(1)) * _UNITS[match.group(2).lower()]
 
 
-def batch_records_for(memory_bytes: int) -> int:
-    """The records per batch that ``memory_bytes`` of heap hold (:data:`RECORD_BUDGET_BYTES`)."""
-    return max(MIN_BATCH_RECORDS, min(MAX_BATCH_RECORDS, memory_bytes // RECORD_BUDGET_BYTES))
+def batch_records_for(memory_bytes: int, fraction: float = DEFAULT_MEMORY_FRACTION) -> int:
+    """The records per batch that a JVM heap of ``memory_bytes`` holds: one per
+    :data:`RECORD_BUDGET_BYTES` of the unified memory Spark carves out of it."""
+    unified = max(0, int((memory_bytes - SPARK_RESERVED_BYTES) * fraction))
+    return max(MIN_BATCH_RECORDS, min(MAX_BATCH_RECORDS, unified // RECORD_BUDGET_BYTES))
 
 
 def batch_memory(spark: Any) -> tuple[int, str]:
@@ -69,7 +80,10 @@ def batch_memory(spark: Any) -> tuple[int, str]:
 def default_batch_records(spark: Any) -> tuple[int, str]:
     """``maxOffsetsPerTrigger`` when the user gives none, and a sentence saying why."""
     memory, source = batch_memory(spark)
-    records = batch_records_for(memory)
+    fraction = float(
+        spark.sparkContext.getConf().get("spark.memory.fraction", str(DEFAULT_MEMORY_FRACTION))
+    )
+    records = batch_records_for(memory, fraction)
     return records, f"at most {records:,} Kafka records, sized from {source} ({memory >> 20} MiB)"
 
 

@@ -266,7 +266,7 @@ def test_apply_with_defaults_bounds_batches_by_memory_and_equals_source(
     (not one batch that dies of OutOfMemoryError), quietly, and Delta equals the source."""
     from bridge.spark.resources import batch_records_for, parse_memory
 
-    heap = "512m"  # the heap's batch (~230,000 records) is shorter than the topic
+    heap = "512m"  # the heap's batch (~130,000 records) is shorter than the topic
     rows = batch_records_for(parse_memory(heap)) + 20_000
     prefix = f"dbound{uuid.uuid4().hex[:8]}"
     with scratch_database(local_stack) as dsn:
@@ -316,7 +316,7 @@ def test_apply_with_defaults_bounds_batches_by_memory_and_equals_source(
         assert status.apply is not None, status.problems
         assert status.apply["batch"] is not None and status.apply["batch"] >= len(batches) - 1
         assert status.apply["tables"] == {f"{prefix}.public.wide_load": 0}
-        # Row by row, as a sum of per-row digests each side (comparing 280,000 rows in Python
+        # Row by row, as a sum of per-row digests each side (comparing 150,000 rows in Python
         # or through one sorted string takes longer than the apply).
         with psycopg.connect(dsn) as conn:
             row = conn.execute(

@@ -34,8 +34,12 @@ def test_a_memory_size_spark_would_refuse_is_an_error() -> None:
 
 def test_batches_grow_with_the_heap_within_bounds() -> None:
     one_gib = batch_records_for(1 << 30)
-    assert 400_000 <= one_gib <= 600_000  # the measured safe size on 1 GiB (see the module)
-    assert batch_records_for(2 << 30) == 2 * one_gib
+    assert 400_000 <= one_gib <= 500_000  # the measured safe size on 1 GiB (see the module)
+    # Sized from Spark's unified memory, (heap - 300 MiB) * fraction: a heap twice as large
+    # holds more than twice the records, a small one far fewer (its 300 MiB are Spark's).
+    assert batch_records_for(2 << 30) > 2 * one_gib
+    assert batch_records_for(512 << 20) < one_gib // 3
+    assert batch_records_for(1 << 30, fraction=0.3) == one_gib // 2
     assert batch_records_for(16 << 20) == MIN_BATCH_RECORDS
     assert batch_records_for(1 << 40) == MAX_BATCH_RECORDS
 
@@ -66,6 +70,9 @@ def test_local_mode_sizes_batches_from_the_driver_heap() -> None:
     records, why = default_batch_records(_spark(heap=1 << 30))
     assert records == batch_records_for(1 << 30)
     assert "driver's heap (1024 MiB)" in why
+    # spark.memory.fraction as the user set it: what Spark's memory manager will give tasks.
+    halved, _ = default_batch_records(_spark(heap=1 << 30, conf={"spark.memory.fraction": "0.3"}))
+    assert halved == records // 2
 
 
 def test_a_cluster_sizes_batches_from_one_executors_memory() -> None:
