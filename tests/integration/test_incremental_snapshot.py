@@ -87,7 +87,9 @@ def writer(dsn: str, stop: threading.Event) -> None:
                 'UPDATE "Odd Pair" SET a = a + 1000 WHERE a = %s AND "b-part" = %s',
                 (r % 50, f"p{(r * 7) % 60}"),
             )
-            time.sleep(0.005)
+            # About 50 rounds a second: changes inside and around every chunk, while a slow host
+            # (one that reads chunks slowly) does not also get ever more changes to rebuild.
+            time.sleep(0.02)
 
 
 def settings_for(stack: StackInfo, dsn: str, prefix: str, state_dir: Path) -> dict[str, str]:
