@@ -17,6 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from bridge.spark import transforms as tf
@@ -62,6 +63,13 @@ class _Schemas(SchemaCache):
             self.ids[text] = len(self.ids) + 1
             self._schemas[self.ids[text]] = text
         return self.ids[text]
+
+
+#: The columns of Spark's Kafka source the job reads.
+_KAFKA_ROWS = pa.schema(
+    [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+     ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", "UTC"))]
+)  # fmt: skip
 
 
 class Batches:
@@ -113,32 +121,24 @@ class Batches:
 
     def frame(self) -> Any:
         """The batch as Spark's Kafka source gives it to the job; built from Arrow, so Spark
-        holds it as a local relation (from a list of rows, every query of it would run through
-        Python workers: a third of this module's CPU time)."""
-        import pyarrow as pa
-
+        holds it as a local relation (from a list of rows, every query of it ran through
+        Python workers: 38 of this module's 308 CPU-seconds)."""
         rows = []
         for key, value, topic, partition in self.records:
             offset = self.offsets.get((topic, partition), 0)
             self.offsets[(topic, partition)] = offset + 1
-            rows.append((key, value, topic, partition, offset))
+            rows.append(
+                {
+                    "key": key,
+                    "value": value,
+                    "topic": topic,
+                    "partition": partition,
+                    "offset": offset,
+                    "timestamp": dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+                }
+            )
         self.records = []
-        key, value, topic, partition, offset = (
-            (list(c) for c in zip(*rows, strict=True)) if rows else ([], [], [], [], [])
-        )
-        table = pa.table(
-            {
-                "key": pa.array(key, pa.binary()),
-                "value": pa.array(value, pa.binary()),
-                "topic": pa.array(topic, pa.string()),
-                "partition": pa.array(partition, pa.int32()),
-                "offset": pa.array(offset, pa.int64()),
-                "timestamp": pa.array(
-                    [dt.datetime(2026, 1, 1, tzinfo=dt.UTC)] * len(rows), pa.timestamp("us", "UTC")
-                ),
-            }
-        )
-        return self.spark.createDataFrame(table)
+        return self.spark.createDataFrame(pa.Table.from_pylist(rows, schema=_KAFKA_ROWS))
 
     def apply(self, batch_id: int, frame: Any = None, restarted: bool = False) -> BatchApplier:
         """Apply a batch as the running job does (one applier for all batches), or as a job
