@@ -1,16 +1,16 @@
 """Benchmark: the apply job's fixed cost per changed table and batch, without Kafka.
 
 #32 asks for at most 0.3 s per table that changed in a batch. This measures it where nothing
-else interferes: a warm ``local[2]`` session with the job's settings, ``--tables`` keyed
-tables of 100 rows, then ``--rounds`` batches that update one row in every table (``--op c``:
-insert one; Kafka-shaped rows of Confluent-framed envelopes, as
-``tests/spark/test_apply_batches.py`` builds them, fed to the job's own ``BatchApplier``).
-Per batch it prints the phases the job logs, seconds and Spark jobs per table, and the CPU
-of the Spark JVM per table; beside each batch, the baseline: the same change applied to every
-table by Delta alone (a bare ``DeltaTable.merge`` of one row, or an append with ``--op c``,
-as many tables at a time as the job), which is the floor any design that commits each table
-by a Delta MERGE pays, and the ratio of the two. Needs the Spark jars of the dev stack's
-cache (``pgbridge dev up`` fetches them), not the stack itself.
+else interferes: a warm ``local[2]`` session with the job's settings, ``--tables`` keyed tables
+of 100 rows (``--keyless``: without key columns), then ``--rounds`` batches that update one row
+in every table (``--op c``: insert one; Kafka-shaped rows of Confluent-framed envelopes, as
+``tests/spark/test_apply_batches.py`` builds them, fed to the job's own ``BatchApplier``). Per
+batch it prints the phases the job logs, seconds and Spark jobs per table, and the CPU of the
+Spark JVM per table; beside each batch, the baseline: the same change applied to every table by
+Delta alone (a bare ``DeltaTable.merge`` of one row, or an append with ``--op c``, as many
+tables at a time as the job), which is the floor any design that commits each table by a Delta
+MERGE pays, and the ratio of the two. Needs the Spark jars of the dev stack's cache (``pgbridge
+dev up`` fetches them), not the stack itself.
 
     .venv/bin/python bench/table_cost_bench.py --tables 40 --rounds 2
 """
@@ -57,6 +57,11 @@ def main() -> None:
     )
     parser.add_argument("--parallel-tables", type=int, default=2, help="the job's default: 2")
     parser.add_argument(
+        "--keyless",
+        action="store_true",
+        help="tables without key columns (multisets: bridge.spark.multiset), whole-row images",
+    )
+    parser.add_argument(
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a session setting"
     )
     args = parser.parse_args()
@@ -79,7 +84,13 @@ def main() -> None:
     batches = Batches(spark, work)
     batches.config = replace(batches.config, parallel_tables=args.parallel_tables)
     tables = [
-        TableVersion(PREFIX, "public", f"t{i}", [col("id", OPT_INT), col("v", OPT_STR)], ["id"])
+        TableVersion(
+            PREFIX,
+            "public",
+            f"t{i}",
+            [col("id", OPT_INT), col("v", OPT_STR)],
+            [] if args.keyless else ["id"],
+        )
         for i in range(args.tables)
     ]
     pid = jvm_pid(spark)

@@ -100,6 +100,7 @@ from bridge.spark.driver_merge import (
     driver_write_fits,
     merge_in_driver,
 )
+from bridge.spark.driver_multiset import multiset_in_driver
 from bridge.spark.errors import RegistryUnavailableError, TableApplyError, first_line
 from bridge.spark.fences import Fences, read_fences
 from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
@@ -686,21 +687,31 @@ class BatchApplier:
         )
         # The position travels with the rows, in the commit's userMetadata (multiset.py).
         after = fences.advanced({0: glance.last} if glance.last is not None else {}, truncate_at)
-        written = apply_multiset(
-            spark,
-            path,
-            work.changes,
-            table.columns,
-            self._applied_position(spark, path, fences),
-            glance,
-            self.config.txn_app_id,
-            work.batch_id,
-            empty=not work.exists,
-            commit_metadata=after.to_metadata(),
-        )
-        if written:
+        applied = self._applied_position(spark, path, fences)
+        changes, metadata, app_id = work.changes, after.to_metadata(), self.config.txn_app_id
+        wrote: list[bool] = []
+
+        def in_driver(target: Any) -> None:
+            wrote.append(
+                multiset_in_driver(
+                    target, changes, table.columns, applied, glance, app_id, work.batch_id,
+                    commit_metadata=metadata,
+                )
+            )  # fmt: skip
+
+        def with_spark() -> None:
+            wrote.append(
+                apply_multiset(
+                    spark, path, changes, table.columns, applied, glance, app_id, work.batch_id,
+                    empty=not work.exists, commit_metadata=metadata,
+                )
+            )  # fmt: skip
+
+        writer = self._write(path, work.count, in_driver, with_spark)
+        if wrote[-1]:
             with self._lock:
                 self._fences[path] = after
+                self.stats.last_write[work.label] = ("multiset", writer)
         if self.config.history:
             logger.info("%s: no history for a table without key columns", work.label)
 

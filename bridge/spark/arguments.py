@@ -107,8 +107,9 @@ def _table_arguments(parser: argparse.ArgumentParser) -> None:
         "--driver-write-rows",
         type=int,
         default=50_000,
-        help="a keyed table's batch of at most this many changes, into a table under 32 MiB on a "
-        "local path, is written by the driver with delta-rs, not by Spark jobs (0: never)",
+        help="a table's batch of at most this many changes (keyed or not), into a table under "
+        "32 MiB on a local path, is written by the driver with delta-rs, not by Spark jobs "
+        "(0: never)",
     )
     parser.add_argument(
         "--no-driver-decode",

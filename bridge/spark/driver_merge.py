@@ -47,7 +47,19 @@ from bridge.spark.merge import (
     type_change,
 )
 
-__all__ = ["DriverWriteRefused", "append_in_driver", "driver_write_fits", "merge_in_driver"]
+__all__ = [
+    "DriverWriteRefused",
+    "append_in_driver",
+    "before_condition",
+    "check_target",
+    "commit_properties",
+    "conformed",
+    "done_before",
+    "driver_write_fits",
+    "execute_merge",
+    "merge_in_driver",
+    "write_append",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +127,7 @@ def _newer(left: str, right: str) -> str:
     )
 
 
-def _before(alias: str, position: tuple[int, int]) -> str:
+def before_condition(alias: str, position: tuple[int, int]) -> str:
     """``alias``'s (commit_lsn, seq) is before ``position`` (merge.before)."""
     lsn, seq = position
     return (
@@ -162,13 +174,13 @@ def _source_columns(plan: MergePlan) -> list[str]:
 def _collect(table: Any, latest: DataFrame | ArrowRows, plan: MergePlan) -> Any:
     """The rows to write, as Arrow, once the table is known to take them as Spark would."""
     columns = _source_columns(plan)
-    _check_target(table, latest.schema, [*plan.value_columns, *tf.PERSISTED_META])
+    check_target(table, latest.schema, [*plan.value_columns, *tf.PERSISTED_META])
     if isinstance(latest, ArrowRows):  # decoded in the driver (bridge.spark.driver_lane)
         return latest.table.select(columns)
     return latest.select(*[tf.quote(c) for c in columns]).toArrow()
 
 
-def _check_target(table: Any, source: T.StructType, assigned: Sequence[str]) -> None:
+def check_target(table: Any, source: T.StructType, assigned: Sequence[str]) -> None:
     """Every column the statement sets exists in the table, of a type that holds the source's
     values exactly (:func:`bridge.spark.merge.type_change`); else delta-rs must not write.
 
@@ -191,7 +203,7 @@ def _check_target(table: Any, source: T.StructType, assigned: Sequence[str]) -> 
             )
 
 
-def _commit_properties(app_id: str, batch_id: int, commit_metadata: str | None) -> Any:
+def commit_properties(app_id: str, batch_id: int, commit_metadata: str | None) -> Any:
     from deltalake import CommitProperties, Transaction
 
     return CommitProperties(
@@ -200,7 +212,7 @@ def _commit_properties(app_id: str, batch_id: int, commit_metadata: str | None) 
     )
 
 
-def _done_before(table: Any, app_id: str, batch_id: int) -> bool:
+def done_before(table: Any, app_id: str, batch_id: int) -> bool:
     """Delta's idempotent-DML check: this job's batch ``batch_id`` already committed here."""
     done = table.transaction_version(app_id)
     return done is not None and int(done) >= batch_id
@@ -216,11 +228,11 @@ def merge_in_driver(
     commit_metadata: str | None = None,
 ) -> None:
     """:func:`bridge.spark.merge.merge_changes` of ``latest`` into ``table`` (delta-rs)."""
-    if _done_before(table, app_id, batch_id):
+    if done_before(table, app_id, batch_id):
         return
     source = _collect(table, latest, plan)
     on = " AND ".join(
-        f"t.{tf.quote(k)} IS NOT DISTINCT FROM s.{tf.quote(k)}" for k in plan.key_columns
+        f"(t.{tf.quote(k)} IS NOT DISTINCT FROM s.{tf.quote(k)})" for k in plan.key_columns
     )
     is_delete = f"s.{tf.OP} = 'd'"
     try:
@@ -229,7 +241,7 @@ def merge_in_driver(
             predicate=on,
             source_alias="s",
             target_alias="t",
-            commit_properties=_commit_properties(app_id, batch_id, commit_metadata),
+            commit_properties=commit_properties(app_id, batch_id, commit_metadata),
         )
         if plan.inserts_only and plan.truncate_at is None:
             builder = builder.when_not_matched_insert(updates=_inserted(plan))
@@ -244,21 +256,34 @@ def merge_in_driver(
             )
         if plan.truncate_at is not None:
             builder = builder.when_not_matched_by_source_delete(
-                predicate=_before("t", plan.truncate_at)
+                predicate=before_condition("t", plan.truncate_at)
             )
     except Exception as exc:  # building the statement: nothing written
         raise DriverWriteRefused(str(exc)) from exc
+    execute_merge(builder, table, app_id, batch_id, commit_metadata)
+
+
+def execute_merge(
+    builder: Any, table: Any, app_id: str, batch_id: int, commit_metadata: str | None
+) -> None:
+    """Run a delta-rs MERGE built with :func:`commit_properties`; a batch's commit is made
+    even when it changes no row."""
     version = table.version()
     _execute(builder.execute, table, app_id, batch_id)
     if table.version() == version:
         # delta-rs makes no commit for a MERGE that changes no row; Spark's commits one all
         # the same, which is where the batch's fences and transaction are kept.
-        _execute(
-            lambda: _append(table, _empty(table), app_id, batch_id, commit_metadata),
-            table,
-            app_id,
-            batch_id,
-        )
+        write_append(table, _empty(table), app_id, batch_id, commit_metadata)
+
+
+def write_append(
+    table: Any, data: Any, app_id: str, batch_id: int, commit_metadata: str | None
+) -> None:
+    """Append ``data`` (in the table's schema: :func:`conformed`) in one commit carrying the
+    batch's transaction and ``commit_metadata``."""
+    _execute(
+        lambda: _append(table, data, app_id, batch_id, commit_metadata), table, app_id, batch_id
+    )
 
 
 def append_in_driver(
@@ -274,19 +299,16 @@ def append_in_driver(
     (:func:`bridge.spark.merge.new_key_rows`), appended in one commit, no scan of the target.
     A column of the table the rows lack (dropped in the source, kept here) is null in them, as
     in Spark's append."""
-    if _done_before(table, app_id, batch_id):
+    if done_before(table, app_id, batch_id):
         return
     if isinstance(latest, ArrowRows):  # decoded in the driver (bridge.spark.driver_lane)
-        _check_target(table, latest.schema, [*plan.value_columns, *tf.PERSISTED_META])
+        check_target(table, latest.schema, [*plan.value_columns, *tf.PERSISTED_META])
         arrow = latest.new_key_rows(plan.value_columns, plan.key_columns, plan.fold_unchanged)
     else:
         rows = new_key_rows(latest, plan)
-        _check_target(table, rows.schema, rows.columns)
+        check_target(table, rows.schema, rows.columns)
         arrow = rows.toArrow()
-    data = _conformed(table, arrow)
-    _execute(
-        lambda: _append(table, data, app_id, batch_id, commit_metadata), table, app_id, batch_id
-    )
+    write_append(table, conformed(table, arrow), app_id, batch_id, commit_metadata)
 
 
 def _append(table: Any, data: Any, app_id: str, batch_id: int, commit_metadata: str | None) -> None:
@@ -296,7 +318,7 @@ def _append(table: Any, data: Any, app_id: str, batch_id: int, commit_metadata: 
         table,
         data,
         mode="append",
-        commit_properties=_commit_properties(app_id, batch_id, commit_metadata),
+        commit_properties=commit_properties(app_id, batch_id, commit_metadata),
     )
 
 
@@ -307,7 +329,7 @@ def _empty(table: Any) -> Any:
     return pa.schema(table.schema().to_arrow()).empty_table()
 
 
-def _conformed(table: Any, rows: Any) -> Any:
+def conformed(table: Any, rows: Any) -> Any:
     """``rows`` with exactly the table's columns and types (delta-rs appends only that)."""
     import pyarrow as pa
 
@@ -333,7 +355,7 @@ def _execute(execute: Any, table: Any, app_id: str, batch_id: int) -> None:
     except Exception as exc:
         try:
             table.update_incremental()
-            committed = _done_before(table, app_id, batch_id)
+            committed = done_before(table, app_id, batch_id)
         except Exception:
             committed = False
         if committed:

@@ -31,6 +31,9 @@ A batch whose records are all inserts (no update, delete or truncate: an append-
 table, a snapshot) skips 3 to 5: each record adds one copy of its row whatever the table
 holds, so its rows are appended, and the Delta table is not read (one commit, no join).
 
+A small batch into a small table takes the same steps in the driver, with delta-rs
+(:mod:`bridge.spark.driver_multiset`): Spark's way costs seconds per table and batch.
+
 Exactly once. The MERGE (or the append) is the batch's only commit to the table,
 under Delta's idempotent DML (``txnAppId`` = the job, ``txnVersion`` = the batch id), so a
 replayed micro-batch is a no-op for every table it already committed. The applied position

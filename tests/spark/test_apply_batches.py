@@ -77,6 +77,7 @@ class Batches:
 
     def __init__(self, spark: Any, tmp: Path, writer: str = "delta-rs") -> None:
         self.spark = spark
+        self.writer = writer  # who writes a small table's batch: "delta-rs" (default), "spark"
         self.schemas = _Schemas()
         self.config = ApplyConfig(
             topic_prefix=PREFIX,
@@ -190,6 +191,7 @@ def _last_write(applier: BatchApplier, table: str = "public.keyed") -> str:
     return applier.stats.last_write[table][0]
 
 
+@BOTH_WRITERS
 def test_multiset_keeps_duplicates_across_batches(batches: Batches) -> None:
     t = FULL_DUPS
     for i, row in enumerate([(1, "x"), (1, "x"), (2, None), (2, None), (3, "gone")]):
@@ -202,7 +204,7 @@ def test_multiset_keeps_duplicates_across_batches(batches: Batches) -> None:
     batches.add(t, "u", (20, 0), before={"a": 2, "b": None}, after={"a": 2, "b": "set"})
     batches.add(t, "d", (21, 0), before={"a": 1, "b": "x"})
     batches.add(t, "d", (22, 0), before={"a": 3, "b": "gone"})
-    batches.apply(1)
+    assert batches.apply(1).stats.last_write["public.full_dups"] == ("multiset", batches.writer)
     assert batches.multiset("public", "full_dups") == Counter(
         {(1, "x"): 1, (2, None): 1, (2, "set"): 1}
     )
@@ -250,6 +252,7 @@ def test_multiset_folds_changes_of_one_batch(batches: Batches) -> None:
     assert batches.multiset("public", "full_dups") == Counter({(1, None): 1, (None, "n"): 1})
 
 
+@BOTH_WRITERS
 def test_multiset_resent_and_replayed_records_apply_once(batches: Batches, spark: Any) -> None:
     t = FULL_DUPS
     batches.add(t, "c", (10, 0), after={"a": 1, "b": "x"})
@@ -303,6 +306,7 @@ def test_multiset_position_kept_by_an_older_job_is_read_once_and_moves_into_the_
     assert read_fences(spark, path).partitions == {0: (11, 0)}
 
 
+@BOTH_WRITERS
 def test_multiset_truncate_removes_older_rows(batches: Batches) -> None:
     t = FULL_DUPS
     batches.add(t, "c", (10, 0), after={"a": 1, "b": "x"})
@@ -311,20 +315,61 @@ def test_multiset_truncate_removes_older_rows(batches: Batches) -> None:
     batches.add(t, "t", (12, 0))
     batches.add(t, "c", (13, 0), after={"a": 1, "b": "x"})
     batches.add(t, "c", (13, 1), after={"a": 2, "b": None})
-    batches.apply(1)
+    assert batches.apply(1).stats.last_write["public.full_dups"] == ("multiset", batches.writer)
     assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 1, (2, None): 1})
 
 
 def test_zero_column_table_counts_rows(batches: Batches, spark: Any) -> None:
     empty = TableVersion(PREFIX, "public", "empty_t", [], key=[])
+    path = batches.config.table_path("public", "empty_t")
     batches.add(empty, "c", (10, 0), after={})
     batches.add(empty, "c", (10, 1), after={})
     batches.apply(0)
     batches.add(empty, "c", (11, 0), after={})
     batches.apply(1)
-    df = spark.read.format("delta").load(batches.config.table_path("public", "empty_t"))
+    df = spark.read.format("delta").load(path)
     assert df.count() == 3
     assert all(c.startswith("_pgbridge_") for c in df.columns)
+    batches.add(empty, "d", (12, 0), before={})  # one of three identical (empty) rows
+    batches.apply(2)
+    assert spark.read.format("delta").load(path).count() == 2
+
+
+def test_keyless_small_batches_are_applied_by_delta_rs_and_spark_takes_what_it_cannot(
+    batches: Batches,
+) -> None:
+    """A keyless table's small batch is applied in the driver by delta-rs, as a keyed table's
+    is (milliseconds, not a dozen Spark jobs); either writer continues from the position the
+    other committed; an image with a NaN (which Spark's ``<=>`` matches) is left to Spark."""
+    import dataclasses
+
+    t, label = FULL_DUPS, "public.full_dups"
+    batches.add(t, "c", (10, 0), after={"a": 1, "b": "x"})
+    batches.add(t, "c", (10, 1), after={"a": 1, "b": "x"})
+    assert batches.apply(0).stats.last_write[label] == ("multiset", "delta-rs")
+    # Over the row bound: Spark's MERGE; then delta-rs again, from the position Spark committed.
+    batches.config = dataclasses.replace(batches.config, driver_write_rows=1)
+    update = {"before": {"a": 1, "b": "x"}, "after": {"a": 1, "b": "y"}}
+    batches.add(t, "u", (11, 0), **update)
+    batches.add(t, "c", (11, 1), after={"a": 3, "b": None})
+    assert batches.apply(1, restarted=True).stats.last_write[label] == ("multiset", "spark")
+    batches.config = dataclasses.replace(batches.config, driver_write_rows=1000)
+    batches.add(t, "u", (11, 0), **update)  # resent: Spark applied it
+    batches.add(t, "d", (12, 0), before={"a": 1, "b": "x"})
+    batches.add(t, "d", (12, 1), before={"a": 3, "b": None})
+    batches.add(t, "c", (12, 2), after={"a": None, "b": None})
+    assert batches.apply(2, restarted=True).stats.last_write[label] == ("multiset", "delta-rs")
+    assert batches.multiset("public", "full_dups") == Counter({(1, "y"): 1, (None, None): 1})
+
+    floats = TableVersion(PREFIX, "public", "floats", [col("f", ["null", "double"])], key=[])
+    batches.add(floats, "c", (20, 0), after={"f": 1.5})
+    batches.add(floats, "c", (20, 1), after={"f": float("nan")})
+    batches.add(floats, "c", (20, 2), after={"f": float("nan")})
+    batches.apply(3)  # inserts only: appended, nothing compared
+    batches.add(floats, "d", (21, 0), before={"f": float("nan")})
+    assert batches.apply(4).stats.last_write["public.floats"] == ("multiset", "spark")
+    left = [r["f"] for r in batches.rows("public", "floats")]
+    assert sorted(left, key=str) == [1.5, pytest.approx(float("nan"), nan_ok=True)]
 
 
 @BOTH_WRITERS
@@ -345,7 +390,7 @@ def test_keyed_table_matches_null_key_columns_null_safe(batches: Batches) -> Non
     batches.apply(0)
     batches.add(t, "u", (11, 0), after={"k1": 1, "k2": None, "v": "b"})
     batches.add(t, "d", (12, 0), before={"k1": 2, "k2": "b", "v": None})
-    batches.apply(1)
+    assert batches.apply(1).stats.last_write["public.full_keyed"] == ("merge", batches.writer)
     assert batches.rows("public", "full_keyed") == [{"k1": 1, "k2": None, "v": "b"}]
 
 

@@ -1,0 +1,107 @@
+"""The driver's multiset fold (bridge.spark.driver_multiset) without Spark or Delta: the MERGE
+source it builds from a batch's row images, applied to the copies a table holds, leaves
+``max(0, held + net)`` copies of every image, each record counted once. The same batches run
+end to end, by delta-rs and by Spark, in test_apply_batches.py."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bridge.spark import driver_multiset as dm
+from bridge.spark import transforms as tf
+from bridge.spark.driver_merge import DriverWriteRefused
+
+Image = tuple[Any, ...]
+Record = tuple[int, int, str, int, Image]  # commit_lsn, seq, op, count delta, image
+
+
+def images_table(records: list[Record]) -> Any:
+    return pa.table(
+        {
+            "a": pa.array([r[4][0] for r in records], pa.int64()),
+            "b": pa.array([r[4][1] for r in records], pa.string()),
+            tf.COMMIT_LSN: pa.array([r[0] for r in records], pa.int64()),
+            tf.SEQ: pa.array([r[1] for r in records], pa.int64()),
+            tf.COMMIT_TS: pa.array([None] * len(records), pa.timestamp("us", "UTC")),
+            tf.OP: pa.array([r[2] for r in records], pa.string()),
+            tf.COUNT_DELTA: pa.array([r[3] for r in records], pa.int32()),
+        }
+    )
+
+
+def apply_actions(held: Counter[Image], source: Any) -> Counter[Image]:
+    """What the MERGE does with the source: a "delete" removes every copy of its image (it
+    matches all of them), an "insert" adds one."""
+    after = Counter(held)
+    for row in source.to_pylist():
+        image = (row["a"], row["b"])
+        if row["_pgbridge_kind"] == "delete":
+            after.pop(image, None)
+        else:
+            after[image] += 1
+    return +after
+
+
+def fold(records: list[Record], held: Counter[Image], applied: tuple[int, int] | None) -> Any:
+    arrow = images_table(records)
+    fresh = dm._fresh_rows(arrow, applied, None)
+    net = dm._net_per_image(arrow, arrow.select(["a", "b"]).to_pylist(), fresh)
+    current = {image: held[image] for image in net if held[image]}
+    return dm._actions(arrow, ["a", "b", *tf.PERSISTED_META], net, current)
+
+
+def test_an_update_of_one_of_two_identical_rows_and_a_resend_counted_once() -> None:
+    held = Counter({(1, "x"): 2, (2, None): 1})
+    records: list[Record] = [
+        (5, 0, "c", 1, (1, "x")),  # applied before: at the position
+        (6, 0, "u", -1, (1, "x")),
+        (6, 0, "u", 1, (1, "y")),
+        (6, 0, "u", 1, (1, "y")),  # the same record delivered twice
+        (7, 0, "d", -1, (2, None)),
+        (7, 1, "d", -1, (9, "never held")),  # removes nothing
+    ]
+    source = fold(records, held, applied=(5, 0))
+    assert apply_actions(held, source) == Counter({(1, "x"): 1, (1, "y"): 1})
+    # The rows it inserts carry the position of their image's last change.
+    inserted = [r for r in source.to_pylist() if r["_pgbridge_kind"] == "insert"]
+    assert {(r["a"], r["b"], r[tf.COMMIT_LSN], r[tf.SEQ]) for r in inserted} == {
+        (1, "x", 6, 0),
+        (1, "y", 6, 0),
+    }
+
+
+def test_a_nan_in_an_image_is_left_to_spark() -> None:
+    arrow = pa.table({"f": [float("nan")], tf.COMMIT_LSN: [1], tf.SEQ: [0]}).append_column(
+        tf.COUNT_DELTA, pa.array([-1])
+    )
+    with pytest.raises(DriverWriteRefused, match="NaN"):
+        dm._net_per_image(arrow, arrow.select(["f"]).to_pylist(), [0])
+
+
+_images = st.tuples(st.sampled_from([1, 2, None]), st.sampled_from(["x", None]))
+
+
+@given(
+    held=st.dictionaries(_images, st.integers(1, 3), max_size=4),
+    changes=st.lists(st.tuples(st.sampled_from([1, -1]), _images), max_size=12),
+    resent=st.integers(0, 3),
+)
+def test_the_fold_leaves_held_plus_net_copies_and_never_fewer_than_none(
+    held: dict[Image, int], changes: list[tuple[int, Image]], resent: int
+) -> None:
+    records: list[Record] = [
+        (10 + i, 0, "c" if delta > 0 else "d", delta, image)
+        for i, (delta, image) in enumerate(changes)
+    ]
+    net: Counter[Image] = Counter()
+    for _, _, _, delta, image in records:
+        net[image] += delta
+    model = +Counter({i: max(0, held.get(i, 0) + net[i]) for i in {*held, *net}})
+    got = apply_actions(Counter(held), fold(records + records[:resent], Counter(held), None))
+    assert got == model
