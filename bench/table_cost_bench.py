@@ -57,6 +57,12 @@ def main() -> None:
     )
     parser.add_argument("--parallel-tables", type=int, default=2, help="the job's default: 2")
     parser.add_argument(
+        "--driver-write-rows",
+        type=int,
+        default=None,
+        help="the job's --driver-write-rows (default: the job's; 0: every table by Spark)",
+    )
+    parser.add_argument(
         "--keyless",
         action="store_true",
         help="tables without key columns (multisets: bridge.spark.multiset), whole-row images",
@@ -83,6 +89,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="pgbridge-table-cost-"))
     batches = Batches(spark, work)
     batches.config = replace(batches.config, parallel_tables=args.parallel_tables)
+    if args.driver_write_rows is not None:
+        batches.config = replace(batches.config, driver_write_rows=args.driver_write_rows)
     tables = [
         TableVersion(
             PREFIX,
@@ -120,6 +128,12 @@ def main() -> None:
         paths = [batches.config.table_path("public", t.table) for t in tables]
         _bare_delta_batch(spark, paths, round_, args.op, args.parallel_tables)
         bare = time.perf_counter() - started
+        # The baseline's commits are another writer's, which the job never meets (it is its
+        # tables' only writer): the delta-rs tables it keeps open are re-read, not left to fail
+        # their next commit's conflict check and hand the table to Spark.
+        assert batches.applier is not None
+        for path in paths:
+            batches.applier._forget_driver_table(path)
         print(
             f"  baseline, Delta alone ({'append' if args.op == 'c' else 'MERGE'} of one row, "
             f"{args.parallel_tables} tables at a time): {bare / per:.2f} s per table, "

@@ -84,7 +84,13 @@ from bridge.spark.apply_metrics import (
 )
 from bridge.spark.config import ApplyConfig, delta_table
 from bridge.spark.decode import SchemaCache, TableBatch, batch_groups, decode_batch
-from bridge.spark.driver_changes import ArrowRows, admitted, arrow_rows, last_change_per_key
+from bridge.spark.driver_changes import (
+    ArrowRows,
+    admitted,
+    arrow_rows,
+    last_change_per_key,
+    row_images,
+)
 from bridge.spark.driver_decode import DriverDecoder
 from bridge.spark.driver_lane import (
     COLLECTED_RECORDS,
@@ -627,14 +633,21 @@ class BatchApplier:
         self, spark: Any, table: DriverTable, batch_id: int, batch: _BatchState
     ) -> None:
         """A table decoded in the driver (bridge.spark.driver_lane): its fences, last change
-        per key and rows in Python, written as :meth:`_write_keyed` writes any keyed table.
-        Only keyed tables this job wrote before with these columns come here."""
+        per key and rows in Python, written as :meth:`_write_keyed` writes any keyed table (a
+        table without key columns: its row images, as :meth:`_write_multiset` writes any).
+        Only tables this job wrote before with these columns come here."""
         started = time.monotonic()
         summary = table.summary
         label = f"{summary['schema']}.{summary['table']}"
         work = _TableWork(table, table.path, label, None, summary, int(summary["n"]), True,
                           batch_id)  # fmt: skip
         fences = self._fences_of(spark, table.path)
+        if not table.key_columns:  # a multiset: its row images, as Spark's path makes them
+            self._write_multiset(spark, work, fences, row_images(table.changes, table.columns))
+            merge_seconds = time.monotonic() - started
+            _pause_after_merge()
+            self._record_applied(work, batch, started, merge_seconds)
+            return
         names = table.columns.fieldNames()
         fold = bool(summary["toast"])
         changes = admitted(table.changes, fences, work.truncate_at)
@@ -675,10 +688,17 @@ class BatchApplier:
 
     def _merge_keyless(self, spark: Any, work: _TableWork) -> None:
         """A table without key columns: its row images as a multiset (bridge.spark.multiset)."""
-        path, table, summary, truncate_at = work.path, work.table, work.summary, work.truncate_at
+        path, table = work.path, work.table
         assert work.changes is not None and isinstance(table, TableBatch)
         self._ensure(spark, path, table, ())
-        fences = self._fences_of(spark, path)
+        self._write_multiset(spark, work, self._fences_of(spark, path), work.changes)
+
+    def _write_multiset(
+        self, spark: Any, work: _TableWork, fences: Fences, images: DataFrame | ArrowRows
+    ) -> None:
+        """Write a keyless table's row images (bridge.spark.multiset): by delta-rs where it
+        fits (bridge.spark.driver_multiset), else by Spark; the position goes with the rows."""
+        path, summary, truncate_at = work.path, work.summary, work.truncate_at
         last = summary["last"]
         glance = MultisetBatch(
             (int(last[0]), int(last[1])) if last is not None else None,
@@ -688,21 +708,23 @@ class BatchApplier:
         # The position travels with the rows, in the commit's userMetadata (multiset.py).
         after = fences.advanced({0: glance.last} if glance.last is not None else {}, truncate_at)
         applied = self._applied_position(spark, path, fences)
-        changes, metadata, app_id = work.changes, after.to_metadata(), self.config.txn_app_id
+        columns = work.table.columns
+        metadata, app_id = after.to_metadata(), self.config.txn_app_id
         wrote: list[bool] = []
 
         def in_driver(target: Any) -> None:
             wrote.append(
                 multiset_in_driver(
-                    target, changes, table.columns, applied, glance, app_id, work.batch_id,
+                    target, images, columns, applied, glance, app_id, work.batch_id,
                     commit_metadata=metadata,
                 )
             )  # fmt: skip
 
         def with_spark() -> None:
+            frame = images if isinstance(images, DataFrame) else images.to_frame(spark)
             wrote.append(
                 apply_multiset(
-                    spark, path, changes, table.columns, applied, glance, app_id, work.batch_id,
+                    spark, path, frame, columns, applied, glance, app_id, work.batch_id,
                     empty=not work.exists, commit_metadata=metadata,
                 )
             )  # fmt: skip

@@ -2,11 +2,11 @@
 fences, the last change per key, and the Arrow rows delta-rs writes.
 
 Each function is the Python twin of the Spark expression it names, so a table's batch ends the
-same whichever path decoded it: :func:`summarize` of ``summary_aggregates`` +
-``combine_parts`` (bridge.spark.summary), :func:`admitted` of ``Fences.not_covered``,
-``Fences.filter`` and ``transforms.drop_before``, :func:`last_change_per_key` of
-``transforms.last_change_per_key``. ``tests/spark/test_driver_decode.py`` applies the same
-batches both ways and compares the tables.
+same whichever path decoded it: :func:`summarize` of ``summary_aggregates`` + ``combine_parts``
+(bridge.spark.summary), :func:`admitted` of ``Fences.not_covered``, ``Fences.filter`` and
+``transforms.drop_before``, :func:`last_change_per_key` of ``transforms.last_change_per_key``,
+:func:`row_images` of ``transforms.envelope_to_images``. ``tests/spark/test_driver_decode.py``
+applies the same batches both ways and compares the tables.
 """
 
 from __future__ import annotations
@@ -21,7 +21,14 @@ from bridge.spark import transforms as tf
 from bridge.spark.driver_decode import RawChange
 from bridge.spark.fences import Fences, Position
 
-__all__ = ["ArrowRows", "admitted", "arrow_rows", "last_change_per_key", "summarize"]
+__all__ = [
+    "ArrowRows",
+    "admitted",
+    "arrow_rows",
+    "last_change_per_key",
+    "row_images",
+    "summarize",
+]
 
 
 def summarize(changes: Sequence[RawChange]) -> dict[str, Any] | None:
@@ -224,3 +231,44 @@ def arrow_rows(changes: Sequence[RawChange], columns: T.StructType) -> ArrowRows
          *(T.StructField(name, spark_type, True) for name, spark_type in _META_TYPES)]
     )  # fmt: skip
     return ArrowRows(pa.Table.from_arrays(arrays, names=schema.fieldNames()), schema)
+
+
+def row_images(changes: Sequence[RawChange], columns: T.StructType) -> ArrowRows:
+    """``transforms.envelope_to_images`` of a keyless table's changes (decoded ``with_before``):
+    an insert, read or update adds a copy of its new row (+1; a column it marks unchanged TOAST
+    taken from its old row), an update or delete removes one of its old row (-1), a truncate
+    is a row of nulls (0). The changes' columns then ``COUNT_DELTA``, as Spark's images."""
+    import pyarrow as pa
+
+    names = columns.fieldNames()
+    images: list[RawChange] = []
+    deltas: list[int] = []
+
+    def add(values: list[Any], change: RawChange, delta: int) -> None:
+        images.append(
+            RawChange(values, change.op, change.commit_lsn, change.seq, change.ts_ms,
+                      change.schema, change.table, (), change.partition, change.offset)
+        )  # fmt: skip
+        deltas.append(delta)
+
+    for c in changes:
+        if c.op == "t":
+            add([None] * len(names), c, 0)
+            continue
+        if c.op in ("c", "r", "u"):
+            values = list(c.values)
+            if c.unchanged and c.before is not None:
+                for i, name in enumerate(names):
+                    if name in c.unchanged:
+                        values[i] = c.before[i]
+            add(values, c, 1)
+        if c.op in ("u", "d"):
+            if c.before is None:
+                raise ValueError(f"a {c.op!r} change at {(c.commit_lsn, c.seq)} without old row")
+            add(list(c.before), c, -1)
+    rows = arrow_rows(images, columns)
+    count = T.StructField(tf.COUNT_DELTA, T.IntegerType(), True)
+    return ArrowRows(
+        rows.table.append_column(tf.COUNT_DELTA, pa.array(deltas, pa.int32())),
+        T.StructType([*rows.schema.fields, count]),
+    )

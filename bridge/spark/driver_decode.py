@@ -225,7 +225,8 @@ def _without_logical_types(node: Any) -> Any:
 class RawChange:
     """One change row as Spark's path builds it (bridge.spark.transforms.envelope_to_changes):
     values in column order, op, position, commit time (ms), source identity, the columns it
-    carries as unchanged TOAST (PostgreSQL names), Kafka partition and offset."""
+    carries as unchanged TOAST (PostgreSQL names), Kafka partition and offset; ``before``: the
+    old row's values, for a table without key columns (decoded ``with_before``), else None."""
 
     values: list[Any]
     op: str
@@ -237,6 +238,7 @@ class RawChange:
     unchanged: tuple[str, ...]
     partition: int
     offset: int
+    before: list[Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,10 +309,12 @@ class DriverDecoder:
         values: Sequence[bytes],
         partitions: Sequence[int],
         offsets: Sequence[int],
+        with_before: bool = False,
     ) -> list[RawChange]:
         """The change rows of Confluent-framed payloads of schema ``schema_id``, in order
         (logical messages skipped); :class:`NotForDriver` at the first record that is not
-        decoded here exactly as Spark's path would."""
+        decoded here exactly as Spark's path would. ``with_before``: each change's old row
+        too (a table without key columns matches rows by it)."""
         import fastavro
 
         prepared = self._prepared.get(schema_id)
@@ -335,12 +339,13 @@ class DriverDecoder:
             if commit_lsn is None or seq is None or ts_ms is None:
                 raise NotForDriver("a change without its position")
             image = envelope.get("before") if op == "d" else envelope.get("after")
-            row = [
-                None
-                if image is None
-                else (c.convert(image[c.field]) if c.convert is not None else image[c.field])
-                for c in columns
-            ]
+            row = _row(image, columns)
+            before = None
+            if with_before:  # a row without a key is matched by its images: both must be there
+                old, new = envelope.get("before"), envelope.get("after")
+                if (op in ("u", "d") and old is None) or (op in ("c", "r", "u") and new is None):
+                    raise NotForDriver(f"a {op!r} change without its row image")  # dead letter
+                before = _row(old, columns) if old is not None else None
             listed = envelope.get("unchanged_toast_columns") or ()
             changes.append(
                 RawChange(
@@ -354,6 +359,17 @@ class DriverDecoder:
                     tuple(renamed.get(name, name) for name in listed),
                     int(partition),
                     int(offset),
+                    before,
                 )
             )
         return changes
+
+
+def _row(image: dict[str, Any] | None, columns: Sequence[DriverColumn]) -> list[Any]:
+    """An envelope's row image in column order, converted as Spark's path reads it."""
+    return [
+        None
+        if image is None
+        else (c.convert(image[c.field]) if c.convert is not None else image[c.field])
+        for c in columns
+    ]

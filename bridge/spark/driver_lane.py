@@ -1,14 +1,14 @@
 """Which tables of a batch are decoded in the driver (bridge.spark.driver_decode), and their
 records, collected in one Spark job for all of them.
 
-A topic qualifies when what Spark's path would do with it is known to come to the same here:
-one value schema version in the batch, keyed records of one key schema, no history table, and
-a Delta table this job already wrote with these columns and types (no creation, evolution,
-rename or backfill to make) whose batch delta-rs writes anyway (at most ``driver_write_rows``
-records, a table under 32 MiB on a local path: bridge.spark.driver_merge). Its records are
-then decoded here; a topic that turns out otherwise
-(:class:`~bridge.spark.driver_decode.NotForDriver`, records of another source table, a routed
-topic) goes back to Spark's path in the same batch.
+A topic qualifies when what Spark's path would do with it is known to come to the same here: one
+value schema version in the batch, keyed records of one key schema (or a table without key
+columns, none of them a map, array or struct), no history table, and a Delta table this job
+already wrote with these columns and types (no creation, evolution, rename or backfill to make)
+whose batch delta-rs writes anyway (at most ``driver_write_rows`` records, a table under 32 MiB
+on a local path: bridge.spark.driver_merge). Its records are then decoded here; a topic that
+turns out otherwise (:class:`~bridge.spark.driver_decode.NotForDriver`, records of another
+source table, a routed topic) goes back to Spark's path in the same batch.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 #: Key column types whose equality in Python is not Spark's (NaN, -0.0): Spark's path.
 _INEXACT_KEYS = (T.FloatType, T.DoubleType)
+#: Column types a table without key columns is matched by in a normalised form: Spark's path.
+_COMPARED_NORMALISED = (T.MapType, T.ArrayType, T.StructType)
 
 #: Records of one batch decoded in the driver at most, over all its tables (smallest tables
 #: first; the others take Spark's path). The batch bound is sized from the JVM's heap, and a
@@ -271,17 +273,20 @@ def _candidate(
         return None
     row = rows[0]
     key_id = row["key_id"]
-    if key_id is None or key_id != row["min_key_id"]:
+    keyless = key_id is None and row["min_key_id"] is None  # a multiset (bridge.spark.multiset)
+    if not keyless and (key_id is None or key_id != row["min_key_id"]):
         return None
     schema_id = int(row[tf.VALUE_SCHEMA_ID])
     schema_json = schemas.schema_json(schema_id)
     if schema_json is None:
         return None
     prepared = decoder.prepare(schema_id, schema_json, config.variable_decimal)
-    key_fields = schemas.field_names(int(key_id))
-    if prepared is None or not key_fields:
+    key_fields: tuple[str, ...] | None = () if keyless else schemas.field_names(int(key_id))
+    if prepared is None or key_fields is None or not (keyless or key_fields):
         return None
     columns = decoder.columns(schema_id)
+    if keyless and any(isinstance(c.spark_type, _COMPARED_NORMALISED) for c in columns):
+        return None  # Spark's multiset compares these in a normalised form
     by_field = {c.field: c for c in columns}
     if any(k not in by_field or isinstance(by_field[k].spark_type, _INEXACT_KEYS)
            for k in key_fields):  # fmt: skip
@@ -313,6 +318,7 @@ def _decoded(
         raw.column("value").to_pylist(),
         raw.column("partition").to_pylist(),
         raw.column("offset").to_pylist(),
+        with_before=not candidate.key_columns,
     )
     summary = summarize(changes)
     if summary is None:

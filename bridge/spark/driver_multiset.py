@@ -20,8 +20,8 @@ so either writer may write the next batch.
 
 What it refuses (:class:`DriverWriteRefused`, nothing written, Spark applies the table): a
 column Spark compares by a normalised form (maps, arrays, structs: ``multiset.comparable``),
-and a float NaN in an image (Spark's ``<=>`` matches NaN with NaN; Python's and DataFusion's
-equality may not).
+and a float NaN or -0.0 in an image (Spark's ``<=>`` matches NaN with NaN and -0.0 with 0.0;
+Python's and DataFusion's equality may not).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
+from bridge.spark.driver_changes import ArrowRows
 from bridge.spark.driver_merge import (
     DriverWriteRefused,
     before_condition,
@@ -53,7 +54,7 @@ _KIND = "_pgbridge_kind"
 
 def multiset_in_driver(
     table: Any,
-    images: DataFrame,
+    images: DataFrame | ArrowRows,
     columns: T.StructType,
     applied: Position | None,
     batch: MultisetBatch,
@@ -63,8 +64,8 @@ def multiset_in_driver(
     commit_metadata: str | None = None,
 ) -> bool:
     """:func:`bridge.spark.multiset.apply_multiset` of ``images`` (``envelope_to_images``,
-    conformed to ``columns``) into the delta-rs ``table``; False if every record was applied
-    before (nothing written)."""
+    conformed to ``columns``, or ``driver_changes.row_images`` of changes the driver decoded)
+    into the delta-rs ``table``; False if every record was applied before (nothing written)."""
     if batch.last is None or (applied is not None and batch.last <= applied):
         return False
     if done_before(table, app_id, batch_id):
@@ -78,7 +79,10 @@ def multiset_in_driver(
     persisted = [*names, *tf.PERSISTED_META]
     check_target(table, images.schema, persisted)
     wanted = [*persisted, tf.OP, tf.COUNT_DELTA]
-    arrow = images.select(*[tf.quote(c) for c in wanted]).toArrow()
+    if isinstance(images, ArrowRows):  # decoded in the driver (bridge.spark.driver_lane)
+        arrow = images.table.select(wanted)
+    else:
+        arrow = images.select(*[tf.quote(c) for c in wanted]).toArrow()
     truncate = batch.truncate
     if truncate is not None and applied is not None and truncate <= applied:
         truncate = None  # applied before: the table holds its effect already
@@ -87,9 +91,7 @@ def multiset_in_driver(
         rows = arrow.take(pa.array(fresh, pa.int64())).select(persisted)
         write_append(table, conformed(table, rows), app_id, batch_id, commit_metadata)
         return True
-    # A table of zero columns has one image, the empty row (Arrow keeps no rows without columns).
-    values = arrow.select(names).to_pylist() if names else [{}] * arrow.num_rows
-    net = _net_per_image(arrow, values, fresh)
+    net = _net_per_image(arrow, _images_of(arrow, names), fresh)
     current = _current_copies(table, names, net) if truncate is None else {}
     source = _actions(arrow, persisted, net, current)
     on = " AND ".join(
@@ -155,15 +157,34 @@ class _Net:
         self.count, self.last, self.row = count, last, row
 
 
-def _image(values: dict[str, Any]) -> tuple[Hashable, ...]:
-    image = tuple(values.values())
-    if any(isinstance(v, float) and math.isnan(v) for v in image):
-        raise DriverWriteRefused("a NaN in a row image")
-    return image
+def _negative_zero(value: float) -> bool:
+    return value == 0.0 and math.copysign(1.0, value) < 0
+
+
+def _images_of(arrow: Any, names: Sequence[str]) -> list[tuple[Hashable, ...]]:
+    """Each row's image as a tuple to count by: instants and dates as their integers (Python's
+    datetime holds none of PostgreSQL's extremes, such as infinity as int64's)."""
+    import pyarrow as pa
+
+    if not names:  # a table of zero columns: one image, the empty row
+        return [()] * arrow.num_rows
+    columns = []
+    for name in names:
+        column = arrow.column(name)
+        if pa.types.is_timestamp(column.type) or pa.types.is_date64(column.type):
+            column = column.cast(pa.int64())
+        elif pa.types.is_date32(column.type):
+            column = column.cast(pa.int32())
+        columns.append(column.to_pylist())
+    images = list(zip(*columns, strict=True))
+    for image in images:
+        if any(isinstance(v, float) and (math.isnan(v) or _negative_zero(v)) for v in image):
+            raise DriverWriteRefused("a NaN or -0.0 in a row image")
+    return images
 
 
 def _net_per_image(
-    arrow: Any, values: Sequence[dict[str, Any]], fresh: Sequence[int]
+    arrow: Any, images: Sequence[tuple[Hashable, ...]], fresh: Sequence[int]
 ) -> dict[tuple[Hashable, ...], _Net]:
     """multiset.py's step 3: the fresh images folded into a net count per image (non-zero
     only), with the position of the image's last change (``(commit_lsn, seq)`` and index)."""
@@ -172,7 +193,7 @@ def _net_per_image(
     deltas = arrow.column(tf.COUNT_DELTA).to_pylist()
     net: dict[tuple[Hashable, ...], _Net] = {}
     for i in fresh:
-        image = _image(values[i])
+        image = images[i]
         last = (lsns[i], seqs[i], i)
         entry = net.get(image)
         if entry is None:
@@ -199,9 +220,7 @@ def _current_copies(
     except Exception as exc:  # nothing written yet
         raise DriverWriteRefused(f"reading the table: {exc}") from exc
     counts: dict[tuple[Hashable, ...], int] = {}
-    rows: list[dict[str, Any]] = held.to_pylist() if names else [{}] * held.num_rows
-    for row in rows:
-        image = tuple(row.values())
+    for image in _images_of(held, names):
         if image in net:
             counts[image] = counts.get(image, 0) + 1
     return counts

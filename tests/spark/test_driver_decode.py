@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 from pyspark.sql import types as T
 
+from bridge.spark import transforms as tf
 from bridge.spark.columns import RowShape
-from bridge.spark.driver_changes import admitted, last_change_per_key, summarize
+from bridge.spark.driver_changes import admitted, last_change_per_key, row_images, summarize
 from bridge.spark.driver_decode import (
     DriverDecoder,
     NotForDriver,
@@ -135,6 +136,27 @@ def test_summary_fences_and_last_change_per_key_in_python() -> None:
     assert by_key[1].op == "u" and by_key[1].values == [1, "a"] and by_key[1].unchanged == ()
     only_unchanged = last_change_per_key([changes[1]], [0], True, ["id", "v"])
     assert only_unchanged[0].values == [1, None] and only_unchanged[0].unchanged == ("v",)
+
+
+def test_row_images_of_a_keyless_table_in_python() -> None:
+    """driver_changes.row_images, the twin of transforms.envelope_to_images: +1 of the new
+    row (an unchanged TOAST column from the old), -1 of the old, 0 for a truncate."""
+    columns = T.StructType(
+        [T.StructField("k", T.IntegerType()), T.StructField("v", T.StringType())]
+    )
+    insert = _change("c", 1, 10, value="v")
+    update = dataclasses.replace(_change("u", 1, 11, value="new"), before=[1, "old"],
+                                 unchanged=("v",))  # fmt: skip
+    delete = dataclasses.replace(_change("d", 2, 12), before=[2, "gone"])
+    truncate = _change("t", 0, 13)
+    images = row_images([insert, update, delete, truncate], columns).table.to_pylist()
+    assert [(r["k"], r["v"], r[tf.COUNT_DELTA], r[tf.COMMIT_LSN]) for r in images] == [
+        (1, "v", 1, 10),
+        (1, "old", 1, 11),  # unchanged TOAST: the value of the old row
+        (1, "old", -1, 11),
+        (2, "gone", -1, 12),
+        (None, None, 0, 13),
+    ]
 
 
 def test_a_payload_that_does_not_decode_sends_the_topic_to_spark() -> None:
@@ -330,6 +352,71 @@ def test_tables_decoded_in_the_driver_equal_those_spark_decoded(
     # Batch 1 was decoded in the driver and written by Spark.
     assert refused_decoded == 1
     assert refused_tables == spark_tables[:2]
+
+
+#: WIDE without a key (a multiset, bridge.spark.multiset), without its float columns (a NaN in
+#: a row image is Spark's to match: bridge.spark.driver_multiset).
+BAG = TableVersion(
+    PREFIX, "public", "bag", [c for c in WIDE.columns if c["name"] not in ("r", "d")], key=[]
+)
+
+
+def _bag_row(key: int, variant: int = 0) -> dict[str, Any]:
+    return {k: v for k, v in _row(key, variant).items() if k not in ("r", "d")}
+
+
+def _bag_tables(spark: Any, tmp: Path, driver_decode: bool) -> tuple[int, list[list[str]]]:
+    """A keyless table's batches (duplicates, updates with unchanged TOAST, deletes of one of
+    two copies, resends, a truncate), with the driver decoding or Spark: the table's rows
+    (sorted, metadata too) after each batch."""
+    batches = Batches(spark, tmp / str(driver_decode))
+    batches.config = dataclasses.replace(batches.config, driver_decode=driver_decode)
+    path = batches.config.table_path("public", "bag")
+    seen: list[list[str]] = []
+
+    def apply(batch_id: int) -> Any:
+        applier = batches.apply(batch_id)
+        seen.append(sorted(_exact_rows(spark.read.format("delta").load(path))))
+        return applier
+
+    t = BAG
+    for key in range(1, 5):
+        batches.add(t, "c", (10, key), after=_bag_row(key, key))
+    batches.add(t, "c", (10, 5), after=_bag_row(1, 0))  # another row of id 1, a long text
+    batches.add(t, "c", (10, 6), after=_bag_row(2, 2))  # a second copy of row 2
+    apply(0)  # the table's first load: created by Spark's path either way
+    batches.add(t, "u", (20, 0), before=_bag_row(1, 0), after={**_bag_row(1, 2), "Big_Text": None},
+                unchanged=["Big_Text"])  # fmt: skip
+    batches.add(t, "d", (20, 1), before=_bag_row(3, 3))
+    batches.add(t, "c", (20, 2), after=_bag_row(7, 0))
+    batches.add(t, "c", (20, 3), after=_bag_row(7, 0))
+    batches.add(t, "c", (10, 4), after=_bag_row(4, 4))  # a resend: at or below the position
+    batches.add(t, "d", (20, 4), before=_bag_row(9, 9))  # a row the table never held
+    apply(1)
+    batches.add(t, "d", (29, 0), before=_bag_row(2, 2))  # one copy; erased by the truncate
+    batches.add(t, "t", (30, 0))
+    batches.add(t, "c", (31, 0), after=_bag_row(8, 1))
+    batches.add(t, "c", (31, 1), after=_bag_row(8, 1))
+    apply(2)
+    batches.add(t, "u", (40, 0), before=_bag_row(8, 1), after={**_bag_row(8, 2), "s": None})
+    applier = apply(3)
+    return applier.stats.driver_decoded, seen
+
+
+@pytest.mark.integration
+def test_keyless_tables_decoded_in_the_driver_equal_those_spark_decoded(
+    spark: Any, tmp_path: Path
+) -> None:
+    spark_decoded, spark_tables = _bag_tables(spark, tmp_path, False)
+    decoded, tables = _bag_tables(spark, tmp_path, True)
+    assert (decoded, spark_decoded) == (3, 0)  # batches 1 to 3 decoded in the driver
+    for batch, (rows, spark_rows) in enumerate(zip(tables, spark_tables, strict=True)):
+        assert rows == spark_rows, f"after batch {batch}"
+    ids = [sorted(json.loads(r)["id"] for r in rows) for rows in tables]
+    assert ids == [[1, 1, 2, 2, 3, 4], [1, 1, 2, 2, 4, 7, 7], [8, 8], [8, 8]]
+    ones = [json.loads(r) for r in tables[1] if json.loads(r)["id"] == 1]
+    # The update kept its unchanged TOAST column from its old row (to_json leaves out nulls).
+    assert sorted(len(r.get("Big Text", "")) for r in ones) == [0, 5000]
 
 
 def _config() -> Any:

@@ -51,7 +51,7 @@ def apply_actions(held: Counter[Image], source: Any) -> Counter[Image]:
 def fold(records: list[Record], held: Counter[Image], applied: tuple[int, int] | None) -> Any:
     arrow = images_table(records)
     fresh = dm._fresh_rows(arrow, applied, None)
-    net = dm._net_per_image(arrow, arrow.select(["a", "b"]).to_pylist(), fresh)
+    net = dm._net_per_image(arrow, dm._images_of(arrow, ["a", "b"]), fresh)
     current = {image: held[image] for image in net if held[image]}
     return dm._actions(arrow, ["a", "b", *tf.PERSISTED_META], net, current)
 
@@ -76,12 +76,18 @@ def test_an_update_of_one_of_two_identical_rows_and_a_resend_counted_once() -> N
     }
 
 
-def test_a_nan_in_an_image_is_left_to_spark() -> None:
-    arrow = pa.table({"f": [float("nan")], tf.COMMIT_LSN: [1], tf.SEQ: [0]}).append_column(
-        tf.COUNT_DELTA, pa.array([-1])
-    )
-    with pytest.raises(DriverWriteRefused, match="NaN"):
-        dm._net_per_image(arrow, arrow.select(["f"]).to_pylist(), [0])
+def test_instants_beyond_pythons_datetime_are_counted_by_their_integers() -> None:
+    arrow = pa.table({"ts": pa.array([2**63 - 1, -(2**63), 2**63 - 1], pa.timestamp("us", "UTC")),
+                      "day": pa.array([2932896, -719162, 2932896], pa.date32())})  # fmt: skip
+    images = dm._images_of(arrow, ["ts", "day"])
+    assert images[0] == images[2] != images[1]
+
+
+def test_a_nan_or_negative_zero_in_an_image_is_left_to_spark() -> None:
+    for value in (float("nan"), -0.0):
+        arrow = pa.table({"f": [value], tf.COMMIT_LSN: [1], tf.SEQ: [0], tf.COUNT_DELTA: [-1]})
+        with pytest.raises(DriverWriteRefused, match=r"NaN or -0\.0"):
+            dm._images_of(arrow, ["f"])
 
 
 _images = st.tuples(st.sampled_from([1, 2, None]), st.sampled_from(["x", None]))
