@@ -27,7 +27,7 @@ Python's and DataFusion's equality may not).
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -65,11 +65,36 @@ def multiset_in_driver(
 ) -> bool:
     """:func:`bridge.spark.multiset.apply_multiset` of ``images`` (``envelope_to_images``,
     conformed to ``columns``, or ``driver_changes.row_images`` of changes the driver decoded)
-    into the delta-rs ``table``; False if every record was applied before (nothing written)."""
+    into the delta-rs ``table``; False if every record was applied before (nothing written).
+
+    Anything that fails before the commit is :class:`DriverWriteRefused`: nothing is written,
+    and Spark's path, the reference, applies the batch (or dead-letters what it cannot)."""
     if batch.last is None or (applied is not None and batch.last <= applied):
         return False
     if done_before(table, app_id, batch_id):
         return True
+    try:
+        write = _prepared_write(table, images, columns, applied, batch, app_id, batch_id,
+                                commit_metadata)  # fmt: skip
+    except DriverWriteRefused:
+        raise
+    except Exception as exc:  # nothing written yet
+        raise DriverWriteRefused(f"preparing the write: {type(exc).__name__}: {exc}") from exc
+    write()
+    return True
+
+
+def _prepared_write(
+    table: Any,
+    images: DataFrame | ArrowRows,
+    columns: T.StructType,
+    applied: Position | None,
+    batch: MultisetBatch,
+    app_id: str,
+    batch_id: int,
+    commit_metadata: str | None,
+) -> Callable[[], None]:
+    """Steps 2 to 5 up to the commit: the write that commits the batch, not yet run."""
     import pyarrow as pa
 
     uncomparable = [f.name for f in columns.fields if _compared_normalised(f.dataType)]
@@ -88,37 +113,32 @@ def multiset_in_driver(
         truncate = None  # applied before: the table holds its effect already
     fresh = _fresh_rows(arrow, applied, truncate)
     if batch.inserts_only and truncate is None:
-        rows = arrow.take(pa.array(fresh, pa.int64())).select(persisted)
-        write_append(table, conformed(table, rows), app_id, batch_id, commit_metadata)
-        return True
+        rows = conformed(table, arrow.take(pa.array(fresh, pa.int64())).select(persisted))
+        return lambda: write_append(table, rows, app_id, batch_id, commit_metadata)
     net = _net_per_image(arrow, _images_of(arrow, names), fresh)
-    current = _current_copies(table, names, net) if truncate is None else {}
+    current = _current_copies(table, names, net, arrow) if truncate is None else {}
     source = _actions(arrow, persisted, net, current)
     on = " AND ".join(
         [f"s.{_KIND} = 'delete'"]
         + [f"(t.{tf.quote(n)} IS NOT DISTINCT FROM s.{tf.quote(n)})" for n in names]
     )
     inserted = {tf.quote(c): f"s.{tf.quote(c)}" for c in persisted}
-    try:
-        builder = (
-            table.merge(
-                source,
-                predicate=on,
-                source_alias="s",
-                target_alias="t",
-                commit_properties=commit_properties(app_id, batch_id, commit_metadata),
-            )
-            .when_matched_delete()
-            .when_not_matched_insert(updates=inserted, predicate=f"s.{_KIND} = 'insert'")
+    builder = (
+        table.merge(
+            source,
+            predicate=on,
+            source_alias="s",
+            target_alias="t",
+            commit_properties=commit_properties(app_id, batch_id, commit_metadata),
         )
-        if truncate is not None:
-            builder = builder.when_not_matched_by_source_delete(
-                predicate=before_condition("t", truncate)
-            )
-    except Exception as exc:  # building the statement: nothing written
-        raise DriverWriteRefused(str(exc)) from exc
-    execute_merge(builder, table, app_id, batch_id, commit_metadata)
-    return True
+        .when_matched_delete()
+        .when_not_matched_insert(updates=inserted, predicate=f"s.{_KIND} = 'insert'")
+    )
+    if truncate is not None:
+        builder = builder.when_not_matched_by_source_delete(
+            predicate=before_condition("t", truncate)
+        )
+    return lambda: execute_merge(builder, table, app_id, batch_id, commit_metadata)
 
 
 def _compared_normalised(data_type: T.DataType) -> bool:
@@ -205,9 +225,10 @@ def _net_per_image(
 
 
 def _current_copies(
-    table: Any, names: Sequence[str], net: dict[tuple[Hashable, ...], _Net]
+    table: Any, names: Sequence[str], net: dict[tuple[Hashable, ...], _Net], arrow: Any
 ) -> dict[tuple[Hashable, ...], int]:
-    """multiset.py's step 4: how many copies of each image of ``net`` the table holds."""
+    """multiset.py's step 4: how many copies of each image of ``net`` the table holds (the
+    images' rows are in ``arrow``)."""
     import pyarrow as pa
     from deltalake import QueryBuilder
 
@@ -216,14 +237,47 @@ def _current_copies(
     selected = ", ".join(tf.quote(n) for n in names) if names else "1 AS _pgbridge_one"
     try:  # delta-rs's own reader (DataFusion), which resolves column mapping's physical names
         query = QueryBuilder().register("t", table).execute(f"SELECT {selected} FROM t")
-        held = pa.table(query.read_all())  # arro3 -> pyarrow through the Arrow C interface
+        held = _without_views(pa.table(query.read_all()))  # arro3 -> pyarrow (C interface)
     except Exception as exc:  # nothing written yet
         raise DriverWriteRefused(f"reading the table: {exc}") from exc
+    held = _candidates(held, names, arrow.take(pa.array([e.row for e in net.values()])))
     counts: dict[tuple[Hashable, ...], int] = {}
     for image in _images_of(held, names):
         if image in net:
             counts[image] = counts.get(image, 0) + 1
     return counts
+
+
+def _without_views(held: Any) -> Any:
+    """DataFusion's string and binary views as plain strings and binaries (pyarrow filters
+    and takes few kernels of the view types)."""
+    import pyarrow as pa
+
+    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+    schema = pa.schema([f.with_type(plain.get(f.type, f.type)) for f in held.schema])
+    return held if schema == held.schema else held.cast(schema)
+
+
+def _candidates(held: Any, names: Sequence[str], images: Any) -> Any:
+    """The table's rows whose every value is one that column takes in some image: all rows
+    that can equal an image, and few others, before they become Python values (a table of up
+    to 32 MiB, a few images). Unfiltered where Arrow cannot compare a column's two types."""
+    import pyarrow.compute as pc
+
+    keep = None
+    for name in names:
+        try:
+            values = images.column(name).cast(held.column(name).type)
+            match = pc.is_in(held.column(name), value_set=values, skip_nulls=False)
+        except Exception:  # a type Arrow's is_in does not take: that column does not filter
+            continue
+        keep = match if keep is None else pc.and_(keep, match)
+    if keep is None:
+        return held
+    try:
+        return held.filter(keep)
+    except Exception:  # a column type Arrow cannot take rows of (a view type): unfiltered
+        return held
 
 
 def _actions(
