@@ -27,7 +27,8 @@ Python's and DataFusion's equality may not).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -73,48 +74,58 @@ def multiset_in_driver(
         return False
     if done_before(table, app_id, batch_id):
         return True
-    try:
-        write = _prepared_write(table, images, columns, applied, batch, app_id, batch_id,
-                                commit_metadata)  # fmt: skip
-    except DriverWriteRefused:
-        raise
-    except Exception as exc:  # nothing written yet
-        raise DriverWriteRefused(f"preparing the write: {type(exc).__name__}: {exc}") from exc
-    write()
+    import pyarrow as pa
+
+    with _refused_on_failure():  # steps 2 to 5 up to the commit: nothing is written yet
+        uncomparable = [f.name for f in columns.fields if _compared_normalised(f.dataType)]
+        if uncomparable:
+            raise DriverWriteRefused(f"columns {uncomparable} are compared in a normalised form")
+        names = columns.fieldNames()
+        persisted = [*names, *tf.PERSISTED_META]
+        check_target(table, images.schema, persisted)
+        wanted = [*persisted, tf.OP, tf.COUNT_DELTA]
+        if isinstance(images, ArrowRows):  # decoded in the driver (bridge.spark.driver_lane)
+            arrow = images.table.select(wanted)
+        else:
+            arrow = images.select(*[tf.quote(c) for c in wanted]).toArrow()
+        truncate = batch.truncate
+        if truncate is not None and applied is not None and truncate <= applied:
+            truncate = None  # applied before: the table holds its effect already
+        fresh = _fresh_rows(arrow, applied, truncate)
+        if batch.inserts_only and truncate is None:
+            appended = conformed(table, arrow.take(pa.array(fresh, pa.int64())).select(persisted))
+        else:
+            appended = None
+            builder = _merge(table, arrow, names, persisted, fresh, truncate,
+                             commit_properties(app_id, batch_id, commit_metadata))  # fmt: skip
+    if appended is not None:
+        write_append(table, appended, app_id, batch_id, commit_metadata)
+    else:
+        execute_merge(builder, table, app_id, batch_id, commit_metadata)
     return True
 
 
-def _prepared_write(
-    table: Any,
-    images: DataFrame | ArrowRows,
-    columns: T.StructType,
-    applied: Position | None,
-    batch: MultisetBatch,
-    app_id: str,
-    batch_id: int,
-    commit_metadata: str | None,
-) -> Callable[[], None]:
-    """Steps 2 to 5 up to the commit: the write that commits the batch, not yet run."""
-    import pyarrow as pa
+@contextmanager
+def _refused_on_failure() -> Iterator[None]:
+    """Any failure inside is :class:`DriverWriteRefused` (nothing was written)."""
+    try:
+        yield
+    except DriverWriteRefused:
+        raise
+    except Exception as exc:
+        raise DriverWriteRefused(f"preparing the write: {type(exc).__name__}: {exc}") from exc
 
-    uncomparable = [f.name for f in columns.fields if _compared_normalised(f.dataType)]
-    if uncomparable:
-        raise DriverWriteRefused(f"columns {uncomparable} are compared in a normalised form")
-    names = columns.fieldNames()
-    persisted = [*names, *tf.PERSISTED_META]
-    check_target(table, images.schema, persisted)
-    wanted = [*persisted, tf.OP, tf.COUNT_DELTA]
-    if isinstance(images, ArrowRows):  # decoded in the driver (bridge.spark.driver_lane)
-        arrow = images.table.select(wanted)
-    else:
-        arrow = images.select(*[tf.quote(c) for c in wanted]).toArrow()
-    truncate = batch.truncate
-    if truncate is not None and applied is not None and truncate <= applied:
-        truncate = None  # applied before: the table holds its effect already
-    fresh = _fresh_rows(arrow, applied, truncate)
-    if batch.inserts_only and truncate is None:
-        rows = conformed(table, arrow.take(pa.array(fresh, pa.int64())).select(persisted))
-        return lambda: write_append(table, rows, app_id, batch_id, commit_metadata)
+
+def _merge(
+    table: Any,
+    arrow: Any,
+    names: Sequence[str],
+    persisted: Sequence[str],
+    fresh: Sequence[int],
+    truncate: Position | None,
+    properties: Any,
+) -> Any:
+    """Steps 3 to 5: the delta-rs MERGE that brings the table to the batch's counts."""
     net = _net_per_image(arrow, _images_of(arrow, names), fresh)
     current = _current_copies(table, names, net, arrow) if truncate is None else {}
     source = _actions(arrow, persisted, net, current)
@@ -129,7 +140,7 @@ def _prepared_write(
             predicate=on,
             source_alias="s",
             target_alias="t",
-            commit_properties=commit_properties(app_id, batch_id, commit_metadata),
+            commit_properties=properties,
         )
         .when_matched_delete()
         .when_not_matched_insert(updates=inserted, predicate=f"s.{_KIND} = 'insert'")
@@ -138,7 +149,7 @@ def _prepared_write(
         builder = builder.when_not_matched_by_source_delete(
             predicate=before_condition("t", truncate)
         )
-    return lambda: execute_merge(builder, table, app_id, batch_id, commit_metadata)
+    return builder
 
 
 def _compared_normalised(data_type: T.DataType) -> bool:
