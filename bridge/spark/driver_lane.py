@@ -27,6 +27,7 @@ from bridge.spark.config import ApplyConfig, delta_table
 from bridge.spark.decode import BatchGroups, SchemaCache
 from bridge.spark.driver_changes import summarize
 from bridge.spark.driver_decode import DriverDecoder, NotForDriver, RawChange
+from bridge.spark.driver_multiset import COMPARED_NORMALISED
 from bridge.spark.errors import RegistryUnavailableError
 
 __all__ = ["DriverTable", "collect_small_batch", "driver_tables", "drives", "groups_of"]
@@ -35,8 +36,6 @@ logger = logging.getLogger(__name__)
 
 #: Key column types whose equality in Python is not Spark's (NaN, -0.0): Spark's path.
 _INEXACT_KEYS = (T.FloatType, T.DoubleType)
-#: Column types a table without key columns is matched by in a normalised form: Spark's path.
-_COMPARED_NORMALISED = (T.MapType, T.ArrayType, T.StructType)
 
 #: Records of one batch decoded in the driver at most, over all its tables (smallest tables
 #: first; the others take Spark's path). The batch bound is sized from the JVM's heap, and a
@@ -285,7 +284,7 @@ def _candidate(
     if prepared is None or key_fields is None or not (keyless or key_fields):
         return None
     columns = decoder.columns(schema_id)
-    if keyless and any(isinstance(c.spark_type, _COMPARED_NORMALISED) for c in columns):
+    if keyless and any(isinstance(c.spark_type, COMPARED_NORMALISED) for c in columns):
         return None  # Spark's multiset compares these in a normalised form
     by_field = {c.field: c for c in columns}
     if any(k not in by_field or isinstance(by_field[k].spark_type, _INEXACT_KEYS)

@@ -48,9 +48,13 @@ from bridge.spark.driver_merge import (
 )
 from bridge.spark.multiset import MultisetBatch, Position
 
-__all__ = ["multiset_in_driver"]
+__all__ = ["COMPARED_NORMALISED", "multiset_in_driver"]
 
 _KIND = "_pgbridge_kind"
+
+#: Column types Spark's multiset matches in a normalised form (``multiset.comparable``): such a
+#: table is Spark's, here and in the driver lane (bridge.spark.driver_lane).
+COMPARED_NORMALISED = (T.MapType, T.ArrayType, T.StructType)
 
 
 def multiset_in_driver(
@@ -77,7 +81,8 @@ def multiset_in_driver(
     import pyarrow as pa
 
     with _refused_on_failure():  # steps 2 to 5 up to the commit: nothing is written yet
-        uncomparable = [f.name for f in columns.fields if _compared_normalised(f.dataType)]
+        uncomparable = [f.name for f in columns.fields
+                        if isinstance(f.dataType, COMPARED_NORMALISED)]  # fmt: skip
         if uncomparable:
             raise DriverWriteRefused(f"columns {uncomparable} are compared in a normalised form")
         names = columns.fieldNames()
@@ -150,10 +155,6 @@ def _merge(
             predicate=before_condition("t", truncate)
         )
     return builder
-
-
-def _compared_normalised(data_type: T.DataType) -> bool:
-    return isinstance(data_type, T.MapType | T.ArrayType | T.StructType)
 
 
 def _fresh_rows(arrow: Any, applied: Position | None, truncate: Position | None) -> list[int]:
