@@ -20,10 +20,10 @@ Delta reader, and a restart, whichever wrote the last commit.
 When (:func:`driver_write_fits`): at most ``driver_merge_rows`` changes, a table under
 :data:`bridge.spark.merge.DELETION_VECTORS_MIN_TABLE_BYTES` (delta-rs rewrites the files it
 touches; a large table's MERGE is cheaper with Spark's deletion vectors), on a local path
-(object stores would need delta-rs's own credentials). Anything delta-rs refuses before its
-commit (a type or table feature it does not write, a column named in another case) raises
-:class:`DriverWriteRefused`, and the caller applies the table with Spark instead: nothing was
-written. A failure after the commit (its checkpoint) is harmless the same way: Spark's MERGE of
+(object stores would need delta-rs's own credentials). Anything that fails before the commit
+(a type or table feature delta-rs does not write, a column named in another case, an error
+nobody foresaw while the rows are collected) raises :class:`DriverWriteRefused`, and the
+caller applies the table with Spark instead: nothing was written. A failure after the commit (its checkpoint) is harmless the same way: Spark's MERGE of
 the same batch finds the transaction recorded and skips.
 """
 
@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlparse
 
@@ -58,6 +59,7 @@ __all__ = [
     "driver_write_fits",
     "execute_merge",
     "merge_in_driver",
+    "refused_on_failure",
     "write_append",
 ]
 
@@ -66,6 +68,20 @@ logger = logging.getLogger(__name__)
 
 class DriverWriteRefused(Exception):
     """delta-rs could not write the batch and committed nothing: apply it with Spark."""
+
+
+@contextmanager
+def refused_on_failure() -> Iterator[None]:
+    """Any failure inside is :class:`DriverWriteRefused`: for the steps before a write's
+    commit, where nothing is written yet, so that an error nobody foresaw (a value Arrow will
+    not cast, a Spark job collecting the rows) hands the batch to Spark's path, the reference,
+    instead of failing the table."""
+    try:
+        yield
+    except DriverWriteRefused:
+        raise
+    except Exception as exc:
+        raise DriverWriteRefused(f"preparing the write: {type(exc).__name__}: {exc}") from exc
 
 
 def is_local_path(path: str) -> bool:
@@ -230,37 +246,42 @@ def merge_in_driver(
     """:func:`bridge.spark.merge.merge_changes` of ``latest`` into ``table`` (delta-rs)."""
     if done_before(table, app_id, batch_id):
         return
-    source = _collect(table, latest, plan)
+    with refused_on_failure():  # collecting the rows and building the statement
+        source = _collect(table, latest, plan)
+        builder = _merge_statement(table, source, plan, app_id, batch_id, commit_metadata)
+    execute_merge(builder, table, app_id, batch_id, commit_metadata)
+
+
+def _merge_statement(
+    table: Any, source: Any, plan: MergePlan, app_id: str, batch_id: int,
+    commit_metadata: str | None,
+) -> Any:  # fmt: skip
+    """merge_changes's clauses as a delta-rs MERGE of ``source`` (Arrow) into ``table``."""
     on = " AND ".join(
         f"(t.{tf.quote(k)} IS NOT DISTINCT FROM s.{tf.quote(k)})" for k in plan.key_columns
     )
     is_delete = f"s.{tf.OP} = 'd'"
-    try:
-        builder = table.merge(
-            source,
-            predicate=on,
-            source_alias="s",
-            target_alias="t",
-            commit_properties=commit_properties(app_id, batch_id, commit_metadata),
+    builder = table.merge(
+        source,
+        predicate=on,
+        source_alias="s",
+        target_alias="t",
+        commit_properties=commit_properties(app_id, batch_id, commit_metadata),
+    )
+    if plan.inserts_only and plan.truncate_at is None:
+        builder = builder.when_not_matched_insert(updates=_inserted(plan))
+    else:
+        newer = _newer("s", "t")
+        builder = (
+            builder.when_matched_delete(predicate=f"{is_delete} AND {newer}")
+            .when_matched_update(updates=_updated(plan), predicate=f"NOT ({is_delete}) AND {newer}")
+            .when_not_matched_insert(updates=_inserted(plan), predicate=f"NOT ({is_delete})")
         )
-        if plan.inserts_only and plan.truncate_at is None:
-            builder = builder.when_not_matched_insert(updates=_inserted(plan))
-        else:
-            newer = _newer("s", "t")
-            builder = (
-                builder.when_matched_delete(predicate=f"{is_delete} AND {newer}")
-                .when_matched_update(
-                    updates=_updated(plan), predicate=f"NOT ({is_delete}) AND {newer}"
-                )
-                .when_not_matched_insert(updates=_inserted(plan), predicate=f"NOT ({is_delete})")
-            )
-        if plan.truncate_at is not None:
-            builder = builder.when_not_matched_by_source_delete(
-                predicate=before_condition("t", plan.truncate_at)
-            )
-    except Exception as exc:  # building the statement: nothing written
-        raise DriverWriteRefused(str(exc)) from exc
-    execute_merge(builder, table, app_id, batch_id, commit_metadata)
+    if plan.truncate_at is not None:
+        builder = builder.when_not_matched_by_source_delete(
+            predicate=before_condition("t", plan.truncate_at)
+        )
+    return builder
 
 
 def execute_merge(
@@ -301,14 +322,16 @@ def append_in_driver(
     in Spark's append."""
     if done_before(table, app_id, batch_id):
         return
-    if isinstance(latest, ArrowRows):  # decoded in the driver (bridge.spark.driver_lane)
-        check_target(table, latest.schema, [*plan.value_columns, *tf.PERSISTED_META])
-        arrow = latest.new_key_rows(plan.value_columns, plan.key_columns, plan.fold_unchanged)
-    else:
-        rows = new_key_rows(latest, plan)
-        check_target(table, rows.schema, rows.columns)
-        arrow = rows.toArrow()
-    write_append(table, conformed(table, arrow), app_id, batch_id, commit_metadata)
+    with refused_on_failure():  # collecting the rows: nothing written yet
+        if isinstance(latest, ArrowRows):  # decoded in the driver (bridge.spark.driver_lane)
+            check_target(table, latest.schema, [*plan.value_columns, *tf.PERSISTED_META])
+            arrow = latest.new_key_rows(plan.value_columns, plan.key_columns, plan.fold_unchanged)
+        else:
+            rows = new_key_rows(latest, plan)
+            check_target(table, rows.schema, rows.columns)
+            arrow = rows.toArrow()
+        appended = conformed(table, arrow)
+    write_append(table, appended, app_id, batch_id, commit_metadata)
 
 
 def _append(table: Any, data: Any, app_id: str, batch_id: int, commit_metadata: str | None) -> None:

@@ -27,8 +27,7 @@ Python's and DataFusion's equality may not).
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -44,6 +43,7 @@ from bridge.spark.driver_merge import (
     conformed,
     done_before,
     execute_merge,
+    refused_on_failure,
     write_append,
 )
 from bridge.spark.multiset import MultisetBatch, Position
@@ -80,7 +80,7 @@ def multiset_in_driver(
         return True
     import pyarrow as pa
 
-    with _refused_on_failure():  # steps 2 to 5 up to the commit: nothing is written yet
+    with refused_on_failure():  # steps 2 to 5 up to the commit: nothing is written yet
         uncomparable = [f.name for f in columns.fields
                         if isinstance(f.dataType, COMPARED_NORMALISED)]  # fmt: skip
         if uncomparable:
@@ -108,17 +108,6 @@ def multiset_in_driver(
     else:
         execute_merge(builder, table, app_id, batch_id, commit_metadata)
     return True
-
-
-@contextmanager
-def _refused_on_failure() -> Iterator[None]:
-    """Any failure inside is :class:`DriverWriteRefused` (nothing was written)."""
-    try:
-        yield
-    except DriverWriteRefused:
-        raise
-    except Exception as exc:
-        raise DriverWriteRefused(f"preparing the write: {type(exc).__name__}: {exc}") from exc
 
 
 def _merge(

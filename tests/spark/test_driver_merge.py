@@ -1,0 +1,56 @@
+"""bridge.spark.driver_merge without Spark: what delta-rs is handed, and what it refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import types as T
+
+from bridge.spark import transforms as tf
+from bridge.spark.driver_changes import ArrowRows
+from bridge.spark.driver_merge import (
+    DriverWriteRefused,
+    append_in_driver,
+    merge_in_driver,
+    open_table,
+)
+from bridge.spark.merge import MergePlan
+
+_META = {
+    tf.COMMIT_LSN: pa.array([10], pa.int64()),
+    tf.SEQ: pa.array([0], pa.int64()),
+    tf.COMMIT_TS: pa.array([0], pa.timestamp("us", tz="UTC")),
+}
+
+
+def test_an_unforeseen_failure_before_the_commit_hands_the_batch_to_spark(
+    tmp_path: Path,
+) -> None:
+    """Rows the driver cannot prepare (here a column its Arrow lacks; in the field, a value
+    Arrow will not cast or a Spark job that fails collecting them) are DriverWriteRefused,
+    which the applier answers by writing the batch with Spark, and nothing is committed."""
+    from deltalake import write_deltalake
+
+    write_deltalake(str(tmp_path), pa.table({"id": pa.array([1], pa.int64()), "v": ["a"], **_META}))
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("v", T.StringType()),
+            T.StructField(tf.COMMIT_LSN, T.LongType()),
+            T.StructField(tf.SEQ, T.LongType()),
+            T.StructField(tf.COMMIT_TS, T.TimestampType()),
+            T.StructField(tf.OP, T.StringType()),
+        ]
+    )
+    without_v = pa.table(
+        {"id": pa.array([2], pa.int64()), **_META, tf.OP: pa.array(["c"], pa.string())}
+    )
+    rows = ArrowRows(without_v, schema)
+    plan = MergePlan(key_columns=("id",), value_columns=("id", "v"))
+    table = open_table(str(tmp_path))
+    for write in (merge_in_driver, append_in_driver):
+        with pytest.raises(DriverWriteRefused, match="preparing the write: KeyError"):
+            write(table, rows, plan, "the-job", 1)
+    assert open_table(str(tmp_path)).version() == 0
