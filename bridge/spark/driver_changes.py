@@ -19,6 +19,7 @@ from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
 from bridge.spark.driver_decode import RawChange
+from bridge.spark.driver_rewrite import listed
 from bridge.spark.fences import Fences, Position
 
 __all__ = [
@@ -168,8 +169,8 @@ class ArrowRows:
         for name in value_columns:
             column = rows.column(name)
             if fold_unchanged and name not in key_columns and rows.num_rows:
-                listed = pc.list_contains(rows.column(tf.UNCHANGED), name)
-                column = pc.if_else(listed, pa.nulls(rows.num_rows, column.type), column)
+                unchanged = listed(rows.column(tf.UNCHANGED), name)
+                column = pc.if_else(unchanged, pa.nulls(rows.num_rows, column.type), column)
             columns.append(column)
         names = [*value_columns, *tf.PERSISTED_META]
         columns.extend(rows.column(m) for m in tf.PERSISTED_META)

@@ -793,7 +793,9 @@ def test_first_load_of_a_new_table_is_an_append_equal_to_a_merge(
         r["operation"]
         for r in DeltaTable.forPath(spark, path).history().orderBy("version").collect()
     ]
-    assert operations == ["CREATE TABLE", "WRITE", "MERGE"]
+    # delta-rs rewrites a table this small with the MERGE's result (bridge.spark.driver_rewrite)
+    merged = "MERGE" if batches.writer == "spark" else "WRITE"
+    assert operations == ["CREATE TABLE", "WRITE", merged]
 
 
 def _last_merge_metrics(spark: Any, path: str) -> dict[str, str]:

@@ -1,0 +1,228 @@
+"""A small keyed table's MERGE computed in the driver with Arrow and committed as one rewrite
+of the table.
+
+Why: delta-rs's MERGE costs about 20 ms per table and batch whatever the batch holds
+(DataFusion plans and runs the statement; measured in docs/measurements.md), and over 200
+changed tables that was most of a batch. A table this small is one file or a few, which the
+MERGE rewrites anyway when it updates or deletes a row; reading the table (delta-rs's scan,
+which applies column mapping and deletion vectors), applying the batch's last change per key
+with Arrow compute, and overwriting the table in one commit gives the same rows for a third
+to a half of the cost. A batch that only inserts new keys is appended, not rewritten.
+
+The result is :func:`bridge.spark.merge.merge_changes`'s, clause for clause: keys matched
+NULL-safely (a NULL key value is left to the MERGE, which matches it), a matched row is
+updated or deleted only by a newer change (``commit_lsn``, ``seq``), unchanged TOAST keeps the
+target's value (NULL in an inserted row), a delete inserts nothing, a truncate deletes the
+unmatched rows older than it, and an insert-only plan inserts what it does not find.
+
+Where it does not apply (:func:`rewrite_fits`): a table above :data:`REWRITE_MAX_BYTES`, a
+partitioned one, or one with a change data feed (an overwrite would record every row as
+changed). Anything Arrow cannot do here raises, and the caller MERGEs instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.spark import transforms as tf
+from bridge.spark.merge import MergePlan
+
+__all__ = ["REWRITE_MAX_BYTES", "Rewrite", "listed", "read_rows", "rewrite_fits", "rewritten"]
+
+#: The largest table (its live files' bytes) the driver rewrites whole. Measured against
+#: delta-rs's MERGE of 17 changes (docs/measurements.md): 340 rows 9 vs 21 ms, 100,000 rows
+#: (0.7 MB) 38 vs 53-71 ms; above a few MB a MERGE that touches few of many files is cheaper.
+REWRITE_MAX_BYTES = 2 * 1024 * 1024
+
+_TARGET_ROW = "_pgbridge_target_row"
+_SOURCE_ROW = "_pgbridge_source_row"
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """What the batch does to the table: ``rows`` is the whole table afterwards, or None when
+    no row it holds changes (then ``inserted`` is appended, possibly nothing)."""
+
+    rows: Any | None  # pyarrow.Table in the table's schema
+    inserted: Any  # pyarrow.Table in the table's schema
+
+
+def rewrite_fits(table: Any, table_bytes: int) -> bool:
+    """The table is small, unpartitioned and without a change data feed."""
+    if table_bytes > REWRITE_MAX_BYTES:
+        return False
+    metadata = table.metadata()
+    if metadata.partition_columns:
+        return False
+    feed = str(metadata.configuration.get("delta.enableChangeDataFeed", "false"))
+    return feed.lower() != "true"
+
+
+def read_rows(table: Any, schema: Any) -> Any:
+    """Every live row of ``table`` (delta-rs's scan: column mapping and deletion vectors
+    resolved), in ``schema`` (the table's, with plain strings and binaries where DataFusion
+    gives views)."""
+    import pyarrow as pa
+
+    rows = pa.table(table.scan())  # arro3 -> pyarrow through the C stream interface
+    return rows.select(schema.names).cast(schema)
+
+
+def listed(lists: Any, name: str) -> Any:
+    """Per row, whether the list column ``lists`` holds ``name`` (false for a null list)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    rows = len(lists)
+    if rows == 0:
+        return pa.array([], pa.bool_())
+    hits = pc.list_parent_indices(lists).filter(pc.equal(pc.list_flatten(lists), name))
+    return pc.is_in(pa.array(range(rows), pa.int64()), value_set=hits.cast(pa.int64()))
+
+
+def rewritten(target: Any, source: Any, plan: MergePlan, schema: Any) -> Rewrite:
+    """merge_changes's MERGE of ``source`` (the batch's last change per key: value columns,
+    position, op and, with ``plan.fold_unchanged``, the unchanged-TOAST lists) into ``target``
+    (the table's rows, in ``schema``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = list(plan.key_columns)
+    for key in keys:
+        if target.column(key).null_count or source.column(key).null_count:
+            raise ValueError(f"key column {key!r} holds a NULL: the MERGE matches it")
+    matched_t, matched_s = _matched(target, source, keys)
+    is_delete = pc.equal(source.column(tf.OP), "d").fill_null(False)
+    if plan.inserts_only and plan.truncate_at is None:
+        changed = pa.array([], pa.int64())
+        deleted = pa.array([], pa.int64())
+        changed_by = pa.array([], pa.int64())
+        insert = _not_in(source.num_rows, matched_s)
+    else:
+        newer = _newer(source, matched_s, target, matched_t)
+        deletes = pc.and_(newer, is_delete.take(matched_s))
+        updates = pc.and_(newer, pc.invert(is_delete.take(matched_s)))
+        changed, changed_by = matched_t.filter(updates), matched_s.filter(updates)
+        deleted = matched_t.filter(deletes)
+        insert = pc.and_(_not_in(source.num_rows, matched_s), pc.invert(is_delete))
+    truncated = pa.array([], pa.int64())
+    if plan.truncate_at is not None:
+        unmatched = _not_in(target.num_rows, matched_t)
+        older = _before(target, plan.truncate_at)
+        truncated = _indices(pc.and_(unmatched, older))
+    inserted = _inserted(source, _indices(insert), plan, schema)
+    if len(changed) == 0 and len(deleted) == 0 and len(truncated) == 0:
+        return Rewrite(None, inserted)
+    gone = pa.chunked_array([changed, deleted, truncated], pa.int64())
+    kept = target.filter(_not_in(target.num_rows, gone))
+    updated = _updated(target, changed, source, changed_by, plan, schema)
+    return Rewrite(pa.concat_tables([kept, updated, inserted]), inserted)
+
+
+def _matched(target: Any, source: Any, keys: Sequence[str]) -> tuple[Any, Any]:
+    """The (target row, source row) pairs whose keys are equal (no key is NULL here)."""
+    import pyarrow as pa
+
+    left = pa.table(
+        [*(target.column(k) for k in keys), pa.array(range(target.num_rows), pa.int64())],
+        names=[*keys, _TARGET_ROW],
+    )
+    right = pa.table(
+        [
+            *(source.column(k).cast(target.column(k).type) for k in keys),
+            pa.array(range(source.num_rows), pa.int64()),
+        ],
+        names=[*keys, _SOURCE_ROW],
+    )
+    pairs = left.join(right, keys=list(keys), join_type="inner")
+    return (
+        pairs.column(_TARGET_ROW).combine_chunks(),
+        pairs.column(_SOURCE_ROW).combine_chunks(),
+    )
+
+
+def _newer(source: Any, source_rows: Any, target: Any, target_rows: Any) -> Any:
+    """tf.newer("s", "t") for each pair, SQL's three-valued logic, unknown as false."""
+    import pyarrow.compute as pc
+
+    s_lsn = source.column(tf.COMMIT_LSN).take(source_rows)
+    t_lsn = target.column(tf.COMMIT_LSN).take(target_rows)
+    s_seq = source.column(tf.SEQ).take(source_rows)
+    t_seq = target.column(tf.SEQ).take(target_rows)
+    later = pc.and_kleene(pc.equal(s_lsn, t_lsn), pc.greater(s_seq, t_seq))
+    return pc.or_kleene(pc.greater(s_lsn, t_lsn), later).fill_null(False)
+
+
+def _before(target: Any, position: tuple[int, int]) -> Any:
+    """merge.before("t", position) per target row, unknown as false."""
+    import pyarrow.compute as pc
+
+    lsn, seq = position
+    t_lsn, t_seq = target.column(tf.COMMIT_LSN), target.column(tf.SEQ)
+    same = pc.and_kleene(pc.equal(t_lsn, lsn), pc.less(t_seq, seq))
+    return pc.or_kleene(pc.less(t_lsn, lsn), same).fill_null(False)
+
+
+def _not_in(rows: int, indices: Any) -> Any:
+    """Per row of ``rows``, whether its index is not among ``indices``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.invert(pc.is_in(pa.array(range(rows), pa.int64()), value_set=indices))
+
+
+def _indices(mask: Any) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.indices_nonzero(mask).cast(pa.int64()) if len(mask) else pa.array([], pa.int64())
+
+
+def _updated(target: Any, rows: Any, source: Any, by: Any, plan: MergePlan, schema: Any) -> Any:
+    """merge_changes's ``set``: the source's values and position, the target's keys, the
+    target's value where the change marks a column unchanged TOAST, and the target's value
+    of a column the batch does not have."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    unchanged = source.column(tf.UNCHANGED).take(by) if plan.fold_unchanged else None
+    columns = []
+    for field in schema:
+        held = target.column(field.name).take(rows)
+        if field.name in plan.key_columns or field.name not in source.column_names:
+            columns.append(held)
+            continue
+        value = source.column(field.name).take(by).cast(field.type)
+        if unchanged is not None and field.name in _folded(plan):
+            value = pc.if_else(listed(unchanged, field.name), held, value)
+        columns.append(value)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _folded(plan: MergePlan) -> set[str]:
+    """The columns an unchanged-TOAST mark applies to: values, not keys."""
+    return set(plan.value_columns) - set(plan.key_columns)
+
+
+def _inserted(source: Any, rows: Any, plan: MergePlan, schema: Any) -> Any:
+    """merge._inserted: a new row's values (NULL for unchanged TOAST, and for a column the
+    batch does not have) and its position."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    unchanged = source.column(tf.UNCHANGED).take(rows) if plan.fold_unchanged else None
+    columns = []
+    for field in schema:
+        if field.name not in source.column_names:
+            columns.append(pa.nulls(len(rows), field.type))
+            continue
+        value = source.column(field.name).take(rows).cast(field.type)
+        if unchanged is not None and field.name in _folded(plan):
+            value = pc.if_else(
+                listed(unchanged, field.name), pa.nulls(len(rows), field.type), value
+            )
+        columns.append(value)
+    return pa.Table.from_arrays(columns, schema=schema)
