@@ -46,7 +46,13 @@ from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
 from bridge.spark.driver_changes import ArrowRows
-from bridge.spark.driver_rewrite import Rewrite, read_rows, rewrite_fits, rewritten
+from bridge.spark.driver_rewrite import (
+    Rewrite,
+    read_rows,
+    remember_rows,
+    rewrite_fits,
+    rewritten,
+)
 from bridge.spark.merge import (
     DELETION_VECTORS_MIN_TABLE_BYTES,
     MergePlan,
@@ -275,10 +281,13 @@ def merge_in_driver(
         source = _collect(table, latest, plan)
     rewrite = _rewrite(table, source, plan)
     if rewrite is not None:
+        version = table.version()
         if rewrite.rows is None:  # no row the table holds changes: append the new ones
             write_append(table, rewrite.inserted, app_id, batch_id, commit_metadata)
         else:
             write_overwrite(table, rewrite.rows, app_id, batch_id, commit_metadata)
+        if table.version() == version + 1:  # this commit alone since the rows were read
+            remember_rows(table, version + 1, rewrite.after())
         return
     with refused_on_failure():  # building the statement
         builder = _merge_statement(table, source, plan, app_id, batch_id, commit_metadata)

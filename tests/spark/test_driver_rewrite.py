@@ -179,3 +179,46 @@ def test_listed_finds_a_name_in_each_rows_list() -> None:
     lists = pa.chunked_array([[["a", "b"], None], [[], ["b"], ["ab"]]], pa.list_(pa.string()))
     assert driver_rewrite.listed(lists, "b").to_pylist() == [True, False, False, True, False]
     assert driver_rewrite.listed(pa.array([], pa.list_(pa.string())), "b").to_pylist() == []
+
+
+def test_the_next_batch_starts_from_the_rows_committed_unless_the_table_moved_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows a rewrite committed serve the table's next batch (no read of the table); a
+    commit by anyone else moves the table's version, and the table is read again."""
+    from deltalake import DeltaTable, write_deltalake
+
+    scans: list[str] = []
+    scan = DeltaTable.scan
+
+    def counted(table: Any, *args: Any, **kwargs: Any) -> Any:
+        scans.append("scan")
+        return scan(table, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "scan", counted)
+    held = [{"id": 1, "v": 1, "s": "a", "extra": None, tf.COMMIT_LSN: 1, tf.SEQ: 0}]
+    update = {"id": 1, "v": 2, "s": "b", tf.COMMIT_LSN: 2, tf.SEQ: 0, tf.OP: "u", tf.UNCHANGED: []}
+    case = Case(("id",), held, [update], False, False, None, False)
+    path = tmp_path / "table"
+    table = _table(path, case)
+    rows, plan = _batch(case)
+    merge_in_driver(table, rows, plan, "the-job", 1)
+    assert len(scans) == 1
+    insert = {**update, "id": 2, tf.OP: "c", tf.COMMIT_LSN: 3}
+    rows, plan = _batch(dataclasses.replace(case, changes=[insert, {**update, "v": 3, tf.SEQ: 1}]))
+    merge_in_driver(table, rows, plan, "the-job", 2)
+    assert len(scans) == 1  # the rows the first batch committed
+    after = open_table(str(path))
+    foreign = pa.schema(after.schema().to_arrow())
+    write_deltalake(str(path), pa.Table.from_pylist(
+        [{"id": 9, "v": 9, "s": "z", tf.COMMIT_LSN: 9, tf.SEQ: 0, tf.COMMIT_TS: 0}],
+        schema=foreign,
+    ), mode="append")  # another writer  # fmt: skip
+    table.update_incremental()
+    delete = {**update, tf.OP: "d", tf.COMMIT_LSN: 10}
+    rows, plan = _batch(dataclasses.replace(case, changes=[delete]))
+    merge_in_driver(table, rows, plan, "the-job", 3)
+    assert len(scans) == 2  # the table moved: read again
+    final = open_table(str(path))
+    kept = driver_rewrite.read_rows(final, pa.schema(final.schema().to_arrow()))
+    assert sorted((r["id"], r["v"]) for r in kept.to_pylist()) == [(2, 2), (9, 9)]
