@@ -68,7 +68,9 @@ class Rewrite:
         """The table's rows once the batch is committed."""
         import pyarrow as pa
 
-        return self.rows if self.rows is not None else pa.concat_tables([self.held, self.inserted])
+        if self.rows is not None:
+            return self.rows
+        return pa.concat_tables([self.held, self.inserted]).combine_chunks()
 
 
 class _HeldRows:
@@ -193,7 +195,10 @@ def rewritten(target: Any, source: Any, plan: MergePlan, schema: Any) -> Rewrite
     gone = pa.chunked_array([changed, deleted, truncated], pa.int64())
     kept = target.filter(_not_in(target.num_rows, gone))
     updated = _updated(target, changed, source, changed_by, plan, schema)
-    return Rewrite(pa.concat_tables([kept, updated, inserted]), inserted, target)
+    # One chunk: the rows are held for the next batch (_HeldRows), whose Arrow calls would
+    # otherwise pay per chunk of every batch before.
+    rows = pa.concat_tables([kept, updated, inserted]).combine_chunks()
+    return Rewrite(rows, inserted, target)
 
 
 def _matched(target: Any, source: Any, keys: Sequence[str]) -> tuple[Any, Any]:
