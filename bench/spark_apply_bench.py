@@ -440,6 +440,8 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
             time.sleep(0.01)
         producer.flush()
 
+    pid = jvm_pid(spark)
+    cpu0 = cpu_seconds(pid)
     thread = threading.Thread(target=run_producer)
     thread.start()
     thread.join()
@@ -449,6 +451,7 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
     while time.time() < deadline and sum(b[0] for b in applier.batches) < expected():
         time.sleep(0.2)
     visible = time.time()
+    run_cpu = cpu_seconds(pid) - cpu0
     for query in queries:
         query.stop()
     applied = sum(b[0] for b in applier.batches)
@@ -474,6 +477,10 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
             f"p95 {_pct(every, 95):.2f} s  (target p50 < 5 s, p95 < 15 s)"
         )
     print(f"  last change produced -> job caught up: {visible - last_sent:.2f} s")
+    print(
+        f"  CPU {run_cpu / max(applied, 1) * 1e6:.1f} us/{what[:-1]} (JVM + this process, whose "
+        f"producer thread encodes the changes; {os.cpu_count()} cores, local[2])"
+    )
     if args.mode == "changelog":
         check_views(spark, config, workload, " (compaction running beside)")
     else:
