@@ -842,6 +842,8 @@ def test_small_batches_of_small_tables_are_written_by_delta_rs_in_the_driver(
     transaction, so a restarted job recognises what was applied, whichever writer wrote it."""
     import dataclasses
 
+    from deltalake import DeltaTable
+
     from bridge.spark import driver_merge
 
     path = batches.config.table_path("public", "keyed")
@@ -872,6 +874,38 @@ def test_small_batches_of_small_tables_are_written_by_delta_rs_in_the_driver(
     batches.add(KEYED, "u", (14, 0), after={"id": 2, "v": "e"})
     assert batches.apply(4).stats.last_write["public.keyed"] == ("merge", "delta-rs")
     assert _ids(batches) == {1: "d", 2: "e"}
+    # Someone deletes a row with Delta's DELETE, which leaves a deletion vector. The running
+    # job's kept table is behind: its write meets delta-rs's conflict check, and Spark writes
+    # that batch; a restarted job's rewrite reads the table through the vector. Either way the
+    # deleted row stays deleted.
+    batches.add(KEYED, "c", (15, 0), after={"id": 3, "v": "f"})
+    batches.add(KEYED, "c", (15, 1), after={"id": 4, "v": "g"})
+    batches.apply(5)
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 1")
+    assert _deletion_vectors(path) > 0
+    batches.add(KEYED, "u", (16, 0), after={"id": 2, "v": "h"})
+    assert batches.apply(6).stats.last_write["public.keyed"] == ("merge", "spark")
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 3")
+    assert _deletion_vectors(path) > 0
+    batches.add(KEYED, "u", (17, 0), after={"id": 4, "v": "i"})
+    assert batches.apply(7, restarted=True).stats.last_write["public.keyed"] == (
+        "merge",
+        "delta-rs",
+    )
+    assert sorted((r["id"], r["v"]) for r in batches.rows("public", "keyed")) == [
+        (2, "h"),
+        (4, "i"),
+    ]
+    assert _deletion_vectors(path) == 0  # rewritten: one file again
+    assert DeltaTable(path).history(1)[0]["operation"] == "WRITE"  # bridge.spark.driver_rewrite
+
+
+def _deletion_vectors(path: str) -> int:
+    """Live files of the Delta table at ``path`` that carry a deletion vector."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    return int(pa.table(DeltaTable(path).deletion_vectors()).num_rows)
 
 
 def test_a_merge_changing_no_row_still_commits_the_batch_position(
