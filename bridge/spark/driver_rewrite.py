@@ -42,9 +42,9 @@ __all__ = [
 ]
 
 #: The largest table (its live files' bytes) the driver rewrites whole. Measured against
-#: delta-rs's MERGE of 17 changes (docs/measurements.md): 340 rows 9 vs 21 ms, 100,000 rows
-#: (0.7 MB) 38 vs 53-71 ms; above a few MB a MERGE that touches few of many files is cheaper.
-REWRITE_MAX_BYTES = 2 * 1024 * 1024
+#: delta-rs's MERGE of 17 changes into one file, the table read each time (docs/measurements.md):
+#: 0.08 MB 18 vs 28 ms, 0.69 MB 54 vs 72 ms, 3.16 MB 135 vs 102 ms; even at about 1.5 MB.
+REWRITE_MAX_BYTES = 1024 * 1024
 
 #: The rows this process wrote last to small tables, kept (least recently used first out) up
 #: to this many bytes of Arrow memory: the next batch of a table nobody else wrote since
