@@ -88,8 +88,9 @@ class ApplyConfig:
     and must not be compared with those of an old one. ``parallel_tables`` tables of a batch are
     merged at the same time. A table's batch of at most ``driver_write_rows`` changes, into a
     table under 32 MiB on a local path, is written by the driver with delta-rs instead of Spark
-    jobs (:mod:`bridge.spark.driver_merge`, and :mod:`bridge.spark.driver_multiset` for tables
-    without key columns: milliseconds instead of seconds per table); 0 writes every table
+    jobs (:mod:`bridge.spark.driver_merge`, :mod:`bridge.spark.driver_rewrite` for keyed
+    tables under 1 MiB, and :mod:`bridge.spark.driver_multiset` for tables without key
+    columns: milliseconds instead of seconds per table); 0 writes every table
     with Spark. With ``driver_decode`` (the default) such a table's records
     are also decoded in the driver, with no Spark plan per table, when the job wrote the table
     before with the same columns (:mod:`bridge.spark.driver_lane`). ``history`` also keeps an
