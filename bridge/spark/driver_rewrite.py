@@ -17,7 +17,8 @@ unmatched rows older than it, and an insert-only plan inserts what it does not f
 
 Where it does not apply (:func:`rewrite_fits`): a table above :data:`REWRITE_MAX_BYTES`, a
 partitioned one, or one with a change data feed (an overwrite would record every row as
-changed). Anything Arrow cannot do here raises, and the caller MERGEs instead.
+changed). Anything Arrow cannot do here raises (a NULL or floating-point key value among
+them: SQL's equality is not Arrow's hash), and the caller MERGEs instead.
 """
 
 from __future__ import annotations
@@ -170,6 +171,9 @@ def rewritten(target: Any, source: Any, plan: MergePlan, schema: Any) -> Rewrite
     for key in keys:
         if target.column(key).null_count or source.column(key).null_count:
             raise ValueError(f"key column {key!r} holds a NULL: the MERGE matches it")
+        if pa.types.is_floating(target.column(key).type):
+            # Arrow's hashes tell -0.0 from 0.0, which SQL's equality does not.
+            raise ValueError(f"key column {key!r} is floating point: the MERGE matches it")
     matched_t, matched_s = _matched(target, source, keys)
     is_delete = pc.equal(source.column(tf.OP), "d").fill_null(False)
     if plan.inserts_only and plan.truncate_at is None:

@@ -175,6 +175,16 @@ def test_a_null_key_is_left_to_the_merge() -> None:
         driver_rewrite.rewritten(held, source, plan, schema)
 
 
+def test_a_floating_point_key_is_left_to_the_merge() -> None:
+    """SQL's equality holds -0.0 = 0.0; Arrow's hash lookup does not."""
+    plan = MergePlan(key_columns=("f",), value_columns=("f",))
+    schema = pa.schema([pa.field("f", pa.float64()), *(_FIELDS[m] for m in tf.PERSISTED_META)])
+    held = pa.Table.from_pylist([{"f": 0.0, tf.COMMIT_LSN: 1, tf.SEQ: 0}], schema=schema)
+    source = pa.Table.from_pylist([{"f": -0.0, tf.COMMIT_LSN: 2, tf.SEQ: 0, tf.OP: "d"}])
+    with pytest.raises(ValueError, match="floating point"):
+        driver_rewrite.rewritten(held, source, plan, schema)
+
+
 def test_listed_finds_a_name_in_each_rows_list() -> None:
     lists = pa.chunked_array([[["a", "b"], None], [[], ["b"], ["ab"]]], pa.list_(pa.string()))
     assert driver_rewrite.listed(lists, "b").to_pylist() == [True, False, False, True, False]
