@@ -52,6 +52,7 @@ from bridge.spark.driver_rewrite import (
     remember_rows,
     rewrite_fits,
     rewritten,
+    table_identity,
 )
 from bridge.spark.merge import (
     DELETION_VECTORS_MIN_TABLE_BYTES,
@@ -248,7 +249,7 @@ _committed_transactions: dict[tuple[str, str, str], tuple[int, int]] = {}
 
 
 def _transaction_key(table: Any, app_id: str) -> tuple[str, str, str]:
-    return (table.table_uri, str(table.metadata().id), app_id)
+    return (*table_identity(table), app_id)
 
 
 def done_before(table: Any, app_id: str, batch_id: int) -> bool:

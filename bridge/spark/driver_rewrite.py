@@ -40,6 +40,7 @@ __all__ = [
     "remember_rows",
     "rewrite_fits",
     "rewritten",
+    "table_identity",
 ]
 
 #: The largest table (its live files' bytes) the driver rewrites whole. Measured against
@@ -86,7 +87,7 @@ class _HeldRows:
         self._lock = threading.Lock()
 
     def get(self, table: Any, schema: Any) -> Any | None:
-        key = _identity(table)
+        key = table_identity(table)
         with self._lock:
             held = self._rows.get(key)
             if held is None or held[0] != table.version() or held[1].schema != schema:
@@ -95,7 +96,7 @@ class _HeldRows:
             return held[1]
 
     def put(self, table: Any, version: int, rows: Any) -> None:
-        key = _identity(table)
+        key = table_identity(table)
         with self._lock:
             self._drop(key)
             if rows.nbytes > self.budget:
@@ -114,7 +115,9 @@ class _HeldRows:
 _held_rows = _HeldRows(HELD_ROWS_BYTES)
 
 
-def _identity(table: Any) -> tuple[str, str]:
+def table_identity(table: Any) -> tuple[str, str]:
+    """The table's path and Delta id: a table dropped and created again at the same path is
+    another table, whose versions count again from 0."""
     return (table.table_uri, str(table.metadata().id))
 
 
