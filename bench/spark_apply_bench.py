@@ -268,12 +268,27 @@ def jvm_pid(spark: Any) -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) of the Spark JVM (``pid``) and of this Python process: all the
-    work of a local[N] job, so a slow host is told apart from slow code."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """CPU time (user + system) of the Spark JVM (``pid``), its Python workers (the task lane's
+    decoding and writing run there) and this Python process: all the work of a local[N] job,
+    so a slow host is told apart from slow code."""
     ticks = os.sysconf("SC_CLK_TCK")
-    jvm = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime (fields 14, 15)
-    return jvm + time.process_time()
+    children: dict[int, list[int]] = {}
+    used: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))  # ppid (field 4)
+        used[int(entry)] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    total, pending = 0.0, [pid]
+    while pending:
+        process = pending.pop()
+        total += used.get(process, 0.0)
+        pending.extend(children.get(process, []))
+    return total + time.process_time()
 
 
 def jit_seconds(spark: Any) -> float:
@@ -604,7 +619,7 @@ def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
         f"{what}: {args.changes} changes ({records} records, {len(batches)} batches) in "
         f"{apply_s:.1f} s = {args.changes / apply_s:,.0f} changes/s, "
         f"CPU {apply_cpu / args.changes * 1e6:.1f} us/change "
-        f"(JVM + driver; {os.cpu_count()} cores, local[2])"
+        f"(JVM, its Python workers, driver; {os.cpu_count()} cores, local[2])"
     )
     print(
         f"ratio {what} / raw read: {(records / apply_s) / (records / raw_s):.3f} "

@@ -82,6 +82,7 @@ from bridge.spark.apply_metrics import (
     TABLE_FAILURES,
     TABLE_LAG,
 )
+from bridge.spark.avro_columns import native_decoder
 from bridge.spark.config import ApplyConfig, delta_table
 from bridge.spark.decode import SchemaCache, TableBatch, batch_groups, decode_batch
 from bridge.spark.driver_changes import (
@@ -99,12 +100,15 @@ from bridge.spark.driver_lane import (
     driver_tables,
     drives,
     groups_of,
+    topic_candidate,
 )
 from bridge.spark.driver_merge import (
     DriverWriteRefused,
     append_in_driver,
     driver_write_fits,
+    is_local_path,
     merge_in_driver,
+    open_table,
 )
 from bridge.spark.driver_multiset import multiset_in_driver
 from bridge.spark.errors import RegistryUnavailableError, TableApplyError, first_line
@@ -128,6 +132,7 @@ from bridge.spark.summary import (
     summary_aggregates,
     summary_input,
 )
+from bridge.spark.task_lane import LaneCommit, LaneSpec, lane_plan, run_lane
 from bridge.spark.write_choice import inserts_only, new_keys_only
 
 __all__ = ["ApplyStats", "BatchApplier", "first_line", "job_conf"]
@@ -141,6 +146,10 @@ PAUSE_AFTER_MERGE_ENV = "PGBRIDGE_APPLY_PAUSE_AFTER_MERGE"
 
 #: Tables decoded in the driver written by delta-rs at the same time (bridge.spark.driver_lane).
 DRIVER_WRITERS = 4
+#: A topic's batch of at least this many records (and more than the driver writes) may take
+#: the task lane (bridge.spark.task_lane); smaller ones cost more in its Spark job than Spark's
+#: decode.
+LANE_MIN_RECORDS = 50_000
 
 
 def job_conf(cores: int) -> dict[str, str]:
@@ -218,6 +227,10 @@ class BatchApplier:
         # Whether the last batch was small enough to collect whole (collect_small_batch); a
         # batch after a start is counted by Spark first (its tables take Spark's path anyway).
         self._small_batches = False
+        # Tables whose batch the task lane (bridge.spark.task_lane) found not to be an append:
+        # Spark's path from then on; and whether the lane is off for this job (it failed).
+        self._lane_refused: set[str] = set()
+        self._lane_off = False
 
     def _session(self, spark: Any) -> Any:
         """This thread's own session (same SparkContext and cache, own SQL conf).
@@ -403,20 +416,22 @@ class BatchApplier:
                     self._driver_path,
                     collected,
                 )
+                state = _BatchState()
+                laned = self._task_lane(framed, groups, {t.topic for t in in_driver}, batch_id,
+                                        state)  # fmt: skip
                 decoded = decode_batch(
                     framed,
                     self.config,
                     self.schemas,
                     batch_id,
                     task_slots(spark),
-                    groups.without({t.topic for t in in_driver}),
+                    groups.without({t.topic for t in in_driver} | laned),
                 )
             # Each table's changes are read by its summary and by its MERGE, both from the
             # decoded records' cache (decode_batch): the changes are projections of them, and
             # caching them too cost more than computing them twice (measured: a 1.5M-row
             # snapshot batch 19.0 -> 15.4 s, a 4-table mix 17.3 -> 16.0 s).
             tables = list(decoded.tables)
-            state = _BatchState()
             with phases.phase("summary"):
                 state.summaries = self._summaries(tables, batch_id)
             # Per-table MERGEs are mostly driver-side latency (log replay, planning, commit):
@@ -429,11 +444,106 @@ class BatchApplier:
                 )
             self.stats.batches += 1
             self.stats.driver_decoded += len(in_driver)
-            self._report(batch_id, phases, state, len(tables) + len(in_driver))
+            self._report(batch_id, phases, state, len(tables) + len(in_driver) + len(laned))
         finally:
             for cached in decoded.cached if decoded else []:
                 cached.unpersist()
             framed.unpersist()
+
+    def _task_lane(
+        self, framed: DataFrame, groups: Any, taken: set[str], batch_id: int, state: _BatchState
+    ) -> set[str]:
+        """The topics whose batch the task lane committed (bridge.spark.task_lane); the others
+        take Spark's path. Candidates: keyed topics with more records than the driver takes,
+        into a table this job wrote before with these columns, whose fences have a floor."""
+        if self._lane_off or not self.config.task_lane or self.config.history:
+            return set()
+        if native_decoder() is None:  # fastavro decodes slower than Spark's path
+            return set()
+        laned: set[str] = set()
+        per_topic: dict[str, list[Any]] = {}
+        for row in groups.groups:
+            per_topic.setdefault(str(row["topic"]), []).append(row)
+        for topic, rows in per_topic.items():
+            records = sum(int(r["records"]) for r in rows)
+            if topic in taken or records < max(LANE_MIN_RECORDS, self.config.driver_write_rows):
+                continue
+            try:
+                candidate = topic_candidate(topic, rows, self.config, self.schemas,
+                                            self._decoder, self._lane_path)  # fmt: skip
+                if candidate is None or not candidate.key_columns:
+                    continue
+                started = time.monotonic()
+                committed = self._run_lane(framed, candidate, batch_id)
+            except RegistryUnavailableError:
+                raise
+            except Exception as exc:  # unforeseen (workers without pgbridge, say): Spark's path
+                logger.warning(
+                    "the task lane failed (%s: %s); Spark's path applies every table from now on",
+                    type(exc).__name__,
+                    first_line(exc),
+                )
+                self._lane_off = True
+                return laned
+            if isinstance(committed, str):
+                logger.info("batch %d: %s: not by the task lane (%s)", batch_id, topic, committed)
+                with self._lock:
+                    self._lane_refused.add(candidate.path)
+                continue
+            self._lane_applied(committed, batch_id, state, started)
+            laned.add(topic)
+        return laned
+
+    def _lane_path(self, topic: str, columns: frozenset[tuple[str, str]], _: int) -> str | None:
+        """The path of ``topic``'s table if the task lane may write it: known to this job with
+        these columns, on a local path, not refused by the lane or delta-rs before."""
+        with self._lock:
+            path = self._paths.get(topic)
+            known = self._known.get(path) if path is not None else None
+            if path is None or known is None or path in self._spark_only:
+                return None
+            if path in self._lane_refused or not is_local_path(path):
+                return None
+        drop = self.config.dropped_columns == "drop"
+        return path if (columns == known if drop else columns <= known) else None
+
+    def _run_lane(self, framed: DataFrame, candidate: Any, batch_id: int) -> LaneCommit | str:
+        from bridge.spark.executor_files import file_layout
+
+        path = candidate.path
+        fences = self._fences_of(framed.sparkSession, path)
+        if fences.floor is None:
+            return "no floor in the table's fences"
+        schema_json = self.schemas.schema_json(candidate.schema_id)
+        columns = self._decoder.columns(candidate.schema_id)
+        plan = lane_plan(schema_json or "{}", [(c.field, c.name) for c in columns])
+        if plan is None:
+            return "a column the lane does not decode"
+        table = open_table(path)
+        if table.metadata().partition_columns:
+            return "a partitioned table"
+        if table.metadata().configuration.get("delta.enableChangeDataFeed") == "true":
+            return "a change data feed"
+        spec = LaneSpec(plan, tuple((c.field, c.name) for c in columns), candidate.key_columns,
+                        file_layout(table), fences)  # fmt: skip
+        return run_lane(framed, candidate.topic, candidate.schema_id, path, spec, table, batch_id,
+                        self.config.txn_app_id, self._identity_path)  # fmt: skip
+
+    def _identity_path(self, schema: str, name: str) -> str | None:
+        """The path of a source table's records, None for a routed topic's."""
+        return self.config.table_path(schema, name)
+
+    def _lane_applied(
+        self, committed: LaneCommit, batch_id: int, state: _BatchState, started: float
+    ) -> None:
+        """The lane committed a table's batch: its fences, stats, metrics, log line."""
+        with self._lock:
+            self._fences[committed.path] = committed.fences
+            self.stats.last_write[committed.label] = ("append", "tasks")
+        self._forget_driver_table(committed.path)
+        summary = committed.summary
+        self._record(committed.topic, committed.label, summary, int(summary["n"]), None, batch_id,
+                     state, started, time.monotonic() - started)  # fmt: skip
 
     def _driver_path(
         self, topic: str, columns: frozenset[tuple[str, str]], records: int
@@ -662,11 +772,25 @@ class BatchApplier:
         self, work: _TableWork, batch: _BatchState, started: float, merge_seconds: float
     ) -> None:
         """A table's batch is in Delta: stats, metrics, its log line."""
-        summary, count, label = work.summary, work.count, work.label
+        self._record(work.table.topic, work.label, work.summary, work.count, work.truncate_at,
+                     work.batch_id, batch, started, merge_seconds)  # fmt: skip
+
+    def _record(
+        self,
+        topic: str,
+        label: str,
+        summary: dict[str, Any],
+        count: int,
+        truncate_at: tuple[int, int] | None,
+        batch_id: int,
+        batch: _BatchState,
+        started: float,
+        merge_seconds: float,
+    ) -> None:
         with self._lock:
             self.stats.changes += count
             self.stats.per_table[label] = self.stats.per_table.get(label, 0) + count
-            batch.counts[work.table.topic] = count
+            batch.counts[topic] = count
             batch.commit_ms.extend(
                 int(summary[k]) for k in ("oldest_ms", "newest_ms") if summary[k] is not None
             )
@@ -676,10 +800,10 @@ class BatchApplier:
         kind, writer = self.stats.last_write.get(label, ("write", ""))
         logger.info(
             "batch %d: %s: %d changes%s in %.1f s (%s%s %.1f s)",
-            work.batch_id,
+            batch_id,
             label,
             count,
-            f", truncate at {work.truncate_at}" if work.truncate_at else "",
+            f", truncate at {truncate_at}" if truncate_at else "",
             time.monotonic() - started,
             kind,
             f" by {writer}" if writer else "",

@@ -118,6 +118,14 @@ def _table_arguments(parser: argparse.ArgumentParser) -> None:
         help="decode every table's records with Spark, also those the driver writes with "
         "delta-rs (by default the driver decodes them too, with no Spark plan per table)",
     )
+    parser.add_argument(
+        "--no-task-lane",
+        dest="task_lane",
+        action="store_false",
+        help="apply every larger table's batch with Spark's decode and writer (by default a "
+        "batch of new keys into a table the job wrote before is decoded and written as Parquet "
+        "by Spark's Python tasks, and committed by the driver)",
+    )
     parser.add_argument("--history", action="store_true", help="also keep SCD type 2 history")
     parser.add_argument("--history-base", default="", help="default: <delta-base>/_history")
     parser.add_argument(
@@ -226,6 +234,7 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         parallel_tables=args.parallel_tables,
         driver_write_rows=args.driver_write_rows,
         driver_decode=args.driver_decode,
+        task_lane=args.task_lane,
         mode=getattr(args, "mode", "merge"),
         compaction_interval=getattr(args, "compaction_interval", "60 seconds"),
         history=args.history,

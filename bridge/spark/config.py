@@ -93,7 +93,10 @@ class ApplyConfig:
     columns: milliseconds instead of seconds per table); 0 writes every table
     with Spark. With ``driver_decode`` (the default) such a table's records
     are also decoded in the driver, with no Spark plan per table, when the job wrote the table
-    before with the same columns (:mod:`bridge.spark.driver_lane`). ``history`` also keeps an
+    before with the same columns (:mod:`bridge.spark.driver_lane`). With ``task_lane`` (the
+    default) a larger keyed batch of new keys into such a table is decoded and written as
+    Parquet files by Spark's Python tasks, committed by the driver
+    (:mod:`bridge.spark.task_lane`). ``history`` also keeps an
     SCD type 2 table per source table under ``history_base`` (default
     ``<delta_base>/_history``), see :mod:`bridge.spark.history`.
     ``deletion_vectors`` creates tables with Delta deletion vectors, so a MERGE that updates a
@@ -136,6 +139,7 @@ class ApplyConfig:
     parallel_tables: int = 2
     driver_write_rows: int = 50_000
     driver_decode: bool = True
+    task_lane: bool = True
     history: bool = False
     deletion_vectors: bool = True
     dropped_columns: str = "keep"

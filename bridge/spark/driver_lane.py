@@ -30,7 +30,15 @@ from bridge.spark.driver_decode import DriverDecoder, NotForDriver, RawChange
 from bridge.spark.driver_multiset import COMPARED_NORMALISED
 from bridge.spark.errors import RegistryUnavailableError
 
-__all__ = ["DriverTable", "collect_small_batch", "driver_tables", "drives", "groups_of"]
+__all__ = [
+    "Candidate",
+    "DriverTable",
+    "collect_small_batch",
+    "driver_tables",
+    "drives",
+    "groups_of",
+    "topic_candidate",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +156,7 @@ class DriverTable:
 
 
 @dataclass(frozen=True, slots=True)
-class _Candidate:
+class Candidate:
     topic: str
     path: str
     schema_id: int
@@ -233,17 +241,17 @@ def _candidates(
     schemas: SchemaCache,
     decoder: DriverDecoder,
     writable_path: Callable[[str, frozenset[tuple[str, str]], int], str | None],
-) -> dict[str, _Candidate]:
+) -> dict[str, Candidate]:
     per_topic: dict[str, list[Any]] = {}
     for row in groups.groups:
         per_topic.setdefault(str(row["topic"]), []).append(row)
-    out: dict[str, _Candidate] = {}
+    out: dict[str, Candidate] = {}
     budget = MAX_DRIVER_RECORDS
     for topic, rows in sorted(per_topic.items(), key=lambda item: _records(item[1])):
         if _records(rows) > budget:
             break  # this and every larger table: Spark's path
         try:
-            candidate = _candidate(topic, rows, config, schemas, decoder, writable_path)
+            candidate = topic_candidate(topic, rows, config, schemas, decoder, writable_path)
         except RegistryUnavailableError:
             raise  # the batch is retried, as Spark's path would
         except Exception as exc:  # a schema this module cannot read: Spark's path judges it
@@ -259,14 +267,14 @@ def _records(rows: list[Any]) -> int:
     return sum(int(row["records"]) for row in rows)
 
 
-def _candidate(
+def topic_candidate(
     topic: str,
     rows: list[Any],
     config: ApplyConfig,
     schemas: SchemaCache,
     decoder: DriverDecoder,
     writable_path: Callable[[str, frozenset[tuple[str, str]], int], str | None],
-) -> _Candidate | None:
+) -> Candidate | None:
     """The topic's batch as a candidate for the driver, or None."""
     if len(rows) != 1 or not config.is_table_topic(topic):
         return None
@@ -299,7 +307,7 @@ def _candidate(
     path = writable_path(topic, typed, int(row["records"]))
     if path is None:
         return None
-    return _Candidate(
+    return Candidate(
         topic,
         path,
         schema_id,
@@ -309,7 +317,7 @@ def _candidate(
 
 
 def _decoded(
-    candidate: _Candidate, raw: Any, config: ApplyConfig, decoder: DriverDecoder
+    candidate: Candidate, raw: Any, config: ApplyConfig, decoder: DriverDecoder
 ) -> DriverTable | None:
     """The candidate's table, or None when its records hold no change (logical messages)."""
     changes = decoder.decode(

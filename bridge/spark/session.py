@@ -53,6 +53,11 @@ def build_spark_session(
         # Progress bars are for a person at a terminal; in a log they are noise (stderr).
         "spark.ui.showConsoleProgress": "true" if _is_terminal(sys.stderr) else "false",
     }
+    if not os.environ.get("PYSPARK_PYTHON") and "spark.pyspark.python" not in (conf or {}):
+        # Python tasks (bridge.spark.task_lane) run this interpreter, which has pgbridge and
+        # its C decoder, not whatever ``python3`` is on the path (PySpark's default); on a
+        # cluster whose machines have it elsewhere, PYSPARK_PYTHON says where.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
     if jar_list:
         settings["spark.jars"] = ",".join(jar_list)
     else:

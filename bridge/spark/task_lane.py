@@ -1,0 +1,346 @@
+"""A large keyed table's batch of new keys, decoded and written by Spark's Python tasks.
+
+Why: a snapshot-sized batch spent most of its time in Spark's ``from_avro``, the columnar cache
+and Spark's Parquet writer: 0.11x the raw read for a snapshot topic (docs/measurements.md).
+Here one ``mapInArrow`` job over the topic's Kafka records decodes each task's payloads in C
+(:mod:`bridge.spark.avro_columns`), summarises them per Kafka partition (the same figures as
+:mod:`bridge.spark.summary`), keeps each key's last change and writes the rows as Parquet
+files of the table (:mod:`bridge.spark.executor_files`). The driver then decides as Spark's
+path would (:func:`bridge.spark.write_choice.new_keys_only`): where the batch is an append, the
+files are committed in one Delta commit carrying the batch's fences; anything else (an update,
+a delete, a truncate, unchanged TOAST, a replay, a payload the plan does not decode, a Kafka
+partition split over two tasks) deletes the files and the topic takes Spark's path in the same
+batch. Nothing is visible before the commit, and the commit is the fences' too.
+
+A table qualifies as a driver-lane one does (:mod:`bridge.spark.driver_lane`: one schema
+version, keyed, plain column types, written by this job before with these columns, delta-rs
+able to write it), with more records than the driver lane takes, and a floor in its fences
+(appends need one). A table whose batch was not an append takes Spark's path from then on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.spark import transforms as tf
+from bridge.spark.avro_columns import PayloadError, Plan, compile_plan, decode
+from bridge.spark.executor_files import FileLayout, write_file
+from bridge.spark.fences import Fences
+from bridge.spark.summary import SUMMARY_PARTITION
+
+__all__ = ["LANE_OUTPUT", "LaneSpec", "lane_plan", "task_result", "task_rows"]
+
+logger = logging.getLogger(__name__)
+
+#: One row per task: its file (if it wrote rows), and its summary per Kafka partition (JSON),
+#: or why the batch is not a lane append (``refused``).
+LANE_OUTPUT = "path string, size long, records long, parts string, refused string"
+
+_OP, _TS, _SCHEMA, _TABLE, _TOAST = "op", "ts_ms", "schema", "table", "toast"
+_APPENDED_OPS = ("c", "r")
+_SKIPPED_OPS = ("m",)  # logical messages: not changes, as in Spark's path
+
+
+@dataclass(frozen=True, slots=True)
+class LaneSpec:
+    """What a task needs: the plan, the row columns (Avro field -> PostgreSQL name), the key
+    columns (PostgreSQL names), the table's files' layout and fences."""
+
+    plan: Plan
+    columns: tuple[tuple[str, str], ...]
+    keys: tuple[str, ...]
+    layout: FileLayout
+    fences: Fences
+
+
+def lane_plan(schema_json: str, columns: Sequence[tuple[str, str]]) -> Plan | None:
+    """The plan capturing a change's row (``after``), op, position, commit time, source table
+    and unchanged TOAST columns; None where one of them is not decoded exactly here."""
+    schema = json.loads(schema_json)
+    captures: dict[tuple[str, ...], str] = {("after", field): name for field, name in columns}
+    captures.update(
+        {
+            ("op",): _OP,
+            ("source", "commit_lsn"): tf.COMMIT_LSN,
+            ("source", "seq"): tf.SEQ,
+            ("source", "ts_ms"): _TS,
+            ("source", "schema"): _SCHEMA,
+            ("source", "table"): _TABLE,
+        }
+    )
+    fields = {f.get("name") for f in schema.get("fields", [])}
+    if "unchanged_toast_columns" in fields:
+        captures[("unchanged_toast_columns",)] = _TOAST
+    return compile_plan(schema, captures)
+
+
+class NotAnAppend(Exception):
+    """The task's records are not a batch of new keys: Spark's path applies the topic."""
+
+
+def task_rows(records: Any, spec: LaneSpec) -> tuple[Any, list[dict[str, Any]]]:
+    """One task's Kafka records (``value``, ``partition``, ``offset``; Arrow) -> (the rows an
+    append of them writes, in the table's logical columns, and its summary parts per Kafka
+    partition). :class:`NotAnAppend` where they hold anything but inserts and snapshot reads;
+    :class:`~bridge.spark.avro_columns.PayloadError` where a payload does not decode."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    decoded = decode(spec.plan, records.column("value"))
+    decoded = decoded.append_column(tf.PARTITION, records.column("partition").cast(pa.int32()))
+    decoded = decoded.append_column(tf.OFFSET, records.column("offset").cast(pa.int64()))
+    ops = decoded.column(_OP)
+    decoded = decoded.filter(pc.invert(pc.is_in(ops, value_set=pa.array(_SKIPPED_OPS))))
+    ops = decoded.column(_OP)
+    if not pc.all(pc.is_in(ops, value_set=pa.array(_APPENDED_OPS))).as_py() and len(ops):
+        raise NotAnAppend("changes other than inserts and snapshot reads")
+    if _TOAST in decoded.column_names and pc.max(decoded.column(_TOAST)).as_py():
+        raise NotAnAppend("unchanged TOAST columns")
+    parts = _summary_parts(decoded)
+    rows = _admitted(decoded, spec.fences)
+    rows = _last_per_key(rows, spec.keys)
+    commit_ts = pc.multiply(rows.column(_TS), 1000).cast(pa.timestamp("us", tz="UTC"))
+    names = [name for _, name in spec.columns]
+    out = rows.select([*names, tf.COMMIT_LSN, tf.SEQ]).append_column(tf.COMMIT_TS, commit_ts)
+    return out, parts
+
+
+def _summary_parts(decoded: Any) -> list[dict[str, Any]]:
+    """:func:`bridge.spark.summary.summary_aggregates` per Kafka partition, for inserts and
+    reads only (no truncate, no removal, no TOAST: checked before)."""
+    import pyarrow.compute as pc
+
+    parts = []
+    partitions = decoded.column(tf.PARTITION)
+    for number in pc.unique(partitions).to_pylist():
+        part = decoded.filter(pc.equal(partitions, number))
+        ops = part.column(_OP)
+        lsn, seq = part.column(tf.COMMIT_LSN), part.column(tf.SEQ)
+        reads = pc.equal(ops, "r")
+        read_lsn = pc.max(pc.filter(lsn, reads)).as_py() if pc.any(reads).as_py() else None
+        top = pc.max(lsn).as_py()
+        top_seq = pc.max(pc.filter(seq, pc.equal(lsn, top))).as_py()
+        schemas, tables = pc.min_max(part.column(_SCHEMA)), pc.min_max(part.column(_TABLE))
+        times = pc.min_max(part.column(_TS))
+        parts.append(
+            {
+                SUMMARY_PARTITION: int(number),
+                "n": part.num_rows,
+                "rows": part.num_rows,
+                "removals": 0,
+                "creates": int(pc.sum(pc.equal(ops, "c")).as_py() or 0),
+                "reads": int(pc.sum(reads).as_py() or 0),
+                "reads_lsn": read_lsn,
+                "lowest_lsn": pc.min(lsn).as_py(),
+                "trunc": None,
+                "toast": False,
+                "schema": schemas["min"].as_py(),
+                "schema_max": schemas["max"].as_py(),
+                "table": tables["min"].as_py(),
+                "table_max": tables["max"].as_py(),
+                "oldest_ms": times["min"].as_py(),
+                "newest_ms": times["max"].as_py(),
+                "last": [top, top_seq],
+                "max_offset": pc.max(part.column(tf.OFFSET)).as_py(),
+            }
+        )
+    return parts
+
+
+def _after(lsn: Any, seq: Any, position: tuple[int, int]) -> Any:
+    import pyarrow.compute as pc
+
+    return pc.or_(
+        pc.greater(lsn, position[0]),
+        pc.and_(pc.equal(lsn, position[0]), pc.greater(seq, position[1])),
+    )
+
+
+def _admitted(decoded: Any, fences: Fences) -> Any:
+    """The records Spark's path applies: not covered by the table's commits (offsets), after
+    the truncate fence, and (but snapshot reads) after their partition's fence
+    (:meth:`bridge.spark.fences.Fences.not_covered`, :meth:`~Fences.admits`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    partitions, offsets = decoded.column(tf.PARTITION), decoded.column(tf.OFFSET)
+    lsn, seq = decoded.column(tf.COMMIT_LSN), decoded.column(tf.SEQ)
+    keep = pa.array([True] * decoded.num_rows)
+    for number, last in fences.offsets.items():
+        keep = pc.and_(keep, pc.or_(pc.not_equal(partitions, number), pc.greater(offsets, last)))
+    if fences.truncate is not None:
+        keep = pc.and_(keep, _after(lsn, seq, fences.truncate))
+    reads = pc.equal(decoded.column(_OP), "r")
+    for number, position in fences.partitions.items():
+        fresh = pc.or_(pc.not_equal(partitions, number), _after(lsn, seq, position))
+        keep = pc.and_(keep, pc.or_(reads, fresh))
+    return decoded.filter(keep)
+
+
+def _last_per_key(rows: Any, keys: Sequence[str]) -> Any:
+    """Each key's last change by position (then offset), as ``last_change_per_key`` keeps it:
+    a record delivered twice in one batch is appended once."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if rows.num_rows == 0:
+        return rows
+    key_table = rows.select(list(keys))
+    if len(keys) == 1:
+        distinct = pc.count_distinct(key_table.column(0), mode="all").as_py()
+        if distinct == rows.num_rows:
+            return rows
+    order = pc.sort_indices(
+        rows,
+        sort_keys=[(tf.COMMIT_LSN, "ascending"), (tf.SEQ, "ascending"), (tf.OFFSET, "ascending")],
+    )
+    ordered = rows.take(order)
+    index = "_pgbridge_lane_row"
+    numbered = ordered.select(list(keys)).append_column(index, pa.array(range(ordered.num_rows)))
+    last = numbered.group_by(list(keys), use_threads=False).aggregate([(index, "max")])
+    return ordered.take(last.column(f"{index}_max"))
+
+
+def task_result(records: Iterator[Any], spec: LaneSpec) -> Iterator[Any]:
+    """The ``mapInArrow`` function: a task's record batches -> one row of :data:`LANE_OUTPUT`."""
+    import pyarrow as pa
+
+    batches = list(records)
+    path = size = written = None
+    parts = refused = None
+    try:
+        if batches:
+            rows, summary = task_rows(pa.Table.from_batches(batches), spec)
+            parts = json.dumps(summary)
+            file = write_file(spec.layout, iter([rows]))
+            if file is not None:
+                path, size, written = file.path, file.size, file.records
+        else:
+            parts = "[]"
+    except (NotAnAppend, PayloadError) as exc:
+        refused = f"{type(exc).__name__}: {exc}"
+    yield pa.record_batch(
+        [
+            pa.array([path], pa.string()),
+            pa.array([size], pa.int64()),
+            pa.array([written], pa.int64()),
+            pa.array([parts], pa.string()),
+            pa.array([refused], pa.string()),
+        ],
+        names=["path", "size", "records", "parts", "refused"],
+    )
+
+
+def remove_files(root: str, paths: Sequence[str]) -> None:
+    """Delete files a refused lane wrote (no commit names them: a best effort, VACUUM's)."""
+    for relative in paths:
+        try:
+            os.remove(os.path.join(root, relative))
+        except OSError as exc:
+            logger.debug("could not remove %s: %s", relative, exc)
+
+
+def combine_task_parts(rows: Sequence[Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """The tasks' summary parts, and why they cannot be combined (a Kafka partition in two
+    tasks: each key's last change was then not found in one place)."""
+    parts: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    for row in rows:
+        if row["refused"] is not None:
+            return [], str(row["refused"])
+        for part in json.loads(row["parts"]):
+            number = int(part[SUMMARY_PARTITION])
+            if number in seen:
+                return [], f"Kafka partition {number} read by two tasks"
+            seen.add(number)
+            part["last"] = tuple(part["last"])
+            parts.append(part)
+    return parts, None
+
+
+def by_name(columns: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(columns.items())
+
+
+@dataclass(frozen=True, slots=True)
+class LaneCommit:
+    """A topic's batch the lane committed: its table, summary and fences after."""
+
+    topic: str
+    path: str
+    label: str
+    summary: dict[str, Any]
+    fences: Fences
+    files: int
+
+
+def run_lane(
+    framed: Any,
+    topic: str,
+    schema_id: int,
+    path: str,
+    spec: LaneSpec,
+    table: Any,
+    batch_id: int,
+    app_id: str,
+    identity_path: Any,
+) -> LaneCommit | str:
+    """One topic's batch through the lane: committed (:class:`LaneCommit`), or why not (its
+    files removed; Spark's path applies it). ``table``: the delta-rs table at ``path``, current;
+    ``identity_path(schema, table)``: the path records of that source table go to, None for a
+    routed topic."""
+    import time
+
+    from pyspark.sql import functions as F
+
+    from bridge.spark.driver_merge import commit_properties
+    from bridge.spark.executor_files import WrittenFile, commit_files
+    from bridge.spark.summary import combine_parts
+    from bridge.spark.write_choice import new_keys_only
+
+    records = framed.where(
+        (F.col("topic") == topic)
+        & (F.col(tf.VALUE_SCHEMA_ID) == schema_id)
+        & F.col(tf.FRAMING_ERROR).isNull()
+        & F.col("value").isNotNull()
+    ).select("value", "partition", "offset")
+    rows = records.mapInArrow(lambda batches: task_result(batches, spec), LANE_OUTPUT).collect()
+    files = [WrittenFile(r["path"], int(r["size"]), int(r["records"])) for r in rows if r["path"]]
+
+    def refuse(why: str) -> str:
+        remove_files(spec.layout.root, [f.path for f in files])
+        return why
+
+    parts, why = combine_task_parts(rows)
+    if why is not None:
+        return refuse(why)
+    summary = combine_parts(parts)
+    if summary is None:
+        return refuse("no changes")
+    identity = (summary["schema"], summary["table"])
+    if None in identity or identity != (summary["schema_max"], summary["table_max"]):
+        return refuse("records without a source table, or of several")
+    if identity_path(str(identity[0]), str(identity[1])) != path:
+        return refuse("a routed topic, or records of another table than the topic's before")
+    count, fences = int(summary["n"]), spec.fences
+    if fences.cover(summary["offsets"]):
+        return refuse("a replay")
+    if not new_keys_only(summary, count, fences, True):
+        return refuse("not a batch of new keys")
+    after = fences.advanced(summary["partitions"], None, summary["offsets"], summary["lowest_lsn"])
+    try:
+        commit_files(
+            table,
+            files,
+            commit_properties(app_id, batch_id, after.to_metadata()),
+            int(time.time() * 1000),
+        )
+    except Exception as exc:  # nothing committed: Spark's path writes the batch
+        return refuse(f"the commit failed: {exc}")
+    label = f"{identity[0]}.{identity[1]}"
+    return LaneCommit(topic, path, label, summary, after, len(files))

@@ -1,0 +1,97 @@
+"""The task lane's work per Spark task (bridge.spark.task_lane.task_rows), on real payloads:
+the rows an append writes (fences applied, each key's last change once) and the summary Spark's
+path would compute, or a refusal for anything but new keys."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from bridge.spark import transforms as tf
+from bridge.spark.avro_columns import native_decoder
+from bridge.spark.executor_files import FileLayout
+from bridge.spark.fences import Fences
+from bridge.spark.task_lane import LaneSpec, NotAnAppend, combine_task_parts, lane_plan, task_rows
+from tests.spark.envelopes import TableVersion, frame_avro
+
+pytestmark = pytest.mark.skipif(native_decoder() is None, reason="the C decoder is not built")
+
+COLUMNS: list[dict[str, Any]] = [
+    {"name": "id", "type": "long"},
+    {"name": "name", "type": ["null", "string"], "default": None},
+]
+VERSION = TableVersion("lane", "public", "t", COLUMNS, ["id"])
+
+
+def _spec(fences: Fences) -> LaneSpec:
+    plan = lane_plan(json.dumps(VERSION.value_schema()), [("id", "id"), ("name", "name")])
+    assert plan is not None
+    return LaneSpec(plan, (("id", "id"), ("name", "name")), ("id",), FileLayout("/x", ()), fences)
+
+
+def _records(changes: list[tuple[str, int, int, int, int, int]]) -> pa.Table:
+    """(op, key, lsn, seq, partition, offset) -> Kafka records of framed envelopes."""
+    values, partitions, offsets = [], [], []
+    for op, key, lsn, seq, partition, offset in changes:
+        row = {"id": key, "name": f"{op}{key}@{lsn}.{seq}"}
+        before = row if op in ("u", "d") else None
+        after = None if op == "d" else row
+        envelope = VERSION.envelope(op, lsn, seq, before=before, after=after)
+        values.append(frame_avro(VERSION.value_schema(), envelope, 1))
+        partitions.append(partition)
+        offsets.append(offset)
+    return pa.table({"value": pa.array(values, pa.binary()), "partition": partitions,
+                     "offset": offsets})  # fmt: skip
+
+
+def test_inserts_are_kept_once_each_and_summarised_per_partition() -> None:
+    records = _records(
+        [
+            ("c", 1, 100, 0, 0, 10),
+            ("c", 2, 100, 1, 1, 20),
+            ("c", 1, 100, 0, 0, 11),  # delivered twice in one batch
+            ("c", 3, 200, 0, 0, 12),
+        ]
+    )
+    rows, parts = task_rows(records, _spec(Fences(floor=50)))
+    assert sorted(rows.column("id").to_pylist()) == [1, 2, 3]
+    assert rows.column_names == ["id", "name", tf.COMMIT_LSN, tf.SEQ, tf.COMMIT_TS]
+    assert rows.column(tf.COMMIT_TS).type == pa.timestamp("us", tz="UTC")
+    by_partition = {p["_pgbridge_summary_partition"]: p for p in parts}
+    assert by_partition[0]["n"] == 3 and by_partition[0]["creates"] == 3
+    assert by_partition[0]["last"] == [200, 0] and by_partition[0]["max_offset"] == 12
+    assert by_partition[1]["lowest_lsn"] == 100 and by_partition[1]["max_offset"] == 20
+    assert by_partition[0]["schema"] == "public" and by_partition[0]["table"] == "t"
+
+
+def test_fences_drop_covered_records_and_resent_inserts_but_not_snapshot_reads() -> None:
+    records = _records(
+        [
+            ("c", 1, 100, 0, 0, 5),  # offset covered by the table's commits
+            ("c", 2, 100, 1, 0, 7),  # at or below the partition's fence: a resend
+            ("r", 3, 100, 2, 0, 8),  # a snapshot read: exempt from the partition fence
+            ("c", 4, 300, 0, 0, 9),  # new
+        ]
+    )
+    fences = Fences(partitions={0: (150, 0)}, offsets={0: 6}, floor=50)
+    rows, parts = task_rows(records, _spec(fences))
+    assert sorted(rows.column("id").to_pylist()) == [3, 4]
+    assert parts[0]["n"] == 4  # the summary is of the batch, as Spark's path summarises it
+
+
+@pytest.mark.parametrize("op", ["u", "d"])
+def test_an_update_or_delete_is_not_an_append(op: str) -> None:
+    records = _records([("c", 1, 100, 0, 0, 1), (op, 1, 101, 0, 0, 2)])
+    with pytest.raises(NotAnAppend):
+        task_rows(records, _spec(Fences(floor=50)))
+
+
+def test_a_partition_read_by_two_tasks_is_refused() -> None:
+    part = json.dumps([{"_pgbridge_summary_partition": 0, "last": [1, 0]}])
+    rows = [{"parts": part, "refused": None}, {"parts": part, "refused": None}]
+    assert combine_task_parts(rows)[1] == "Kafka partition 0 read by two tasks"
+    refused = [{"parts": None, "refused": "NotAnAppend: x"}]
+    assert combine_task_parts(refused)[1] == "NotAnAppend: x"
