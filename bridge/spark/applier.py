@@ -84,7 +84,7 @@ from bridge.spark.apply_metrics import (
 )
 from bridge.spark.avro_columns import native_decoder
 from bridge.spark.config import ApplyConfig, delta_table
-from bridge.spark.decode import SchemaCache, TableBatch, batch_groups, decode_batch
+from bridge.spark.decode import SAMPLE, SchemaCache, TableBatch, batch_groups, decode_batch
 from bridge.spark.driver_changes import (
     ArrowRows,
     admitted,
@@ -132,7 +132,7 @@ from bridge.spark.summary import (
     summary_aggregates,
     summary_input,
 )
-from bridge.spark.task_lane import LaneCommit, LaneSpec, lane_plan, run_lane
+from bridge.spark.task_lane import LaneCommit, LaneSpec, LaneTopic, lane_plan, run_lane
 from bridge.spark.write_choice import inserts_only, new_keys_only
 
 __all__ = ["ApplyStats", "BatchApplier", "first_line", "job_conf"]
@@ -231,6 +231,9 @@ class BatchApplier:
         # Spark's path from then on; and whether the lane is off for this job (it failed).
         self._lane_refused: set[str] = set()
         self._lane_off = False
+        # Tables the lane created empty for a first load it then left to Spark's path: that
+        # path loads them as a first load (an append), not as tables that existed.
+        self._lane_created: set[str] = set()
 
     def _session(self, spark: Any) -> Any:
         """This thread's own session (same SparkContext and cache, own SQL conf).
@@ -393,20 +396,26 @@ class BatchApplier:
         tables: list[TableBatch] = []
         in_driver: list[DriverTable] = []
         try:
+            state = _BatchState()
+            laned: set[str] = set()
             with phases.phase("read"):
                 # A batch as small as the last one is collected whole: read from Kafka once
                 # for its groups and the driver's records (driver_lane.collect_small_batch).
                 collected = None
                 if self._small_batches and drives(self.config):
                     collected = collect_small_batch(framed)
-                if collected is not None:
-                    groups = groups_of(collected)
-                else:
-                    groups = batch_groups(framed)
-                    if len(groups.groups) > 1:
-                        framed.persist()  # read by the driver's collection and each decode
+                groups = groups_of(collected) if collected is not None else batch_groups(framed)
                 records = sum(int(group["records"]) for group in groups.groups)
                 self._small_batches = records <= COLLECTED_RECORDS
+            if collected is None:
+                # Large tables' batches of new keys, in one job (its own read of the batch:
+                # caching the batch for it costs more than reading Kafka again).
+                with phases.phase("lane"):
+                    laned = self._task_lane(framed, groups, batch_id, state)
+                groups = groups.without(laned)
+            with phases.phase("read"):
+                if collected is None and len(groups.groups) > 1:
+                    framed.persist()  # read by the driver's collection and each decode
                 in_driver = driver_tables(
                     framed,
                     groups,
@@ -416,16 +425,13 @@ class BatchApplier:
                     self._driver_path,
                     collected,
                 )
-                state = _BatchState()
-                laned = self._task_lane(framed, groups, {t.topic for t in in_driver}, batch_id,
-                                        state)  # fmt: skip
                 decoded = decode_batch(
                     framed,
                     self.config,
                     self.schemas,
                     batch_id,
                     task_slots(spark),
-                    groups.without({t.topic for t in in_driver} | laned),
+                    groups.without({t.topic for t in in_driver}),
                 )
             # Each table's changes are read by its summary and by its MERGE, both from the
             # decoded records' cache (decode_batch): the changes are projections of them, and
@@ -449,50 +455,82 @@ class BatchApplier:
             for cached in decoded.cached if decoded else []:
                 cached.unpersist()
             framed.unpersist()
+            with self._lock:
+                self._lane_created.clear()
 
     def _task_lane(
-        self, framed: DataFrame, groups: Any, taken: set[str], batch_id: int, state: _BatchState
+        self, framed: DataFrame, groups: Any, batch_id: int, state: _BatchState
     ) -> set[str]:
-        """The topics whose batch the task lane committed (bridge.spark.task_lane); the others
-        take Spark's path. Candidates: keyed topics with more records than the driver takes,
-        into a table this job wrote before with these columns, whose fences have a floor."""
+        """The topics whose batch the task lane committed (bridge.spark.task_lane), all in one
+        Spark job; the others take Spark's path. Candidates: keyed topics with more records
+        than the driver takes, into a table this job wrote before with these columns whose
+        fences have a floor, or into a table that does not exist yet (its first load; created
+        here)."""
         if self._lane_off or not self.config.task_lane or self.config.history:
             return set()
         if native_decoder() is None:  # fastavro decodes slower than Spark's path
             return set()
-        laned: set[str] = set()
         per_topic: dict[str, list[Any]] = {}
         for row in groups.groups:
             per_topic.setdefault(str(row["topic"]), []).append(row)
-        for topic, rows in per_topic.items():
-            records = sum(int(r["records"]) for r in rows)
-            if topic in taken or records < max(LANE_MIN_RECORDS, self.config.driver_write_rows):
-                continue
-            try:
-                candidate = topic_candidate(topic, rows, self.config, self.schemas,
-                                            self._decoder, self._lane_path)  # fmt: skip
-                if candidate is None or not candidate.key_columns:
-                    continue
-                started = time.monotonic()
-                committed = self._run_lane(framed, candidate, batch_id)
-            except RegistryUnavailableError:
-                raise
-            except Exception as exc:  # unforeseen (workers without pgbridge, say): Spark's path
-                logger.warning(
-                    "the task lane failed (%s: %s); Spark's path applies every table from now on",
-                    type(exc).__name__,
-                    first_line(exc),
-                )
-                self._lane_off = True
-                return laned
-            if isinstance(committed, str):
-                logger.info("batch %d: %s: not by the task lane (%s)", batch_id, topic, committed)
+        # More records than the driver lane takes (bridge.spark.driver_lane): never both.
+        minimum = max(LANE_MIN_RECORDS, self.config.driver_write_rows + 1)
+        chosen = [
+            topic
+            for topic, rows in per_topic.items()
+            if sum(int(r["records"]) for r in rows) >= minimum
+        ]
+        if not chosen:
+            return set()
+        started = time.monotonic()
+        try:
+            lanes = {}
+            for topic in chosen:
+                lane = self._lane_topic(framed, topic, per_topic[topic])
+                if isinstance(lane, LaneTopic):
+                    lanes[topic] = lane
+                elif lane is not None:
+                    logger.info("batch %d: %s: not by the task lane (%s)", batch_id, topic, lane)
+            if not lanes:
+                return set()
+            outcomes = run_lane(
+                framed, lanes, batch_id, self.config.txn_app_id, self.config.table_path
+            )
+        except RegistryUnavailableError:
+            raise
+        except Exception as exc:  # unforeseen (workers without pgbridge, say): Spark's path
+            logger.warning(
+                "the task lane failed (%s: %s); Spark's path applies every table from now on",
+                type(exc).__name__,
+                first_line(exc),
+            )
+            self._lane_off = True
+            return set()
+        laned: set[str] = set()
+        for topic, outcome in outcomes.items():
+            if isinstance(outcome, str):
+                logger.info("batch %d: %s: not by the task lane (%s)", batch_id, topic, outcome)
                 with self._lock:
-                    self._lane_refused.add(candidate.path)
+                    self._lane_refused.add(lanes[topic].path)
                 continue
-            self._lane_applied(committed, batch_id, state, started)
+            self._lane_applied(outcome, batch_id, state, started)
             laned.add(topic)
         return laned
+
+    def _lane_topic(self, framed: DataFrame, topic: str, rows: list[Any]) -> LaneTopic | str | None:
+        """``topic``'s part of the lane (its table created if it is its first load), why not,
+        or None when it is no candidate at all."""
+        with self._lock:
+            known = topic in self._paths
+
+        def first_load_path(_: str, __: frozenset[tuple[str, str]], ___: int) -> str | None:
+            return self._first_load_path(framed.sparkSession, rows)
+
+        where = self._lane_path if known else first_load_path
+        candidate = topic_candidate(topic, rows, self.config, self.schemas, self._decoder, where)
+        if candidate is None or not candidate.key_columns:
+            return None
+        return self._lane_table(framed, candidate, first_load=not known)
 
     def _lane_path(self, topic: str, columns: frozenset[tuple[str, str]], _: int) -> str | None:
         """The path of ``topic``'s table if the task lane may write it: known to this job with
@@ -507,31 +545,71 @@ class BatchApplier:
         drop = self.config.dropped_columns == "drop"
         return path if (columns == known if drop else columns <= known) else None
 
-    def _run_lane(self, framed: DataFrame, candidate: Any, batch_id: int) -> LaneCommit | str:
+    def _first_load_path(self, spark: Any, rows: list[Any]) -> str | None:
+        """The path of a topic's table if the task lane may load it first: the table of the
+        source table of the topic's sample record (:func:`bridge.spark.decode.batch_groups`;
+        every other record is checked against it after decoding), not routed, on a local path,
+        with no Delta table there yet."""
+        if len(rows) != 1 or rows[0][SAMPLE] is None:
+            return None
+        topic, schema_id = str(rows[0]["topic"]), int(rows[0][tf.VALUE_SCHEMA_ID])
+        first = self._decoder.decode(schema_id, [bytes(rows[0][SAMPLE])], [0], [0])
+        if not first:
+            return None
+        schema, name = first[0].schema, first[0].table
+        if delta_table(self.config.topic_prefix, topic, schema, name) != (schema, name):
+            return None  # a routed topic: its table holds a computed key column
+        path = self.config.table_path(schema, name)
+        with self._lock:
+            if path in self._lane_refused or path in self._spark_only or path in self._known:
+                return None
+        if not is_local_path(path) or _is_delta_table(spark, path):
+            return None
+        return path
+
+    def _lane_table(
+        self, framed: DataFrame, candidate: Any, *, first_load: bool
+    ) -> LaneTopic | str:
         from bridge.spark.executor_files import file_layout
 
         path = candidate.path
-        fences = self._fences_of(framed.sparkSession, path)
-        if fences.floor is None:
-            return "no floor in the table's fences"
         schema_json = self.schemas.schema_json(candidate.schema_id)
         columns = self._decoder.columns(candidate.schema_id)
-        plan = lane_plan(schema_json or "{}", [(c.field, c.name) for c in columns])
+        names = [(c.field, c.name) for c in columns]
+        plan = lane_plan(schema_json or "{}", names, candidate.key_columns)
         if plan is None:
             return "a column the lane does not decode"
+        if first_load:
+            spark = framed.sparkSession
+            ensure_table(
+                spark,
+                path,
+                candidate.columns,
+                candidate.key_columns,
+                candidate.topic,
+                properties=self._properties(),
+                decimal=self.config.variable_decimal,
+            )
+            typed = frozenset(
+                (f.name.lower(), f.dataType.simpleString()) for f in candidate.columns
+            )
+            with self._lock:
+                self._known[path] = typed
+                self._paths[candidate.topic] = path
+                self._lane_created.add(path)  # empty: Spark's path loads it first if refused
+            fences = Fences()
+        else:
+            fences = self._fences_of(framed.sparkSession, path)
+            if fences.floor is None:
+                return "no floor in the table's fences"
         table = open_table(path)
         if table.metadata().partition_columns:
             return "a partitioned table"
         if table.metadata().configuration.get("delta.enableChangeDataFeed") == "true":
             return "a change data feed"
-        spec = LaneSpec(plan, tuple((c.field, c.name) for c in columns), candidate.key_columns,
-                        file_layout(table), fences)  # fmt: skip
-        return run_lane(framed, candidate.topic, candidate.schema_id, path, spec, table, batch_id,
-                        self.config.txn_app_id, self._identity_path)  # fmt: skip
-
-    def _identity_path(self, schema: str, name: str) -> str | None:
-        """The path of a source table's records, None for a routed topic's."""
-        return self.config.table_path(schema, name)
+        spec = LaneSpec(plan, tuple(names), candidate.key_columns, file_layout(table), fences,
+                        first_load)  # fmt: skip
+        return LaneTopic(candidate.schema_id, path, table, spec)
 
     def _lane_applied(
         self, committed: LaneCommit, batch_id: int, state: _BatchState, started: float
@@ -540,6 +618,7 @@ class BatchApplier:
         with self._lock:
             self._fences[committed.path] = committed.fences
             self.stats.last_write[committed.label] = ("append", "tasks")
+            self._lane_created.discard(committed.path)
         self._forget_driver_table(committed.path)
         summary = committed.summary
         self._record(committed.topic, committed.label, summary, int(summary["n"]), None, batch_id,
@@ -716,7 +795,9 @@ class BatchApplier:
             if int(summary["rows"]) == 0:
                 return
         truncate = summary["trunc"]
-        exists = path in self._known or _is_delta_table(spark, path)
+        with self._lock:
+            lane_created = path in self._lane_created
+        exists = not lane_created and (path in self._known or _is_delta_table(spark, path))
         keys = table.key_columns
         if not keys and exists and int(summary["rows"]) == 0:
             keys = table_key_columns(spark, path)  # only truncates: the table's own key

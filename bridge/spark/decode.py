@@ -251,6 +251,10 @@ class BatchGroups:
         return BatchGroups([g for g in self.groups if g["topic"] not in topics], self.unframed)
 
 
+#: A group's sample record's value in :func:`batch_groups`'s rows.
+SAMPLE = "sample"
+
+
 def batch_groups(framed: DataFrame) -> BatchGroups:
     """One pass over a framed batch: its groups, and whether any record is not framed (then,
     and only then, the dead-letter phase reads the batch for them)."""
@@ -262,6 +266,9 @@ def batch_groups(framed: DataFrame) -> BatchGroups:
             F.max(tf.KEY_SCHEMA_ID).alias("key_id"),
             F.min(tf.KEY_SCHEMA_ID).alias("min_key_id"),
             F.count(F.lit(1)).alias("records"),
+            # One record of the group, whatever it is: the task lane reads a new table's
+            # source table from it before decoding the rest (bridge.spark.task_lane).
+            F.first("value", ignorenulls=True).alias(SAMPLE),
         )
         .collect()
     )

@@ -33,36 +33,60 @@ from bridge.spark.executor_files import FileLayout, write_file
 from bridge.spark.fences import Fences
 from bridge.spark.summary import SUMMARY_PARTITION
 
-__all__ = ["LANE_OUTPUT", "LaneSpec", "lane_plan", "task_result", "task_rows"]
+__all__ = [
+    "LANE_OUTPUT",
+    "LaneCommit",
+    "LaneSpec",
+    "LaneTopic",
+    "NotAnAppend",
+    "lane_plan",
+    "run_lane",
+    "task_result",
+    "task_rows",
+]
 
 logger = logging.getLogger(__name__)
 
 #: One row per task: its file (if it wrote rows), and its summary per Kafka partition (JSON),
 #: or why the batch is not a lane append (``refused``).
-LANE_OUTPUT = "path string, size long, records long, parts string, refused string"
+LANE_OUTPUT = "topic string, path string, size long, records long, parts string, refused string"
 
 _OP, _TS, _SCHEMA, _TABLE, _TOAST = "op", "ts_ms", "schema", "table", "toast"
 _APPENDED_OPS = ("c", "r")
+_FIRST_LOAD_OPS = ("c", "r", "u", "d")
 _SKIPPED_OPS = ("m",)  # logical messages: not changes, as in Spark's path
 
 
 @dataclass(frozen=True, slots=True)
 class LaneSpec:
     """What a task needs: the plan, the row columns (Avro field -> PostgreSQL name), the key
-    columns (PostgreSQL names), the table's files' layout and fences."""
+    columns (PostgreSQL names), the table's files' layout and fences, and whether the batch is
+    the table's first load (the table was created empty for it: every change folds into the
+    rows it holds after the batch, updates and deletes too)."""
 
     plan: Plan
     columns: tuple[tuple[str, str], ...]
     keys: tuple[str, ...]
     layout: FileLayout
     fences: Fences
+    first_load: bool = False
 
 
-def lane_plan(schema_json: str, columns: Sequence[tuple[str, str]]) -> Plan | None:
-    """The plan capturing a change's row (``after``), op, position, commit time, source table
-    and unchanged TOAST columns; None where one of them is not decoded exactly here."""
+def before_key(name: str) -> str:
+    """The output column of key column ``name`` in a change's old row (a delete's key)."""
+    return f"_pgbridge_before_{name}"
+
+
+def lane_plan(
+    schema_json: str, columns: Sequence[tuple[str, str]], keys: Sequence[str] = ()
+) -> Plan | None:
+    """The plan capturing a change's row (``after``), the key columns ``keys`` (PostgreSQL
+    names) of its old row, op, position, commit time, source table and unchanged TOAST columns;
+    None where one of them is not decoded exactly here."""
     schema = json.loads(schema_json)
     captures: dict[tuple[str, ...], str] = {("after", field): name for field, name in columns}
+    captures.update({("before", field): before_key(name) for field, name in columns
+                     if name in keys})  # fmt: skip
     captures.update(
         {
             ("op",): _OP,
@@ -86,7 +110,8 @@ class NotAnAppend(Exception):
 def task_rows(records: Any, spec: LaneSpec) -> tuple[Any, list[dict[str, Any]]]:
     """One task's Kafka records (``value``, ``partition``, ``offset``; Arrow) -> (the rows an
     append of them writes, in the table's logical columns, and its summary parts per Kafka
-    partition). :class:`NotAnAppend` where they hold anything but inserts and snapshot reads;
+    partition). :class:`NotAnAppend` where they hold anything but inserts and snapshot reads
+    (a first load: anything but changes of rows), or unchanged TOAST;
     :class:`~bridge.spark.avro_columns.PayloadError` where a payload does not decode."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -94,16 +119,24 @@ def task_rows(records: Any, spec: LaneSpec) -> tuple[Any, list[dict[str, Any]]]:
     decoded = decode(spec.plan, records.column("value"))
     decoded = decoded.append_column(tf.PARTITION, records.column("partition").cast(pa.int32()))
     decoded = decoded.append_column(tf.OFFSET, records.column("offset").cast(pa.int64()))
+    decoded = decoded.filter(pc.invert(pc.is_in(decoded.column(_OP), pa.array(_SKIPPED_OPS))))
     ops = decoded.column(_OP)
-    decoded = decoded.filter(pc.invert(pc.is_in(ops, value_set=pa.array(_SKIPPED_OPS))))
-    ops = decoded.column(_OP)
-    if not pc.all(pc.is_in(ops, value_set=pa.array(_APPENDED_OPS))).as_py() and len(ops):
-        raise NotAnAppend("changes other than inserts and snapshot reads")
+    allowed = _FIRST_LOAD_OPS if spec.first_load else _APPENDED_OPS
+    if len(ops) and not pc.all(pc.is_in(ops, value_set=pa.array(allowed))).as_py():
+        raise NotAnAppend(f"changes other than {', '.join(allowed)}")
     if _TOAST in decoded.column_names and pc.max(decoded.column(_TOAST)).as_py():
         raise NotAnAppend("unchanged TOAST columns")
     parts = _summary_parts(decoded)
     rows = _admitted(decoded, spec.fences)
+    if spec.first_load:  # a delete's key is in its old row
+        deletes = pc.equal(rows.column(_OP), "d")
+        for key in spec.keys:
+            at = rows.column_names.index(key)
+            keyed = pc.if_else(deletes, rows.column(before_key(key)), rows.column(key))
+            rows = rows.set_column(at, key, keyed)
     rows = _last_per_key(rows, spec.keys)
+    if spec.first_load:
+        rows = rows.filter(pc.not_equal(rows.column(_OP), "d"))
     commit_ts = pc.multiply(rows.column(_TS), 1000).cast(pa.timestamp("us", tz="UTC"))
     names = [name for _, name in spec.columns]
     out = rows.select([*names, tf.COMMIT_LSN, tf.SEQ]).append_column(tf.COMMIT_TS, commit_ts)
@@ -111,8 +144,9 @@ def task_rows(records: Any, spec: LaneSpec) -> tuple[Any, list[dict[str, Any]]]:
 
 
 def _summary_parts(decoded: Any) -> list[dict[str, Any]]:
-    """:func:`bridge.spark.summary.summary_aggregates` per Kafka partition, for inserts and
-    reads only (no truncate, no removal, no TOAST: checked before)."""
+    """:func:`bridge.spark.summary.summary_aggregates` per Kafka partition, for changes of
+    rows (no truncate, no TOAST: checked before)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     parts = []
@@ -132,7 +166,7 @@ def _summary_parts(decoded: Any) -> list[dict[str, Any]]:
                 SUMMARY_PARTITION: int(number),
                 "n": part.num_rows,
                 "rows": part.num_rows,
-                "removals": 0,
+                "removals": int(pc.sum(pc.is_in(ops, pa.array(["u", "d"]))).as_py() or 0),
                 "creates": int(pc.sum(pc.equal(ops, "c")).as_py() or 0),
                 "reads": int(pc.sum(reads).as_py() or 0),
                 "reads_lsn": read_lsn,
@@ -206,34 +240,41 @@ def _last_per_key(rows: Any, keys: Sequence[str]) -> Any:
     return ordered.take(last.column(f"{index}_max"))
 
 
-def task_result(records: Iterator[Any], spec: LaneSpec) -> Iterator[Any]:
-    """The ``mapInArrow`` function: a task's record batches -> one row of :data:`LANE_OUTPUT`."""
+def task_result(records: Iterator[Any], specs: Mapping[str, LaneSpec]) -> Iterator[Any]:
+    """The ``mapInArrow`` function: a task's record batches (``topic``, ``value``,
+    ``partition``, ``offset``) -> one row of :data:`LANE_OUTPUT` per topic of ``specs`` it
+    holds."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     batches = list(records)
-    path = size = written = None
-    parts = refused = None
-    try:
-        if batches:
-            rows, summary = task_rows(pa.Table.from_batches(batches), spec)
+    if not batches:
+        return
+    everything = pa.Table.from_batches(batches)
+    topics = everything.column("topic")
+    for topic in pc.unique(topics).to_pylist():
+        spec = specs[topic]
+        path = size = written = None
+        parts = refused = None
+        try:
+            rows, summary = task_rows(everything.filter(pc.equal(topics, topic)), spec)
             parts = json.dumps(summary)
             file = write_file(spec.layout, iter([rows]))
             if file is not None:
                 path, size, written = file.path, file.size, file.records
-        else:
-            parts = "[]"
-    except (NotAnAppend, PayloadError) as exc:
-        refused = f"{type(exc).__name__}: {exc}"
-    yield pa.record_batch(
-        [
-            pa.array([path], pa.string()),
-            pa.array([size], pa.int64()),
-            pa.array([written], pa.int64()),
-            pa.array([parts], pa.string()),
-            pa.array([refused], pa.string()),
-        ],
-        names=["path", "size", "records", "parts", "refused"],
-    )
+        except (NotAnAppend, PayloadError) as exc:
+            refused = f"{type(exc).__name__}: {exc}"
+        yield pa.record_batch(
+            [
+                pa.array([topic], pa.string()),
+                pa.array([path], pa.string()),
+                pa.array([size], pa.int64()),
+                pa.array([written], pa.int64()),
+                pa.array([parts], pa.string()),
+                pa.array([refused], pa.string()),
+            ],
+            names=["topic", "path", "size", "records", "parts", "refused"],
+        )
 
 
 def remove_files(root: str, paths: Sequence[str]) -> None:
@@ -279,37 +320,59 @@ class LaneCommit:
     files: int
 
 
+@dataclass(frozen=True, slots=True)
+class LaneTopic:
+    """One topic the lane takes in a batch: its schema id, table (path and the delta-rs table,
+    current) and spec."""
+
+    schema_id: int
+    path: str
+    table: Any
+    spec: LaneSpec
+
+
 def run_lane(
     framed: Any,
-    topic: str,
-    schema_id: int,
-    path: str,
-    spec: LaneSpec,
-    table: Any,
+    topics: Mapping[str, LaneTopic],
     batch_id: int,
     app_id: str,
     identity_path: Any,
-) -> LaneCommit | str:
-    """One topic's batch through the lane: committed (:class:`LaneCommit`), or why not (its
-    files removed; Spark's path applies it). ``table``: the delta-rs table at ``path``, current;
-    ``identity_path(schema, table)``: the path records of that source table go to, None for a
-    routed topic."""
-    import time
-
+) -> dict[str, LaneCommit | str]:
+    """The batch's ``topics`` through the lane in one Spark job: each committed
+    (:class:`LaneCommit`) or why not (its files removed; Spark's path applies it).
+    ``identity_path(schema, table)``: the path records of that source table go to."""
     from pyspark.sql import functions as F
+
+    wanted: Any = None
+    for topic, lane in topics.items():
+        test = (F.col("topic") == topic) & (F.col(tf.VALUE_SCHEMA_ID) == lane.schema_id)
+        wanted = test if wanted is None else wanted | test
+    records = framed.where(
+        wanted & F.col(tf.FRAMING_ERROR).isNull() & F.col("value").isNotNull()
+    ).select("topic", "value", "partition", "offset")
+    specs = {topic: lane.spec for topic, lane in topics.items()}
+    rows = records.mapInArrow(lambda batches: task_result(batches, specs), LANE_OUTPUT).collect()
+    per_topic: dict[str, list[Any]] = {topic: [] for topic in topics}
+    for row in rows:
+        per_topic[row["topic"]].append(row)
+    return {
+        topic: _committed(topic, topics[topic], per_topic[topic], batch_id, app_id, identity_path)
+        for topic in topics
+    }
+
+
+def _committed(
+    topic: str, lane: LaneTopic, rows: list[Any], batch_id: int, app_id: str, identity_path: Any
+) -> LaneCommit | str:
+    """One topic's task rows -> its commit, or why not (its files removed)."""
+    import time
 
     from bridge.spark.driver_merge import commit_properties
     from bridge.spark.executor_files import WrittenFile, commit_files
     from bridge.spark.summary import combine_parts
     from bridge.spark.write_choice import new_keys_only
 
-    records = framed.where(
-        (F.col("topic") == topic)
-        & (F.col(tf.VALUE_SCHEMA_ID) == schema_id)
-        & F.col(tf.FRAMING_ERROR).isNull()
-        & F.col("value").isNotNull()
-    ).select("value", "partition", "offset")
-    rows = records.mapInArrow(lambda batches: task_result(batches, spec), LANE_OUTPUT).collect()
+    spec, path = lane.spec, lane.path
     files = [WrittenFile(r["path"], int(r["size"]), int(r["records"])) for r in rows if r["path"]]
 
     def refuse(why: str) -> str:
@@ -328,14 +391,21 @@ def run_lane(
     if identity_path(str(identity[0]), str(identity[1])) != path:
         return refuse("a routed topic, or records of another table than the topic's before")
     count, fences = int(summary["n"]), spec.fences
-    if fences.cover(summary["offsets"]):
-        return refuse("a replay")
-    if not new_keys_only(summary, count, fences, True):
-        return refuse("not a batch of new keys")
-    after = fences.advanced(summary["partitions"], None, summary["offsets"], summary["lowest_lsn"])
+    if not spec.first_load:
+        if fences.cover(summary["offsets"]):
+            return refuse("a replay")
+        if not new_keys_only(summary, count, fences, True):
+            return refuse("not a batch of new keys")
+    after = fences.advanced(
+        summary["partitions"],
+        None,
+        summary["offsets"],
+        summary["lowest_lsn"],
+        first_load=spec.first_load,
+    )
     try:
         commit_files(
-            table,
+            lane.table,
             files,
             commit_properties(app_id, batch_id, after.to_metadata()),
             int(time.time() * 1000),

@@ -307,6 +307,9 @@ def test_apply_with_defaults_bounds_batches_by_memory_and_equals_source(
         assert "sized from the driver's heap" in log, log[-3000:]
         batches = [line for line in log.splitlines() if "changes in 1 tables" in line]
         assert len(batches) >= 2, log[-3000:]  # more than one batch: the bound held
+        # The snapshot's first batch (its table's first load) went through the task lane:
+        # decoded and written by Spark's Python tasks (bridge.spark.task_lane).
+        assert "append by tasks" in log, log[-3000:]
         assert "[Stage" not in log  # no progress bars in a log
         assert "Traceback" not in log and "Py4JException" not in log  # a clean shutdown
         # pgbridge status --apply-checkpoint: the job's last batch is committed, nothing behind.

@@ -87,8 +87,10 @@ class Batches:
             checkpoint_location=str(tmp / "checkpoint"),
             dead_letter_location=str(tmp / "dead"),
             parallel_tables=1,
-            # "spark": every table written by Spark jobs (as large tables and batches are).
-            **({"driver_write_rows": 0} if writer == "spark" else {}),
+            # "spark": every table written by Spark jobs (as large tables and batches are);
+            # "tasks": large tables' batches of new keys by the task lane (the fixture lowers
+            # its threshold), the others by Spark jobs.
+            **({"driver_write_rows": 0} if writer in ("spark", "tasks") else {}),
         )
         self.records: list[tuple[bytes | None, bytes | None, str, int]] = []
         self.offsets: dict[tuple[str, int], int] = {}
@@ -139,7 +141,12 @@ class Batches:
                 }
             )
         self.records = []
-        return self.spark.createDataFrame(pa.Table.from_pylist(rows, schema=_KAFKA_ROWS))
+        frame = self.spark.createDataFrame(pa.Table.from_pylist(rows, schema=_KAFKA_ROWS))
+        if self.writer == "tasks":
+            # Each Kafka partition in one Spark partition, as Spark's Kafka source reads them
+            # (the task lane refuses a partition split over tasks: tested in test_task_lane).
+            frame = frame.repartition(2, "topic", "partition")
+        return frame
 
     def apply(self, batch_id: int, frame: Any = None, restarted: bool = False) -> BatchApplier:
         """Apply a batch as the running job does (one applier for all batches), or as a job
@@ -176,14 +183,29 @@ def _merges(spark: Any, path: str) -> int:
 
 
 @pytest.fixture
-def batches(spark: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Batches:
+def batches(
+    spark: Any, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Batches:
     """Batches written as the job writes them by default (small tables: delta-rs in the
-    driver); ``@BOTH_WRITERS`` runs a test once more with Spark writing every table."""
-    return Batches(spark, tmp_path, getattr(request, "param", "delta-rs"))
+    driver); ``@BOTH_WRITERS`` runs a test once more with Spark writing every table, and
+    ``@ALL_WRITERS`` once more with the task lane taking every batch it may
+    (bridge.spark.task_lane: by default only batches of more than 50,000 records)."""
+    writer = getattr(request, "param", "delta-rs")
+    if writer == "tasks":
+        monkeypatch.setattr("bridge.spark.applier.LANE_MIN_RECORDS", 1)
+    return Batches(spark, tmp_path, writer)
 
 
 #: Runs a test with each writer: what a table holds must not depend on which wrote it.
 BOTH_WRITERS = pytest.mark.parametrize("batches", ["delta-rs", "spark"], indirect=True)
+ALL_WRITERS = pytest.mark.parametrize("batches", ["delta-rs", "spark", "tasks"], indirect=True)
+
+
+def _appended_by(applier: BatchApplier, batches: Batches, table: str = "public.keyed") -> None:
+    """The table's last batch was an append, by the task lane where the test runs with it."""
+    kind, writer = applier.stats.last_write[table]
+    assert kind == "append"
+    assert (writer == "tasks") == (batches.writer == "tasks"), writer
 
 
 def _last_write(applier: BatchApplier, table: str = "public.keyed") -> str:
@@ -1196,6 +1218,7 @@ def test_snapshot_reads_at_the_floor_are_an_insert_only_merge(batches: Batches, 
     assert _ids(batches) == {1: "a7", 2: "b9", 3: "c", 4: "d"}
 
 
+@ALL_WRITERS
 def test_a_batch_of_inserts_only_is_appended_without_duplicating_resends(
     batches: Batches, spark: Any
 ) -> None:
@@ -1209,7 +1232,7 @@ def test_a_batch_of_inserts_only_is_appended_without_duplicating_resends(
     batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
     batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})  # delivered twice
     batches.add(KEYED, "c", (11, 1), after={"id": 3, "v": "c"}, partition=1)
-    assert _last_write(batches.apply(1)) == "append"
+    _appended_by(batches.apply(1), batches)
     assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3]
     batches.add(KEYED, "u", (12, 0), after={"id": 2, "v": "b2"})
     batches.add(KEYED, "c", (12, 1), after={"id": 4, "v": "d"})
@@ -1222,6 +1245,7 @@ def test_a_batch_of_inserts_only_is_appended_without_duplicating_resends(
     assert _ids(batches) == {1: "a", 2: "b2", 3: "c", 4: "d", 5: "e"}
 
 
+@ALL_WRITERS
 def test_a_snapshot_longer_than_a_batch_is_appended_until_a_resumed_attempt(
     batches: Batches, spark: Any
 ) -> None:
@@ -1239,7 +1263,7 @@ def test_a_snapshot_longer_than_a_batch_is_appended_until_a_resumed_attempt(
     batches.apply(0)  # the first load
     read(0, 1, 0, 3)  # chunk 1 interrupted after its first row
     read(0, 2, 0, 4)
-    assert _last_write(batches.apply(1)) == "append"
+    _appended_by(batches.apply(1), batches)
     read(1, 1, 0, 3)  # the resumed attempt copies chunk 1 again
     read(1, 1, 1, 5)
     assert _last_write(batches.apply(2)) == "insert-only merge"
@@ -1273,3 +1297,28 @@ def test_inserts_into_a_table_without_a_floor_are_an_insert_only_merge(
     batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
     assert _last_write(batches.apply(1, restarted=True)) == "insert-only merge"
     assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2]
+
+
+@ALL_WRITERS
+def test_a_first_load_folds_updates_and_deletes_into_the_rows_it_appends(
+    batches: Batches, spark: Any
+) -> None:
+    """A table's first batch holds inserts, updates and deletes of the same keys, across two
+    Kafka partitions, one record delivered twice: the new table holds each key's last row and
+    none of the deleted keys (the task lane folds them in its tasks, Spark with a window)."""
+    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
+    batches.add(KEYED, "c", (10, 1), after={"id": 2, "v": "b"}, partition=1)
+    batches.add(KEYED, "u", (11, 0), before={"id": 1, "v": "a"}, after={"id": 1, "v": "a2"})
+    batches.add(KEYED, "c", (11, 1), after={"id": 3, "v": "c"})
+    batches.add(KEYED, "d", (12, 0), before={"id": 2, "v": "b"}, partition=1)
+    batches.add(KEYED, "c", (12, 1), after={"id": 4, "v": "d"}, partition=1)
+    batches.add(KEYED, "c", (12, 1), after={"id": 4, "v": "d"}, partition=1)  # twice
+    batches.add(KEYED, "d", (13, 0), before={"id": 3, "v": "c"})
+    batches.add(KEYED, "c", (14, 0), after={"id": 3, "v": "c2"})  # the key comes back
+    _appended_by(batches.apply(0), batches)
+    assert _ids(batches) == {1: "a2", 3: "c2", 4: "d"}
+    # The fences of the first load hold: a resend of an applied insert is not applied again.
+    batches.add(KEYED, "c", (10, 1), after={"id": 2, "v": "b"}, partition=1)  # resent
+    batches.add(KEYED, "c", (15, 0), after={"id": 5, "v": "e"})
+    batches.apply(1)
+    assert _ids(batches) == {1: "a2", 3: "c2", 4: "d", 5: "e"}
