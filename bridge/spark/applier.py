@@ -132,7 +132,14 @@ from bridge.spark.summary import (
     summary_aggregates,
     summary_input,
 )
-from bridge.spark.task_lane import LaneCommit, LaneSpec, LaneTopic, lane_plan, run_lane
+from bridge.spark.task_lane import (
+    LaneCommit,
+    LaneSpec,
+    LaneTopic,
+    lane_plan,
+    run_lane,
+    run_lane_first,
+)
 from bridge.spark.write_choice import inserts_only, new_keys_only
 
 __all__ = ["ApplyStats", "BatchApplier", "first_line", "job_conf"]
@@ -231,6 +238,8 @@ class BatchApplier:
         # Spark's path from then on; and whether the lane is off for this job (it failed).
         self._lane_refused: set[str] = set()
         self._lane_off = False
+        # The topics the lane committed in the last batch: (its candidate, key schema id).
+        self._lane_guess: dict[str, tuple[Any, int]] = {}
         # Tables the lane created empty for a first load it then left to Spark's path: that
         # path loads them as a first load (an append), not as tables that existed.
         self._lane_created: set[str] = set()
@@ -398,20 +407,27 @@ class BatchApplier:
         try:
             state = _BatchState()
             laned: set[str] = set()
-            with phases.phase("read"):
-                # A batch as small as the last one is collected whole: read from Kafka once
-                # for its groups and the driver's records (driver_lane.collect_small_batch).
-                collected = None
-                if self._small_batches and drives(self.config):
-                    collected = collect_small_batch(framed)
-                groups = groups_of(collected) if collected is not None else batch_groups(framed)
-                records = sum(int(group["records"]) for group in groups.groups)
-                self._small_batches = records <= COLLECTED_RECORDS
+            collected = groups = None
+            if self._lane_guess:
+                # The topics the lane took last batch: the lane's job reads the batch once for
+                # them and for the batch's groups (task_lane.run_lane_first).
+                with phases.phase("lane"):
+                    laned, groups = self._task_lane_first(framed, batch_id, state)
+            if groups is None:
+                with phases.phase("read"):
+                    # A batch as small as the last one is collected whole: read from Kafka
+                    # once for its groups and the driver's records (collect_small_batch).
+                    if self._small_batches and drives(self.config):
+                        collected = collect_small_batch(framed)
+                    groups = groups_of(collected) if collected is not None else batch_groups(framed)
+            records = sum(int(group["records"]) for group in groups.groups)
+            self._small_batches = records <= COLLECTED_RECORDS
+            groups = groups.without(laned)
             if collected is None:
                 # Large tables' batches of new keys, in one job (its own read of the batch:
                 # caching the batch for it costs more than reading Kafka again).
                 with phases.phase("lane"):
-                    laned = self._task_lane(framed, groups, batch_id, state)
+                    laned |= self._task_lane(framed, groups, batch_id, state)
                 groups = groups.without(laned)
             with phases.phase("read"):
                 if collected is None and len(groups.groups) > 1:
@@ -484,12 +500,16 @@ class BatchApplier:
             return set()
         started = time.monotonic()
         try:
-            lanes = {}
+            lanes: dict[str, LaneTopic] = {}
+            candidates: dict[str, Any] = {}
             for topic in chosen:
-                lane = self._lane_topic(framed, topic, per_topic[topic])
+                picked = self._lane_topic(framed, topic, per_topic[topic])
+                if picked is None:
+                    continue
+                candidate, lane = picked
                 if isinstance(lane, LaneTopic):
-                    lanes[topic] = lane
-                elif lane is not None:
+                    lanes[topic], candidates[topic] = lane, candidate
+                else:
                     logger.info("batch %d: %s: not by the task lane (%s)", batch_id, topic, lane)
             if not lanes:
                 return set()
@@ -506,6 +526,21 @@ class BatchApplier:
             )
             self._lane_off = True
             return set()
+        laned = self._lane_outcomes(outcomes, lanes, batch_id, state, started)
+        for topic in laned:
+            rows = per_topic[topic]
+            self._lane_guess[topic] = (candidates[topic], int(rows[0]["key_id"]))
+        return laned
+
+    def _lane_outcomes(
+        self,
+        outcomes: dict[str, LaneCommit | str],
+        lanes: dict[str, LaneTopic],
+        batch_id: int,
+        state: _BatchState,
+        started: float,
+    ) -> set[str]:
+        """Book the lane's commits; a refused table takes Spark's path from then on."""
         laned: set[str] = set()
         for topic, outcome in outcomes.items():
             if isinstance(outcome, str):
@@ -517,9 +552,51 @@ class BatchApplier:
             laned.add(topic)
         return laned
 
-    def _lane_topic(self, framed: DataFrame, topic: str, rows: list[Any]) -> LaneTopic | str | None:
-        """``topic``'s part of the lane (its table created if it is its first load), why not,
-        or None when it is no candidate at all."""
+    def _task_lane_first(
+        self, framed: DataFrame, batch_id: int, state: _BatchState
+    ) -> tuple[set[str], Any]:
+        """The topics of the last batch's lane, through the lane again in the batch's first
+        and only read (task_lane.run_lane_first): those it committed, and the batch's groups
+        (None when the lane did not run: the batch is counted as any other)."""
+        guess, self._lane_guess = self._lane_guess, {}
+        if self._lane_off or not self.config.task_lane or native_decoder() is None:
+            return set(), None
+        started = time.monotonic()
+        try:
+            lanes: dict[str, LaneTopic] = {}
+            for topic, (candidate, _) in guess.items():
+                with self._lock:
+                    if candidate.path in self._lane_refused:
+                        continue
+                lane = self._lane_table(framed, candidate, first_load=False)
+                if isinstance(lane, LaneTopic):
+                    lanes[topic] = lane
+            if not lanes:
+                return set(), None
+            expected = {t: (guess[t][0].schema_id, guess[t][1]) for t in lanes}
+            outcomes, groups = run_lane_first(
+                framed, lanes, expected, batch_id, self.config.txn_app_id, self.config.table_path
+            )
+        except RegistryUnavailableError:
+            raise
+        except Exception as exc:  # unforeseen: Spark's path, as in _task_lane
+            logger.warning(
+                "the task lane failed (%s: %s); Spark's path applies every table from now on",
+                type(exc).__name__,
+                first_line(exc),
+            )
+            self._lane_off = True
+            return set(), None
+        laned = self._lane_outcomes(outcomes, lanes, batch_id, state, started)
+        for topic in laned:
+            self._lane_guess[topic] = guess[topic]
+        return laned, groups
+
+    def _lane_topic(
+        self, framed: DataFrame, topic: str, rows: list[Any]
+    ) -> tuple[Any, LaneTopic | str] | None:
+        """``topic``'s candidate and part of the lane (its table created if it is its first
+        load) or why not; None when it is no candidate at all."""
         with self._lock:
             known = topic in self._paths
 
@@ -530,7 +607,7 @@ class BatchApplier:
         candidate = topic_candidate(topic, rows, self.config, self.schemas, self._decoder, where)
         if candidate is None or not candidate.key_columns:
             return None
-        return self._lane_table(framed, candidate, first_load=not known)
+        return candidate, self._lane_table(framed, candidate, first_load=not known)
 
     def _lane_path(self, topic: str, columns: frozenset[tuple[str, str]], _: int) -> str | None:
         """The path of ``topic``'s table if the task lane may write it: known to this job with
@@ -550,10 +627,11 @@ class BatchApplier:
         source table of the topic's sample record (:func:`bridge.spark.decode.batch_groups`;
         every other record is checked against it after decoding), not routed, on a local path,
         with no Delta table there yet."""
-        if len(rows) != 1 or rows[0][SAMPLE] is None:
+        sample = _field(rows[0], SAMPLE) if len(rows) == 1 else None
+        if sample is None:
             return None
         topic, schema_id = str(rows[0]["topic"]), int(rows[0][tf.VALUE_SCHEMA_ID])
-        first = self._decoder.decode(schema_id, [bytes(rows[0][SAMPLE])], [0], [0])
+        first = self._decoder.decode(schema_id, [bytes(sample)], [0], [0])
         if not first:
             return None
         schema, name = first[0].schema, first[0].table
@@ -1212,6 +1290,14 @@ def _pause_after_merge() -> None:
     """The crash tests' failpoint (PAUSE_AFTER_MERGE_ENV)."""
     if os.environ.get(PAUSE_AFTER_MERGE_ENV):
         time.sleep(float(os.environ[PAUSE_AFTER_MERGE_ENV]))
+
+
+def _field(row: Any, name: str) -> Any:
+    """``row[name]`` of a Row or a dict, None where it has no such field."""
+    try:
+        return row[name]
+    except (KeyError, ValueError):
+        return None
 
 
 def _is_delta_table(spark: Any, path: str) -> bool:

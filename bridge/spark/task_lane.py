@@ -47,9 +47,13 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: One row per task: its file (if it wrote rows), and its summary per Kafka partition (JSON),
-#: or why the batch is not a lane append (``refused``).
-LANE_OUTPUT = "topic string, path string, size long, records long, parts string, refused string"
+#: Rows of a task: per lane topic (``lane``) its file (if it wrote rows) and its summary per
+#: Kafka partition (JSON), or why the batch is not a lane append (``refused``); per group of
+#: the batch (``group``, :func:`run_lane_first` only) its counts (JSON) and a sample value.
+LANE_OUTPUT = (
+    "kind string, topic string, path string, size long, records long, parts string, "
+    "refused string, sample binary"
+)
 
 _OP, _TS, _SCHEMA, _TABLE, _TOAST = "op", "ts_ms", "schema", "table", "toast"
 _APPENDED_OPS = ("c", "r")
@@ -119,7 +123,9 @@ def task_rows(records: Any, spec: LaneSpec) -> tuple[Any, list[dict[str, Any]]]:
     decoded = decode(spec.plan, records.column("value"))
     decoded = decoded.append_column(tf.PARTITION, records.column("partition").cast(pa.int32()))
     decoded = decoded.append_column(tf.OFFSET, records.column("offset").cast(pa.int64()))
-    decoded = decoded.filter(pc.invert(pc.is_in(decoded.column(_OP), pa.array(_SKIPPED_OPS))))
+    skipped = pc.is_in(decoded.column(_OP), pa.array(_SKIPPED_OPS))
+    if pc.any(skipped).as_py():  # (each filter copies every column: only when needed)
+        decoded = decoded.filter(pc.invert(skipped))
     ops = decoded.column(_OP)
     allowed = _FIRST_LOAD_OPS if spec.first_load else _APPENDED_OPS
     if len(ops) and not pc.all(pc.is_in(ops, value_set=pa.array(allowed))).as_py():
@@ -202,6 +208,8 @@ def _admitted(decoded: Any, fences: Fences) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if not fences.offsets and fences.truncate is None and not fences.partitions:
+        return decoded
     partitions, offsets = decoded.column(tf.PARTITION), decoded.column(tf.OFFSET)
     lsn, seq = decoded.column(tf.COMMIT_LSN), decoded.column(tf.SEQ)
     keep = pa.array([True] * decoded.num_rows)
@@ -213,7 +221,7 @@ def _admitted(decoded: Any, fences: Fences) -> Any:
     for number, position in fences.partitions.items():
         fresh = pc.or_(pc.not_equal(partitions, number), _after(lsn, seq, position))
         keep = pc.and_(keep, pc.or_(reads, fresh))
-    return decoded.filter(keep)
+    return decoded if pc.all(keep).as_py() else decoded.filter(keep)
 
 
 def _last_per_key(rows: Any, keys: Sequence[str]) -> Any:
@@ -240,10 +248,19 @@ def _last_per_key(rows: Any, keys: Sequence[str]) -> Any:
     return ordered.take(last.column(f"{index}_max"))
 
 
-def task_result(records: Iterator[Any], specs: Mapping[str, LaneSpec]) -> Iterator[Any]:
-    """The ``mapInArrow`` function: a task's record batches (``topic``, ``value``,
-    ``partition``, ``offset``) -> one row of :data:`LANE_OUTPUT` per topic of ``specs`` it
-    holds."""
+#: What a task of :func:`run_lane_first` expects of a lane topic's records: its value schema
+#: id and key schema id (as the batch before had them).
+Expected = Mapping[str, tuple[int, int]]
+
+
+def task_result(
+    records: Iterator[Any], specs: Mapping[str, LaneSpec], expected: Expected | None = None
+) -> Iterator[Any]:
+    """The ``mapInArrow`` function: a task's record batches -> a ``lane`` row of
+    :data:`LANE_OUTPUT` per topic of ``specs`` it holds. With ``expected`` (the records are
+    the whole framed batch: :func:`run_lane_first`), also a ``group`` row per group of
+    :func:`bridge.spark.decode.batch_groups`, and a lane topic whose records are not all of
+    the expected schemas, or not all framed, is refused."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -251,30 +268,106 @@ def task_result(records: Iterator[Any], specs: Mapping[str, LaneSpec]) -> Iterat
     if not batches:
         return
     everything = pa.Table.from_batches(batches)
+    if expected is not None:
+        yield from _group_rows(everything)
     topics = everything.column("topic")
-    for topic in pc.unique(topics).to_pylist():
-        spec = specs[topic]
+    present = pc.unique(topics).to_pylist()
+    for topic in present:
+        spec = specs.get(topic)
+        if spec is None:
+            continue
         path = size = written = None
         parts = refused = None
         try:
-            rows, summary = task_rows(everything.filter(pc.equal(topics, topic)), spec)
+            mine = everything
+            if len(present) > 1:  # (a filter copies every column)
+                mine = everything.filter(pc.equal(topics, topic))
+            if expected is not None:
+                mine = _expected_records(mine, *expected[topic])
+            rows, summary = task_rows(mine, spec)
             parts = json.dumps(summary)
             file = write_file(spec.layout, iter([rows]))
             if file is not None:
                 path, size, written = file.path, file.size, file.records
         except (NotAnAppend, PayloadError) as exc:
             refused = f"{type(exc).__name__}: {exc}"
-        yield pa.record_batch(
-            [
-                pa.array([topic], pa.string()),
-                pa.array([path], pa.string()),
-                pa.array([size], pa.int64()),
-                pa.array([written], pa.int64()),
-                pa.array([parts], pa.string()),
-                pa.array([refused], pa.string()),
-            ],
-            names=["topic", "path", "size", "records", "parts", "refused"],
+        yield _output_row("lane", topic, path, size, written, parts, refused, None)
+
+
+def _output_row(
+    kind: str,
+    topic: str,
+    path: str | None,
+    size: int | None,
+    records: int | None,
+    parts: str | None,
+    refused: str | None,
+    sample: bytes | None,
+) -> Any:
+    import pyarrow as pa
+
+    return pa.record_batch(
+        [
+            pa.array([kind], pa.string()),
+            pa.array([topic], pa.string()),
+            pa.array([path], pa.string()),
+            pa.array([size], pa.int64()),
+            pa.array([records], pa.int64()),
+            pa.array([parts], pa.string()),
+            pa.array([refused], pa.string()),
+            pa.array([sample], pa.binary()),
+        ],
+        names=["kind", "topic", "path", "size", "records", "parts", "refused", "sample"],
+    )
+
+
+def _group_rows(everything: Any) -> Iterator[Any]:
+    """The task's part of :func:`bridge.spark.decode.batch_groups`: per (topic, value schema
+    id, not framed) of the records holding a value or not framed, the key schema ids' range,
+    the records and one of their values."""
+    import pyarrow.compute as pc
+
+    unframed = pc.is_valid(everything.column(tf.FRAMING_ERROR))
+    counted = everything.append_column("_unframed", unframed).filter(
+        pc.or_(unframed, pc.is_valid(everything.column("value")))
+    )
+    grouped = counted.group_by(["topic", tf.VALUE_SCHEMA_ID, "_unframed"], use_threads=False)
+    aggregated = grouped.aggregate(
+        [
+            (tf.KEY_SCHEMA_ID, "max"),
+            (tf.KEY_SCHEMA_ID, "min"),
+            ("topic", "count"),
+            ("value", "first"),
+        ]
+    )
+    for row in aggregated.to_pylist():
+        group = {
+            tf.VALUE_SCHEMA_ID: row[tf.VALUE_SCHEMA_ID],
+            "unframed": row["_unframed"],
+            "key_id": row[f"{tf.KEY_SCHEMA_ID}_max"],
+            "min_key_id": row[f"{tf.KEY_SCHEMA_ID}_min"],
+            "records": row["topic_count"],
+        }
+        yield _output_row(
+            "group", row["topic"], None, None, None, json.dumps(group), None, row["value_first"]
         )
+
+
+def _expected_records(records: Any, schema_id: int, key_id: int) -> Any:
+    """A lane topic's records holding a value; :class:`NotAnAppend` unless every one is
+    framed, of value schema ``schema_id`` and key schema ``key_id``."""
+    import pyarrow.compute as pc
+
+    if records.column(tf.FRAMING_ERROR).null_count != records.num_rows:
+        raise NotAnAppend("a record that is not framed")
+    valued = records
+    if records.column("value").null_count:  # tombstones
+        valued = records.filter(pc.is_valid(records.column("value")))
+    schema_ids = pc.unique(valued.column(tf.VALUE_SCHEMA_ID)).to_pylist()
+    key_ids = pc.unique(valued.column(tf.KEY_SCHEMA_ID)).to_pylist()
+    if schema_ids not in ([], [schema_id]) or key_ids not in ([], [key_id]):
+        raise NotAnAppend(f"schema ids {schema_ids}, key schema ids {key_ids}: not the last's")
+    return valued
 
 
 def remove_files(root: str, paths: Sequence[str]) -> None:
@@ -349,7 +442,7 @@ def run_lane(
         wanted = test if wanted is None else wanted | test
     records = framed.where(
         wanted & F.col(tf.FRAMING_ERROR).isNull() & F.col("value").isNotNull()
-    ).select("topic", "value", "partition", "offset")
+    ).select(*_LANE_COLUMNS)
     specs = {topic: lane.spec for topic, lane in topics.items()}
     rows = records.mapInArrow(lambda batches: task_result(batches, specs), LANE_OUTPUT).collect()
     per_topic: dict[str, list[Any]] = {topic: [] for topic in topics}
@@ -359,6 +452,64 @@ def run_lane(
         topic: _committed(topic, topics[topic], per_topic[topic], batch_id, app_id, identity_path)
         for topic in topics
     }
+
+
+_LANE_COLUMNS = (
+    "topic",
+    "value",
+    "partition",
+    "offset",
+    tf.VALUE_SCHEMA_ID,
+    tf.KEY_SCHEMA_ID,
+    tf.FRAMING_ERROR,
+)
+
+
+def run_lane_first(
+    framed: Any,
+    topics: Mapping[str, LaneTopic],
+    expected: Expected,
+    batch_id: int,
+    app_id: str,
+    identity_path: Any,
+) -> tuple[dict[str, LaneCommit | str], Any]:
+    """:func:`run_lane` for the topics the lane took in the batch before, in the batch's only
+    read before the lane's commits: the same job counts the batch's groups
+    (:func:`bridge.spark.decode.batch_groups`, returned for the rest of the batch), so a
+    topic the lane keeps taking costs one read of Kafka per batch, not two. A topic absent
+    from the batch has no outcome; one whose records are not all of the ``expected`` (value
+    schema id, key schema id) is refused."""
+    from bridge.spark.decode import SAMPLE, BatchGroups
+
+    specs = {topic: lane.spec for topic, lane in topics.items()}
+    rows = (
+        framed.select(*_LANE_COLUMNS)
+        .mapInArrow(lambda batches: task_result(batches, specs, expected), LANE_OUTPUT)
+        .collect()
+    )
+    merged: dict[tuple[str, int | None, bool], dict[str, Any]] = {}
+    per_topic: dict[str, list[Any]] = {}
+    for row in rows:
+        if row["kind"] == "lane":
+            per_topic.setdefault(row["topic"], []).append(row)
+            continue
+        part = json.loads(row["parts"])
+        key = (row["topic"], part[tf.VALUE_SCHEMA_ID], bool(part["unframed"]))
+        group = merged.get(key)
+        if group is None:
+            merged[key] = {"topic": row["topic"], **part, SAMPLE: row["sample"]}
+            continue
+        group["records"] += part["records"]
+        for name, pick in (("key_id", max), ("min_key_id", min)):
+            values = [v for v in (group[name], part[name]) if v is not None]
+            group[name] = pick(values) if values else None
+    groups = [g for g in merged.values() if not g["unframed"]]
+    outcomes = {
+        topic: _committed(topic, topics[topic], per_topic[topic], batch_id, app_id, identity_path)
+        for topic in topics
+        if topic in per_topic
+    }
+    return outcomes, BatchGroups(groups, len(groups) < len(merged))
 
 
 def _committed(
