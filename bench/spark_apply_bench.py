@@ -291,6 +291,44 @@ def cpu_seconds(pid: int) -> float:
     return total + time.process_time()
 
 
+def _heap_pools(spark: Any) -> list[Any]:
+    factory = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    heap = factory.getMemoryPoolMXBeans()
+    return [pool for pool in heap if str(pool.getType().toString()) == "Heap memory"]
+
+
+def reset_heap_peaks(spark: Any) -> None:
+    """Start the JVM heap's peak from now (the apply's, not the warm-up's or the raw read's)."""
+    for pool in _heap_pools(spark):
+        pool.resetPeakUsage()
+
+
+def heap_peak_mib(spark: Any) -> float:
+    """The JVM heap's peak use since :func:`reset_heap_peaks` (sum of its pools' peaks: an
+    upper bound, the pools peak at different times), MiB."""
+    return sum(int(pool.getPeakUsage().getUsed()) for pool in _heap_pools(spark)) / 2**20
+
+
+def worker_peak_mib(pid: int) -> float:
+    """The highest peak resident size (VmHWM) of the JVM's Python workers (the task lane's
+    decoding and writing), MiB; 0 when none ran."""
+    peak = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+            command = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"pyspark.daemon" not in command:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                peak = max(peak, int(line.split()[1]))
+    return peak / 1024
+
+
 def jit_seconds(spark: Any) -> float:
     """Time the Spark JVM spent compiling bytecode (HotSpot's C1/C2 threads, beside the work):
     on a JVM only minutes old it is a large share of small batches' CPU."""
@@ -599,6 +637,7 @@ def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
     else:
         cpu0, jit0, jobs0 = cpu_seconds(pid), jit_seconds(spark), spark_jobs(spark)
         compiled0 = codegen_compilations(spark)
+        reset_heap_peaks(spark)
         start = time.perf_counter()
         query = start_apply(spark, config, applier)
         query.awaitTermination()
@@ -623,8 +662,15 @@ def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
     )
     print(
         f"ratio {what} / raw read: {(records / apply_s) / (records / raw_s):.3f} "
-        f"(raw read is {apply_s / raw_s:.1f}x faster)"
+        f"(raw read is {apply_s / raw_s:.1f}x faster; #32's target: >= 0.5)"
     )
+    if args.mode != "changelog":
+        heap, workers = heap_peak_mib(spark), worker_peak_mib(pid)
+        print(
+            f"  peak memory of the apply: JVM heap {heap:,.0f} MiB (of "
+            f"{spark.conf.get('spark.driver.memory', '1g')}); Python workers {workers:,.0f} MiB "
+            "resident at most each"
+        )
     first_commit = min(b[1] for b in batches)
     print(
         f"bulk freshness: first commit -> all {args.changes} visible: "

@@ -19,7 +19,7 @@
 enum { K_NULL, K_BOOL, K_INT, K_FLOAT, K_DOUBLE, K_BYTES, K_FIXED, K_RECORD, K_UNION, K_ARRAY,
        K_MAP, K_ENUM };
 /* Column kinds: how a captured value is stored. */
-enum { C_BOOL, C_INT32, C_INT64, C_FLOAT32, C_FLOAT64, C_VAR, C_DECIMAL, C_COUNT };
+enum { C_BOOL, C_INT32, C_INT64, C_FLOAT32, C_FLOAT64, C_VAR, C_DECIMAL, C_COUNT, C_ZONED };
 
 typedef struct {
     int32_t kind, arg, column, length;
@@ -90,6 +90,56 @@ static int store_decimal(Column *c, Py_ssize_t row, const uint8_t *p, int64_t n)
     return 0;
 }
 
+/* Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's days_from_civil). */
+static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static int digits(const uint8_t *p, int n, int64_t *out) {
+    int64_t value = 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return -1;
+        value = value * 10 + (p[i] - '0');
+    }
+    *out = value;
+    return 0;
+}
+
+/* A ZonedTimestamp's text -> microseconds since the epoch, exactly where
+ * bridge.spark.driver_decode.zoned_timestamp reads it: "infinity" and "-infinity" as
+ * int64's extremes, YYYY-MM-DDTHH:MM:SS[.f{1,6}]Z with a real date and time; any other form
+ * (years past 9999, BC, offsets other than Z) is -1: Spark's path reads it. */
+static int parse_zoned(const uint8_t *p, int64_t n, int64_t *out) {
+    if (n == 8 && memcmp(p, "infinity", 8) == 0) { *out = INT64_MAX; return 0; }
+    if (n == 9 && memcmp(p, "-infinity", 9) == 0) { *out = INT64_MIN; return 0; }
+    if (n < 20 || n > 27 || p[n - 1] != 'Z') return -1;
+    if (p[4] != '-' || p[7] != '-' || p[10] != 'T' || p[13] != ':' || p[16] != ':') return -1;
+    int64_t year, month, day, hour, minute, second, fraction = 0;
+    if (digits(p, 4, &year) || digits(p + 5, 2, &month) || digits(p + 8, 2, &day) ||
+        digits(p + 11, 2, &hour) || digits(p + 14, 2, &minute) || digits(p + 17, 2, &second))
+        return -1;
+    int64_t places = 0;
+    if (n > 20) {
+        places = n - 21;
+        if (p[19] != '.' || places < 1 || places > 6 || digits(p + 20, (int)places, &fraction))
+            return -1;
+        for (int64_t i = places; i < 6; i++) fraction *= 10;
+    }
+    static const int month_days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    if (year < 1 || month < 1 || month > 12 || day < 1) return -1;
+    if (day > month_days[month - 1] + (month == 2 && leap)) return -1;
+    if (hour > 23 || minute > 59 || second > 59) return -1;
+    int64_t seconds = days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second;
+    *out = seconds * 1000000 + fraction;
+    return 0;
+}
+
 static const uint8_t *walk(Walk *w, Py_ssize_t at, const uint8_t *p, const uint8_t *end);
 
 static const uint8_t *walk_items(Walk *w, Py_ssize_t item, int is_map, const uint8_t *p,
@@ -155,6 +205,12 @@ static const uint8_t *walk(Walk *w, Py_ssize_t at, const uint8_t *p, const uint8
                     w->error = "a decimal that does not fit its precision";
                     return NULL;
                 }
+            } else if (c->kind == C_ZONED) {
+                if (parse_zoned(p, n, &((int64_t *)c->values)[w->row]) < 0) {
+                    w->error = "a ZonedTimestamp in a form Spark's path reads";
+                    return NULL;
+                }
+                set_valid(c, w->row);
             } else {
                 if (append_bytes(c, p, n) < 0) {
                     w->error = "more than 2 GiB of bytes in one column";
@@ -198,7 +254,7 @@ static const uint8_t *walk(Walk *w, Py_ssize_t at, const uint8_t *p, const uint8
 static int width(int kind) {
     switch (kind) {
     case C_INT32: case C_FLOAT32: case C_COUNT: return 4;
-    case C_INT64: case C_FLOAT64: return 8;
+    case C_INT64: case C_FLOAT64: case C_ZONED: return 8;
     case C_DECIMAL: return 16;
     default: return 0;
     }

@@ -26,6 +26,7 @@ from decimal import Context, Decimal
 from typing import Any
 
 from bridge.native.switches import NATIVE, enabled
+from bridge.spark.columns import ZONED_TIMESTAMP
 
 __all__ = ["Output", "PayloadError", "Plan", "compile_plan", "decode", "native_decoder"]
 
@@ -34,7 +35,9 @@ __all__ = ["Output", "PayloadError", "Plan", "compile_plan", "decode", "native_d
     12
 )
 # How a captured value is stored.
-_C_BOOL, _C_INT32, _C_INT64, _C_FLOAT32, _C_FLOAT64, _C_VAR, _C_DECIMAL, _C_COUNT = range(8)
+(_C_BOOL, _C_INT32, _C_INT64, _C_FLOAT32, _C_FLOAT64, _C_VAR, _C_DECIMAL, _C_COUNT, _C_ZONED) = (
+    range(9)
+)
 _NODE = struct.Struct("<4i")
 _MAX_DIGITS = 38
 #: Decimal arithmetic without rounding (the default context rounds to 28 digits).
@@ -98,8 +101,8 @@ def _leaf_output(name: str, avro: Any) -> Output | None:
     if kind == "double" and logical is None:
         return Output(name, _C_FLOAT64, pa.float64())
     if kind == "string" and logical in (None, "uuid"):
-        if connect == "io.debezium.time.ZonedTimestamp":
-            return None  # Spark's path parses it into a timestamp
+        if connect == ZONED_TIMESTAMP:  # text Spark's path parses into an instant
+            return Output(name, _C_ZONED, pa.timestamp("us", tz="UTC"))
         return Output(name, _C_VAR, pa.string())
     if kind == "bytes":
         if logical is None:
@@ -331,6 +334,13 @@ def _converted(output: Output, value: Any, index: int) -> Any:
         return None
     if output.kind == _C_COUNT:
         return len(value)
+    if output.kind == _C_ZONED:
+        from bridge.spark.driver_decode import NotForDriver, zoned_timestamp
+
+        try:
+            return zoned_timestamp(value)
+        except NotForDriver as exc:
+            raise PayloadError(f"record {index}: {exc}") from exc
     if output.kind == _C_DECIMAL:
         unscaled = int.from_bytes(value, "big", signed=True)
         if len(value) > 16 or abs(unscaled) >= 10**output.precision:

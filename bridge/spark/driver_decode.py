@@ -119,7 +119,7 @@ _ZONED = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?
 _EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 
 
-def _zoned_timestamp(value: Any) -> Any:
+def zoned_timestamp(value: Any) -> Any:
     """A ZonedTimestamp's text -> microseconds since the epoch, as
     :func:`bridge.spark.columns.zoned_timestamp` reads it (``infinity`` as its int64 extremes);
     any other form (years past 9999, BC, offsets other than ``Z``) is Spark's to read."""
@@ -183,7 +183,7 @@ def _column_type(avro: Any, shape: RowShape) -> tuple[T.DataType, Convert | None
     if not isinstance(kind, str) or kind not in _PRIMITIVES:
         return None
     if kind == "string" and avro.get("connect.name") == ZONED_TIMESTAMP and logical is None:
-        return T.TimestampType(), _zoned_timestamp
+        return T.TimestampType(), zoned_timestamp
     if logical is None or (kind, logical) in _PLAIN_LOGICAL:
         return _PRIMITIVES[kind], None
     typed: dict[tuple[str, str], tuple[T.DataType, Convert | None]] = {

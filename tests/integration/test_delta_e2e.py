@@ -65,12 +65,12 @@ def schema_change_workload(dsn: str, settle: Callable[[], None] = lambda: None) 
         conn.execute("INSERT INTO customers (id, \"full name\") VALUES (501, 'after rename')")
 
 
-def capture_workload(stack: StackInfo, dsn: str, prefix: str) -> None:
+def capture_workload(stack: StackInfo, dsn: str, prefix: str, big_rows: int = 5_000) -> None:
     """The workload and a schema change, captured by ``pgbridge run`` into Kafka."""
     prepare_database(dsn)
     bridge = RunningBridge(bridge_config(stack, dsn, prefix))
     try:
-        workload(dsn, big_rows=5_000)
+        workload(dsn, big_rows=big_rows)
         schema_change_workload(dsn, settle=lambda: bridge.wait_confirmed(mark(dsn)))
         bridge.wait_confirmed(mark(dsn))
     finally:

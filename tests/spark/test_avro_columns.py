@@ -229,3 +229,48 @@ def test_a_sliced_array_decodes_its_own_records() -> None:
     plan = compile_plan(ENVELOPE, _captures())
     assert plan is not None
     assert decode(plan, payloads.slice(5, 10)).equals(decode(plan, payloads).slice(5, 10))
+
+
+def test_zoned_timestamps_are_read_as_the_driver_reads_them() -> None:
+    """Every form the driver reads (its reading is held to Spark's in test_driver_decode) gives
+    the same instant here; every form it leaves to Spark is refused here too."""
+    from bridge.spark.driver_decode import NotForDriver, zoned_timestamp
+
+    zoned = {"type": "string", "connect.name": "io.debezium.time.ZonedTimestamp"}
+    schema = {"type": "record", "name": "Z", "fields": [{"name": "t", "type": ["null", zoned]}]}
+    plan = compile_plan(schema, {("t",): "t"})
+    assert plan is not None
+    rng = random.Random(9)
+    texts = ["infinity", "-infinity", "1970-01-01T00:00:00Z", "0001-01-01T00:00:00Z",
+             "9999-12-31T23:59:59.999999Z", "2024-02-29T12:00:00.5Z", "2023-02-29T00:00:00Z",
+             "2024-13-01T00:00:00Z", "2024-01-01T24:00:00Z", "2024-01-01T00:60:00Z",
+             "0000-01-01T00:00:00Z", "10000-01-01T00:00:00Z", "2024-01-01T00:00:00+01:00",
+             "2024-01-01T00:00:00.1234567Z", "2024-01-01T00:00:00.Z", "2024-01-01 00:00:00Z",
+             "1900-02-29T00:00:00Z", "2000-02-29T00:00:00Z", "", "x"]  # fmt: skip
+    for _ in range(300):
+        texts.append(
+            f"{rng.randint(1, 9999):04d}-{rng.randint(1, 12):02d}-{rng.randint(1, 31):02d}T"
+            f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}"
+            + rng.choice(["", "." + str(rng.randint(0, 999999)).zfill(rng.randint(1, 6))[:6]])
+            + "Z"
+        )
+    parsed = fastavro.parse_schema(schema)
+
+    def payload(text: str | None) -> bytes:
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, parsed, {"t": text})
+        return b"\0\0\0\0\1" + buffer.getvalue()
+
+    for text in texts:
+        try:
+            want: Any = zoned_timestamp(text)
+        except NotForDriver:
+            want = PayloadError
+        if want is PayloadError:
+            with pytest.raises(PayloadError, match="ZonedTimestamp"):
+                decode(plan, pa.array([payload(text)], pa.binary()))
+        else:
+            got = decode(plan, pa.array([payload(text)], pa.binary()))
+            assert got.column("t").cast(pa.int64()).to_pylist() == [want], text
+    nulls = decode(plan, pa.array([payload(None)], pa.binary()))
+    assert nulls.column("t").to_pylist() == [None]

@@ -30,8 +30,8 @@ from bridge.spark.driver_decode import (
     NotForDriver,
     RawChange,
     _variable_decimal,
-    _zoned_timestamp,
     driver_columns,
+    zoned_timestamp,
 )
 from bridge.spark.fences import Fences
 from tests.spark.envelopes import TableVersion, frame_avro
@@ -44,23 +44,23 @@ def _micros(moment: dt.datetime) -> int:
     return (moment - EPOCH) // dt.timedelta(microseconds=1)
 
 
-def test_zoned_timestamps_are_read_as_spark_reads_them() -> None:
-    assert _zoned_timestamp("1970-01-01T00:00:00Z") == 0
-    assert _zoned_timestamp("2024-02-29T23:59:59.999999Z") == _micros(
+def testzoned_timestamps_are_read_as_spark_reads_them() -> None:
+    assert zoned_timestamp("1970-01-01T00:00:00Z") == 0
+    assert zoned_timestamp("2024-02-29T23:59:59.999999Z") == _micros(
         dt.datetime(2024, 2, 29, 23, 59, 59, 999999, tzinfo=dt.UTC)
     )
-    assert _zoned_timestamp("2024-02-29T23:59:59.5Z") == _micros(
+    assert zoned_timestamp("2024-02-29T23:59:59.5Z") == _micros(
         dt.datetime(2024, 2, 29, 23, 59, 59, 500000, tzinfo=dt.UTC)
     )
-    assert _zoned_timestamp("0001-01-01T00:00:00Z") == _micros(dt.datetime(1, 1, 1, tzinfo=dt.UTC))
-    assert _zoned_timestamp("infinity") == 2**63 - 1
-    assert _zoned_timestamp("-infinity") == -(2**63)
-    assert _zoned_timestamp(None) is None
+    assert zoned_timestamp("0001-01-01T00:00:00Z") == _micros(dt.datetime(1, 1, 1, tzinfo=dt.UTC))
+    assert zoned_timestamp("infinity") == 2**63 - 1
+    assert zoned_timestamp("-infinity") == -(2**63)
+    assert zoned_timestamp(None) is None
     # Forms Spark's path reads (clamps, or null and a dead letter): not the driver's.
     for text in ["+10000-01-01T00:00:00Z", "2024-02-30T00:00:00Z", "2024-01-01T00:00:00+01:00",
                  "2024-01-01 00:00:00Z", "not a time"]:  # fmt: skip
         with pytest.raises(NotForDriver):
-            _zoned_timestamp(text)
+            zoned_timestamp(text)
 
 
 def test_variable_scale_decimals_fit_exactly_or_go_to_spark() -> None:
