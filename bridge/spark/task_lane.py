@@ -117,6 +117,22 @@ def task_rows(records: Any, spec: LaneSpec) -> tuple[Any, list[dict[str, Any]]]:
     partition). :class:`NotAnAppend` where they hold anything but inserts and snapshot reads
     (a first load: anything but changes of rows), or unchanged TOAST;
     :class:`~bridge.spark.avro_columns.PayloadError` where a payload does not decode."""
+    chunk = decoded_chunk(records, spec)
+    return appended_rows([chunk.rows], spec), merge_parts([chunk.parts])
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedChunk:
+    """Some of a task's records of one topic, decoded: the columns its rows need, and their
+    summary parts (mergeable: :func:`merge_parts`). The payloads are not kept."""
+
+    rows: Any
+    parts: list[dict[str, Any]]
+
+
+def decoded_chunk(records: Any, spec: LaneSpec) -> DecodedChunk:
+    """Decode and check ``records`` (one Arrow batch's worth: a task decodes batch by batch, so
+    it never holds its payloads and their rows at once)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -133,7 +149,18 @@ def task_rows(records: Any, spec: LaneSpec) -> tuple[Any, list[dict[str, Any]]]:
     if _TOAST in decoded.column_names and pc.max(decoded.column(_TOAST)).as_py():
         raise NotAnAppend("unchanged TOAST columns")
     parts = _summary_parts(decoded)
-    rows = _admitted(decoded, spec.fences)
+    kept = [c for c in decoded.column_names if c not in (_SCHEMA, _TABLE, _TOAST)]
+    return DecodedChunk(decoded.select(kept), parts)
+
+
+def appended_rows(chunks: Sequence[Any], spec: LaneSpec) -> Any:
+    """A task's decoded rows of one topic -> the rows its append writes: fenced, each key's
+    last change (a first load: without the keys it ends deleted), in the table's columns."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = pa.concat_tables(chunks) if len(chunks) != 1 else chunks[0]
+    rows = _admitted(rows, spec.fences)
     if spec.first_load:  # a delete's key is in its old row
         deletes = pc.equal(rows.column(_OP), "d")
         for key in spec.keys:
@@ -145,8 +172,32 @@ def task_rows(records: Any, spec: LaneSpec) -> tuple[Any, list[dict[str, Any]]]:
         rows = rows.filter(pc.not_equal(rows.column(_OP), "d"))
     commit_ts = pc.multiply(rows.column(_TS), 1000).cast(pa.timestamp("us", tz="UTC"))
     names = [name for _, name in spec.columns]
-    out = rows.select([*names, tf.COMMIT_LSN, tf.SEQ]).append_column(tf.COMMIT_TS, commit_ts)
-    return out, parts
+    return rows.select([*names, tf.COMMIT_LSN, tf.SEQ]).append_column(tf.COMMIT_TS, commit_ts)
+
+
+def merge_parts(chunks: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Summary parts of several chunks of a task -> one per Kafka partition."""
+    merged: dict[int, dict[str, Any]] = {}
+
+    def pick(function: Any, *values: Any) -> Any:
+        present = [v for v in values if v is not None]
+        return function(present) if present else None
+
+    for parts in chunks:
+        for part in parts:
+            number = part[SUMMARY_PARTITION]
+            have = merged.get(number)
+            if have is None:
+                merged[number] = dict(part)
+                continue
+            for name in ("n", "rows", "removals", "creates", "reads"):
+                have[name] += part[name]
+            for name in ("reads_lsn", "schema_max", "table_max", "newest_ms", "max_offset"):
+                have[name] = pick(max, have[name], part[name])
+            for name in ("lowest_lsn", "schema", "table", "oldest_ms"):
+                have[name] = pick(min, have[name], part[name])
+            have["last"] = pick(max, have["last"], part["last"])
+    return list(merged.values())
 
 
 def _summary_parts(decoded: Any) -> list[dict[str, Any]]:
@@ -260,38 +311,48 @@ def task_result(
     :data:`LANE_OUTPUT` per topic of ``specs`` it holds. With ``expected`` (the records are
     the whole framed batch: :func:`run_lane_first`), also a ``group`` row per group of
     :func:`bridge.spark.decode.batch_groups`, and a lane topic whose records are not all of
-    the expected schemas, or not all framed, is refused."""
+    the expected schemas, or not all framed, is refused. Batch by batch: the payloads of one
+    Arrow batch at a time are held, beside the decoded rows."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    batches = list(records)
-    if not batches:
-        return
-    everything = pa.Table.from_batches(batches)
-    if expected is not None:
-        yield from _group_rows(everything)
-    topics = everything.column("topic")
-    present = pc.unique(topics).to_pylist()
-    for topic in present:
-        spec = specs.get(topic)
-        if spec is None:
-            continue
-        path = size = written = None
-        parts = refused = None
-        try:
-            mine = everything
-            if len(present) > 1:  # (a filter copies every column)
-                mine = everything.filter(pc.equal(topics, topic))
-            if expected is not None:
-                mine = _expected_records(mine, *expected[topic])
-            rows, summary = task_rows(mine, spec)
-            parts = json.dumps(summary)
-            file = write_file(spec.layout, iter([rows]))
-            if file is not None:
-                path, size, written = file.path, file.size, file.records
-        except (NotAnAppend, PayloadError) as exc:
-            refused = f"{type(exc).__name__}: {exc}"
-        yield _output_row("lane", topic, path, size, written, parts, refused, None)
+    groups: dict[tuple[str, Any, bool], dict[str, Any]] = {}
+    chunks: dict[str, list[DecodedChunk]] = {}
+    refused: dict[str, str] = {}
+    for batch in records:
+        everything = pa.Table.from_batches([batch])
+        if expected is not None:
+            _count_groups(everything, groups)
+        topics = everything.column("topic")
+        present = pc.unique(topics).to_pylist()
+        for topic in present:
+            spec = specs.get(topic)
+            if spec is None or topic in refused:
+                continue
+            try:
+                mine = everything
+                if len(present) > 1:  # (a filter copies every column)
+                    mine = everything.filter(pc.equal(topics, topic))
+                if expected is not None:
+                    mine = _expected_records(mine, *expected[topic])
+                chunks.setdefault(topic, []).append(decoded_chunk(mine, spec))
+            except (NotAnAppend, PayloadError) as exc:
+                refused[topic] = f"{type(exc).__name__}: {exc}"
+                chunks.pop(topic, None)
+    for (topic, _, _), group in groups.items():
+        counts = {k: v for k, v in group.items() if k != "sample"}
+        yield _output_row("group", topic, None, None, None, json.dumps(counts), None,
+                          group["sample"])  # fmt: skip
+    for topic, why in refused.items():
+        yield _output_row("lane", topic, None, None, None, None, why, None)
+    for topic, decoded in chunks.items():
+        spec = specs[topic]
+        rows = appended_rows([c.rows for c in decoded], spec)
+        parts = json.dumps(merge_parts([c.parts for c in decoded]))
+        decoded.clear()
+        file = write_file(spec.layout, iter([rows]))
+        path, size, written = (file.path, file.size, file.records) if file else (None, None, None)
+        yield _output_row("lane", topic, path, size, written, parts, None, None)
 
 
 def _output_row(
@@ -321,10 +382,10 @@ def _output_row(
     )
 
 
-def _group_rows(everything: Any) -> Iterator[Any]:
-    """The task's part of :func:`bridge.spark.decode.batch_groups`: per (topic, value schema
-    id, not framed) of the records holding a value or not framed, the key schema ids' range,
-    the records and one of their values."""
+def _count_groups(everything: Any, groups: dict[tuple[str, Any, bool], dict[str, Any]]) -> None:
+    """Add a batch's records to the task's part of :func:`bridge.spark.decode.batch_groups`:
+    per (topic, value schema id, not framed) of the records holding a value or not framed, the
+    key schema ids' range, the records and one of their values."""
     import pyarrow.compute as pc
 
     unframed = pc.is_valid(everything.column(tf.FRAMING_ERROR))
@@ -341,16 +402,26 @@ def _group_rows(everything: Any) -> Iterator[Any]:
         ]
     )
     for row in aggregated.to_pylist():
-        group = {
-            tf.VALUE_SCHEMA_ID: row[tf.VALUE_SCHEMA_ID],
-            "unframed": row["_unframed"],
-            "key_id": row[f"{tf.KEY_SCHEMA_ID}_max"],
-            "min_key_id": row[f"{tf.KEY_SCHEMA_ID}_min"],
-            "records": row["topic_count"],
-        }
-        yield _output_row(
-            "group", row["topic"], None, None, None, json.dumps(group), None, row["value_first"]
+        key = (row["topic"], row[tf.VALUE_SCHEMA_ID], bool(row["_unframed"]))
+        high, low = row[f"{tf.KEY_SCHEMA_ID}_max"], row[f"{tf.KEY_SCHEMA_ID}_min"]
+        group = groups.get(key)
+        if group is None:
+            groups[key] = {
+                tf.VALUE_SCHEMA_ID: row[tf.VALUE_SCHEMA_ID],
+                "unframed": bool(row["_unframed"]),
+                "key_id": high,
+                "min_key_id": low,
+                "records": row["topic_count"],
+                "sample": row["value_first"],
+            }
+            continue
+        group["records"] += row["topic_count"]
+        group["key_id"] = max((v for v in (group["key_id"], high) if v is not None), default=None)
+        group["min_key_id"] = min(
+            (v for v in (group["min_key_id"], low) if v is not None), default=None
         )
+        if group["sample"] is None:
+            group["sample"] = row["value_first"]
 
 
 def _expected_records(records: Any, schema_id: int, key_id: int) -> Any:
