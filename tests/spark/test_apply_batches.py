@@ -201,6 +201,23 @@ BOTH_WRITERS = pytest.mark.parametrize("batches", ["delta-rs", "spark"], indirec
 ALL_WRITERS = pytest.mark.parametrize("batches", ["delta-rs", "spark", "tasks"], indirect=True)
 
 
+def _no_unnamed_lane_files(batches: Batches) -> None:
+    """No file of the task lane's (zstd: Spark and delta-rs write snappy) is left in the table
+    that no commit ever named: a refused lane removes the files it wrote."""
+    from deltalake import DeltaTable
+
+    table = batches.config.table_path("public", "keyed")
+    latest = DeltaTable(table).version()
+    named = {
+        Path(uri).name
+        for version in range(latest + 1)
+        for uri in DeltaTable(table, version=version).file_uris()
+    }
+    lane_files = {p.name for p in Path(table).glob("*.zstd.parquet")}
+    assert lane_files <= named
+    assert bool(lane_files) == (batches.writer == "tasks")
+
+
 def _appended_by(applier: BatchApplier, batches: Batches, table: str = "public.keyed") -> None:
     """The table's last batch was an append, by the task lane where the test runs with it."""
     kind, writer = applier.stats.last_write[table]
@@ -1267,6 +1284,7 @@ def test_a_snapshot_longer_than_a_batch_is_appended_until_a_resumed_attempt(
     read(1, 1, 0, 3)  # the resumed attempt copies chunk 1 again
     read(1, 1, 1, 5)
     assert _last_write(batches.apply(2)) == "insert-only merge"
+    _no_unnamed_lane_files(batches)  # the lane wrote this batch's rows, then refused it
     assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3, 4, 5]
     # A new job (fences from the log) after a streamed insert: reads are not appended.
     batches.add(KEYED, "c", (6, 0), after={"id": 6, "v": "c"})
@@ -1322,3 +1340,29 @@ def test_a_first_load_folds_updates_and_deletes_into_the_rows_it_appends(
     batches.add(KEYED, "c", (15, 0), after={"id": 5, "v": "e"})
     batches.apply(1)
     assert _ids(batches) == {1: "a2", 3: "c2", 4: "d", 5: "e"}
+
+
+@pytest.mark.parametrize("batches", ["tasks"], indirect=True)
+def test_the_lane_hands_a_new_schema_version_and_an_update_to_spark(
+    batches: Batches, spark: Any
+) -> None:
+    """A topic the lane took last batch goes through the lane's one read of the next batch;
+    when that batch brings a new schema version (a column added), or an update of a row the
+    table holds, the lane's files are removed and Spark's path applies the batch, as it would
+    have: the column is added, old rows keep null in it, the update lands once."""
+    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
+    batches.add(KEYED, "c", (10, 1), after={"id": 2, "v": "b"})
+    _appended_by(batches.apply(0), batches)
+    columns = [col("id", "int"), col("v", OPT_STR), col("w", OPT_INT)]
+    wider = TableVersion(PREFIX, "public", "keyed", columns, key=["id"])
+    batches.add(wider, "c", (11, 0), after={"id": 3, "v": "c", "w": 7})
+    applier = batches.apply(1)
+    assert applier.stats.last_write["public.keyed"][1] != "tasks"
+    rows = {r["id"]: (r["v"], r["w"]) for r in batches.rows("public", "keyed")}
+    assert rows == {1: ("a", None), 2: ("b", None), 3: ("c", 7)}
+    batches.add(wider, "u", (12, 0), before={"id": 1, "v": "a", "w": None},
+                after={"id": 1, "v": "a2", "w": 1})  # fmt: skip
+    batches.apply(2)
+    rows = {r["id"]: (r["v"], r["w"]) for r in batches.rows("public", "keyed")}
+    assert rows == {1: ("a2", 1), 2: ("b", None), 3: ("c", 7)}
+    _no_unnamed_lane_files(batches)
