@@ -801,11 +801,12 @@ def ingest_then_compact(
 
 
 def warm_up(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
-    """Run the job once, untimed, over 20,000 changes of another prefix: the timed runs then
-    meet a JVM whose Kafka, Avro and Delta paths are compiled, as a running job's are (the
-    first batches in a fresh JVM take 2x as long)."""
+    """Run the job once, untimed, over 120,000 changes of another prefix (two tables of 60,000:
+    more than the task lane's 50,000, so its path runs too): the timed runs then meet a JVM
+    whose Kafka, Avro, Arrow and Delta paths are compiled, as a running job's are (the first
+    batches in a fresh JVM take 2x as long; half a first lane batch's CPU was the JIT's)."""
     prefix = topic_prefix("warm")
-    produce(stack, prefix, 2, args.partitions, 20_000)
+    produce(stack, prefix, 2, args.partitions, 120_000)
     config = _config(
         stack, prefix, work / "warm", mode=args.mode, kafka_options=kafka_options(args)
     )
