@@ -181,6 +181,11 @@ def job_conf(cores: int) -> dict[str, str]:
         # commit, in a commit of its own that changes no data (the tables delta-rs writes:
         # BatchApplier._compact_if_fragmented).
         "spark.databricks.delta.autoCompact.enabled": "true",
+        # The task lane's records reach Python in Arrow batches of 10,000 records
+        # (maxRecordsPerBatch); under a byte limit Spark also measures the batch after every
+        # row (ArrowWriter.sizeInBytes: a tenth of the lane job's JVM time in a profile). Int's
+        # maximum is Spark's "no byte limit", which skips the measuring.
+        "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
     }
 
 
