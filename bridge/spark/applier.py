@@ -95,6 +95,7 @@ from bridge.spark.driver_changes import (
 from bridge.spark.driver_decode import DriverDecoder
 from bridge.spark.driver_lane import (
     COLLECTED_RECORDS,
+    Candidate,
     DriverTable,
     collect_small_batch,
     driver_tables,
@@ -244,7 +245,7 @@ class BatchApplier:
         self._lane_refused: set[str] = set()
         self._lane_off = False
         # The topics the lane committed in the last batch: (its candidate, key schema id).
-        self._lane_guess: dict[str, tuple[Any, int]] = {}
+        self._lane_guess: dict[str, tuple[Candidate, int]] = {}
         # Tables the lane created empty for a first load it then left to Spark's path: that
         # path loads them as a first load (an append), not as tables that existed.
         self._lane_created: set[str] = set()
@@ -506,11 +507,11 @@ class BatchApplier:
         started = time.monotonic()
         try:
             lanes: dict[str, LaneTopic] = {}
-            candidates: dict[str, Any] = {}
+            candidates: dict[str, Candidate] = {}
 
             # A new table is created first (a Spark commit each, mostly driver latency): side
             # by side, as tables are merged (measured, 4 new tables: 1.4 -> 0.7 s).
-            def pick(topic: str) -> tuple[Any, LaneTopic | str] | None:
+            def pick(topic: str) -> tuple[Candidate, LaneTopic | str] | None:
                 return self._lane_topic(self._session(framed.sparkSession), topic,
                                         per_topic[topic])  # fmt: skip
 
@@ -535,18 +536,29 @@ class BatchApplier:
         except RegistryUnavailableError:
             raise
         except Exception as exc:  # unforeseen (workers without pgbridge, say): Spark's path
-            logger.warning(
-                "the task lane failed (%s: %s); Spark's path applies every table from now on",
-                type(exc).__name__,
-                first_line(exc),
-            )
-            self._lane_off = True
+            self._lane_failed(exc, [c.path for c in candidates.values()])
             return set()
         laned = self._lane_outcomes(outcomes, lanes, batch_id, state, started)
         for topic in laned:
             rows = per_topic[topic]
             self._lane_guess[topic] = (candidates[topic], int(rows[0]["key_id"]))
         return laned
+
+    def _lane_failed(self, exc: Exception, paths: list[str]) -> None:
+        """The lane failed unforeseen: Spark's path applies every table from now on, and reads
+        these tables' fences from their logs again (a table the lane committed before the
+        failure is then recognised as applied: its batch is a replay there, not a second
+        append)."""
+        logger.warning(
+            "the task lane failed (%s: %s); Spark's path applies every table from now on",
+            type(exc).__name__,
+            first_line(exc),
+        )
+        self._lane_off = True
+        with self._lock:
+            for path in paths:
+                self._fences.pop(path, None)
+                self._delta_tables.pop(path, None)
 
     def _lane_outcomes(
         self,
@@ -596,12 +608,7 @@ class BatchApplier:
         except RegistryUnavailableError:
             raise
         except Exception as exc:  # unforeseen: Spark's path, as in _task_lane
-            logger.warning(
-                "the task lane failed (%s: %s); Spark's path applies every table from now on",
-                type(exc).__name__,
-                first_line(exc),
-            )
-            self._lane_off = True
+            self._lane_failed(exc, [candidate.path for candidate, _ in guess.values()])
             return set(), None
         laned = self._lane_outcomes(outcomes, lanes, batch_id, state, started)
         for topic in laned:
@@ -610,7 +617,7 @@ class BatchApplier:
 
     def _lane_topic(
         self, spark: Any, topic: str, rows: list[Any]
-    ) -> tuple[Any, LaneTopic | str] | None:
+    ) -> tuple[Candidate, LaneTopic | str] | None:
         """``topic``'s candidate and part of the lane (its table created if it is its first
         load) or why not; None when it is no candidate at all."""
         with self._lock:
@@ -661,7 +668,7 @@ class BatchApplier:
             return None
         return path
 
-    def _lane_table(self, spark: Any, candidate: Any, *, first_load: bool) -> LaneTopic | str:
+    def _lane_table(self, spark: Any, candidate: Candidate, *, first_load: bool) -> LaneTopic | str:
         from bridge.spark.executor_files import file_layout
 
         path = candidate.path

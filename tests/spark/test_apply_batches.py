@@ -1366,3 +1366,31 @@ def test_the_lane_hands_a_new_schema_version_and_an_update_to_spark(
     rows = {r["id"]: (r["v"], r["w"]) for r in batches.rows("public", "keyed")}
     assert rows == {1: ("a2", 1), 2: ("b", None), 3: ("c", 7)}
     _no_unnamed_lane_files(batches)
+
+
+@pytest.mark.parametrize("batches", ["tasks"], indirect=True)
+def test_a_lane_failing_after_its_commit_leaves_one_copy_of_each_row(
+    batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lane's job fails in a way nobody foresaw after one table's commit (here: right after
+    run_lane returns): Spark's path applies the batch, reads the table's fences from its log,
+    finds the batch applied, and writes nothing twice; the lane stays off for the job."""
+    from bridge.spark import applier as applier_module
+
+    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
+    _appended_by(batches.apply(0), batches)
+    real = applier_module.run_lane_first
+
+    def committed_then_failed(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        raise RuntimeError("an unforeseen failure after the commit")
+
+    monkeypatch.setattr(applier_module, "run_lane_first", committed_then_failed)
+    batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
+    batches.add(KEYED, "c", (11, 1), after={"id": 3, "v": "c"})
+    applier = batches.apply(1)
+    assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3]
+    assert applier.stats.last_write["public.keyed"][0] == "replay"
+    batches.add(KEYED, "c", (12, 0), after={"id": 4, "v": "d"})
+    assert batches.apply(2).stats.last_write["public.keyed"][1] != "tasks"  # the lane is off
+    assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3, 4]
