@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "civil.h"
+
 enum { K_NULL, K_BOOL, K_INT, K_FLOAT, K_DOUBLE, K_BYTES, K_FIXED, K_RECORD, K_UNION, K_ARRAY,
        K_MAP, K_ENUM };
 /* Column kinds: how a captured value is stored. */
@@ -88,16 +90,6 @@ static int store_decimal(Column *c, Py_ssize_t row, const uint8_t *p, int64_t n)
     memcpy(c->values + 16 * row, &value, 16);
     set_valid(c, row);
     return 0;
-}
-
-/* Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's days_from_civil). */
-static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
 }
 
 static int digits(const uint8_t *p, int n, int64_t *out) {

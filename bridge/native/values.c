@@ -4,6 +4,7 @@
  * See _speedups.c for the rules every writer keeps.
  */
 #include "values.h"
+#include "civil.h"
 
 /* ---- value parsers: 1 = parsed, 0 = not the plain form (the caller falls back) ------------- */
 
@@ -44,16 +45,6 @@ static int64_t be_signed(const unsigned char *p, Py_ssize_t n) {
     uint64_t v = (p[0] & 0x80) ? UINT64_MAX : 0;
     for (Py_ssize_t i = 0; i < n; i++) v = (v << 8) | p[i];
     return (int64_t)v;
-}
-
-/* Hinnant's days_from_civil, as bridge.types.temporal.days_from_civil. */
-static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
 }
 
 /* Hinnant's civil_from_days, as bridge.types.temporal.civil_from_days. */

@@ -16,15 +16,13 @@ field ids) of the table's schema, as Spark's writer gives them.
 from __future__ import annotations
 
 import json
+import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FILE_SCHEMA", "FileLayout", "WrittenFile", "commit_files", "file_layout", "write_file"]
-
-#: What each task returns per file written (the schema of the ``mapInArrow`` output).
-FILE_SCHEMA = "path string, size long, records long"
+__all__ = ["FileLayout", "WrittenFile", "commit_files", "file_layout", "write_file"]
 
 _PHYSICAL = "delta.columnMapping.physicalName"
 _FIELD_ID = "delta.columnMapping.id"
@@ -107,8 +105,6 @@ def write_file(layout: FileLayout, tables: Iterator[Any]) -> WrittenFile | None:
             writer.close()
     if writer is None:
         return None
-    import os
-
     return WrittenFile(relative, os.path.getsize(target), records)
 
 
@@ -132,8 +128,3 @@ def commit_files(
     table.create_write_transaction(
         actions, "append", table.schema(), commit_properties=commit_properties
     )
-
-
-def row_columns(layout: FileLayout) -> Mapping[str, Any]:
-    """Logical name -> Arrow type of the table's columns."""
-    return {name: arrow for name, _, _, arrow in layout.columns}

@@ -468,10 +468,6 @@ def combine_task_parts(rows: Sequence[Any]) -> tuple[list[dict[str, Any]], str |
     return parts, None
 
 
-def by_name(columns: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple(columns.items())
-
-
 @dataclass(frozen=True, slots=True)
 class LaneCommit:
     """A topic's batch the lane committed: its table, summary and fences after."""
