@@ -62,9 +62,9 @@ def test_apply_on_a_standalone_cluster_with_two_workers_equals_the_source(
     master, workers = spark_cluster
     prefix = f"cluster{uuid.uuid4().hex[:8]}"
     with scratch_database(local_stack) as dsn:
-        # A table of 60,000 rows in one transaction: its first load is more than the task lane's
+        # A table of 52,000 rows in one transaction: its first load is more than the task lane's
         # 50,000 records, so the executors decode and write it (bridge.spark.task_lane).
-        capture_workload(local_stack, dsn, prefix, big_rows=60_000)
+        capture_workload(local_stack, dsn, prefix, big_rows=52_000)
         config = apply_config(local_stack, prefix, tmp_path / "apply")
         shared = run_configuration_file(local_stack, prefix, tmp_path / "pgbridge.toml")
         args = [

@@ -1317,7 +1317,8 @@ def test_inserts_into_a_table_without_a_floor_are_an_insert_only_merge(
     assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2]
 
 
-@ALL_WRITERS
+# The default writer loads a new table through Spark's path, as "spark" does: two writers.
+@pytest.mark.parametrize("batches", ["spark", "tasks"], indirect=True)
 def test_a_first_load_folds_updates_and_deletes_into_the_rows_it_appends(
     batches: Batches, spark: Any
 ) -> None:
