@@ -2,20 +2,25 @@
 
 Why: a snapshot-sized batch spent most of its time in Spark's ``from_avro``, the columnar cache
 and Spark's Parquet writer: 0.11x the raw read for a snapshot topic (docs/measurements.md).
-Here one ``mapInArrow`` job over the topic's Kafka records decodes each task's payloads in C
-(:mod:`bridge.spark.avro_columns`), summarises them per Kafka partition (the same figures as
-:mod:`bridge.spark.summary`), keeps each key's last change and writes the rows as Parquet
-files of the table (:mod:`bridge.spark.executor_files`). The driver then decides as Spark's
-path would (:func:`bridge.spark.write_choice.new_keys_only`): where the batch is an append, the
-files are committed in one Delta commit carrying the batch's fences; anything else (an update,
-a delete, a truncate, unchanged TOAST, a replay, a payload the plan does not decode, a Kafka
-partition split over two tasks) deletes the files and the topic takes Spark's path in the same
-batch. Nothing is visible before the commit, and the commit is the fences' too.
+Here one ``mapInArrow`` job over the batch's Kafka records of every such topic decodes each
+task's payloads in C (:mod:`bridge.spark.avro_columns`), batch by batch, summarises them per
+Kafka partition (the same figures as :mod:`bridge.spark.summary`), keeps each key's last change
+and writes the rows as Parquet files of the table (:mod:`bridge.spark.executor_files`). The
+driver then decides as Spark's path would: a table's first load (created empty for it: its
+updates and deletes fold into the rows it ends with), or a batch of new keys
+(:func:`bridge.spark.write_choice.new_keys_only`), has its files committed in one Delta commit
+carrying the batch's fences; anything else (an update or delete of held rows, a truncate,
+unchanged TOAST, a replay, a payload the plan does not decode, a Kafka partition split over two
+tasks) deletes the files and the topic takes Spark's path in the same batch. Nothing is
+visible before the commit, and the commit is the fences' too. A topic the lane took goes
+through :func:`run_lane_first` in the next batch: the same job counts the batch's groups, so
+the batch is read from Kafka once.
 
 A table qualifies as a driver-lane one does (:mod:`bridge.spark.driver_lane`: one schema
-version, keyed, plain column types, written by this job before with these columns, delta-rs
-able to write it), with more records than the driver lane takes, and a floor in its fences
-(appends need one). A table whose batch was not an append takes Spark's path from then on.
+version, keyed, plain column types, delta-rs able to write it), with more records than the
+driver lane takes: a table this job wrote before with these columns and a floor in its fences
+(appends need one), or one that does not exist yet. A table whose batch was not an append
+takes Spark's path from then on.
 """
 
 from __future__ import annotations
