@@ -187,9 +187,9 @@ def batches(
     spark: Any, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Batches:
     """Batches written as the job writes them by default (small tables: delta-rs in the
-    driver); ``@BOTH_WRITERS`` runs a test once more with Spark writing every table, and
-    ``@ALL_WRITERS`` once more with the task lane taking every batch it may
-    (bridge.spark.task_lane: by default only batches of more than 50,000 records)."""
+    driver); ``@BOTH_WRITERS`` runs a test once more with Spark writing every table (and
+    test_lane_batches with the task lane taking every batch it may: by default only batches of
+    more than 50,000 records)."""
     writer = getattr(request, "param", "delta-rs")
     if writer == "tasks":
         monkeypatch.setattr("bridge.spark.applier.LANE_MIN_RECORDS", 1)
@@ -198,10 +198,9 @@ def batches(
 
 #: Runs a test with each writer: what a table holds must not depend on which wrote it.
 BOTH_WRITERS = pytest.mark.parametrize("batches", ["delta-rs", "spark"], indirect=True)
-ALL_WRITERS = pytest.mark.parametrize("batches", ["delta-rs", "spark", "tasks"], indirect=True)
 
 
-def _no_unnamed_lane_files(batches: Batches) -> None:
+def no_unnamed_lane_files(batches: Batches) -> None:
     """No file of the task lane's (zstd: Spark and delta-rs write snappy) is left in the table
     that no commit ever named: a refused lane removes the files it wrote."""
     from deltalake import DeltaTable
@@ -218,7 +217,7 @@ def _no_unnamed_lane_files(batches: Batches) -> None:
     assert bool(lane_files) == (batches.writer == "tasks")
 
 
-def _appended_by(applier: BatchApplier, batches: Batches, table: str = "public.keyed") -> None:
+def appended_by(applier: BatchApplier, batches: Batches, table: str = "public.keyed") -> None:
     """The table's last batch was an append, by the task lane where the test runs with it."""
     kind, writer = applier.stats.last_write[table]
     assert kind == "append"
@@ -1235,10 +1234,14 @@ def test_snapshot_reads_at_the_floor_are_an_insert_only_merge(batches: Batches, 
     assert _ids(batches) == {1: "a7", 2: "b9", 3: "c", 4: "d"}
 
 
-@ALL_WRITERS
+@BOTH_WRITERS
 def test_a_batch_of_inserts_only_is_appended_without_duplicating_resends(
     batches: Batches, spark: Any
 ) -> None:
+    inserts_only_scenario(batches)
+
+
+def inserts_only_scenario(batches: Batches) -> None:
     """Inserts above the fences cannot find their key in the table: the batch is appended (no
     join with the table). A resend of an applied insert (at or below its partition's fence) and
     a record delivered twice in one batch are each applied once; a batch with an update takes
@@ -1249,7 +1252,7 @@ def test_a_batch_of_inserts_only_is_appended_without_duplicating_resends(
     batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
     batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})  # delivered twice
     batches.add(KEYED, "c", (11, 1), after={"id": 3, "v": "c"}, partition=1)
-    _appended_by(batches.apply(1), batches)
+    appended_by(batches.apply(1), batches)
     assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3]
     batches.add(KEYED, "u", (12, 0), after={"id": 2, "v": "b2"})
     batches.add(KEYED, "c", (12, 1), after={"id": 4, "v": "d"})
@@ -1262,10 +1265,14 @@ def test_a_batch_of_inserts_only_is_appended_without_duplicating_resends(
     assert _ids(batches) == {1: "a", 2: "b2", 3: "c", 4: "d", 5: "e"}
 
 
-@ALL_WRITERS
+@BOTH_WRITERS
 def test_a_snapshot_longer_than_a_batch_is_appended_until_a_resumed_attempt(
     batches: Batches, spark: Any
 ) -> None:
+    snapshot_longer_than_a_batch_scenario(batches)
+
+
+def snapshot_longer_than_a_batch_scenario(batches: Batches) -> None:
     """The rows of a snapshot's first attempt are copied once each: batch after batch they are
     appended. A resumed attempt may repeat rows an interrupted chunk delivered: the
     insert-only MERGE keeps one of each. Once a streamed change is applied, reads take the
@@ -1280,11 +1287,11 @@ def test_a_snapshot_longer_than_a_batch_is_appended_until_a_resumed_attempt(
     batches.apply(0)  # the first load
     read(0, 1, 0, 3)  # chunk 1 interrupted after its first row
     read(0, 2, 0, 4)
-    _appended_by(batches.apply(1), batches)
+    appended_by(batches.apply(1), batches)
     read(1, 1, 0, 3)  # the resumed attempt copies chunk 1 again
     read(1, 1, 1, 5)
     assert _last_write(batches.apply(2)) == "insert-only merge"
-    _no_unnamed_lane_files(batches)  # the lane wrote this batch's rows, then refused it
+    no_unnamed_lane_files(batches)  # the lane wrote this batch's rows, then refused it
     assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3, 4, 5]
     # A new job (fences from the log) after a streamed insert: reads are not appended.
     batches.add(KEYED, "c", (6, 0), after={"id": 6, "v": "c"})
@@ -1315,83 +1322,3 @@ def test_inserts_into_a_table_without_a_floor_are_an_insert_only_merge(
     batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
     assert _last_write(batches.apply(1, restarted=True)) == "insert-only merge"
     assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2]
-
-
-# The default writer loads a new table through Spark's path, as "spark" does: two writers.
-@pytest.mark.parametrize("batches", ["spark", "tasks"], indirect=True)
-def test_a_first_load_folds_updates_and_deletes_into_the_rows_it_appends(
-    batches: Batches, spark: Any
-) -> None:
-    """A table's first batch holds inserts, updates and deletes of the same keys, across two
-    Kafka partitions, one record delivered twice: the new table holds each key's last row and
-    none of the deleted keys (the task lane folds them in its tasks, Spark with a window)."""
-    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
-    batches.add(KEYED, "c", (10, 1), after={"id": 2, "v": "b"}, partition=1)
-    batches.add(KEYED, "u", (11, 0), before={"id": 1, "v": "a"}, after={"id": 1, "v": "a2"})
-    batches.add(KEYED, "c", (11, 1), after={"id": 3, "v": "c"})
-    batches.add(KEYED, "d", (12, 0), before={"id": 2, "v": "b"}, partition=1)
-    batches.add(KEYED, "c", (12, 1), after={"id": 4, "v": "d"}, partition=1)
-    batches.add(KEYED, "c", (12, 1), after={"id": 4, "v": "d"}, partition=1)  # twice
-    batches.add(KEYED, "d", (13, 0), before={"id": 3, "v": "c"})
-    batches.add(KEYED, "c", (14, 0), after={"id": 3, "v": "c2"})  # the key comes back
-    _appended_by(batches.apply(0), batches)
-    assert _ids(batches) == {1: "a2", 3: "c2", 4: "d"}
-    # The fences of the first load hold: a resend of an applied insert is not applied again.
-    batches.add(KEYED, "c", (10, 1), after={"id": 2, "v": "b"}, partition=1)  # resent
-    batches.add(KEYED, "c", (15, 0), after={"id": 5, "v": "e"})
-    batches.apply(1)
-    assert _ids(batches) == {1: "a2", 3: "c2", 4: "d", 5: "e"}
-
-
-@pytest.mark.parametrize("batches", ["tasks"], indirect=True)
-def test_the_lane_hands_a_new_schema_version_and_an_update_to_spark(
-    batches: Batches, spark: Any
-) -> None:
-    """A topic the lane took last batch goes through the lane's one read of the next batch;
-    when that batch brings a new schema version (a column added), or an update of a row the
-    table holds, the lane's files are removed and Spark's path applies the batch, as it would
-    have: the column is added, old rows keep null in it, the update lands once."""
-    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
-    batches.add(KEYED, "c", (10, 1), after={"id": 2, "v": "b"})
-    _appended_by(batches.apply(0), batches)
-    columns = [col("id", "int"), col("v", OPT_STR), col("w", OPT_INT)]
-    wider = TableVersion(PREFIX, "public", "keyed", columns, key=["id"])
-    batches.add(wider, "c", (11, 0), after={"id": 3, "v": "c", "w": 7})
-    applier = batches.apply(1)
-    assert applier.stats.last_write["public.keyed"][1] != "tasks"
-    rows = {r["id"]: (r["v"], r["w"]) for r in batches.rows("public", "keyed")}
-    assert rows == {1: ("a", None), 2: ("b", None), 3: ("c", 7)}
-    batches.add(wider, "u", (12, 0), before={"id": 1, "v": "a", "w": None},
-                after={"id": 1, "v": "a2", "w": 1})  # fmt: skip
-    batches.apply(2)
-    rows = {r["id"]: (r["v"], r["w"]) for r in batches.rows("public", "keyed")}
-    assert rows == {1: ("a2", 1), 2: ("b", None), 3: ("c", 7)}
-    _no_unnamed_lane_files(batches)
-
-
-@pytest.mark.parametrize("batches", ["tasks"], indirect=True)
-def test_a_lane_failing_after_its_commit_leaves_one_copy_of_each_row(
-    batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The lane's job fails in a way nobody foresaw after one table's commit (here: right after
-    run_lane returns): Spark's path applies the batch, reads the table's fences from its log,
-    finds the batch applied, and writes nothing twice; the lane stays off for the job."""
-    from bridge.spark import applier as applier_module
-
-    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
-    _appended_by(batches.apply(0), batches)
-    real = applier_module.run_lane_first
-
-    def committed_then_failed(*args: Any, **kwargs: Any) -> Any:
-        real(*args, **kwargs)
-        raise RuntimeError("an unforeseen failure after the commit")
-
-    monkeypatch.setattr(applier_module, "run_lane_first", committed_then_failed)
-    batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
-    batches.add(KEYED, "c", (11, 1), after={"id": 3, "v": "c"})
-    applier = batches.apply(1)
-    assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3]
-    assert applier.stats.last_write["public.keyed"][0] == "replay"
-    batches.add(KEYED, "c", (12, 0), after={"id": 4, "v": "d"})
-    assert batches.apply(2).stats.last_write["public.keyed"][1] != "tasks"  # the lane is off
-    assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 3, 4]
