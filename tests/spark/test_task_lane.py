@@ -10,14 +10,17 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from bridge.native.switches import NATIVE, enabled
 from bridge.spark import transforms as tf
-from bridge.spark.avro_columns import native_decoder
 from bridge.spark.executor_files import FileLayout
 from bridge.spark.fences import Fences
 from bridge.spark.task_lane import LaneSpec, NotAnAppend, combine_task_parts, lane_plan, task_rows
 from tests.spark.envelopes import TableVersion, frame_avro
 
-pytestmark = pytest.mark.skipif(native_decoder() is None, reason="the C decoder is not built")
+# Off on purpose only under PGBRIDGE_NATIVE=0; a build that lacks the C decoder fails here.
+pytestmark = pytest.mark.skipif(
+    not enabled(NATIVE), reason="PGBRIDGE_NATIVE=0: the C part is off on purpose"
+)
 
 COLUMNS: list[dict[str, Any]] = [
     {"name": "id", "type": "long"},
