@@ -276,6 +276,67 @@ def batch_groups(framed: DataFrame) -> BatchGroups:
     return BatchGroups(groups, len(groups) < len(counted))
 
 
+#: A group of :func:`batch_groups`: (topic, value schema id, whether its records are unframed).
+GroupKey = tuple[str, Any, bool]
+
+
+def count_groups(
+    records: Any, has_value: Any, groups: dict[GroupKey, dict[str, Any]] | None = None
+) -> dict[GroupKey, dict[str, Any]]:
+    """:func:`batch_groups`'s count over an Arrow table of framed records (a batch collected
+    whole, or a task's share of one), added to ``groups``; ``has_value``: per record, whether
+    it holds a value. A group: its value schema id, ``unframed``, ``key_id`` and
+    ``min_key_id``, ``records`` and a :data:`SAMPLE` value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    unframed = pc.is_valid(records.column(tf.FRAMING_ERROR))
+    counted = (
+        pa.table(
+            {
+                "topic": records.column("topic"),
+                "schema_id": records.column(tf.VALUE_SCHEMA_ID),
+                "unframed": unframed,
+                "key_id": records.column(tf.KEY_SCHEMA_ID),
+                "value": records.column("value"),
+            }
+        )
+        .filter(pc.or_(unframed, has_value))
+        .group_by(["topic", "schema_id", "unframed"], use_threads=False)
+        .aggregate([("key_id", "max"), ("key_id", "min"), ("topic", "count"), ("value", "first")])
+    )
+    out = {} if groups is None else groups
+    for row in counted.to_pylist():
+        add_group(
+            out,
+            (row["topic"], row["schema_id"], bool(row["unframed"])),
+            {
+                tf.VALUE_SCHEMA_ID: row["schema_id"],
+                "unframed": bool(row["unframed"]),
+                "key_id": row["key_id_max"],
+                "min_key_id": row["key_id_min"],
+                "records": row["topic_count"],
+                SAMPLE: row["value_first"],
+            },
+        )
+    return out
+
+
+def add_group(groups: dict[GroupKey, dict[str, Any]], key: GroupKey, part: dict[str, Any]) -> None:
+    """Add one part of a group (:func:`count_groups`) to ``groups``: counts add up, key schema
+    ids widen, the first sample stays."""
+    group = groups.get(key)
+    if group is None:
+        groups[key] = dict(part)
+        return
+    group["records"] += part["records"]
+    for name, pick in (("key_id", max), ("min_key_id", min)):
+        values = [v for v in (group[name], part[name]) if v is not None]
+        group[name] = pick(values) if values else None
+    if group.get(SAMPLE) is None:
+        group[SAMPLE] = part.get(SAMPLE)
+
+
 def decode_batch(
     framed: DataFrame,
     config: ApplyConfig,

@@ -69,30 +69,18 @@ def summarize(changes: Sequence[RawChange]) -> dict[str, Any] | None:
     }
 
 
-def _after(change: RawChange, position: Position) -> bool:
-    return (change.commit_lsn, change.seq) > position
-
-
 def admitted(
     changes: Sequence[RawChange], fences: Fences, truncate_at: Position | None
 ) -> list[RawChange]:
-    """The changes a keyed table's MERGE sees: records its commits did not cover yet, not
-    resends (snapshot reads are exempt), not erased by its last truncate, and after the batch's
-    own last truncate (bridge.spark.applier, ``_merge_keyed``)."""
-    out: list[RawChange] = []
-    for c in changes:
-        covered = fences.offsets.get(c.partition)
-        if covered is not None and c.offset <= covered:
-            continue
-        if fences.truncate is not None and not _after(c, fences.truncate):
-            continue
-        fence = fences.partitions.get(c.partition)
-        if fence is not None and c.op != "r" and not _after(c, fence):
-            continue
-        if truncate_at is not None and not _after(c, truncate_at):
-            continue
-        out.append(c)
-    return out
+    """The changes a keyed table's MERGE sees: those its fences admit
+    (:meth:`~bridge.spark.fences.Fences.admits_change`), after the batch's own last truncate
+    (bridge.spark.applier, ``_merge_keyed``)."""
+    return [
+        c
+        for c in changes
+        if fences.admits_change(c.partition, c.offset, c.op, (c.commit_lsn, c.seq))
+        and (truncate_at is None or (c.commit_lsn, c.seq) > truncate_at)
+    ]
 
 
 def last_change_per_key(

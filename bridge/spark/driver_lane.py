@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
 from bridge.spark.config import ApplyConfig, delta_table
-from bridge.spark.decode import BatchGroups, SchemaCache
+from bridge.spark.decode import BatchGroups, SchemaCache, count_groups
 from bridge.spark.driver_changes import summarize
 from bridge.spark.driver_decode import DriverDecoder, NotForDriver, RawChange
 from bridge.spark.driver_multiset import COMPARED_NORMALISED
@@ -98,38 +98,10 @@ def _oversize_topics(records: Any) -> set[str]:
 
 
 def groups_of(records: Any) -> BatchGroups:
-    """:func:`bridge.spark.decode.batch_groups` of a batch collected whole, counted by Arrow:
-    per (topic, value schema id) of the framed records holding a value, the records and the
-    highest and lowest key schema id; and whether any record is not framed."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    unframed = pc.is_valid(records.column(tf.FRAMING_ERROR))
-    counted = (
-        pa.table(
-            {
-                "topic": records.column("topic"),
-                "schema_id": records.column(tf.VALUE_SCHEMA_ID),
-                "unframed": unframed,
-                "key_id": records.column(tf.KEY_SCHEMA_ID),
-            }
-        )
-        .filter(pc.or_(unframed, records.column(_HAS_VALUE)))
-        .group_by(["topic", "schema_id", "unframed"])
-        .aggregate([("key_id", "max"), ("key_id", "min"), ("topic", "count")])
-        .to_pylist()
-    )
-    groups = [
-        {
-            "topic": row["topic"],
-            tf.VALUE_SCHEMA_ID: row["schema_id"],
-            "key_id": row["key_id_max"],
-            "min_key_id": row["key_id_min"],
-            "records": row["topic_count"],
-        }
-        for row in counted
-        if not row["unframed"]
-    ]
+    """:func:`bridge.spark.decode.batch_groups` of a batch collected whole, counted by Arrow
+    (:func:`~bridge.spark.decode.count_groups`)."""
+    counted = count_groups(records, records.column(_HAS_VALUE))
+    groups = [{"topic": key[0], **g} for key, g in counted.items() if not g["unframed"]]
     return BatchGroups(groups, len(groups) < len(counted))
 
 

@@ -73,7 +73,12 @@ _HISTORY_DEPTH = 100
 @dataclass(frozen=True, slots=True)
 class Fences:
     """Per Kafka partition, the highest position delivered (and the highest offset covered);
-    the last truncate's position."""
+    the last truncate's position.
+
+    The rule of which changes a table admits has three renderings, kept side by side here
+    and checked against each other by tests/spark/test_fences.py: Spark columns
+    (:meth:`admits`, :meth:`not_covered`), one change in Python (:meth:`admits_change`) and
+    Arrow (:meth:`admitted_rows`)."""
 
     partitions: Mapping[int, Position] = field(default_factory=dict)
     truncate: Position | None = None
@@ -123,6 +128,47 @@ class Fences:
             )
         result: Column = covered.otherwise(F.lit(True))
         return result
+
+    def admits_change(self, partition: int, offset: int, op: str, position: Position) -> bool:
+        """:meth:`not_covered` and :meth:`admits` for one change, in Python (the driver's
+        writes: ``bridge.spark.driver_changes``)."""
+        covered = self.offsets.get(partition)
+        if covered is not None and offset <= covered:
+            return False
+        if self.truncate is not None and position <= self.truncate:
+            return False
+        fence = self.partitions.get(partition)
+        return fence is None or op == "r" or position > fence
+
+    def admitted_rows(self, rows: Any, op: str) -> Any:
+        """:meth:`not_covered` and :meth:`admits` over an Arrow table (the task lane's
+        decoded records; ``op`` names its change kind column): the rows admitted."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not self.offsets and self.truncate is None and not self.partitions:
+            return rows
+        partitions, offsets = rows.column(tf.PARTITION), rows.column(tf.OFFSET)
+        lsn, seq = rows.column(tf.COMMIT_LSN), rows.column(tf.SEQ)
+
+        def after(position: Position) -> Any:
+            return pc.or_(
+                pc.greater(lsn, position[0]),
+                pc.and_(pc.equal(lsn, position[0]), pc.greater(seq, position[1])),
+            )
+
+        keep = pa.array([True] * rows.num_rows, pa.bool_())
+        for number, last in self.offsets.items():
+            keep = pc.and_(
+                keep, pc.or_(pc.not_equal(partitions, number), pc.greater(offsets, last))
+            )
+        if self.truncate is not None:
+            keep = pc.and_(keep, after(self.truncate))
+        reads = pc.equal(rows.column(op), "r")
+        for number, position in self.partitions.items():
+            fresh = pc.or_(pc.not_equal(partitions, number), after(position))
+            keep = pc.and_(keep, pc.or_(reads, fresh))
+        return rows if pc.all(keep).as_py() else rows.filter(keep)
 
     def cover(self, offsets: Mapping[int, int]) -> bool:
         """Whether this table's commits covered every record of a batch whose highest offset

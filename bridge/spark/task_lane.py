@@ -34,6 +34,7 @@ from typing import Any
 
 from bridge.spark import transforms as tf
 from bridge.spark.avro_columns import PayloadError, Plan, compile_plan, decode
+from bridge.spark.decode import SAMPLE, GroupKey, add_group, count_groups
 from bridge.spark.executor_files import FileLayout, write_file
 from bridge.spark.fences import Fences
 from bridge.spark.summary import SUMMARY_PARTITION
@@ -165,7 +166,7 @@ def appended_rows(chunks: Sequence[Any], spec: LaneSpec) -> Any:
     import pyarrow.compute as pc
 
     rows = pa.concat_tables(chunks) if len(chunks) != 1 else chunks[0]
-    rows = _admitted(rows, spec.fences)
+    rows = spec.fences.admitted_rows(rows, _OP)
     if spec.first_load:  # a delete's key is in its old row
         deletes = pc.equal(rows.column(_OP), "d")
         for key in spec.keys:
@@ -248,38 +249,6 @@ def _summary_parts(decoded: Any) -> list[dict[str, Any]]:
     return parts
 
 
-def _after(lsn: Any, seq: Any, position: tuple[int, int]) -> Any:
-    import pyarrow.compute as pc
-
-    return pc.or_(
-        pc.greater(lsn, position[0]),
-        pc.and_(pc.equal(lsn, position[0]), pc.greater(seq, position[1])),
-    )
-
-
-def _admitted(decoded: Any, fences: Fences) -> Any:
-    """The records Spark's path applies: not covered by the table's commits (offsets), after
-    the truncate fence, and (but snapshot reads) after their partition's fence
-    (:meth:`bridge.spark.fences.Fences.not_covered`, :meth:`~Fences.admits`)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not fences.offsets and fences.truncate is None and not fences.partitions:
-        return decoded
-    partitions, offsets = decoded.column(tf.PARTITION), decoded.column(tf.OFFSET)
-    lsn, seq = decoded.column(tf.COMMIT_LSN), decoded.column(tf.SEQ)
-    keep = pa.array([True] * decoded.num_rows)
-    for number, last in fences.offsets.items():
-        keep = pc.and_(keep, pc.or_(pc.not_equal(partitions, number), pc.greater(offsets, last)))
-    if fences.truncate is not None:
-        keep = pc.and_(keep, _after(lsn, seq, fences.truncate))
-    reads = pc.equal(decoded.column(_OP), "r")
-    for number, position in fences.partitions.items():
-        fresh = pc.or_(pc.not_equal(partitions, number), _after(lsn, seq, position))
-        keep = pc.and_(keep, pc.or_(reads, fresh))
-    return decoded if pc.all(keep).as_py() else decoded.filter(keep)
-
-
 def _last_per_key(rows: Any, keys: Sequence[str]) -> Any:
     """Each key's last change by position (then offset), as ``last_change_per_key`` keeps it:
     a record delivered twice in one batch is appended once."""
@@ -321,13 +290,13 @@ def task_result(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    groups: dict[tuple[str, Any, bool], dict[str, Any]] = {}
+    groups: dict[GroupKey, dict[str, Any]] = {}
     chunks: dict[str, list[DecodedChunk]] = {}
     refused: dict[str, str] = {}
     for batch in records:
         everything = pa.Table.from_batches([batch])
         if expected is not None:
-            _count_groups(everything, groups)
+            count_groups(everything, pc.is_valid(everything.column("value")), groups)
         topics = everything.column("topic")
         present = pc.unique(topics).to_pylist()
         for topic in present:
@@ -345,9 +314,9 @@ def task_result(
                 refused[topic] = f"{type(exc).__name__}: {exc}"
                 chunks.pop(topic, None)
     for (topic, _, _), group in groups.items():
-        counts = {k: v for k, v in group.items() if k != "sample"}
+        counts = {k: v for k, v in group.items() if k != SAMPLE}
         yield _output_row("group", topic, None, None, None, json.dumps(counts), None,
-                          group["sample"])  # fmt: skip
+                          group[SAMPLE])  # fmt: skip
     for topic, why in refused.items():
         yield _output_row("lane", topic, None, None, None, None, why, None)
     for topic, decoded in chunks.items():
@@ -385,48 +354,6 @@ def _output_row(
         ],
         names=["kind", "topic", "path", "size", "records", "parts", "refused", "sample"],
     )
-
-
-def _count_groups(everything: Any, groups: dict[tuple[str, Any, bool], dict[str, Any]]) -> None:
-    """Add a batch's records to the task's part of :func:`bridge.spark.decode.batch_groups`:
-    per (topic, value schema id, not framed) of the records holding a value or not framed, the
-    key schema ids' range, the records and one of their values."""
-    import pyarrow.compute as pc
-
-    unframed = pc.is_valid(everything.column(tf.FRAMING_ERROR))
-    counted = everything.append_column("_unframed", unframed).filter(
-        pc.or_(unframed, pc.is_valid(everything.column("value")))
-    )
-    grouped = counted.group_by(["topic", tf.VALUE_SCHEMA_ID, "_unframed"], use_threads=False)
-    aggregated = grouped.aggregate(
-        [
-            (tf.KEY_SCHEMA_ID, "max"),
-            (tf.KEY_SCHEMA_ID, "min"),
-            ("topic", "count"),
-            ("value", "first"),
-        ]
-    )
-    for row in aggregated.to_pylist():
-        key = (row["topic"], row[tf.VALUE_SCHEMA_ID], bool(row["_unframed"]))
-        high, low = row[f"{tf.KEY_SCHEMA_ID}_max"], row[f"{tf.KEY_SCHEMA_ID}_min"]
-        group = groups.get(key)
-        if group is None:
-            groups[key] = {
-                tf.VALUE_SCHEMA_ID: row[tf.VALUE_SCHEMA_ID],
-                "unframed": bool(row["_unframed"]),
-                "key_id": high,
-                "min_key_id": low,
-                "records": row["topic_count"],
-                "sample": row["value_first"],
-            }
-            continue
-        group["records"] += row["topic_count"]
-        group["key_id"] = max((v for v in (group["key_id"], high) if v is not None), default=None)
-        group["min_key_id"] = min(
-            (v for v in (group["min_key_id"], low) if v is not None), default=None
-        )
-        if group["sample"] is None:
-            group["sample"] = row["value_first"]
 
 
 def _expected_records(records: Any, schema_id: int, key_id: int) -> Any:
@@ -551,7 +478,7 @@ def run_lane_first(
     topic the lane keeps taking costs one read of Kafka per batch, not two. A topic absent
     from the batch has no outcome; one whose records are not all of the ``expected`` (value
     schema id, key schema id) is refused."""
-    from bridge.spark.decode import SAMPLE, BatchGroups
+    from bridge.spark.decode import BatchGroups
 
     specs = {topic: lane.spec for topic, lane in topics.items()}
     rows = (
@@ -559,22 +486,14 @@ def run_lane_first(
         .mapInArrow(lambda batches: task_result(batches, specs, expected), LANE_OUTPUT)
         .collect()
     )
-    merged: dict[tuple[str, int | None, bool], dict[str, Any]] = {}
+    merged: dict[GroupKey, dict[str, Any]] = {}
     per_topic: dict[str, list[Any]] = {}
     for row in rows:
         if row["kind"] == "lane":
             per_topic.setdefault(row["topic"], []).append(row)
             continue
-        part = json.loads(row["parts"])
-        key = (row["topic"], part[tf.VALUE_SCHEMA_ID], bool(part["unframed"]))
-        group = merged.get(key)
-        if group is None:
-            merged[key] = {"topic": row["topic"], **part, SAMPLE: row["sample"]}
-            continue
-        group["records"] += part["records"]
-        for name, pick in (("key_id", max), ("min_key_id", min)):
-            values = [v for v in (group[name], part[name]) if v is not None]
-            group[name] = pick(values) if values else None
+        part = {"topic": row["topic"], **json.loads(row["parts"]), SAMPLE: row["sample"]}
+        add_group(merged, (row["topic"], part[tf.VALUE_SCHEMA_ID], part["unframed"]), part)
     groups = [g for g in merged.values() if not g["unframed"]]
     outcomes = {
         topic: _committed(topic, topics[topic], per_topic[topic], batch_id, app_id, identity_path)

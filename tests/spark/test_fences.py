@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge.spark import transforms as tf
 from bridge.spark.fences import METADATA_KEY, Fences
 
 
@@ -47,3 +52,55 @@ def test_a_batch_is_covered_when_every_partition_offset_was_committed() -> None:
     assert not fences.cover({0: 10, 2: 0})  # a partition no commit covered
     assert not fences.cover({})  # no records: nothing to say (the caller applies as usual)
     assert not Fences().cover({0: 0})  # commits from before offsets were recorded
+
+
+# The fence rule's renderings (Fences.admits_change for the driver, Fences.admitted_rows for the
+# task lane) must admit the same changes; Spark's (Fences.admits, not_covered) is held to
+# admits_change in test_transforms.py.
+_positions = st.tuples(st.integers(0, 6), st.integers(0, 3))
+_changes = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(0, 9), st.sampled_from("rcudt"), _positions),
+    max_size=40,
+)
+_fences = st.builds(
+    Fences,
+    st.dictionaries(st.integers(0, 2), _positions, max_size=3),
+    st.none() | _positions,
+    st.dictionaries(st.integers(0, 2), st.integers(0, 9), max_size=3),
+)
+
+
+def _arrow_changes(changes: list[tuple[int, int, str, tuple[int, int]]]) -> pa.Table:
+    return pa.table(
+        {
+            tf.PARTITION: pa.array([c[0] for c in changes], pa.int32()),
+            tf.OFFSET: pa.array([c[1] for c in changes], pa.int64()),
+            "op": pa.array([c[2] for c in changes], pa.string()),
+            tf.COMMIT_LSN: pa.array([c[3][0] for c in changes], pa.int64()),
+            tf.SEQ: pa.array([c[3][1] for c in changes], pa.int64()),
+            "row": pa.array(range(len(changes)), pa.int64()),
+        }
+    )
+
+
+# No deadline: the first example pays pyarrow.compute's import, and the unit run shares the
+# cores with other workers.
+@settings(deadline=None)
+@given(_fences, _changes)
+def test_the_arrow_rule_admits_what_the_python_rule_admits(
+    fences: Fences, changes: list[tuple[int, int, str, tuple[int, int]]]
+) -> None:
+    expected = [i for i, c in enumerate(changes) if fences.admits_change(*c)]
+    admitted = fences.admitted_rows(_arrow_changes(changes), "op")
+    assert admitted.column("row").to_pylist() == expected
+
+
+def test_the_rule_drops_covered_records_resends_and_changes_a_truncate_erased() -> None:
+    fences = Fences({0: (10, 2)}, truncate=(5, 0), offsets={0: 100})
+    assert not fences.admits_change(0, 100, "c", (20, 0))  # covered by a commit
+    assert fences.admits_change(0, 101, "c", (20, 0))
+    assert not fences.admits_change(0, 101, "u", (10, 2))  # a resend: at the partition fence
+    assert fences.admits_change(0, 101, "r", (10, 2))  # snapshot reads are exempt
+    assert not fences.admits_change(1, 0, "r", (5, 0))  # erased by the truncate
+    assert fences.admits_change(1, 0, "c", (5, 1))
+    assert Fences().admits_change(0, 0, "d", (0, 0))

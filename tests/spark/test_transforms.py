@@ -230,3 +230,42 @@ def test_dead_letters_have_fixed_shape_and_reason(spark: Any) -> None:
         "why",
         42,
     )
+
+
+def test_spark_fence_columns_admit_what_the_python_rule_admits(spark: Any) -> None:
+    """Fences.admits and not_covered (Spark's path) against Fences.admits_change (the
+    driver's; tests/spark/test_fences.py holds the task lane's Arrow rule to the same), over
+    every change of a small grid and fences of each kind."""
+    from pyspark.sql import functions as F
+
+    from bridge.spark.fences import Fences
+
+    changes = [
+        (partition, offset, op, lsn, seq)
+        for partition in (0, 1, 2)
+        for offset in (0, 5, 9)
+        for op in ("r", "c", "d")
+        for lsn in (3, 4, 5)
+        for seq in (0, 1)
+    ]
+    frame = spark.createDataFrame(
+        changes,
+        f"{tf.PARTITION} int, {tf.OFFSET} long, {tf.OP} string, "
+        f"{tf.COMMIT_LSN} long, {tf.SEQ} long",
+    ).cache()
+    for fences in (
+        Fences(),
+        Fences({0: (4, 0), 2: (5, 1)}),
+        Fences(truncate=(4, 1)),
+        Fences(offsets={0: 5, 1: 0}),
+        Fences({1: (3, 1)}, (4, 0), {2: 5}),
+    ):
+        admitted = frame
+        for condition in (
+            fences.admits(),
+            fences.not_covered(F.col(tf.PARTITION), F.col(tf.OFFSET)),
+        ):
+            if condition is not None:
+                admitted = admitted.where(condition)
+        expected = {c for c in changes if fences.admits_change(c[0], c[1], c[2], (c[3], c[4]))}
+        assert {tuple(row) for row in admitted.collect()} == expected, fences
