@@ -154,10 +154,6 @@ PAUSE_AFTER_MERGE_ENV = "PGBRIDGE_APPLY_PAUSE_AFTER_MERGE"
 
 #: Tables decoded in the driver written by delta-rs at the same time (bridge.spark.driver_lane).
 DRIVER_WRITERS = 4
-#: A topic's batch of at least this many records (and more than the driver writes) may take
-#: the task lane (bridge.spark.task_lane); smaller ones cost more in its Spark job than Spark's
-#: decode.
-LANE_MIN_RECORDS = 50_000
 
 
 def job_conf(cores: int) -> dict[str, str]:
@@ -496,7 +492,7 @@ class BatchApplier:
         for row in groups.groups:
             per_topic.setdefault(str(row["topic"]), []).append(row)
         # More records than the driver lane takes (bridge.spark.driver_lane): never both.
-        minimum = max(LANE_MIN_RECORDS, self.config.driver_write_rows + 1)
+        minimum = max(self.config.lane_min_records, self.config.driver_write_rows + 1)
         chosen = [
             topic
             for topic, rows in per_topic.items()

@@ -126,6 +126,14 @@ def _table_arguments(parser: argparse.ArgumentParser) -> None:
         "batch of new keys into a table the job wrote before is decoded and written as Parquet "
         "by Spark's Python tasks, and committed by the driver)",
     )
+    parser.add_argument(
+        "--lane-min-records",
+        type=int,
+        default=50_000,
+        help="a keyed topic's batch of at least this many records (and more than "
+        "--driver-write-rows) may take the task lane: smaller ones cost more in its Spark job "
+        "than in Spark's decode",
+    )
     parser.add_argument("--history", action="store_true", help="also keep SCD type 2 history")
     parser.add_argument("--history-base", default="", help="default: <delta-base>/_history")
     parser.add_argument(
@@ -235,6 +243,7 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         driver_write_rows=args.driver_write_rows,
         driver_decode=args.driver_decode,
         task_lane=args.task_lane,
+        lane_min_records=args.lane_min_records,
         mode=getattr(args, "mode", "merge"),
         compaction_interval=getattr(args, "compaction_interval", "60 seconds"),
         history=args.history,

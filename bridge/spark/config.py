@@ -94,11 +94,11 @@ class ApplyConfig:
     with Spark. With ``driver_decode`` (the default) such a table's records
     are also decoded in the driver, with no Spark plan per table, when the job wrote the table
     before with the same columns (:mod:`bridge.spark.driver_lane`). With ``task_lane`` (the
-    default) a larger keyed batch of new keys into such a table is decoded and written as
-    Parquet files by Spark's Python tasks, committed by the driver
-    (:mod:`bridge.spark.task_lane`). ``history`` also keeps an
-    SCD type 2 table per source table under ``history_base`` (default
-    ``<delta_base>/_history``), see :mod:`bridge.spark.history`.
+    default) a keyed topic's batch of at least ``lane_min_records`` records (and more than
+    ``driver_write_rows``) of new keys into such a table is decoded and written as Parquet
+    files by Spark's Python tasks, committed by the driver (:mod:`bridge.spark.task_lane`).
+    ``history`` also keeps an SCD type 2 table per source table under ``history_base``
+    (default ``<delta_base>/_history``), see :mod:`bridge.spark.history`.
     ``deletion_vectors`` creates tables with Delta deletion vectors, so a MERGE that updates a
     few rows of a file marks them instead of rewriting the file (readers need Delta reader
     version 3; turn it off for older readers). Tables under 32 MiB rewrite the files a MERGE
@@ -140,6 +140,7 @@ class ApplyConfig:
     driver_write_rows: int = 50_000
     driver_decode: bool = True
     task_lane: bool = True
+    lane_min_records: int = 50_000
     history: bool = False
     deletion_vectors: bool = True
     dropped_columns: str = "keep"
@@ -197,6 +198,8 @@ class ApplyConfig:
             raise ConfigError("parallel_tables", "must be at least 1")
         if self.driver_write_rows < 0:
             raise ConfigError("driver_write_rows", "must be 0 (off) or more")
+        if self.lane_min_records < 1:
+            raise ConfigError("lane_min_records", "must be at least 1")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:
             raise ConfigError("max_offsets_per_trigger", "must be positive")
         for key, value in self.kafka_options:

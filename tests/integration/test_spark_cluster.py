@@ -62,9 +62,7 @@ def test_apply_on_a_standalone_cluster_with_two_workers_equals_the_source(
     master, workers = spark_cluster
     prefix = f"cluster{uuid.uuid4().hex[:8]}"
     with scratch_database(local_stack) as dsn:
-        # A table of 52,000 rows in one transaction: its first load is more than the task lane's
-        # 50,000 records, so the executors decode and write it (bridge.spark.task_lane).
-        capture_workload(local_stack, dsn, prefix, big_rows=52_000)
+        capture_workload(local_stack, dsn, prefix)
         config = apply_config(local_stack, prefix, tmp_path / "apply")
         shared = run_configuration_file(local_stack, prefix, tmp_path / "pgbridge.toml")
         args = [
@@ -73,6 +71,10 @@ def test_apply_on_a_standalone_cluster_with_two_workers_equals_the_source(
             "--delta-base", config.delta_base, "--checkpoint", config.checkpoint_location,
             "--dead-letter", config.dead_letter_location,
             "--spark-conf", "spark.executor.memory=512m",
+            # The workload's 5,000-row table through the task lane, so the executors decode and
+            # write it (bridge.spark.task_lane; by default from 50,000 records); tables of at
+            # most 1,000 changes by the driver, those between by Spark's MERGE.
+            "--lane-min-records", "2000", "--driver-write-rows", "1000",
             # Short-lived executors: the JIT options the tests give drivers (tests/conftest.py).
             "--spark-conf",
             f"spark.executor.extraJavaOptions={os.environ.get('SPARK_SUBMIT_OPTS', '')}",

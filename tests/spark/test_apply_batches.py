@@ -88,9 +88,10 @@ class Batches:
             dead_letter_location=str(tmp / "dead"),
             parallel_tables=1,
             # "spark": every table written by Spark jobs (as large tables and batches are);
-            # "tasks": large tables' batches of new keys by the task lane (the fixture lowers
-            # its threshold), the others by Spark jobs.
+            # "tasks": large tables' batches of new keys by the task lane (its threshold
+            # lowered to one record), the others by Spark jobs.
             **({"driver_write_rows": 0} if writer in ("spark", "tasks") else {}),
+            **({"lane_min_records": 1} if writer == "tasks" else {}),
         )
         self.records: list[tuple[bytes | None, bytes | None, str, int]] = []
         self.offsets: dict[tuple[str, int], int] = {}
@@ -183,16 +184,12 @@ def _merges(spark: Any, path: str) -> int:
 
 
 @pytest.fixture
-def batches(
-    spark: Any, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> Batches:
+def batches(spark: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Batches:
     """Batches written as the job writes them by default (small tables: delta-rs in the
     driver); ``@BOTH_WRITERS`` runs a test once more with Spark writing every table (and
     test_lane_batches with the task lane taking every batch it may: by default only batches of
     more than 50,000 records)."""
     writer = getattr(request, "param", "delta-rs")
-    if writer == "tasks":
-        monkeypatch.setattr("bridge.spark.applier.LANE_MIN_RECORDS", 1)
     return Batches(spark, tmp_path, writer)
 
 

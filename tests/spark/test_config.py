@@ -41,6 +41,7 @@ def _config(**overrides: object) -> ApplyConfig:
         ({"starting_offsets": "beginning"}, "starting_offsets"),
         ({"max_offsets_per_trigger": 0}, "max_offsets_per_trigger"),
         ({"parallel_tables": 0}, "parallel_tables"),
+        ({"lane_min_records": 0}, "lane_min_records"),
         ({"mode": "merge-on-read"}, "mode"),
         ({"compaction_interval": "often"}, "compaction_interval"),
         ({"kafka_options": (("kafka.security.protocol", "SSL"),)}, "kafka_options"),
@@ -157,10 +158,13 @@ def test_config_from_args_reads_options_and_environment(monkeypatch: pytest.Monk
             "changelog",
             "--compaction-interval",
             "2 minutes",
+            "--lane-min-records",
+            "2000",
         ]
     )
     config = config_from_args(args)
     assert (config.mode, config.compaction_interval) == ("changelog", "2 minutes")
+    assert config.lane_min_records == 2000
     assert config.variable_decimal == (30, 6)
     assert (config.bootstrap_servers, config.registry_url) == ("k:9092", "http://r:8081")
     assert config.tables == ("public.a", "s.b") and config.available_now
