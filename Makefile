@@ -18,22 +18,28 @@ demo: $(VENV)/.installed .stack-prereqs
 ## test: lint, type-check, check docker-compose.yml, the unit tests (C accelerator, then the
 ## pure-Python path a machine without a C compiler runs), then on one real local stack the
 ## integration tests, two at a time (a module's tests on one worker) with the 30
-## slowest listed, and beside them an end-to-end slice on the pure-Python path. The fuzz
-## run, the soak and the long integration tests have their own targets. Under CI the stack is
-## stopped afterwards.
+## slowest listed, and beside them an end-to-end slice on the pure-Python path. The stack
+## starts beside the lint and unit tests (it mostly waits on its JVMs), and its log is shown
+## if it fails. The fuzz run, the soak and the long integration tests have their own
+## targets. Under CI the stack is stopped afterwards.
 INTEGRATION := -m "integration and not slow and not long" -n 2 --dist loadfile \
 	--no-loadscope-reorder --durations=30
-test: lint .stack-prereqs
-	$(BIN)/pytest $(UNIT) $(PYTEST_ARGS)
-	PGBRIDGE_NATIVE=0 $(BIN)/pytest $(UNIT) --ignore=tests/native $(PYTEST_ARGS)
-	$(BIN)/pgbridge dev up
-	status=0; slice_log=$$(mktemp); \
-	PGBRIDGE_NATIVE=0 $(BIN)/pytest -m "integration and pure_python_slice" -q \
-	  -p no:cacheprovider $(PYTEST_ARGS) > $$slice_log 2>&1 & slice=$$!; \
-	$(BIN)/pytest $(INTEGRATION) $(PYTEST_ARGS) || status=$$?; \
-	wait $$slice || status=$$?; \
-	echo "== the pure-Python slice (PGBRIDGE_NATIVE=0), run beside the integration tests:"; \
-	cat $$slice_log; rm -f $$slice_log; \
+test: $(VENV)/.installed .stack-prereqs
+	status=0; up_log=$$(mktemp); slice_log=$$(mktemp); \
+	$(BIN)/pgbridge dev up > $$up_log 2>&1 & up=$$!; \
+	{ $(MAKE) --no-print-directory lint && $(BIN)/pytest $(UNIT) $(PYTEST_ARGS) && \
+	  PGBRIDGE_NATIVE=0 $(BIN)/pytest $(UNIT) --ignore=tests/native $(PYTEST_ARGS); } || status=$$?; \
+	wait $$up || { cat $$up_log; [ $$status -ne 0 ] || status=1; }; \
+	if [ $$status -eq 0 ]; then \
+	  tail -n 3 $$up_log; \
+	  PGBRIDGE_NATIVE=0 $(BIN)/pytest -m "integration and pure_python_slice" -q \
+	    -p no:cacheprovider $(PYTEST_ARGS) > $$slice_log 2>&1 & slice=$$!; \
+	  $(BIN)/pytest $(INTEGRATION) $(PYTEST_ARGS) || status=$$?; \
+	  wait $$slice || status=$$?; \
+	  echo "== the pure-Python slice (PGBRIDGE_NATIVE=0), run beside the integration tests:"; \
+	  cat $$slice_log; \
+	fi; \
+	rm -f $$up_log $$slice_log; \
 	if [ -n "$$CI" ]; then $(BIN)/pgbridge dev down; fi; \
 	exit $$status
 
