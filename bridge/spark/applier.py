@@ -61,7 +61,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -82,9 +82,8 @@ from bridge.spark.apply_metrics import (
     TABLE_FAILURES,
     TABLE_LAG,
 )
-from bridge.spark.avro_columns import native_decoder
 from bridge.spark.config import ApplyConfig, delta_table
-from bridge.spark.decode import SAMPLE, SchemaCache, TableBatch, batch_groups, decode_batch
+from bridge.spark.decode import SchemaCache, TableBatch, batch_groups, decode_batch
 from bridge.spark.driver_changes import (
     ArrowRows,
     admitted,
@@ -101,25 +100,24 @@ from bridge.spark.driver_lane import (
     driver_tables,
     drives,
     groups_of,
-    topic_candidate,
 )
 from bridge.spark.driver_merge import (
     DriverWriteRefused,
     append_in_driver,
     driver_write_fits,
-    is_local_path,
     merge_in_driver,
-    open_table,
 )
 from bridge.spark.driver_multiset import multiset_in_driver
 from bridge.spark.errors import RegistryUnavailableError, TableApplyError, first_line
 from bridge.spark.fences import Fences, read_fences
 from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
+from bridge.spark.lane_driver import TaskLane
 from bridge.spark.merge import (
     MergePlan,
     append_new_keys,
     compact,
     ensure_table,
+    is_delta_table,
     merge_changes,
     table_key_columns,
 )
@@ -135,11 +133,6 @@ from bridge.spark.summary import (
 )
 from bridge.spark.task_lane import (
     LaneCommit,
-    LaneSpec,
-    LaneTopic,
-    lane_plan,
-    run_lane,
-    run_lane_first,
 )
 from bridge.spark.write_choice import inserts_only, new_keys_only
 
@@ -236,15 +229,8 @@ class BatchApplier:
         # Whether the last batch was small enough to collect whole (collect_small_batch); a
         # batch after a start is counted by Spark first (its tables take Spark's path anyway).
         self._small_batches = False
-        # Tables whose batch the task lane (bridge.spark.task_lane) found not to be an append:
-        # Spark's path from then on; and whether the lane is off for this job (it failed).
-        self._lane_refused: set[str] = set()
-        self._lane_off = False
-        # The topics the lane committed in the last batch: (its candidate, key schema id).
-        self._lane_guess: dict[str, tuple[Candidate, int]] = {}
-        # Tables the lane created empty for a first load it then left to Spark's path: that
-        # path loads them as a first load (an append), not as tables that existed.
-        self._lane_created: set[str] = set()
+        # Large batches of new keys, decoded and written by Spark's Python tasks.
+        self.lane = TaskLane(config, self.schemas, self._decoder, self)
 
     def _session(self, spark: Any) -> Any:
         """This thread's own session (same SparkContext and cache, own SQL conf).
@@ -410,11 +396,13 @@ class BatchApplier:
             state = _BatchState()
             laned: set[str] = set()
             collected = groups = None
-            if self._lane_guess:
+            if self.lane.expects_topics:
                 # The topics the lane took last batch: the lane's job reads the batch once for
                 # them and for the batch's groups (task_lane.run_lane_first).
                 with phases.phase("lane"):
-                    laned, groups = self._task_lane_first(framed, batch_id, state)
+                    started = time.monotonic()
+                    commits, groups = self.lane.first(framed, batch_id)
+                    laned = self._lane_applied(commits, batch_id, state, started)
             if groups is None:
                 with phases.phase("read"):
                     # A batch as small as the last one is collected whole: read from Kafka
@@ -429,7 +417,9 @@ class BatchApplier:
                 # Large tables' batches of new keys, in one job (its own read of the batch:
                 # caching the batch for it costs more than reading Kafka again).
                 with phases.phase("lane"):
-                    laned |= self._task_lane(framed, groups, batch_id, state)
+                    started = time.monotonic()
+                    commits = self.lane.run(framed, groups, batch_id)
+                    laned |= self._lane_applied(commits, batch_id, state, started)
                 groups = groups.without(laned)
             with phases.phase("read"):
                 if collected is None and len(groups.groups) > 1:
@@ -473,250 +463,64 @@ class BatchApplier:
             for cached in decoded.cached if decoded else []:
                 cached.unpersist()
             framed.unpersist()
-            with self._lock:
-                self._lane_created.clear()
+            self.lane.end_batch()
 
-    def _task_lane(
-        self, framed: DataFrame, groups: Any, batch_id: int, state: _BatchState
+    def _lane_applied(
+        self, commits: dict[str, LaneCommit], batch_id: int, state: _BatchState, started: float
     ) -> set[str]:
-        """The topics whose batch the task lane committed (bridge.spark.task_lane), all in one
-        Spark job; the others take Spark's path. Candidates: keyed topics with more records
-        than the driver takes, into a table this job wrote before with these columns whose
-        fences have a floor, or into a table that does not exist yet (its first load; created
-        here)."""
-        if self._lane_off or not self.config.task_lane or self.config.history:
-            return set()
-        if native_decoder() is None:  # fastavro decodes slower than Spark's path
-            return set()
-        per_topic: dict[str, list[Any]] = {}
-        for row in groups.groups:
-            per_topic.setdefault(str(row["topic"]), []).append(row)
-        # More records than the driver lane takes (bridge.spark.driver_lane): never both.
-        minimum = max(self.config.lane_min_records, self.config.driver_write_rows + 1)
-        chosen = [
-            topic
-            for topic, rows in per_topic.items()
-            if sum(int(r["records"]) for r in rows) >= minimum
-        ]
-        if not chosen:
-            return set()
-        started = time.monotonic()
-        try:
-            lanes: dict[str, LaneTopic] = {}
-            candidates: dict[str, Candidate] = {}
+        """Book the lane's commits (bridge.spark.lane_driver): fences, stats, metrics, log
+        lines; the topics it applied."""
+        for committed in commits.values():
+            with self._lock:
+                self._fences[committed.path] = committed.fences
+                self.stats.last_write[committed.label] = ("append", "tasks")
+            self.lane.committed(committed)
+            self._forget_driver_table(committed.path)
+            summary = committed.summary
+            self._record(committed.topic, committed.label, summary, int(summary["n"]), None,
+                         batch_id, state, started, time.monotonic() - started)  # fmt: skip
+        return set(commits)
 
-            # A new table is created first (a Spark commit each, mostly driver latency): side
-            # by side, as tables are merged (measured, 4 new tables: 1.4 -> 0.7 s).
-            def pick(topic: str) -> tuple[Candidate, LaneTopic | str] | None:
-                return self._lane_topic(self._session(framed.sparkSession), topic,
-                                        per_topic[topic])  # fmt: skip
+    # What the task lane asks of the tables this job writes (lane_driver.LaneHost).
 
-            if len(chosen) > 1 and self.config.parallel_tables > 1:
-                with ThreadPoolExecutor(self.config.parallel_tables) as creators:
-                    picks = list(creators.map(pick, chosen))
-            else:
-                picks = [pick(topic) for topic in chosen]
-            for topic, picked in zip(chosen, picks, strict=True):
-                if picked is None:
-                    continue
-                candidate, lane = picked
-                if isinstance(lane, LaneTopic):
-                    lanes[topic], candidates[topic] = lane, candidate
-                else:
-                    logger.info("batch %d: %s: not by the task lane (%s)", batch_id, topic, lane)
-            if not lanes:
-                return set()
-            outcomes = run_lane(
-                framed, lanes, batch_id, self.config.txn_app_id, self.config.table_path
-            )
-        except RegistryUnavailableError:
-            raise
-        except Exception as exc:  # unforeseen (workers without pgbridge, say): Spark's path
-            self._lane_failed(exc, [c.path for c in candidates.values()])
-            return set()
-        laned = self._lane_outcomes(outcomes, lanes, batch_id, state, started)
-        for topic in laned:
-            rows = per_topic[topic]
-            self._lane_guess[topic] = (candidates[topic], int(rows[0]["key_id"]))
-        return laned
+    def session(self, spark: Any) -> Any:
+        return self._session(spark)
 
-    def _lane_failed(self, exc: Exception, paths: list[str]) -> None:
-        """The lane failed unforeseen: Spark's path applies every table from now on, and reads
-        these tables' fences from their logs again (a table the lane committed before the
-        failure is then recognised as applied: its batch is a replay there, not a second
-        append)."""
-        logger.warning(
-            "the task lane failed (%s: %s); Spark's path applies every table from now on",
-            type(exc).__name__,
-            first_line(exc),
+    def path_of(self, topic: str) -> str | None:
+        with self._lock:
+            return self._paths.get(topic)
+
+    def columns_of(self, path: str) -> frozenset[tuple[str, str]] | None:
+        with self._lock:
+            return self._known.get(path)
+
+    def spark_only(self, path: str) -> bool:
+        with self._lock:
+            return path in self._spark_only
+
+    def fences_of(self, spark: Any, path: str) -> Fences:
+        return self._fences_of(spark, path)
+
+    def create_table(self, spark: Any, candidate: Candidate) -> None:
+        ensure_table(
+            spark,
+            candidate.path,
+            candidate.columns,
+            candidate.key_columns,
+            candidate.topic,
+            properties=self._properties(),
+            decimal=self.config.variable_decimal,
         )
-        self._lane_off = True
+        typed = frozenset((f.name.lower(), f.dataType.simpleString()) for f in candidate.columns)
+        with self._lock:
+            self._known[candidate.path] = typed
+            self._paths[candidate.topic] = candidate.path
+
+    def forget(self, paths: Iterable[str]) -> None:
         with self._lock:
             for path in paths:
                 self._fences.pop(path, None)
                 self._delta_tables.pop(path, None)
-
-    def _lane_outcomes(
-        self,
-        outcomes: dict[str, LaneCommit | str],
-        lanes: dict[str, LaneTopic],
-        batch_id: int,
-        state: _BatchState,
-        started: float,
-    ) -> set[str]:
-        """Book the lane's commits; a refused table takes Spark's path from then on."""
-        laned: set[str] = set()
-        for topic, outcome in outcomes.items():
-            if isinstance(outcome, str):
-                logger.info("batch %d: %s: not by the task lane (%s)", batch_id, topic, outcome)
-                with self._lock:
-                    self._lane_refused.add(lanes[topic].path)
-                continue
-            self._lane_applied(outcome, batch_id, state, started)
-            laned.add(topic)
-        return laned
-
-    def _task_lane_first(
-        self, framed: DataFrame, batch_id: int, state: _BatchState
-    ) -> tuple[set[str], Any]:
-        """The topics of the last batch's lane, through the lane again in the batch's first
-        and only read (task_lane.run_lane_first): those it committed, and the batch's groups
-        (None when the lane did not run: the batch is counted as any other)."""
-        guess, self._lane_guess = self._lane_guess, {}
-        if self._lane_off or not self.config.task_lane or native_decoder() is None:
-            return set(), None
-        started = time.monotonic()
-        try:
-            lanes: dict[str, LaneTopic] = {}
-            for topic, (candidate, _) in guess.items():
-                with self._lock:
-                    if candidate.path in self._lane_refused:
-                        continue
-                lane = self._lane_table(framed.sparkSession, candidate, first_load=False)
-                if isinstance(lane, LaneTopic):
-                    lanes[topic] = lane
-            if not lanes:
-                return set(), None
-            expected = {t: (guess[t][0].schema_id, guess[t][1]) for t in lanes}
-            outcomes, groups = run_lane_first(
-                framed, lanes, expected, batch_id, self.config.txn_app_id, self.config.table_path
-            )
-        except RegistryUnavailableError:
-            raise
-        except Exception as exc:  # unforeseen: Spark's path, as in _task_lane
-            self._lane_failed(exc, [candidate.path for candidate, _ in guess.values()])
-            return set(), None
-        laned = self._lane_outcomes(outcomes, lanes, batch_id, state, started)
-        for topic in laned:
-            self._lane_guess[topic] = guess[topic]
-        return laned, groups
-
-    def _lane_topic(
-        self, spark: Any, topic: str, rows: list[Any]
-    ) -> tuple[Candidate, LaneTopic | str] | None:
-        """``topic``'s candidate and part of the lane (its table created if it is its first
-        load) or why not; None when it is no candidate at all."""
-        with self._lock:
-            known = topic in self._paths
-
-        def first_load_path(_: str, __: frozenset[tuple[str, str]], ___: int) -> str | None:
-            return self._first_load_path(spark, rows)
-
-        where = self._lane_path if known else first_load_path
-        candidate = topic_candidate(topic, rows, self.config, self.schemas, self._decoder, where)
-        if candidate is None or not candidate.key_columns:
-            return None
-        return candidate, self._lane_table(spark, candidate, first_load=not known)
-
-    def _lane_path(self, topic: str, columns: frozenset[tuple[str, str]], _: int) -> str | None:
-        """The path of ``topic``'s table if the task lane may write it: known to this job with
-        these columns, on a local path, not refused by the lane or delta-rs before."""
-        with self._lock:
-            path = self._paths.get(topic)
-            known = self._known.get(path) if path is not None else None
-            if path is None or known is None or path in self._spark_only:
-                return None
-            if path in self._lane_refused or not is_local_path(path):
-                return None
-        drop = self.config.dropped_columns == "drop"
-        return path if (columns == known if drop else columns <= known) else None
-
-    def _first_load_path(self, spark: Any, rows: list[Any]) -> str | None:
-        """The path of a topic's table if the task lane may load it first: the table of the
-        source table of the topic's sample record (:func:`bridge.spark.decode.batch_groups`;
-        every other record is checked against it after decoding), not routed, on a local path,
-        with no Delta table there yet."""
-        sample = _field(rows[0], SAMPLE) if len(rows) == 1 else None
-        if sample is None:
-            return None
-        topic, schema_id = str(rows[0]["topic"]), int(rows[0][tf.VALUE_SCHEMA_ID])
-        first = self._decoder.decode(schema_id, [bytes(sample)], [0], [0])
-        if not first:
-            return None
-        schema, name = first[0].schema, first[0].table
-        if delta_table(self.config.topic_prefix, topic, schema, name) != (schema, name):
-            return None  # a routed topic: its table holds a computed key column
-        path = self.config.table_path(schema, name)
-        with self._lock:
-            if path in self._lane_refused or path in self._spark_only or path in self._known:
-                return None
-        if not is_local_path(path) or _is_delta_table(spark, path):
-            return None
-        return path
-
-    def _lane_table(self, spark: Any, candidate: Candidate, *, first_load: bool) -> LaneTopic | str:
-        from bridge.spark.executor_files import file_layout
-
-        path = candidate.path
-        schema_json = self.schemas.schema_json(candidate.schema_id)
-        columns = self._decoder.columns(candidate.schema_id)
-        names = [(c.field, c.name) for c in columns]
-        plan = lane_plan(schema_json or "{}", names, candidate.key_columns)
-        if plan is None:
-            return "a column the lane does not decode"
-        if first_load:
-            ensure_table(
-                spark,
-                path,
-                candidate.columns,
-                candidate.key_columns,
-                candidate.topic,
-                properties=self._properties(),
-                decimal=self.config.variable_decimal,
-            )
-            typed = frozenset(
-                (f.name.lower(), f.dataType.simpleString()) for f in candidate.columns
-            )
-            with self._lock:
-                self._known[path] = typed
-                self._paths[candidate.topic] = path
-                self._lane_created.add(path)  # empty: Spark's path loads it first if refused
-            fences = Fences()
-        else:
-            fences = self._fences_of(spark, path)
-            if fences.floor is None:
-                return "no floor in the table's fences"
-        table = open_table(path)
-        if table.metadata().partition_columns:
-            return "a partitioned table"
-        if table.metadata().configuration.get("delta.enableChangeDataFeed") == "true":
-            return "a change data feed"
-        spec = LaneSpec(plan, tuple(names), candidate.key_columns, file_layout(table), fences,
-                        first_load)  # fmt: skip
-        return LaneTopic(candidate.schema_id, path, table, spec)
-
-    def _lane_applied(
-        self, committed: LaneCommit, batch_id: int, state: _BatchState, started: float
-    ) -> None:
-        """The lane committed a table's batch: its fences, stats, metrics, log line."""
-        with self._lock:
-            self._fences[committed.path] = committed.fences
-            self.stats.last_write[committed.label] = ("append", "tasks")
-            self._lane_created.discard(committed.path)
-        self._forget_driver_table(committed.path)
-        summary = committed.summary
-        self._record(committed.topic, committed.label, summary, int(summary["n"]), None, batch_id,
-                     state, started, time.monotonic() - started)  # fmt: skip
 
     def _driver_path(
         self, topic: str, columns: frozenset[tuple[str, str]], records: int
@@ -889,9 +693,8 @@ class BatchApplier:
             if int(summary["rows"]) == 0:
                 return
         truncate = summary["trunc"]
-        with self._lock:
-            lane_created = path in self._lane_created
-        exists = not lane_created and (path in self._known or _is_delta_table(spark, path))
+        lane_created = self.lane.created_empty(path)
+        exists = not lane_created and (path in self._known or is_delta_table(spark, path))
         keys = table.key_columns
         if not keys and exists and int(summary["rows"]) == 0:
             keys = table_key_columns(spark, path)  # only truncates: the table's own key
@@ -1306,17 +1109,3 @@ def _pause_after_merge() -> None:
     """The crash tests' failpoint (PAUSE_AFTER_MERGE_ENV)."""
     if os.environ.get(PAUSE_AFTER_MERGE_ENV):
         time.sleep(float(os.environ[PAUSE_AFTER_MERGE_ENV]))
-
-
-def _field(row: Any, name: str) -> Any:
-    """``row[name]`` of a Row or a dict, None where it has no such field."""
-    try:
-        return row[name]
-    except (KeyError, ValueError):
-        return None
-
-
-def _is_delta_table(spark: Any, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return bool(DeltaTable.isDeltaTable(spark, path))

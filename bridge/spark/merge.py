@@ -239,6 +239,13 @@ def _check_names(topic: str, columns: T.StructType) -> None:
             )
 
 
+def is_delta_table(spark: Any, path: str) -> bool:
+    """Whether a Delta table is at ``path``."""
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
+
+
 def ensure_table(
     spark: Any,
     path: str,
