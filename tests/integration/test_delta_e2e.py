@@ -157,6 +157,9 @@ def assert_delta_equals_source(
             assert got[k] == row, f"{table} {k}: {got[k]} != {row}"
 
 
+# make test: test_spark_cluster.py applies the same workload and schema change (and runs the job
+# again from its checkpoint, changing nothing), on a standalone cluster.
+@pytest.mark.long
 def test_delta_tables_equal_source_after_workload_and_schema_change(
     local_stack: StackInfo, spark: Any, tmp_path: Path
 ) -> None:

@@ -150,9 +150,9 @@ def test_incremental_snapshot_under_concurrent_writes_rebuild_and_delta_equal_so
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(SCHEMA)
         settings = settings_for(local_stack, dsn, prefix, tmp_path)
-        # 20 chunks of items, each read while the writer changes rows inside and around it
+        # 10 chunks of items, each read while the writer changes rows inside and around it
         # (a chunk's cost is mostly its watermarks' round trip through the stream, not rows).
-        settings["incremental.snapshot.chunk.size"] = "1000"
+        settings["incremental.snapshot.chunk.size"] = "2000"
         process = BridgeProcess(settings, str(tmp_path / "bridge.log"))
         stop = threading.Event()
         write = threading.Thread(target=writer, args=(dsn, stop))
@@ -193,7 +193,7 @@ def test_incremental_snapshot_under_concurrent_writes_rebuild_and_delta_equal_so
         nokey = next(t for t in final.tables if t.table == "public.nokey")
         assert nokey.status == "skipped" and "message key" in (nokey.reason or "")
         items = next(t for t in final.tables if t.table == "public.items")
-        assert items.chunks >= 20, items  # 20,000 rows and more in chunks of 1,000
+        assert items.chunks >= 10, items  # 20,000 rows and more in chunks of 2,000
         assert "incremental snapshot of public.items complete" in log
         rebuilt = assert_rebuild_equals_source(local_stack, dsn, prefix)
         # Only the rows the condition selects, and nothing else of that table was streamed.
@@ -238,12 +238,12 @@ def test_incremental_snapshot_resumes_after_sigkill_and_stays_exact(
     with scratch_database(local_stack) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(SCHEMA)
-            # 40,000 rows: 200 chunks of 200, the kill comes after 20 (mid-copy).
+            # 40,000 rows: 100 chunks of 400, the kill comes after 20 (mid-copy).
             conn.execute(
                 "INSERT INTO items SELECT i, 'more', 0 FROM generate_series(20001, 40000) i"
             )
         settings = settings_for(local_stack, dsn, prefix, tmp_path)
-        settings["incremental.snapshot.chunk.size"] = "200"
+        settings["incremental.snapshot.chunk.size"] = "400"
         process = BridgeProcess(settings, str(tmp_path / "bridge-1.log"))
         stop = threading.Event()
         write = threading.Thread(target=writer, args=(dsn, stop))

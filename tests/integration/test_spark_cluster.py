@@ -18,6 +18,7 @@ import pytest
 
 from bridge.devstack.spark_cluster import SparkMaster, SparkWorker
 from bridge.devstack.stack import StackInfo
+from bridge.spark.job import run_apply
 from tests.integration.bridge_harness import scratch_database
 from tests.integration.test_delta_e2e import (
     apply_config,
@@ -98,3 +99,9 @@ def test_apply_on_a_standalone_cluster_with_two_workers_equals_the_source(
         ), apps
 
         assert_delta_equals_source(spark, config, dsn)
+        # The job again from the same checkpoint (here in the tests' session): nothing new,
+        # nothing written.
+        history = f"DESCRIBE HISTORY delta.`{config.delta_base}/public/orders`"
+        version = spark.sql(history).first()["version"]
+        run_apply(config, spark=spark)
+        assert spark.sql(history).first()["version"] == version
