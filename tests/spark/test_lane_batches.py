@@ -105,17 +105,17 @@ def test_a_lane_failing_after_its_commit_leaves_one_copy_of_each_row(
     """The lane's job fails in a way nobody foresaw after one table's commit (here: right after
     run_lane returns): Spark's path applies the batch, reads the table's fences from its log,
     finds the batch applied, and writes nothing twice; the lane stays off for the job."""
-    from bridge.spark import applier as applier_module
+    from bridge.spark import lane_driver
 
     batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
     appended_by(batches.apply(0), batches)
-    real = applier_module.run_lane_first
+    real = lane_driver.run_lane_first
 
     def committed_then_failed(*args: Any, **kwargs: Any) -> Any:
         real(*args, **kwargs)
         raise RuntimeError("an unforeseen failure after the commit")
 
-    monkeypatch.setattr(applier_module, "run_lane_first", committed_then_failed)
+    monkeypatch.setattr(lane_driver, "run_lane_first", committed_then_failed)
     batches.add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
     batches.add(KEYED, "c", (11, 1), after={"id": 3, "v": "c"})
     applier = batches.apply(1)
