@@ -231,6 +231,10 @@ def test_incremental_snapshot_under_concurrent_writes_rebuild_and_delta_equal_so
         assert_delta_equals_source(spark, config, dsn, {"public.items": ("id",)})
 
 
+# make test: test_snapshot_exactly_once.py kills an incremental snapshot mid-copy and checks
+# that the resumed one delivers every row (once); this test kills it under a concurrent writer,
+# whose changes test_incremental_snapshot_under_concurrent_writes_… checks without a kill.
+@pytest.mark.long
 def test_incremental_snapshot_resumes_after_sigkill_and_stays_exact(
     local_stack: StackInfo, tmp_path: Path
 ) -> None:
