@@ -232,7 +232,7 @@ class BatchApplier:
         # Large batches of new keys, decoded and written by Spark's Python tasks.
         self.lane = TaskLane(config, self.schemas, self._decoder, self)
 
-    def _session(self, spark: Any) -> Any:
+    def session(self, spark: Any) -> Any:
         """This thread's own session (same SparkContext and cache, own SQL conf).
 
         Delta's idempotent-DML settings are session conf: tables merged concurrently must not
@@ -280,7 +280,7 @@ class BatchApplier:
         with self._lock:
             self._known[path] = columns if drop else (known or frozenset()) | columns
 
-    def _fences_of(self, spark: Any, path: str) -> Fences:
+    def fences_of(self, spark: Any, path: str) -> Fences:
         """The table's fences: as this job left them, else from its Delta log (at start)."""
         with self._lock:
             known = self._fences.get(path)
@@ -322,7 +322,7 @@ class BatchApplier:
             with_spark = [*in_driver, *with_spark]
         if self.config.parallel_tables == 1 or len(with_spark) <= 1:
             for table in with_spark:
-                self._apply_or_set_aside(self._session(spark), table, batch_id, batch)
+                self._apply_or_set_aside(self.session(spark), table, batch_id, batch)
         else:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(
@@ -344,7 +344,7 @@ class BatchApplier:
         batch: _BatchState,
     ) -> Any:
         return pool.submit(
-            lambda: self._apply_or_set_aside(self._session(spark), table, batch_id, batch)
+            lambda: self._apply_or_set_aside(self.session(spark), table, batch_id, batch)
         )
 
     def _apply_or_set_aside(
@@ -483,9 +483,6 @@ class BatchApplier:
 
     # What the task lane asks of the tables this job writes (lane_driver.LaneHost).
 
-    def session(self, spark: Any) -> Any:
-        return self._session(spark)
-
     def path_of(self, topic: str) -> str | None:
         with self._lock:
             return self._paths.get(topic)
@@ -497,9 +494,6 @@ class BatchApplier:
     def spark_only(self, path: str) -> bool:
         with self._lock:
             return path in self._spark_only
-
-    def fences_of(self, spark: Any, path: str) -> Fences:
-        return self._fences_of(spark, path)
 
     def create_table(self, spark: Any, candidate: Candidate) -> None:
         ensure_table(
@@ -729,7 +723,7 @@ class BatchApplier:
         label = f"{summary['schema']}.{summary['table']}"
         work = _TableWork(table, table.path, label, None, summary, int(summary["n"]), True,
                           batch_id)  # fmt: skip
-        fences = self._fences_of(spark, table.path)
+        fences = self.fences_of(spark, table.path)
         if not table.key_columns:  # a multiset: its row images, as Spark's path makes them
             self._write_multiset(spark, work, fences, row_images(table.changes, table.columns))
             merge_seconds = time.monotonic() - started
@@ -793,7 +787,7 @@ class BatchApplier:
         path, table = work.path, work.table
         assert work.changes is not None and isinstance(table, TableBatch)
         self._ensure(spark, path, table, ())
-        self._write_multiset(spark, work, self._fences_of(spark, path), work.changes)
+        self._write_multiset(spark, work, self.fences_of(spark, path), work.changes)
 
     def _write_multiset(
         self, spark: Any, work: _TableWork, fences: Fences, images: DataFrame | ArrowRows
@@ -848,7 +842,7 @@ class BatchApplier:
         changes = changes.drop(tf.COUNT_DELTA) if tf.COUNT_DELTA in changes.columns else changes
         self._ensure(spark, path, table, keys)
         # Resends and changes a truncate already erased never reach the MERGE (fences).
-        fences = self._fences_of(spark, path)
+        fences = self.fences_of(spark, path)
         if tf.PARTITION not in changes.columns:  # a batch of truncates only (row images)
             changes = changes.withColumn(tf.PARTITION, F.lit(None).cast("int"))
         uncovered = (
@@ -955,7 +949,7 @@ class BatchApplier:
                 return
             started = time.monotonic()
             self._forget_driver_table(path)
-            compact(self._session(spark), path, metadata)
+            compact(self.session(spark), path, metadata)
         except Exception as exc:
             logger.warning("%s: compaction failed (%s); the next batch tries again", path,
                            first_line(exc))  # fmt: skip
