@@ -17,12 +17,13 @@ demo: $(VENV)/.installed .stack-prereqs
 
 ## test: lint, type-check, check docker-compose.yml, the unit tests (C accelerator, then the
 ## pure-Python path a machine without a C compiler runs), then on one real local stack the
-## integration tests, two at a time (a module's tests on one worker) with the 30
-## slowest listed, and beside them an end-to-end slice on the pure-Python path. The stack
+## integration tests, three at a time (a module's tests on one worker; modules using Spark on
+## two of the three: tests/scheduling.py) with the 30 slowest listed, and beside them an
+## end-to-end slice on the pure-Python path. The stack
 ## starts beside the lint and unit tests (it mostly waits on its JVMs), and its log is shown
 ## if it fails. The fuzz run, the soak and the long integration tests have their own
 ## targets. Under CI the stack is stopped afterwards.
-INTEGRATION := -m "integration and not slow and not long" -n 2 --dist loadfile \
+INTEGRATION := -m "integration and not slow and not long" -n 3 --dist loadfile \
 	--no-loadscope-reorder --durations=30
 test: $(VENV)/.installed .stack-prereqs
 	status=0; up_log=$$(mktemp); slice_log=$$(mktemp); \
