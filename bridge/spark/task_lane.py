@@ -208,42 +208,76 @@ def merge_parts(chunks: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 def _summary_parts(decoded: Any) -> list[dict[str, Any]]:
     """:func:`bridge.spark.summary.summary_aggregates` per Kafka partition, for changes of
-    rows (no truncate, no TOAST: checked before)."""
+    rows (no truncate, no TOAST: checked before). Grouped, not filtered per partition: a
+    filter copies every column, once per partition a task holds."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    ops, lsn = decoded.column(_OP), decoded.column(tf.COMMIT_LSN)
+    reads = pc.equal(ops, "r")
+    figures = pa.table(
+        {
+            "p": decoded.column(tf.PARTITION),
+            "lsn": lsn,
+            "read_lsn": pc.if_else(reads, lsn, pa.scalar(None, lsn.type)),
+            "removal": pc.cast(pc.is_in(ops, pa.array(["u", "d"])), pa.int64()),
+            "create": pc.cast(pc.equal(ops, "c"), pa.int64()),
+            "read": pc.cast(reads, pa.int64()),
+            "schema": decoded.column(_SCHEMA),
+            "table": decoded.column(_TABLE),
+            "ts": decoded.column(_TS),
+            "offset": decoded.column(tf.OFFSET),
+        }
+    )
+    grouped = figures.group_by("p").aggregate(
+        [
+            ("p", "count"), ("lsn", "max"), ("lsn", "min"), ("read_lsn", "max"),
+            ("removal", "sum"), ("create", "sum"), ("read", "sum"), ("schema", "min_max"),
+            ("table", "min_max"), ("ts", "min_max"), ("offset", "max"),
+        ]
+    )  # fmt: skip
+    # The last change of a partition: the highest sequence number at its highest commit LSN.
+    top_of_row = pc.take(
+        grouped.column("lsn_max"), pc.index_in(figures.column("p"), grouped.column("p"))
+    )
+    at_top = pc.if_else(
+        pc.equal(lsn, top_of_row),
+        decoded.column(tf.SEQ),
+        pa.scalar(None, decoded.column(tf.SEQ).type),
+    )
+    top_seq = dict(
+        zip(
+            *pa.table({"p": figures.column("p"), "seq": at_top})
+            .group_by("p")
+            .aggregate([("seq", "max")])
+            .select(["p", "seq_max"])
+            .to_pydict()
+            .values(),
+            strict=True,
+        )
+    )
     parts = []
-    partitions = decoded.column(tf.PARTITION)
-    for number in pc.unique(partitions).to_pylist():
-        part = decoded.filter(pc.equal(partitions, number))
-        ops = part.column(_OP)
-        lsn, seq = part.column(tf.COMMIT_LSN), part.column(tf.SEQ)
-        reads = pc.equal(ops, "r")
-        read_lsn = pc.max(pc.filter(lsn, reads)).as_py() if pc.any(reads).as_py() else None
-        top = pc.max(lsn).as_py()
-        top_seq = pc.max(pc.filter(seq, pc.equal(lsn, top))).as_py()
-        schemas, tables = pc.min_max(part.column(_SCHEMA)), pc.min_max(part.column(_TABLE))
-        times = pc.min_max(part.column(_TS))
+    for row in grouped.to_pylist():
         parts.append(
             {
-                SUMMARY_PARTITION: int(number),
-                "n": part.num_rows,
-                "rows": part.num_rows,
-                "removals": int(pc.sum(pc.is_in(ops, pa.array(["u", "d"]))).as_py() or 0),
-                "creates": int(pc.sum(pc.equal(ops, "c")).as_py() or 0),
-                "reads": int(pc.sum(reads).as_py() or 0),
-                "reads_lsn": read_lsn,
-                "lowest_lsn": pc.min(lsn).as_py(),
+                SUMMARY_PARTITION: int(row["p"]),
+                "n": row["p_count"],
+                "rows": row["p_count"],
+                "removals": row["removal_sum"],
+                "creates": row["create_sum"],
+                "reads": row["read_sum"],
+                "reads_lsn": row["read_lsn_max"],
+                "lowest_lsn": row["lsn_min"],
                 "trunc": None,
                 "toast": False,
-                "schema": schemas["min"].as_py(),
-                "schema_max": schemas["max"].as_py(),
-                "table": tables["min"].as_py(),
-                "table_max": tables["max"].as_py(),
-                "oldest_ms": times["min"].as_py(),
-                "newest_ms": times["max"].as_py(),
-                "last": [top, top_seq],
-                "max_offset": pc.max(part.column(tf.OFFSET)).as_py(),
+                "schema": row["schema_min_max"]["min"],
+                "schema_max": row["schema_min_max"]["max"],
+                "table": row["table_min_max"]["min"],
+                "table_max": row["table_min_max"]["max"],
+                "oldest_ms": row["ts_min_max"]["min"],
+                "newest_ms": row["ts_min_max"]["max"],
+                "last": [row["lsn_max"], top_seq[row["p"]]],
+                "max_offset": row["offset_max"],
             }
         )
     return parts

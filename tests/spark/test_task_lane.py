@@ -9,6 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bridge.native.switches import NATIVE, enabled
 from bridge.spark import transforms as tf
@@ -98,3 +100,72 @@ def test_a_partition_read_by_two_tasks_is_refused() -> None:
     assert combine_task_parts(rows)[1] == "Kafka partition 0 read by two tasks"
     refused = [{"parts": None, "refused": "NotAnAppend: x"}]
     assert combine_task_parts(refused)[1] == "NotAnAppend: x"
+
+
+def _summary_by_filtering(decoded: pa.Table) -> list[dict[str, Any]]:
+    """The summary per Kafka partition the plain way (one filter per partition): the oracle
+    of the grouped one the lane computes."""
+    import pyarrow.compute as pc
+
+    parts = []
+    for number in sorted(set(decoded.column(tf.PARTITION).to_pylist())):
+        rows = [r for r in decoded.to_pylist() if r[tf.PARTITION] == number]
+        top = max(r[tf.COMMIT_LSN] for r in rows)
+        reads = [r[tf.COMMIT_LSN] for r in rows if r["op"] == "r"]
+        parts.append(
+            {
+                "_pgbridge_summary_partition": number,
+                "n": len(rows),
+                "rows": len(rows),
+                "removals": sum(r["op"] in ("u", "d") for r in rows),
+                "creates": sum(r["op"] == "c" for r in rows),
+                "reads": len(reads),
+                "reads_lsn": max(reads) if reads else None,
+                "lowest_lsn": min(r[tf.COMMIT_LSN] for r in rows),
+                "trunc": None,
+                "toast": False,
+                "schema": min(r["schema"] for r in rows),
+                "schema_max": max(r["schema"] for r in rows),
+                "table": min(r["table"] for r in rows),
+                "table_max": max(r["table"] for r in rows),
+                "oldest_ms": min(r["ts_ms"] for r in rows),
+                "newest_ms": max(r["ts_ms"] for r in rows),
+                "last": [top, max(r[tf.SEQ] for r in rows if r[tf.COMMIT_LSN] == top)],
+                "max_offset": pc.max(pa.array([r[tf.OFFSET] for r in rows])).as_py(),
+            }
+        )
+    return parts
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from("crud"),
+            st.integers(0, 3),  # Kafka partition
+            st.integers(1, 6),  # commit LSN
+            st.integers(0, 4),  # sequence in the transaction
+            st.sampled_from(["a", "b"]),  # schema (a renamed table keeps one topic)
+            st.integers(0, 10**13),  # ts_ms
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_summary_per_partition_equals_filtering_each_partition(changes: list[Any]) -> None:
+    from bridge.spark.task_lane import _summary_parts
+
+    decoded = pa.table(
+        {
+            "op": [c[0] for c in changes],
+            tf.PARTITION: pa.array([c[1] for c in changes], pa.int32()),
+            tf.COMMIT_LSN: pa.array([c[2] for c in changes], pa.int64()),
+            tf.SEQ: pa.array([c[3] for c in changes], pa.int64()),
+            "schema": [c[4] for c in changes],
+            "table": ["t" + c[4] for c in changes],
+            "ts_ms": pa.array([c[5] for c in changes], pa.int64()),
+            tf.OFFSET: pa.array(range(len(changes)), pa.int64()),
+        }
+    )
+    grouped = sorted(_summary_parts(decoded), key=lambda p: p["_pgbridge_summary_partition"])
+    assert grouped == _summary_by_filtering(decoded)
