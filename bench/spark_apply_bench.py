@@ -594,6 +594,7 @@ def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
         deletion_vectors=args.deletion_vectors,
         mode=args.mode,
         kafka_options=kafka_options(args),
+        lane_reads_kafka=args.lane_reads_kafka,
     )
     seeded = 0
     # One applier for both runs, as one running job: it knows the tables it created.
@@ -723,6 +724,13 @@ def main() -> None:
         help="time the first runs of a fresh JVM (no untimed run before)",
     )
     parser.add_argument("--no-deletion-vectors", dest="deletion_vectors", action="store_false")
+    parser.add_argument(
+        "--no-lane-kafka-reads",
+        dest="lane_reads_kafka",
+        action="store_false",
+        help="the task lane's tasks take their records from Spark's Kafka source (the job's "
+        "--no-lane-kafka-reads), to compare with their own reads of Kafka",
+    )
     parser.add_argument("--verbose", action="store_true", help="the job's per-batch log")
     parser.add_argument(
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="a session setting"

@@ -134,6 +134,14 @@ def _table_arguments(parser: argparse.ArgumentParser) -> None:
         "--driver-write-rows) may take the task lane: smaller ones cost more in its Spark job "
         "than in Spark's decode",
     )
+    parser.add_argument(
+        "--no-lane-kafka-reads",
+        dest="lane_reads_kafka",
+        action="store_false",
+        help="the task lane's tasks get their records from Spark's Kafka source (by default "
+        "they read the batch's offset ranges from Kafka themselves, where the Kafka options "
+        "are plain and the checkpoint is on a local or shared file system)",
+    )
     parser.add_argument("--history", action="store_true", help="also keep SCD type 2 history")
     parser.add_argument("--history-base", default="", help="default: <delta-base>/_history")
     parser.add_argument(
@@ -244,6 +252,7 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         driver_decode=args.driver_decode,
         task_lane=args.task_lane,
         lane_min_records=args.lane_min_records,
+        lane_reads_kafka=args.lane_reads_kafka,
         mode=getattr(args, "mode", "merge"),
         compaction_interval=getattr(args, "compaction_interval", "60 seconds"),
         history=args.history,

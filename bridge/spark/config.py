@@ -96,7 +96,9 @@ class ApplyConfig:
     before with the same columns (:mod:`bridge.spark.driver_lane`). With ``task_lane`` (the
     default) a keyed topic's batch of at least ``lane_min_records`` records (and more than
     ``driver_write_rows``) of new keys into such a table is decoded and written as Parquet
-    files by Spark's Python tasks, committed by the driver (:mod:`bridge.spark.task_lane`).
+    files by Spark's Python tasks, committed by the driver (:mod:`bridge.spark.task_lane`);
+    with ``lane_reads_kafka`` (the default) those tasks read the batch's records from Kafka
+    themselves where they can (:mod:`bridge.spark.kafka_ranges`).
     ``history`` also keeps an SCD type 2 table per source table under ``history_base``
     (default ``<delta_base>/_history``), see :mod:`bridge.spark.history`.
     ``deletion_vectors`` creates tables with Delta deletion vectors, so a MERGE that updates a
@@ -141,6 +143,7 @@ class ApplyConfig:
     driver_decode: bool = True
     task_lane: bool = True
     lane_min_records: int = 50_000
+    lane_reads_kafka: bool = True
     history: bool = False
     deletion_vectors: bool = True
     dropped_columns: str = "keep"

@@ -38,8 +38,12 @@ from bridge.spark.driver_lane import Candidate, topic_candidate
 from bridge.spark.driver_merge import is_local_path, open_table
 from bridge.spark.errors import RegistryUnavailableError, first_line
 from bridge.spark.fences import Fences
+from bridge.spark.kafka_ranges import batch_ranges, client_config, task_shares
 from bridge.spark.merge import is_delta_table
+from bridge.spark.session import task_slots
 from bridge.spark.task_lane import (
+    DirectRead,
+    Expected,
     LaneCommit,
     LaneSpec,
     LaneTopic,
@@ -108,6 +112,7 @@ class TaskLane:
         # Tables the lane created empty for a first load it then left to Spark's path: that
         # path loads them as a first load (an append), not as tables that existed.
         self._created: set[str] = set()
+        self._told_spark_reads = False
 
     def _available(self) -> bool:
         if self._off or not self.config.task_lane or self.config.history:
@@ -155,7 +160,13 @@ class TaskLane:
                 return {}, None
             expected = {t: (guess[t][0].schema_id, guess[t][1]) for t in lanes}
             outcomes, groups = run_lane_first(
-                framed, lanes, expected, batch_id, self.config.txn_app_id, self.config.table_path
+                framed,
+                lanes,
+                expected,
+                batch_id,
+                self.config.txn_app_id,
+                self.config.table_path,
+                self._direct_read(framed.sparkSession, batch_id),
             )
         except RegistryUnavailableError:
             raise
@@ -166,6 +177,55 @@ class TaskLane:
         for topic in commits:
             self._guess[topic] = guess[topic]
         return commits, groups
+
+    def _direct_lanes(
+        self,
+        spark: Any,
+        batch_id: int,
+        lanes: dict[str, LaneTopic],
+        per_topic: dict[str, list[Any]],
+    ) -> tuple[DirectRead, Expected] | None:
+        """The lane topics' offset ranges for the tasks to read (:meth:`_direct_read`), with
+        the schema ids their records have (each topic one value and one key schema: counted
+        in this batch's groups)."""
+        expected: dict[str, tuple[int, int]] = {}
+        for topic, lane in lanes.items():
+            key_ids = {int(r["key_id"]) for r in per_topic[topic]}
+            key_ids |= {int(r["min_key_id"]) for r in per_topic[topic]}
+            if len(key_ids) != 1:
+                return None
+            expected[topic] = (lane.schema_id, key_ids.pop())
+        direct = self._direct_read(spark, batch_id, set(lanes))
+        return None if direct is None else (direct, expected)
+
+    def _direct_read(
+        self, spark: Any, batch_id: int, topics: set[str] | None = None
+    ) -> DirectRead | None:
+        """The batch's offset ranges for the lane's tasks to read from Kafka themselves; None
+        where Spark's Kafka source reads the batch (kafka_ranges: off, Kafka options
+        librdkafka is not given here, a checkpoint outside the local file system, a new
+        topic-partition)."""
+        if not self.config.lane_reads_kafka:
+            return None
+        client = client_config(self.config.kafka_source_options())
+        ranges = batch_ranges(self.config.checkpoint_location, batch_id)
+        if ranges is not None and topics is not None:
+            ranges = [r for r in ranges if r.topic in topics]
+        if client is None or not ranges:
+            if not self._told_spark_reads:
+                logger.info("batch %d: the task lane reads through Spark's Kafka source", batch_id)
+                self._told_spark_reads = True
+            return None
+        shares = task_shares(ranges, task_slots(spark))
+        logger.info(
+            "batch %d: the task lane's %d tasks read up to %d records of %d topic-partitions "
+            "from Kafka themselves",
+            batch_id,
+            len(shares),
+            sum(r.records for r in ranges),
+            len(ranges),
+        )
+        return DirectRead(shares, client)
 
     def run(self, framed: DataFrame, groups: BatchGroups, batch_id: int) -> dict[str, LaneCommit]:
         """The topics whose batch the lane committed, all in one Spark job; the others take
@@ -209,7 +269,12 @@ class TaskLane:
             if not lanes:
                 return {}
             outcomes = run_lane(
-                framed, lanes, batch_id, self.config.txn_app_id, self.config.table_path
+                framed,
+                lanes,
+                batch_id,
+                self.config.txn_app_id,
+                self.config.table_path,
+                self._direct_lanes(framed.sparkSession, batch_id, lanes, per_topic),
             )
         except RegistryUnavailableError:
             raise

@@ -37,10 +37,13 @@ from bridge.spark.avro_columns import PayloadError, Plan, compile_plan, decode
 from bridge.spark.decode import SAMPLE, GroupKey, add_group, count_groups
 from bridge.spark.executor_files import FileLayout, write_file
 from bridge.spark.fences import Fences
+from bridge.spark.kafka_ranges import KafkaRange, read_ranges
 from bridge.spark.summary import SUMMARY_PARTITION
 
 __all__ = [
     "LANE_OUTPUT",
+    "DirectRead",
+    "Expected",
     "LaneCommit",
     "LaneSpec",
     "LaneTopic",
@@ -463,12 +466,26 @@ def run_lane(
     batch_id: int,
     app_id: str,
     identity_path: Any,
+    direct: tuple[DirectRead, Expected] | None = None,
 ) -> dict[str, LaneCommit | str]:
     """The batch's ``topics`` through the lane in one Spark job: each committed
     (:class:`LaneCommit`) or why not (its files removed; Spark's path applies it).
-    ``identity_path(schema, table)``: the path records of that source table go to."""
+    ``identity_path(schema, table)``: the path records of that source table go to. With
+    ``direct``, the tasks read these topics' offset ranges from Kafka themselves, and a topic
+    whose records are not all of its expected (value, key) schema ids is refused."""
     from pyspark.sql import functions as F
 
+    if direct is not None:
+        read, expected = direct
+        specs = {topic: lane.spec for topic, lane in topics.items()}
+        task_rows = _read_by_tasks(framed.sparkSession, read, specs, expected)
+        return _outcomes_of(
+            [row for row in task_rows if row["kind"] == "lane"],
+            topics,
+            batch_id,
+            app_id,
+            identity_path,
+        )
     wanted: Any = None
     for topic, lane in topics.items():
         test = (F.col("topic") == topic) & (F.col(tf.VALUE_SCHEMA_ID) == lane.schema_id)
@@ -478,6 +495,16 @@ def run_lane(
     ).select(*_LANE_COLUMNS)
     specs = {topic: lane.spec for topic, lane in topics.items()}
     rows = records.mapInArrow(lambda batches: task_result(batches, specs), LANE_OUTPUT).collect()
+    return _outcomes_of(rows, topics, batch_id, app_id, identity_path)
+
+
+def _outcomes_of(
+    rows: Sequence[Any],
+    topics: Mapping[str, LaneTopic],
+    batch_id: int,
+    app_id: str,
+    identity_path: Any,
+) -> dict[str, LaneCommit | str]:
     per_topic: dict[str, list[Any]] = {topic: [] for topic in topics}
     for row in rows:
         per_topic[row["topic"]].append(row)
@@ -498,6 +525,31 @@ _LANE_COLUMNS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class DirectRead:
+    """A batch's Kafka offset ranges dealt to tasks, and the consumer configuration they read
+    them with (:mod:`bridge.spark.kafka_ranges`)."""
+
+    shares: list[list[KafkaRange]]
+    client: dict[str, Any]
+
+
+def _read_by_tasks(
+    spark: Any, direct: DirectRead, specs: Mapping[str, LaneSpec], expected: Expected
+) -> list[Any]:
+    """:func:`task_result` of each task's share of the batch, read from Kafka by the task:
+    one Spark task per share, each share's topic-partitions whole."""
+    shares, client = direct.shares, direct.client
+
+    def task(ids: Iterator[Any]) -> Iterator[Any]:
+        for batch in ids:
+            for index in batch.column(0).to_pylist():
+                yield from task_result(read_ranges(shares[index], client), specs, expected)
+
+    tasks = spark.range(0, len(shares), 1, len(shares))
+    return list(tasks.mapInArrow(task, LANE_OUTPUT).collect())
+
+
 def run_lane_first(
     framed: Any,
     topics: Mapping[str, LaneTopic],
@@ -505,21 +557,27 @@ def run_lane_first(
     batch_id: int,
     app_id: str,
     identity_path: Any,
+    direct: DirectRead | None = None,
 ) -> tuple[dict[str, LaneCommit | str], Any]:
     """:func:`run_lane` for the topics the lane took in the batch before, in the batch's only
     read before the lane's commits: the same job counts the batch's groups
     (:func:`bridge.spark.decode.batch_groups`, returned for the rest of the batch), so a
     topic the lane keeps taking costs one read of Kafka per batch, not two. A topic absent
     from the batch has no outcome; one whose records are not all of the ``expected`` (value
-    schema id, key schema id) is refused."""
+    schema id, key schema id) is refused. With ``direct``, the tasks read the batch's
+    offset ranges from Kafka themselves (:mod:`bridge.spark.kafka_ranges`), not through
+    Spark's Kafka source (``framed`` is then not read)."""
     from bridge.spark.decode import BatchGroups
 
     specs = {topic: lane.spec for topic, lane in topics.items()}
-    rows = (
-        framed.select(*_LANE_COLUMNS)
-        .mapInArrow(lambda batches: task_result(batches, specs, expected), LANE_OUTPUT)
-        .collect()
-    )
+    if direct is not None:
+        rows = _read_by_tasks(framed.sparkSession, direct, specs, expected)
+    else:
+        rows = (
+            framed.select(*_LANE_COLUMNS)
+            .mapInArrow(lambda batches: task_result(batches, specs, expected), LANE_OUTPUT)
+            .collect()
+        )
     merged: dict[GroupKey, dict[str, Any]] = {}
     per_topic: dict[str, list[Any]] = {}
     for row in rows:

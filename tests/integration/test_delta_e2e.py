@@ -313,6 +313,10 @@ def test_apply_with_defaults_bounds_batches_by_memory_and_equals_source(
         # The snapshot's first batch (its table's first load) went through the task lane:
         # decoded and written by Spark's Python tasks (bridge.spark.task_lane).
         assert "append by tasks" in log, log[-3000:]
+        # ... whose tasks read the batch's offset ranges from Kafka themselves
+        # (bridge.spark.kafka_ranges), in the first batch and in those after it.
+        direct = [line for line in log.splitlines() if "from Kafka themselves" in line]
+        assert len(direct) >= 2, log[-3000:]
         assert "[Stage" not in log  # no progress bars in a log
         assert "Traceback" not in log and "Py4JException" not in log  # a clean shutdown
         # pgbridge status --apply-checkpoint: the job's last batch is committed, nothing behind.

@@ -88,6 +88,7 @@ def test_apply_on_a_standalone_cluster_with_two_workers_equals_the_source(
         assert done.returncode == 0, log[-3000:]
         assert "spark.executor.memory=512m" in log, log[-3000:]  # batches sized for a cluster
         assert "append by tasks" in log, log[-3000:]  # the lane ran on the executors
+        assert "from Kafka themselves" in log, log[-3000:]  # its tasks read Kafka there
 
         # The cluster ran it: an executor of the application on each worker.
         for worker in workers:

@@ -99,6 +99,35 @@ def test_frame_flags_bad_magic_and_short_values_but_not_tombstones(spark: Any) -
     assert rows[2][tf.FRAMING_ERROR] is None and rows[2][tf.VALUE_SCHEMA_ID] is None
 
 
+def test_records_a_lane_task_reads_from_kafka_are_framed_as_spark_frames_them(spark: Any) -> None:
+    """bridge.spark.kafka_ranges frames the records a task reads itself; the lane takes them
+    for what Spark's frame gives (schema ids, framing errors, tombstones)."""
+    from bridge.spark.kafka_ranges import framed_batch
+
+    values = [
+        b"\x00\x00\x01\x00\x02rest", b"\x00\xff\xff\xff\xffx", b"\x01\x00\x00\x00\x01x",
+        b"\x00\x00", b"", b"\x7b\x00\x00\x00\x00\x00", None, b"\x00\x00\x00\x00\x05",
+    ]  # fmt: skip
+    columns = [tf.VALUE_SCHEMA_ID, tf.KEY_SCHEMA_ID, tf.FRAMING_ERROR]
+    spark_rows = [[r[c] for c in columns] for r in tf.frame(_kafka_rows(spark, values)).collect()]
+
+    class Message:
+        def __init__(self, value: bytes | None) -> None:
+            self._value = value
+
+        def key(self) -> None:
+            return None
+
+        def value(self) -> bytes | None:
+            return self._value
+
+        def offset(self) -> int:
+            return 0
+
+    read = framed_batch("t", 0, [Message(v) for v in values]).to_pydict()
+    assert [list(r) for r in zip(*(read[c] for c in columns), strict=True)] == spark_rows
+
+
 def test_decode_envelopes_gives_null_for_undecodable_payload(spark: Any) -> None:
     import json
 

@@ -1,0 +1,278 @@
+"""A micro-batch's Kafka offset ranges, and reading them in a Spark task without Spark's Kafka
+source.
+
+Why: the task lane (:mod:`bridge.spark.task_lane`) got its records from Spark's Kafka source as
+rows turned into Arrow, about two raw reads of work on top of the read itself; reading the
+topic-partitions with confluent-kafka in the Python tasks costs what Spark's raw read costs,
+decoding included (bench/kafka_read_probe.py, docs/measurements.md).
+
+The ranges are Spark's own: the streaming engine writes a batch's end offsets to the
+checkpoint's offset log (``offsets/<batch id>``) before it runs the batch, and a restarted
+batch reruns those offsets; the batch starts where the one before ended, or, for the query's
+first batch, at the offsets the Kafka source logged when it started (``sources/0/0``). Where
+they cannot be told here (a checkpoint outside the local file system, a topic-partition the
+batch starts from the earliest offset, Kafka options librdkafka is not given here), nothing
+is read this way: the caller keeps Spark's Kafka source.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from bridge.spark import transforms as tf
+
+__all__ = [
+    "KafkaRange",
+    "batch_ranges",
+    "client_config",
+    "framed_batch",
+    "read_ranges",
+    "task_shares",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaRange:
+    """Offsets ``start`` (included) to ``end`` (excluded) of one topic-partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def records(self) -> int:
+        """At most this many records (compaction and transaction markers leave gaps)."""
+        return self.end - self.start
+
+
+def _local_dir(location: str) -> Path | None:
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        return Path(parsed.path if parsed.scheme else location)
+    return None
+
+
+def _offsets_of_log(text: str) -> dict[str, dict[str, int]] | None:
+    """The Kafka source's offsets in an offset log file (``v1``, the batch's metadata, one
+    line per source); None unless the query has exactly one source (pgbridge's has one)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) != 3 or lines[0] != "v1":
+        return None
+    return _partition_offsets(lines[2])
+
+
+def _partition_offsets(text: str) -> dict[str, dict[str, int]] | None:
+    offsets = json.loads(text)
+    if not isinstance(offsets, dict):
+        return None
+    return {
+        str(topic): {str(p): int(o) for p, o in parts.items()} for topic, parts in offsets.items()
+    }
+
+
+def _initial_offsets(checkpoint: Path) -> dict[str, dict[str, int]] | None:
+    """The offsets the Kafka source started from (``sources/0/0``: a zero byte, ``v1``, the
+    offsets' JSON)."""
+    path = checkpoint / "sources" / "0" / "0"
+    if not path.is_file():
+        return None
+    lines = path.read_bytes().lstrip(b"\x00").decode().splitlines()
+    if len(lines) != 2 or lines[0] != "v1":
+        return None
+    return _partition_offsets(lines[1])
+
+
+def batch_ranges(checkpoint_location: str, batch_id: int) -> list[KafkaRange] | None:
+    """The Kafka offset ranges of micro-batch ``batch_id`` of the query checkpointed at
+    ``checkpoint_location``, empty ones left out; None where they cannot be told here."""
+    checkpoint = _local_dir(checkpoint_location)
+    if checkpoint is None:
+        return None
+    try:
+        end_file = checkpoint / "offsets" / str(batch_id)
+        ends = _offsets_of_log(end_file.read_text())
+        if batch_id == 0:
+            starts = _initial_offsets(checkpoint)
+        else:
+            starts = _offsets_of_log((checkpoint / "offsets" / str(batch_id - 1)).read_text())
+    except (OSError, ValueError):
+        return None
+    if ends is None or starts is None:
+        return None
+    ranges = []
+    for topic, partitions in sorted(ends.items()):
+        for partition, end in sorted(partitions.items(), key=lambda item: int(item[0])):
+            start = starts.get(topic, {}).get(partition)
+            if start is None or start < 0 or end < start:
+                # A new topic-partition (Spark starts it from its earliest offset, which is
+                # not logged) or a special offset: Spark's Kafka source reads this batch.
+                return None
+            if end > start:
+                ranges.append(KafkaRange(topic, int(partition), start, end))
+    return ranges
+
+
+#: Spark Kafka source options (without ``kafka.``) that mean the same to librdkafka, and the
+#: values taken as they are. Anything else (SASL, TLS stores, OAuth) keeps Spark's source.
+_SAME_MEANING = {"security.protocol": {"PLAINTEXT", "plaintext"}}
+
+
+def client_config(source_options: Mapping[str, str]) -> dict[str, Any] | None:
+    """librdkafka's consumer configuration equivalent to the Kafka source options
+    (:meth:`bridge.spark.config.ApplyConfig.kafka_source_options`); None where one of them
+    has no equivalent given here."""
+    config: dict[str, Any] = {
+        "group.id": "pgbridge-apply-lane",  # never joins the group: assign() and no commits
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        # Large fetches: a task reads its partitions to known ends, one after another; the
+        # prefetch queue bounded to 64 MiB (librdkafka's 64 MiB default is per partition).
+        "fetch.max.bytes": 32 * 1024 * 1024,
+        "max.partition.fetch.bytes": 16 * 1024 * 1024,
+        "queued.max.messages.kbytes": 65536,
+    }
+    for name, value in source_options.items():
+        if not name.startswith("kafka."):
+            continue  # the source's own options (subscribePattern, startingOffsets, ...)
+        key = name.removeprefix("kafka.")
+        committed = ("read_committed", "read_uncommitted")
+        if key == "bootstrap.servers" or (key == "isolation.level" and value in committed):
+            config[key] = value
+        elif key == "fetch.max.wait.ms":
+            config["fetch.wait.max.ms"] = int(value)
+        elif value not in _SAME_MEANING.get(key, ()):
+            return None
+    return config if "bootstrap.servers" in config else None
+
+
+def task_shares(ranges: Sequence[KafkaRange], tasks: int) -> list[list[KafkaRange]]:
+    """``ranges`` dealt to at most ``tasks`` tasks, the largest first to the least loaded;
+    each topic-partition in one task (the lane summarises a partition in one task)."""
+    shares: list[list[KafkaRange]] = [[] for _ in range(max(1, min(tasks, len(ranges))))]
+    loads = [0] * len(shares)
+    for kafka_range in sorted(ranges, key=lambda r: -r.records):
+        least = loads.index(min(loads))
+        shares[least].append(kafka_range)
+        loads[least] += kafka_range.records
+    return [share for share in shares if share]
+
+
+def framed_batch(topic: str, partition: int, messages: Sequence[Any]) -> Any:
+    """Kafka messages -> an Arrow batch of the lane's columns (topic, value, partition,
+    offset, the key's and value's schema ids, the framing error), framed as
+    :func:`bridge.spark.transforms.frame` frames Spark's rows."""
+    import pyarrow as pa
+
+    values = pa.array([m.value() for m in messages], pa.binary())
+    keys = pa.array([m.key() for m in messages], pa.binary())
+    value_ids, framed = _schema_ids(values)
+    errors: list[str | None] = [None] * len(values)
+    if not framed.all():  # rare: only these values are looked at one by one
+        for index in (~framed).nonzero()[0]:
+            errors[index] = framing_error(values[int(index)].as_py())
+    return pa.record_batch(
+        {
+            "topic": pa.array([topic] * len(messages), pa.string()),
+            "value": values,
+            "partition": pa.array([partition] * len(messages), pa.int32()),
+            "offset": pa.array([m.offset() for m in messages], pa.int64()),
+            tf.VALUE_SCHEMA_ID: value_ids,
+            tf.KEY_SCHEMA_ID: _schema_ids(keys)[0],
+            tf.FRAMING_ERROR: pa.array(errors, pa.string()),
+        }
+    )
+
+
+def _schema_ids(payloads: Any) -> tuple[Any, Any]:
+    """Bytes 1..4 of each Confluent-framed payload as a big-endian unsigned int, null where a
+    payload is null or not framed; and which payloads are framed (or null)."""
+    import numpy as np
+    import pyarrow as pa
+
+    count = len(payloads)
+    offsets = np.frombuffer(payloads.buffers()[1], np.int32)[payloads.offset :][: count + 1]
+    data_buffer = payloads.buffers()[2]
+    data = (
+        np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.empty(0, np.uint8)
+    )
+    data = np.concatenate([data, np.ones(5, np.uint8)])  # reads past a short last payload
+    starts = offsets[:-1].astype(np.int64)
+    present = np.asarray(payloads.is_valid(), bool)
+    framed = present & (offsets[1:] - offsets[:-1] >= 5) & (data[starts] == 0)
+    ids = np.zeros(count, np.int64)
+    for byte in range(1, 5):
+        ids = (ids << 8) | data[starts + byte].astype(np.int64)
+    return pa.array(ids, pa.int64(), mask=~framed), framed | ~present
+
+
+def framing_error(value: bytes | None) -> str | None:
+    """:func:`bridge.spark.transforms.frame`'s ``_framing_error`` of one value."""
+    if value is None:
+        return None
+    if len(value) < 5:
+        return "value shorter than the 5-byte Confluent header"
+    if value[0] != 0:
+        return f"magic byte is 0x{value[0]:02x}, not 0"
+    return None
+
+
+class KafkaReadError(RuntimeError):
+    """A topic-partition's range could not be read to its end."""
+
+
+def read_ranges(
+    ranges: Sequence[KafkaRange], config: Mapping[str, Any], per_batch: int = 10_000
+) -> Iterator[Any]:
+    """The records of ``ranges``, one range after another, as Arrow batches of
+    :func:`framed_batch`. A range ends at its end offset, or where the partition's visible
+    records end before it (transaction markers and aborted records take offsets no record
+    is read at). Raises :class:`KafkaReadError` naming the topic-partition where no record
+    comes within ``timeout`` seconds."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({**config, "enable.partition.eof": True})
+    try:
+        for kafka_range in ranges:
+            topic, partition = kafka_range.topic, kafka_range.partition
+            consumer.assign([TopicPartition(topic, partition, kafka_range.start)])
+            position, done = kafka_range.start, False
+            while not done and position < kafka_range.end:
+                # consume() waits until it has as many as asked for: never more than the
+                # range holds (a marker in it is made up for by the end-of-partition event,
+                # or by the record after the range).
+                wanted = min(per_batch, kafka_range.end - position)
+                messages = consumer.consume(wanted, timeout=_TIMEOUT)
+                if not messages:
+                    raise KafkaReadError(
+                        f"{topic} [{partition}]: nothing read at offset {position} "
+                        f"(the batch ends at {kafka_range.end}) within {_TIMEOUT:.0f} s"
+                    )
+                taken = []
+                for message in messages:
+                    if message.topic() != topic or message.partition() != partition:
+                        continue  # (an event of the range before)
+                    error = message.error()
+                    if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                        done = True  # no visible record left below the end offset
+                        break
+                    if error is not None:
+                        raise KafkaReadError(f"{topic} [{partition}] at offset {position}: {error}")
+                    if (message.offset() or 0) >= kafka_range.end:
+                        done = True
+                        break
+                    taken.append(message)
+                if taken:
+                    position = (taken[-1].offset() or position) + 1
+                    yield framed_batch(topic, partition, taken)
+    finally:
+        consumer.close()
+
+
+#: Seconds a read waits for the next records of a range known to exist.
+_TIMEOUT = 30.0
