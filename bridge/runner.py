@@ -390,6 +390,7 @@ def start_exactly_once(
         publisher.flush,
         slot,
         kafka.commit_interval_ms / 1000,
+        fatal_error=publisher.fatal_error,
     )
     exactly_once.start()  # fences older producers and aborts what they left open
     committed = committed_position(client, kafka.offsets_topic, slot)

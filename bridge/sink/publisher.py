@@ -628,6 +628,12 @@ class KafkaPublisher:
         logger.error("%s", failure)
         return failure
 
+    def fatal_error(self) -> str | None:
+        """The code of the producer's fatal error, if it had one (its error callback served
+        first: the call that met the bare ``_FATAL`` may come before the callback ran)."""
+        self._producer.poll(0)
+        return self._refusals.fatal
+
     @property
     def in_flight(self) -> int:
         """Records handed to the producer whose delivery report has not run yet.

@@ -107,11 +107,13 @@ class ExactlyOnce:
         slot: str,
         commit_interval_s: float,
         timeout_s: float = 60.0,
+        fatal_error: Any = None,
     ) -> None:
         """``producer``: confluent-kafka's (transactional) Producer; ``publish_offsets(key,
         value)`` queues the offsets record on it; ``flush(timeout)`` hands the publisher's
         pending records over and waits for their deliveries (serving their callbacks)."""
         self._producer = producer
+        self._fatal_error = fatal_error  # () -> the producer's fatal error code, or None
         self._publish_offsets = publish_offsets
         self._flush = flush
         self._slot = slot
@@ -187,13 +189,23 @@ class ExactlyOnce:
             slot=self._slot,
             abort=self.abort,
             resent_from=f"LSN {self.committed or 'the slot'}",
+            fatal_error=self._fatal_error,
         )
 
 
-def call_transactional(method: Any, *args: Any, slot: str, abort: Any, resent_from: str) -> None:
+def call_transactional(
+    method: Any,
+    *args: Any,
+    slot: str,
+    abort: Any,
+    resent_from: str,
+    fatal_error: Any = None,
+) -> None:
     """A transactional call of a producer of ``slot``, retried while Kafka says it may be;
     typed errors otherwise (``abort()`` first when Kafka requires it; ``resent_from``: where
-    the restart sends the aborted records again from)."""
+    the restart sends the aborted records again from). ``fatal_error()``: the code of the
+    producer's fatal error, once it had one: a call refused with librdkafka's bare ``_FATAL``
+    (a record produced after a newer producer fenced this one in the background) says why."""
     for attempt in range(5):
         try:
             method(*args)
@@ -202,7 +214,8 @@ def call_transactional(method: Any, *args: Any, slot: str, abort: Any, resent_fr
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             if error is None:
                 raise KafkaTransactionError(f"Kafka transaction: {exc}") from None
-            if error.name() in FENCED_CODES:
+            fatal = fatal_error() if fatal_error is not None and error.name() == "_FATAL" else None
+            if error.name() in FENCED_CODES or fatal in FENCED_CODES:
                 raise ProducerFencedError(
                     f"another pgbridge instance took over slot {slot} (its producer "
                     f"has this transactional.id): {error.str()}"

@@ -75,6 +75,8 @@ class LanePublisher(DrainablePublisher, Protocol):
 
     def produce_offsets(self, topic: str, key: bytes, value: bytes) -> None: ...
 
+    def fatal_error(self) -> str | None: ...
+
     def send_pending(self) -> None: ...
 
     def close(self, timeout: float = 30.0) -> int: ...
@@ -336,6 +338,7 @@ class ChunkTransactions:
             slot=self._slot,
             abort=lambda: self._abort(lane),
             resent_from="the chunk's start at the next snapshot run",
+            fatal_error=lane.publisher.fatal_error,
         )
 
 

@@ -135,3 +135,27 @@ def test_a_producer_refusing_the_offsets_record_is_a_typed_error() -> None:
         eos.idle()
     assert "commit_transaction" not in producer.calls
     assert eos.acknowledgeable(Lsn(100)) == Lsn(0)
+
+
+def test_a_bare_fatal_error_after_a_newer_producer_fenced_this_one_says_so() -> None:
+    """A newer producer fenced this one in the background (its fatal error reached the error
+    callback): the next record is refused with librdkafka's bare _FATAL, which must still stop
+    the bridge as fenced (another instance runs the slot), not restart it into the fence."""
+    producer = CallLog()
+
+    def refuse(key: bytes, value: bytes) -> None:
+        raise KafkaException(KafkaError(KafkaError._FATAL, "Fatal error"))
+
+    fenced = ExactlyOnce(producer, refuse, lambda timeout: None, "slot1", 3600.0,
+                         fatal_error=lambda: "_FENCED")  # fmt: skip
+    fenced.start()
+    fenced.transaction_done(Lsn(100))
+    with pytest.raises(ProducerFencedError, match="another pgbridge instance took over"):
+        fenced.idle()
+    other = ExactlyOnce(producer, refuse, lambda timeout: None, "slot1", 3600.0,
+                        fatal_error=lambda: "_MSG_TIMED_OUT")  # fmt: skip
+    other.start()
+    other.transaction_done(Lsn(100))
+    with pytest.raises(KafkaTransactionError) as raised:
+        other.idle()
+    assert not isinstance(raised.value, ProducerFencedError)

@@ -75,6 +75,9 @@ class Lane:
     def produce_offsets(self, topic: str, key: bytes, value: bytes) -> None:
         self.log.append(f"{self.name} progress {key.decode()} {json.loads(value)['chunks']}")
 
+    def fatal_error(self) -> str | None:
+        return None
+
     def send_pending(self) -> None:
         pass
 
