@@ -631,7 +631,12 @@ class KafkaPublisher:
     def fatal_error(self) -> str | None:
         """The code of the producer's fatal error, if it had one (its error callback served
         first: the call that met the bare ``_FATAL`` may come before the callback ran)."""
-        self._producer.poll(0)
+        try:
+            self._producer.poll(0)
+        except KafkaException as exc:  # the poll raises the fatal error itself
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is not None and error.fatal():
+                self._refusals.fatal = self._refusals.fatal or error.name()
         return self._refusals.fatal
 
     @property
