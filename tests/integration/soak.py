@@ -121,6 +121,8 @@ class Capture:
     results: list[FaultResult] = field(default_factory=list)
     delivered: int = 0
     unattributed: Counter[str] = field(default_factory=Counter)  # after the last fault
+    # Each lost value with what Kafka holds beside it: where to look when one is missing.
+    lost_values: list[str] = field(default_factory=list)
     final_log: str = ""  # the bridge's log, kept when the rig's directory is removed
 
     @property
@@ -195,6 +197,7 @@ class FaultRig:
         self.writer_errors = 0
         self.new_tables = 0
         self.committed = 0
+        self.insert_lsns: dict[int, str] = {}  # counter value -> where its insert went in the WAL
 
     # -- set-up and tear-down -------------------------------------------------------------------
 
@@ -206,7 +209,10 @@ class FaultRig:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(
                 "CREATE TABLE counter (n bigint PRIMARY KEY, at timestamptz NOT NULL "
-                "DEFAULT clock_timestamp())"
+                # Where the insert went in the WAL: what a lost value's report compares with
+                # the positions the bridge confirmed (its log) and its neighbours in Kafka.
+                "DEFAULT clock_timestamp(), "
+                "lsn pg_lsn NOT NULL DEFAULT pg_current_wal_insert_lsn())"
             )
             conn.execute("CREATE TABLE mixed (id int PRIMARY KEY, v int)")
             conn.execute("CREATE TABLE bulk (id int PRIMARY KEY, pad text)")
@@ -494,10 +500,9 @@ class FaultRig:
                 )
             assert capture.bridge.terminate() == 0, capture.log()[-3000:]
         with psycopg.connect(self.dsn) as conn:
-            committed = {
-                int(n): at.timestamp()
-                for n, at in conn.execute("SELECT n, at FROM counter").fetchall()
-            }
+            rows = conn.execute("SELECT n, at, lsn::text FROM counter").fetchall()
+        committed = {int(n): at.timestamp() for n, at, _ in rows}
+        self.insert_lsns = {int(n): lsn for n, _, lsn in rows}
         self.committed = len(committed)
         for capture in self.captures:
             self._charge(capture, committed)
@@ -511,6 +516,11 @@ class FaultRig:
             f"{capture.prefix}.public.counter",
         )
         seen = Counter(int(v["after"]["n"]) for _, v in records if v is not None and v["after"])
+        sources = {
+            int(v["after"]["n"]): (v["source"]["lsn"], v["source"]["txId"])
+            for _, v in records
+            if v is not None and v["after"]
+        }
         starts = [r.injected_at for r in capture.results]
 
         def charged(at: float) -> FaultResult | None:
@@ -521,6 +531,16 @@ class FaultRig:
             result = charged(at)
             copies = seen.get(n, 0)
             if copies == 0:
+                committed_at = time.strftime("%H:%M:%S", time.localtime(at)) + f"{at % 1:.3f}"[1:]
+                beside = ", ".join(
+                    f"{m} at lsn {Lsn(sources[m][0])} tx {sources[m][1]}"
+                    for m in (n - 1, n + 1)
+                    if m in sources
+                )
+                capture.lost_values.append(
+                    f"{n} (inserted at lsn {self.insert_lsns[n]}, committed {committed_at}; "
+                    f"in Kafka: {beside})"
+                )
                 if result is None:
                     capture.unattributed["lost"] += 1
                 else:
@@ -571,6 +591,7 @@ def report(rig: FaultRig) -> str:
             f"Kafka; after the last fault: {capture.unattributed['duplicates']} duplicates, "
             f"{capture.unattributed['lost']} lost"
         )
+        lines.extend(f"lost: {value}" for value in capture.lost_values[:20])
         tables.append("\n".join(lines))
     return "\n\n".join(tables)
 
