@@ -206,9 +206,12 @@ class LogicalReplicationSource:
             spill_dir=cfg.spill_dir,
         )
         logger.info(
-            "streaming slot %s from %s (PostgreSQL %d, %s)",
+            # The slot's restart LSN: where the server decodes from (what a report of a
+            # decoding session in the server's log is compared with).
+            "streaming slot %s from %s, decoding from %s (PostgreSQL %d, %s)",
             cfg.slot_name,
             start,
+            slot.restart_lsn,
             server.version_num,
             self._options,
         )

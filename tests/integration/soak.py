@@ -198,6 +198,7 @@ class FaultRig:
         self.new_tables = 0
         self.committed = 0
         self.insert_lsns: dict[int, str] = {}  # counter value -> where its insert went in the WAL
+        self.postgres_log = ""  # kept when the cluster is destroyed
 
     # -- set-up and tear-down -------------------------------------------------------------------
 
@@ -265,6 +266,8 @@ class FaultRig:
                 capture.bridge.kill()
         self.proxy.close()
         self.broker.stop()
+        if self.cluster.log_path.exists():
+            self.postgres_log = self.cluster.log_path.read_text(errors="replace")
         self.cluster.destroy()
         shutil.rmtree(self.pg_dir, ignore_errors=True)
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -554,6 +557,22 @@ class FaultRig:
 
     def log(self) -> str:
         return "\n".join(f"== {c.mode}:\n{c.log()[-4000:]}" for c in self.captures)
+
+    def decoding_starts(self, capture: Capture, started: float, seconds: float) -> str:
+        """PostgreSQL's own account of each decoding session of ``capture``'s slot from
+        ``started`` on, for ``seconds``: where it streamed from, and from which snapshot (a
+        session that builds its snapshot afresh skips the transactions committed meanwhile)."""
+        first = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started - 1))
+        last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started + seconds))
+        kept, keeping = [], False
+        for line in self.postgres_log.splitlines():
+            if line[:4].isdigit() and "DETAIL:" not in line:  # a DETAIL goes with its line
+                keeping = first <= line[:19] <= last and (
+                    f'slot "{capture.slot}"' in line or "consistent point" in line
+                )
+            if keeping:
+                kept.append(line)
+        return "\n".join(kept)
 
 
 FAULTS: dict[str, Callable[[FaultRig, float], None]] = {

@@ -62,7 +62,7 @@ def _check_side_by_side(
         assert not failed, f"{table}\n{capture.mode}:\n{capture.log_after(failed[0].injected_at)}"
         losing = [r for r in capture.results if r.lost]
         # Where a loss shows: the bridge's log from the fault before the lost values' commits.
-        assert not losing, f"{table}\n{capture.mode}:\n{_log_before(capture, losing[0])}"
+        assert not losing, f"{table}\n{capture.mode}:\n{_log_before(rig, capture, losing[0])}"
         assert capture.unattributed["lost"] == 0, table
     assert rig.committed > 1000, table
     exactly_once = next(c for c in rig.captures if c.mode == EXACTLY_ONCE)
@@ -70,12 +70,17 @@ def _check_side_by_side(
     assert repeated + exactly_once.unattributed["duplicates"] == 0, table
 
 
-def _log_before(capture: Capture, charged: FaultResult) -> str:
+def _log_before(rig: FaultRig, capture: Capture, charged: FaultResult) -> str:
     """The bridge's log from the fault before ``charged`` (a value is charged to the first
-    fault injected after its commit) to the end of ``charged``'s recovery."""
+    fault injected after its commit) to the end of ``charged``'s recovery, and PostgreSQL's
+    log of the slot's decoding sessions meanwhile."""
     index = capture.results.index(charged)
     start = capture.results[index - 1].injected_at if index else charged.injected_at - 30
-    return capture.log_after(start, seconds=charged.injected_at - start + 40)
+    seconds = charged.injected_at - start + 40
+    return (
+        f"{capture.log_after(start, seconds)}\n== PostgreSQL, decoding sessions:\n"
+        f"{rig.decoding_starts(capture, start, seconds)}"
+    )
 
 
 def test_exactly_once_on_three_brokers_through_each_kind_of_fault_repeats_nothing(
