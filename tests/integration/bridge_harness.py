@@ -272,6 +272,23 @@ def read_topic(
     ]
 
 
+def placed_values(
+    bootstrap: str, registry_url: str | Mapping[str, Any], topic: str
+) -> list[tuple[str, Any]]:
+    """Every record's value, decoded, with where and when Kafka took it
+    (``"partition/offset at HH:MM:SS.mmm"``, the producer's timestamp): which producer wrote a
+    record, when a test asks."""
+    decode = _Decoder(registry_url, topic)
+    placed = []
+    for m in read_to_end(bootstrap, topic, timeout=5.0):
+        ms = m.timestamp()[1]
+        at = time.strftime("%H:%M:%S", time.localtime(ms / 1000)) + f".{ms % 1000:03d}"
+        placed.append(
+            (f"{m.partition()}/{m.offset()} at {at}", decode(m.value(), MessageField.VALUE))
+        )
+    return placed
+
+
 def raw_records(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
     """Every (key, value) of a topic as bytes, partition by partition, in offset order."""
     return [(m.key(), m.value()) for m in read_to_end(bootstrap, topic, timeout=5.0)]

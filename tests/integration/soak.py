@@ -52,7 +52,7 @@ from tests.integration import full_disk
 from tests.integration.bridge_harness import (
     BridgeProcess,
     bridge_settings,
-    read_topic,
+    placed_values,
     slot_confirmed,
 )
 from tests.integration.faults import TcpProxy
@@ -513,15 +513,15 @@ class FaultRig:
     def _charge(self, capture: Capture, committed: dict[int, float]) -> None:
         """A value missing from the capture's topic is lost, one there twice a duplicate,
         charged to the first fault injected after the value's commit."""
-        records = read_topic(
+        records = placed_values(
             self.broker.bootstrap_servers,
             self.stack.registry_url,
             f"{capture.prefix}.public.counter",
         )
         seen = Counter(int(v["after"]["n"]) for _, v in records if v is not None and v["after"])
         sources = {
-            int(v["after"]["n"]): (v["source"]["lsn"], v["source"]["txId"])
-            for _, v in records
+            int(v["after"]["n"]): (v["source"]["lsn"], v["source"]["txId"], placed)
+            for placed, v in records
             if v is not None and v["after"]
         }
         starts = [r.injected_at for r in capture.results]
@@ -536,7 +536,7 @@ class FaultRig:
             if copies == 0:
                 committed_at = time.strftime("%H:%M:%S", time.localtime(at)) + f"{at % 1:.3f}"[1:]
                 beside = ", ".join(
-                    f"{m} at lsn {Lsn(sources[m][0])} tx {sources[m][1]}"
+                    f"{m} at lsn {Lsn(sources[m][0])} tx {sources[m][1]}, {sources[m][2]}"
                     for m in (n - 1, n + 1)
                     if m in sources
                 )
