@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bridge.native.switches import NATIVE, enabled
@@ -169,3 +169,44 @@ def test_summary_per_partition_equals_filtering_each_partition(changes: list[Any
     )
     grouped = sorted(_summary_parts(decoded), key=lambda p: p["_pgbridge_summary_partition"])
     assert grouped == _summary_by_filtering(decoded)
+
+
+@settings(max_examples=80, deadline=None)
+@example([(1, 1, 0), (1, 1, 0)], False)  # one record twice, next to itself
+@example([(1, 1, 0), (2, 1, 1), (1, 2, 0)], False)  # keys that grow, then one comes again
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),  # key
+            st.integers(1, 4),  # commit LSN
+            st.integers(0, 3),  # sequence in the transaction
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.booleans(),
+)
+def test_last_change_per_key_equals_the_latest_position_of_each_key(
+    changes: list[tuple[int, int, int]], keys_in_order: bool
+) -> None:
+    """Each key's change at the highest (LSN, sequence, offset), whether the keys come in
+    increasing order (a snapshot's: taken as they are) or not (counted, then ordered)."""
+    from bridge.spark.task_lane import _last_per_key
+
+    if keys_in_order:  # distinct and increasing, as a snapshot's chunk delivers them
+        changes = [(i * 3 - 5, lsn, seq) for i, (_, lsn, seq) in enumerate(changes)]
+    rows = pa.table(
+        {
+            "id": pa.array([c[0] for c in changes], pa.int64()),
+            tf.COMMIT_LSN: pa.array([c[1] for c in changes], pa.int64()),
+            tf.SEQ: pa.array([c[2] for c in changes], pa.int64()),
+            tf.OFFSET: pa.array(range(len(changes)), pa.int64()),
+        }
+    )
+    latest: dict[int, tuple[int, int, int]] = {}
+    for offset, (key, lsn, seq) in enumerate(changes):
+        latest[key] = max(latest.get(key, (lsn, seq, offset)), (lsn, seq, offset))
+    kept = _last_per_key(rows, ["id"]).to_pylist()
+    assert sorted((r["id"], r[tf.COMMIT_LSN], r[tf.SEQ], r[tf.OFFSET]) for r in kept) == sorted(
+        (key, *position) for key, position in latest.items()
+    )
