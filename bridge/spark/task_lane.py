@@ -172,9 +172,9 @@ def appended_rows(chunks: Sequence[Any], spec: LaneSpec) -> Any:
     rows = spec.fences.admitted_rows(rows, _OP)
     # A first load's deletes (rare: a snapshot has none) take their key from the old row and
     # are dropped after the last change per key; without one, nothing is copied for them.
-    deleting = spec.first_load and pc.any(pc.equal(rows.column(_OP), "d")).as_py()
+    deletes = pc.equal(rows.column(_OP), "d") if spec.first_load else None
+    deleting = deletes is not None and bool(pc.any(deletes).as_py())
     if deleting:
-        deletes = pc.equal(rows.column(_OP), "d")
         for key in spec.keys:
             at = rows.column_names.index(key)
             keyed = pc.if_else(deletes, rows.column(before_key(key)), rows.column(key))
