@@ -113,7 +113,7 @@ stack-status: $(VENV)/.installed
 # The C accelerator is compiled by the install: a changed source reinstalls. Python and a C
 # compiler are all the unit tests need; the stack's Java and Maven are checked for the targets
 # that start it.
-$(VENV)/.installed: pyproject.toml bridge/native/_speedups.c bridge/native/values.c bridge/native/values.h bridge/native/_kafka.c bridge/native/_pqread.c bridge/native/packed.h
+$(VENV)/.installed: pyproject.toml bridge/native/_speedups.c bridge/native/values.c bridge/native/values.h bridge/native/_kafka.c bridge/native/_pqread.c bridge/native/_kafkaread.c bridge/native/_avrocols.c bridge/native/packed.h
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'

@@ -10,9 +10,11 @@ the topic-partitions in the Python tasks, before building it:
 
 1. **Spark raw read**: the bench's baseline (Spark's Kafka source into the ``noop`` sink,
    local[2]); wall time and the JVM's CPU.
-2. **Python read**: one process per Kafka partition (as a task per topic-partition would),
-   each consuming its partition to its end offset with confluent-kafka and building the Arrow
-   arrays the lane's tasks take (values, offsets); wall time and the processes' CPU.
+2. **Python read**: one process per Kafka partition (as a task per topic-partition does),
+   each reading its partition to its end offset as the lane's tasks do
+   (bridge.spark.kafka_ranges: the Arrow batches the lane takes), once with confluent-kafka's
+   ``Consumer`` and once with the C reader (bridge/native/_kafkaread.c); wall time and the
+   processes' CPU.
 3. **Python read + decode**: the same, each batch also decoded by the lane's C decoder
    (bridge.spark.avro_columns), the lane's plan for the table.
 
@@ -38,63 +40,62 @@ from bridge.spark.session import build_spark_session
 
 
 def _read_partition(
-    bootstrap: str, topic: str, partition: int, end: int, plan_args: tuple[str, Any] | None
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    end: int,
+    reader: str,
+    plan_args: tuple[str, Any] | None,
 ) -> tuple[int, float]:
-    """Consume one partition to ``end``; (records, CPU seconds of this process)."""
+    """Read one partition to ``end`` as the lane's tasks do (bridge.spark.kafka_ranges), with
+    ``reader`` "c" (bridge/native/_kafkaread.c) or "consumer" (confluent-kafka's Consumer);
+    (records, CPU seconds of this process)."""
     import warnings
 
     warnings.filterwarnings("ignore")  # authlib's deprecation notice, at import
 
-    import pyarrow as pa
-    from confluent_kafka import Consumer, TopicPartition
+    from bridge.native.kafka_reader import range_reader
+    from bridge.spark import kafka_ranges
+    from bridge.spark.avro_columns import decode
 
     plan = None
     if plan_args is not None:
         from bridge.spark.task_lane import lane_plan
 
         plan = lane_plan(*plan_args)
-    from bridge.spark.avro_columns import decode
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "pgbridge-probe",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "fetch.max.bytes": 64 * 1024 * 1024,
-            "max.partition.fetch.bytes": 16 * 1024 * 1024,
-            "queued.max.messages.kbytes": 262144,
-        }
-    )
-    consumer.assign([TopicPartition(topic, partition, 0)])
-    records, offset = 0, -1
+    config = kafka_ranges.client_config({"kafka.bootstrap.servers": bootstrap})
+    assert config is not None
+    ranges = [kafka_ranges.KafkaRange(topic, partition, 0, end)]
     started = time.process_time()
-    while offset < end - 1:
-        messages = consumer.consume(10_000, timeout=5)
-        if not messages:
-            break
-        valued = [m for m in messages if m.error() is None]
-        values = pa.array([m.value() for m in valued], pa.binary())
-        offsets = pa.array([m.offset() for m in valued], pa.int64())
+    if reader == "c":
+        module = range_reader()
+        assert module is not None, "bridge.native._kafkaread is not built or not bound"
+        batches = kafka_ranges._read_in_c(module, ranges, config, 10_000)
+    else:
+        batches = kafka_ranges._read_with_consumer(ranges, config, 10_000)
+    records = 0
+    for batch in batches:
         if plan is not None:
+            values = batch.column(1)
             decode(plan, values.filter(values.is_valid()))
-        records += len(valued)
-        if valued:
-            offset = valued[-1].offset() or 0
-        del offsets
-    consumer.close()
+        records += batch.num_rows
     return records, time.process_time() - started
 
 
 def python_read(
-    bootstrap: str, topic: str, ends: dict[int, int], plan_args: tuple[str, Any] | None
+    bootstrap: str,
+    topic: str,
+    ends: dict[int, int],
+    reader: str,
+    plan_args: tuple[str, Any] | None,
 ) -> tuple[float, float, int]:
     """One process per partition: (wall seconds, CPU seconds, records)."""
     context = multiprocessing.get_context("spawn")
     start = time.perf_counter()
     with context.Pool(len(ends)) as pool:
         results = pool.starmap(
-            _read_partition, [(bootstrap, topic, p, end, plan_args) for p, end in ends.items()]
+            _read_partition,
+            [(bootstrap, topic, p, end, reader, plan_args) for p, end in ends.items()],
         )
     wall = time.perf_counter() - start
     return wall, sum(cpu for _, cpu in results), sum(n for n, _ in results)
@@ -143,10 +144,12 @@ def main() -> None:
         version = workload.versions[0]
         schema_json = json.dumps(version.value_schema())
         columns = [(c["name"], c["name"]) for c in version.columns]
-        wall, cpu, read = python_read(info.bootstrap_servers, topic, ends, None)
-        show("Python read (confluent-kafka -> Arrow)", read, wall, cpu, seconds)
-        wall, cpu, read = python_read(info.bootstrap_servers, topic, ends, (schema_json, columns))
-        show("Python read + C decode", read, wall, cpu, seconds)
+        plan = (schema_json, columns)
+        for reader, name in (("consumer", "confluent-kafka's Consumer"), ("c", "the C reader")):
+            wall, cpu, read = python_read(info.bootstrap_servers, topic, ends, reader, None)
+            show(f"Python read, {name} -> the lane's Arrow batches", read, wall, cpu, seconds)
+            wall, cpu, read = python_read(info.bootstrap_servers, topic, ends, reader, plan)
+            show(f"Python read, {name}, + C decode", read, wall, cpu, seconds)
     finally:
         delete_topics(info, TOPIC_PREFIXES)
 

@@ -552,7 +552,9 @@ def test_load_config_ignores_the_tools_own_environment_variables() -> None:
     assert config.topic_prefix == "shop"
 
 
-@pytest.mark.parametrize("switch", ["PGBRIDGE_READER_THREAD", "PGBRIDGE_NATIVE_BATCHES"])
+@pytest.mark.parametrize(
+    "switch", ["PGBRIDGE_READER_THREAD", "PGBRIDGE_NATIVE_BATCHES", "PGBRIDGE_NATIVE_READS"]
+)
 def test_the_accelerator_switches_the_readme_documents_are_accepted(
     switch: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -564,6 +566,14 @@ def test_the_accelerator_switches_the_readme_documents_are_accepted(
         from bridge.source.frame_reader import frame_reading
 
         assert frame_reading() is None  # the pipeline's thread reads
+    elif switch == "PGBRIDGE_NATIVE_READS":
+        from bridge.native.kafka_reader import range_reader
+
+        range_reader.cache_clear()
+        try:
+            assert range_reader() is None  # confluent-kafka's Consumer reads
+        finally:
+            range_reader.cache_clear()
     else:
         from bridge.sink.native_batches import native_batches
 

@@ -8,7 +8,9 @@ in the package reads them:
   runs; ``make test`` runs the unit tests and an end-to-end slice on it);
 - ``PGBRIDGE_READER_THREAD=0``: the pipeline's own thread reads the WAL (no reader thread);
 - ``PGBRIDGE_NATIVE_BATCHES=0``: records reach librdkafka through confluent-kafka's
-  ``produce_batch`` instead of the C batch call.
+  ``produce_batch`` instead of the C batch call;
+- ``PGBRIDGE_NATIVE_READS=0``: the apply job's tasks read Kafka through confluent-kafka's
+  ``Consumer`` instead of the C reader (``bridge/native/_kafkaread.c``).
 
 Each is read when asked (tests set them per process), and is on unless set to ``0``.
 """
@@ -17,16 +19,18 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["NATIVE", "NATIVE_BATCHES", "READER_THREAD", "SWITCHES", "enabled"]
+__all__ = ["NATIVE", "NATIVE_BATCHES", "NATIVE_READS", "READER_THREAD", "SWITCHES", "enabled"]
 
 NATIVE = "PGBRIDGE_NATIVE"
 READER_THREAD = "PGBRIDGE_READER_THREAD"
 NATIVE_BATCHES = "PGBRIDGE_NATIVE_BATCHES"
+NATIVE_READS = "PGBRIDGE_NATIVE_READS"
 #: Every switch, with what ``0`` does (the environment check lists them as known).
 SWITCHES = {
     NATIVE: "the pure-Python path (no C part)",
     READER_THREAD: "the pipeline's thread reads the WAL",
     NATIVE_BATCHES: "records go through produce_batch",
+    NATIVE_READS: "the apply job's tasks read Kafka through confluent-kafka's Consumer",
 }
 
 

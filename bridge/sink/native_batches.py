@@ -14,16 +14,14 @@ reported without error, the whole batch is delivered; a marker's error fails the
 from __future__ import annotations
 
 import functools
-import glob
 import logging
-import os
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-import confluent_kafka
 from confluent_kafka import KafkaError, Message
 
+from bridge.native.librdkafka import wheel_librdkafka_paths
 from bridge.native.switches import NATIVE_BATCHES, enabled
 
 logger = logging.getLogger(__name__)
@@ -43,8 +41,7 @@ def native_batches() -> ModuleType | None:
     except ImportError:  # not built (no C compiler at install time)
         return None
     # The wheel's own copy (a build against a system librdkafka has none: produce_batch then).
-    site = os.path.dirname(os.path.dirname(confluent_kafka.__file__))
-    candidates = sorted(glob.glob(os.path.join(site, "confluent_kafka.libs", "librdkafka*")))
+    candidates = wheel_librdkafka_paths()
     for path in candidates:
         try:
             _kafka.bind_library(path)

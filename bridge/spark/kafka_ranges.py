@@ -30,6 +30,7 @@ __all__ = [
     "KafkaRange",
     "batch_ranges",
     "client_config",
+    "edge_records",
     "framed_batch",
     "read_ranges",
     "task_shares",
@@ -136,6 +137,9 @@ def client_config(source_options: Mapping[str, str]) -> dict[str, Any] | None:
         "fetch.max.bytes": 32 * 1024 * 1024,
         "max.partition.fetch.bytes": 16 * 1024 * 1024,
         "queued.max.messages.kbytes": 65536,
+        # A range whose records are gone (retention, a recreated topic) is an error, as
+        # failOnDataLoss makes it for Spark's source, never a silent jump to the newest offset.
+        "auto.offset.reset": "error",
     }
     for name, value in source_options.items():
         if not name.startswith("kafka."):
@@ -169,19 +173,32 @@ def framed_batch(topic: str, partition: int, messages: Sequence[Any]) -> Any:
     :func:`bridge.spark.transforms.frame` frames Spark's rows."""
     import pyarrow as pa
 
-    values = pa.array([m.value() for m in messages], pa.binary())
-    keys = pa.array([m.key() for m in messages], pa.binary())
+    return _lane_batch(
+        topic,
+        partition,
+        pa.array([m.value() for m in messages], pa.binary()),
+        pa.array([m.key() for m in messages], pa.binary()),
+        pa.array([m.offset() for m in messages], pa.int64()),
+    )
+
+
+def _lane_batch(topic: str, partition: int, values: Any, keys: Any, offsets: Any) -> Any:
+    """The lane's Arrow batch of one partition's records (Arrow arrays of their values, keys
+    and offsets)."""
+    import pyarrow as pa
+
+    count = len(values)
     value_ids, framed = _schema_ids(values)
-    errors: list[str | None] = [None] * len(values)
+    errors: list[str | None] = [None] * count
     if not framed.all():  # rare: only these values are looked at one by one
         for index in (~framed).nonzero()[0]:
             errors[index] = framing_error(values[int(index)].as_py())
     return pa.record_batch(
         {
-            "topic": pa.array([topic] * len(messages), pa.string()),
+            "topic": pa.array([topic] * count, pa.string()),
             "value": values,
-            "partition": pa.array([partition] * len(messages), pa.int32()),
-            "offset": pa.array([m.offset() for m in messages], pa.int64()),
+            "partition": pa.array([partition] * count, pa.int32()),
+            "offset": offsets,
             tf.VALUE_SCHEMA_ID: value_ids,
             tf.KEY_SCHEMA_ID: _schema_ids(keys)[0],
             tf.FRAMING_ERROR: pa.array(errors, pa.string()),
@@ -233,7 +250,93 @@ def read_ranges(
     :func:`framed_batch`. A range ends at its end offset, or where the partition's visible
     records end before it (transaction markers and aborted records take offsets no record
     is read at). Raises :class:`KafkaReadError` naming the topic-partition where no record
-    comes within ``timeout`` seconds."""
+    comes within ``timeout`` seconds.
+
+    Read in C into Arrow buffers where ``bridge.native._kafkaread`` is bound (no Python
+    object per record), else with confluent-kafka's ``Consumer``."""
+    from bridge.native.kafka_reader import range_reader
+
+    module = range_reader()
+    if module is not None:
+        return _read_in_c(module, ranges, config, per_batch)
+    return _read_with_consumer(ranges, config, per_batch)
+
+
+#: The consumer settings of a consumer group: the C reader reads without a group.
+_GROUP_SETTINGS = ("group.id", "enable.auto.commit", "enable.auto.offset.store")
+
+
+def _setting_text(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def _read_in_c(
+    module: Any, ranges: Sequence[KafkaRange], config: Mapping[str, Any], per_batch: int
+) -> Iterator[Any]:
+    import pyarrow as pa
+
+    settings = {k: _setting_text(v) for k, v in config.items() if k not in _GROUP_SETTINGS}
+    reader = module.Reader({**settings, "enable.partition.eof": "true"})
+    try:
+        for kafka_range in ranges:
+            topic, partition = kafka_range.topic, kafka_range.partition
+            try:
+                reader.start(topic, partition, kafka_range.start)
+            except RuntimeError as exc:
+                raise KafkaReadError(str(exc)) from exc
+            position, done = kafka_range.start, False
+            while not done and position < kafka_range.end:
+                # Waits for the first record only, then takes what is fetched already.
+                wanted = min(per_batch, kafka_range.end - position)
+                try:
+                    count, done, offsets, values, keys = reader.read(
+                        kafka_range.end, wanted, int(_TIMEOUT * 1000)
+                    )
+                except RuntimeError as exc:
+                    raise KafkaReadError(f"{topic} {exc}") from exc
+                if count == 0 and not done:
+                    raise _nothing_read(kafka_range, position)
+                if count:
+                    offset_array = pa.Array.from_buffers(
+                        pa.int64(), count, [None, pa.py_buffer(offsets)]
+                    )
+                    position = offset_array[count - 1].as_py() + 1
+                    yield _lane_batch(
+                        topic,
+                        partition,
+                        _binary_array(count, values),
+                        _binary_array(count, keys),
+                        offset_array,
+                    )
+    finally:
+        reader.close()
+
+
+def _binary_array(count: int, buffers: tuple[bytes | None, bytes, bytes]) -> Any:
+    import pyarrow as pa
+
+    validity, offsets, data = buffers
+    return pa.Array.from_buffers(
+        pa.binary(),
+        count,
+        [
+            pa.py_buffer(validity) if validity is not None else None,
+            pa.py_buffer(offsets),
+            pa.py_buffer(data),
+        ],
+    )
+
+
+def _nothing_read(kafka_range: KafkaRange, position: int) -> KafkaReadError:
+    return KafkaReadError(
+        f"{kafka_range.topic} [{kafka_range.partition}]: nothing read at offset {position} "
+        f"(the batch ends at {kafka_range.end}) within {_TIMEOUT:.0f} s"
+    )
+
+
+def _read_with_consumer(
+    ranges: Sequence[KafkaRange], config: Mapping[str, Any], per_batch: int
+) -> Iterator[Any]:
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer({**config, "enable.partition.eof": True})
@@ -243,16 +346,16 @@ def read_ranges(
             consumer.assign([TopicPartition(topic, partition, kafka_range.start)])
             position, done = kafka_range.start, False
             while not done and position < kafka_range.end:
-                # consume() waits until it has as many as asked for: never more than the
-                # range holds (a marker in it is made up for by the end-of-partition event,
-                # or by the record after the range).
-                wanted = min(per_batch, kafka_range.end - position)
-                messages = consumer.consume(wanted, timeout=_TIMEOUT)
+                # consume(n, timeout) waits until it has n messages: it waits for the first
+                # only, then takes what is fetched already (transaction markers, aborted and
+                # deleted records leave a range short of its offset count, and that wait ran
+                # to the timeout at the end of every such range).
+                messages = consumer.consume(1, timeout=_TIMEOUT)
                 if not messages:
-                    raise KafkaReadError(
-                        f"{topic} [{partition}]: nothing read at offset {position} "
-                        f"(the batch ends at {kafka_range.end}) within {_TIMEOUT:.0f} s"
-                    )
+                    raise _nothing_read(kafka_range, position)
+                wanted = min(per_batch, kafka_range.end - position)
+                if wanted > 1:
+                    messages += consumer.consume(wanted - 1, timeout=0)
                 taken = []
                 for message in messages:
                     if message.topic() != topic or message.partition() != partition:
@@ -272,6 +375,28 @@ def read_ranges(
                     yield framed_batch(topic, partition, taken)
     finally:
         consumer.close()
+
+
+def edge_records(kafka_range: KafkaRange, config: Mapping[str, Any]) -> list[Any]:
+    """The first and the last visible record of ``kafka_range`` (one-row batches of
+    :func:`framed_batch`; the last is left out where the range ends in a transaction marker,
+    and the two are one where the range holds one record)."""
+    edges = []
+    starts = [kafka_range.start]
+    if kafka_range.records > 1:
+        starts.append(kafka_range.end - 1)
+    for start in starts:
+        reads = read_ranges([KafkaRange(kafka_range.topic, kafka_range.partition, start,
+                                        kafka_range.end)], config, per_batch=1)  # fmt: skip
+        try:
+            batch = next(iter(reads), None)
+        finally:
+            close = getattr(reads, "close", None)
+            if close is not None:
+                close()  # the generator's reader, now
+        if batch is not None and batch.num_rows:
+            edges.append(batch.slice(0, 1))
+    return edges
 
 
 #: Seconds a read waits for the next records of a range known to exist.

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.native.switches import NATIVE, NATIVE_BATCHES, READER_THREAD, enabled
+from bridge.native.switches import NATIVE, NATIVE_BATCHES, NATIVE_READS, READER_THREAD, enabled
 
 
-@pytest.mark.parametrize("switch", [NATIVE, READER_THREAD, NATIVE_BATCHES])
+@pytest.mark.parametrize("switch", [NATIVE, READER_THREAD, NATIVE_BATCHES, NATIVE_READS])
 def test_a_switch_is_on_unless_set_to_zero(switch: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (NATIVE, READER_THREAD, NATIVE_BATCHES):
+    for name in (NATIVE, READER_THREAD, NATIVE_BATCHES, NATIVE_READS):
         monkeypatch.delenv(name, raising=False)
     assert enabled(switch)
     monkeypatch.setenv(switch, "1")
@@ -18,7 +18,7 @@ def test_a_switch_is_on_unless_set_to_zero(switch: str, monkeypatch: pytest.Monk
     assert not enabled(switch)
 
 
-@pytest.mark.parametrize("part", [READER_THREAD, NATIVE_BATCHES])
+@pytest.mark.parametrize("part", [READER_THREAD, NATIVE_BATCHES, NATIVE_READS])
 def test_no_c_part_runs_on_the_pure_python_path(part: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(part, raising=False)
     monkeypatch.setenv(NATIVE, "0")

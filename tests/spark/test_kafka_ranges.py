@@ -75,6 +75,7 @@ def test_plain_kafka_options_map_to_librdkafka_and_secured_ones_keep_sparks_sour
     assert client["bootstrap.servers"] == "127.0.0.1:9092"
     assert client["isolation.level"] == "read_committed"  # never an open transaction's records
     assert client["enable.auto.commit"] is False
+    assert client["auto.offset.reset"] == "error"  # records gone are never skipped silently
     plain = {**config.kafka_source_options(), "kafka.security.protocol": "PLAINTEXT"}
     assert client_config(plain) is not None
     for key, value in [
