@@ -396,13 +396,13 @@ class BatchApplier:
             state = _BatchState()
             laned: set[str] = set()
             collected = groups = None
-            if self.lane.expects_topics:
-                # The topics the lane took last batch: the lane's job reads the batch once for
-                # them and for the batch's groups (task_lane.run_lane_first).
-                with phases.phase("lane"):
-                    started = time.monotonic()
-                    commits, groups = self.lane.first(framed, batch_id)
-                    laned = self._lane_applied(commits, batch_id, state, started)
+            # The topics the lane took last batch, or those it guesses from the batch's Kafka
+            # ranges: the lane's job reads the batch once for them and for the batch's
+            # groups (task_lane.run_lane_first).
+            with phases.phase("lane"):
+                started = time.monotonic()
+                commits, groups = self.lane.first(framed, batch_id)
+                laned = self._lane_applied(commits, batch_id, state, started)
             if groups is None:
                 with phases.phase("read"):
                     # A batch as small as the last one is collected whole: read from Kafka

@@ -3,9 +3,11 @@ outcomes mean for the batches after (the tasks' side and the commits: :mod:`brid
 task_lane`).
 
 A batch reaches the lane two ways. :meth:`TaskLane.first` runs before anything else reads
-the batch, for the topics the lane committed in the batch before: one Spark job decodes and
-writes them and counts the batch's groups (``task_lane.run_lane_first``), so such a topic
-costs one read of Kafka per batch. :meth:`TaskLane.run` takes the batch's other topics of at
+the batch, for the topics the lane committed in the batch before (or, without any, those
+the first and last records of the batch's Kafka ranges show to be large tables of one
+schema): one Spark job decodes and writes them and counts the batch's groups
+(``task_lane.run_lane_first``), so such a topic costs one read of Kafka per batch.
+:meth:`TaskLane.run` takes the batch's other topics of at
 least ``lane_min_records`` records (and more than the driver writes, never both): those
 whose table this job wrote before with the same columns and whose fences have a floor, and
 new tables (their first load, the table created here first).
@@ -38,7 +40,13 @@ from bridge.spark.driver_lane import Candidate, topic_candidate
 from bridge.spark.driver_merge import is_local_path, open_table
 from bridge.spark.errors import RegistryUnavailableError, first_line
 from bridge.spark.fences import Fences
-from bridge.spark.kafka_ranges import batch_ranges, client_config, task_shares
+from bridge.spark.kafka_ranges import (
+    KafkaRange,
+    batch_ranges,
+    client_config,
+    edge_records,
+    task_shares,
+)
 from bridge.spark.merge import is_delta_table
 from bridge.spark.session import task_slots
 from bridge.spark.task_lane import (
@@ -119,11 +127,6 @@ class TaskLane:
             return False
         return native_decoder() is not None  # fastavro decodes slower than Spark's path
 
-    @property
-    def expects_topics(self) -> bool:
-        """Whether the last batch's lane committed topics (:meth:`first` takes them again)."""
-        return bool(self._guess)
-
     def created_empty(self, path: str) -> bool:
         """Whether the lane created the table at ``path`` in this batch and left it empty."""
         with self._lock:
@@ -141,21 +144,27 @@ class TaskLane:
     def first(
         self, framed: DataFrame, batch_id: int
     ) -> tuple[dict[str, LaneCommit], BatchGroups | None]:
-        """The topics of the last batch's lane, through the lane again in the batch's first
-        and only read (``task_lane.run_lane_first``): those it committed, and the batch's
-        groups (None when the lane did not run: the batch is counted as any other)."""
+        """The lane's topics in the batch's first and only read (``task_lane.run_lane_first``):
+        those it committed, and the batch's groups (None when the lane did not run: the batch
+        is counted as any other). Its topics are those the lane committed in the batch
+        before; without any (the job's first batch, say), those the edges of the batch's
+        Kafka ranges show to be large enough (:meth:`_guessed_lanes`)."""
         guess, self._guess = self._guess, {}
         if not self._available():
             return {}, None
+        spark = framed.sparkSession
         try:
             lanes: dict[str, LaneTopic] = {}
-            for topic, (candidate, _) in guess.items():
-                with self._lock:
-                    if candidate.path in self._refused:
-                        continue
-                lane = self._lane_table(framed.sparkSession, candidate, first_load=False)
-                if isinstance(lane, LaneTopic):
-                    lanes[topic] = lane
+            if guess:
+                for topic, (candidate, _) in guess.items():
+                    with self._lock:
+                        if candidate.path in self._refused:
+                            continue
+                    lane = self._lane_table(spark, candidate, first_load=False)
+                    if isinstance(lane, LaneTopic):
+                        lanes[topic] = lane
+            else:
+                guess, lanes = self._guessed_lanes(spark, batch_id)
             if not lanes:
                 return {}, None
             expected = {t: (guess[t][0].schema_id, guess[t][1]) for t in lanes}
@@ -166,7 +175,7 @@ class TaskLane:
                 batch_id,
                 self.config.txn_app_id,
                 self.config.table_path,
-                self._direct_read(framed.sparkSession, batch_id),
+                self._direct_read(spark, batch_id),
             )
         except RegistryUnavailableError:
             raise
@@ -177,6 +186,51 @@ class TaskLane:
         for topic in commits:
             self._guess[topic] = guess[topic]
         return commits, groups
+
+    def _guessed_lanes(
+        self, spark: Any, batch_id: int
+    ) -> tuple[dict[str, tuple[Candidate, int]], dict[str, LaneTopic]]:
+        """The lane's topics of a batch no batch before told: the topics of at least the
+        lane's minimum of records in the batch's Kafka ranges whose first and last records
+        (of each range) are of one value schema and one key schema, read by the driver
+        before the batch. The lane's job then checks every record against that guess and
+        refuses a topic it does not hold for (Spark's path applies it). Without the guess,
+        the batch's groups were counted through Spark's Kafka source first: a whole read of
+        the batch before the lane's own (1.7M snapshot records: 2.8 s of a 5.3 s batch)."""
+        if not self.config.lane_reads_kafka:
+            return {}, {}
+        client = client_config(self.config.kafka_source_options())
+        ranges = batch_ranges(self.config.checkpoint_location, batch_id)
+        if client is None or not ranges:
+            return {}, {}
+        minimum = max(self.config.lane_min_records, self.config.driver_write_rows + 1)
+        per_topic: dict[str, list[KafkaRange]] = {}
+        for kafka_range in ranges:
+            per_topic.setdefault(kafka_range.topic, []).append(kafka_range)
+        guess: dict[str, tuple[Candidate, int]] = {}
+        lanes: dict[str, LaneTopic] = {}
+        for topic, topic_ranges in per_topic.items():
+            if sum(r.records for r in topic_ranges) < minimum:
+                continue
+            if not self.config.is_table_topic(topic):
+                continue
+            row = _edge_group(topic, topic_ranges, client)
+            picked = self._lane_topic(spark, topic, [row]) if row is not None else None
+            if row is None or picked is None:
+                continue
+            candidate, lane = picked
+            if isinstance(lane, LaneTopic):
+                guess[topic], lanes[topic] = (candidate, int(row["key_id"])), lane
+            else:
+                logger.info("batch %d: %s: not by the task lane (%s)", batch_id, topic, lane)
+        if lanes:
+            logger.info(
+                "batch %d: the task lane takes %s, guessed from the first and last records "
+                "of the batch's Kafka ranges",
+                batch_id,
+                ", ".join(sorted(lanes)),
+            )
+        return guess, lanes
 
     def _direct_lanes(
         self,
@@ -396,6 +450,37 @@ class TaskLane:
         spec = LaneSpec(plan, tuple(names), candidate.key_columns, file_layout(table), fences,
                         first_load)  # fmt: skip
         return LaneTopic(candidate.schema_id, path, table, spec)
+
+
+def _edge_group(
+    topic: str, ranges: list[KafkaRange], client: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A group row (:func:`bridge.spark.decode.batch_groups`'s) for ``topic`` from the edges
+    of its ranges, or None where they are not all of one value and one key schema."""
+    edges = [
+        edge
+        for kafka_range in ranges
+        for edge in edge_records(kafka_range, client)
+        if edge.column("value")[0].is_valid  # a tombstone counts in no group
+    ]
+    ids = {
+        (edge.column(tf.VALUE_SCHEMA_ID)[0].as_py(), edge.column(tf.KEY_SCHEMA_ID)[0].as_py())
+        for edge in edges
+    }
+    if len(ids) != 1:
+        return None
+    value_id, key_id = ids.pop()
+    if value_id is None or key_id is None:
+        return None  # an unframed record, a table without key columns
+    return {
+        "topic": topic,
+        tf.VALUE_SCHEMA_ID: value_id,
+        "unframed": False,
+        "key_id": key_id,
+        "min_key_id": key_id,
+        "records": sum(r.records for r in ranges),
+        SAMPLE: edges[0].column("value")[0].as_py(),
+    }
 
 
 def _field(row: Any, name: str) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import signal
 import struct
@@ -503,3 +504,63 @@ def test_apply_job_killed_mid_batch_resumes_from_checkpoint(
     ]
     assert sum(_merge_commits(t) for t in tables) == merged + 2  # one per table, none twice
     assert spark.read.format("delta").load(config.dead_letter_location).count() == 3
+
+
+def test_a_jobs_first_batch_goes_to_the_task_lane_by_a_guess_and_a_wrong_guess_costs_nothing(
+    local_stack: StackInfo, spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The job's first batch has no batch before it to tell the lane its topics: the driver
+    guesses them from the first and last records of the batch's Kafka ranges, and the lane's
+    job takes them in the batch's only read. ``snap`` is what the guess is for (a snapshot:
+    inserts of one schema), and the lane appends it. ``mixed`` starts and ends like one, but
+    holds a record of another schema and an update in between: the lane refuses it, Spark's
+    path applies it in the same batch, and both tables equal what was sent."""
+    prefix = f"it{uuid.uuid4().hex[:8]}"
+    snap = TableVersion(prefix, "public", "snap", ORDERS, ["order_id"])
+    mixed = TableVersion(prefix, "public", "mixed", ORDERS, ["order_id"])
+    mixed_v2 = TableVersion(
+        prefix, "public", "mixed", [*ORDERS, {"name": "extra", "type": ["null", "long"],
+                                              "default": None}], ["order_id"])  # fmt: skip
+    create_topics(local_stack.bootstrap_servers, [snap.topic, mixed.topic])
+    producer = RegistryProducer(local_stack.bootstrap_servers, local_stack.registry_url)
+    rows = 300
+    for i in range(rows):
+        row = {"order_id": i, "note": f"n{i}"}
+        producer.change(snap, snap.envelope("r", 10, i, after=row), {"order_id": i})
+        if i == 100:  # another schema (a column added mid-snapshot), then an update
+            v2_row = {**row, "extra": 7}
+            producer.change(mixed_v2, mixed_v2.envelope("c", 20, 0, after=v2_row), {"order_id": i})
+            updated = {"order_id": 5, "note": "updated"}
+            producer.change(mixed, mixed.envelope("u", 30, 0, after=updated), {"order_id": 5})
+        else:
+            producer.change(mixed, mixed.envelope("r", 10, i, after=row), {"order_id": i})
+    producer.flush()
+    config = ApplyConfig(
+        topic_prefix=prefix,
+        bootstrap_servers=local_stack.bootstrap_servers,
+        registry_url=local_stack.registry_url,
+        delta_base=str(tmp_path / "delta"),
+        checkpoint_location=str(tmp_path / "checkpoint"),
+        dead_letter_location=str(tmp_path / "dead"),
+        available_now=True,
+        lane_min_records=100,  # these small topics count as snapshot-sized
+        driver_write_rows=0,
+    )
+    applier = BatchApplier(config)
+    with caplog.at_level(logging.INFO, logger="bridge.spark.lane_driver"):
+        _run(spark, config, applier)
+    guessed = [r.getMessage() for r in caplog.records if "guessed from the first" in r.message]
+    assert guessed == [
+        f"batch 0: the task lane takes {mixed.topic}, {snap.topic}, guessed from the first "
+        "and last records of the batch's Kafka ranges"
+    ]
+    assert applier.stats.batches == 1
+    assert applier.stats.last_write["public.snap"] == ("append", "tasks")
+    assert applier.stats.last_write["public.mixed"][1] != "tasks"
+    snap_rows = _rows(spark, config.table_path("public", "snap"), "order_id")
+    assert snap_rows == [{"order_id": i, "note": f"n{i}"} for i in range(rows)]
+    mixed_rows = _rows(spark, config.table_path("public", "mixed"), "order_id")
+    expected = [{"order_id": i, "note": f"n{i}", "extra": None} for i in range(rows)]
+    expected[5]["note"] = "updated"
+    expected[100]["extra"] = 7
+    assert mixed_rows == expected
