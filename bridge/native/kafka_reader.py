@@ -5,13 +5,10 @@ the librdkafka confluent-kafka loaded: for the apply job's task lane
 from __future__ import annotations
 
 import functools
-import logging
 from types import ModuleType
 
-from bridge.native.librdkafka import wheel_librdkafka_paths
+from bridge.native.librdkafka import bind_to_wheel_librdkafka
 from bridge.native.switches import NATIVE_READS, enabled
-
-logger = logging.getLogger(__name__)
 
 
 @functools.cache  # bound once per process
@@ -25,13 +22,5 @@ def range_reader() -> ModuleType | None:
         from bridge.native import _kafkaread
     except ImportError:  # not built (no C compiler at install time)
         return None
-    candidates = wheel_librdkafka_paths()
-    for path in candidates:
-        try:
-            _kafkaread.bind_library(path)
-        except OSError as exc:
-            logger.debug("librdkafka at %s not usable for reading ranges: %s", path, exc)
-            continue
-        return _kafkaread
-    logger.info("confluent-kafka's librdkafka not found among %s: its Consumer reads", candidates)
-    return None
+    fallback = "the apply job's tasks read Kafka through its Consumer"
+    return _kafkaread if bind_to_wheel_librdkafka(_kafkaread, fallback) else None

@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 import glob
+import logging
 import os
+from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 def wheel_librdkafka_paths() -> list[str]:
@@ -14,3 +18,18 @@ def wheel_librdkafka_paths() -> list[str]:
 
     site = os.path.dirname(os.path.dirname(confluent_kafka.__file__))
     return sorted(glob.glob(os.path.join(site, "confluent_kafka.libs", "librdkafka*")))
+
+
+def bind_to_wheel_librdkafka(module: Any, fallback: str) -> bool:
+    """Binds the C ``module`` (its ``bind_library``) to the wheel's librdkafka; False where no
+    copy serves (``fallback`` says what is used then)."""
+    candidates = wheel_librdkafka_paths()
+    for path in candidates:
+        try:
+            module.bind_library(path)
+        except OSError as exc:
+            logger.debug("librdkafka at %s not usable for %s: %s", path, module.__name__, exc)
+            continue
+        return True
+    logger.info("confluent-kafka's librdkafka not found among %s: %s", candidates, fallback)
+    return False

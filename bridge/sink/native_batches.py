@@ -14,17 +14,14 @@ reported without error, the whole batch is delivered; a marker's error fails the
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from confluent_kafka import KafkaError, Message
 
-from bridge.native.librdkafka import wheel_librdkafka_paths
+from bridge.native.librdkafka import bind_to_wheel_librdkafka
 from bridge.native.switches import NATIVE_BATCHES, enabled
-
-logger = logging.getLogger(__name__)
 
 #: What the markers' proof needs from the producer (on top of its enable.idempotence):
 #: an error that would leave a gap in a partition is fatal and fails every queued record.
@@ -41,18 +38,7 @@ def native_batches() -> ModuleType | None:
     except ImportError:  # not built (no C compiler at install time)
         return None
     # The wheel's own copy (a build against a system librdkafka has none: produce_batch then).
-    candidates = wheel_librdkafka_paths()
-    for path in candidates:
-        try:
-            _kafka.bind_library(path)
-        except OSError as exc:
-            logger.debug("librdkafka at %s not usable for native batches: %s", path, exc)
-            continue
-        return _kafka
-    logger.info(
-        "confluent-kafka's librdkafka not found among %s: records go by produce_batch", candidates
-    )
-    return None
+    return _kafka if bind_to_wheel_librdkafka(_kafka, "records go by produce_batch") else None
 
 
 class BatchReport:
