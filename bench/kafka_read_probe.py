@@ -1,12 +1,12 @@
 """Probe: what reading a topic costs Spark's Kafka source, and what it costs Python tasks
-reading the topic-partitions themselves (confluent-kafka), before any apply work.
+reading the topic-partitions themselves as the apply job's task lane does, before any apply
+work.
 
     .venv/bin/python bench/kafka_read_probe.py [--changes 2000000] [--partitions 2]
 
-The task lane (bridge.spark.task_lane) reaches about a third of Spark's raw read on a snapshot
-topic (docs/measurements.md, "The task lane"): its tasks get their records from Spark's Kafka
-source, as rows converted to Arrow. This probe measures the alternative #32 names, a read of
-the topic-partitions in the Python tasks, before building it:
+Built as the measurement before the lane read Kafka itself (docs/measurements.md, "Reading
+Kafka in the tasks"); it now runs the lane's own read functions
+(bridge.spark.kafka_ranges), with each of its two readers. It measures:
 
 1. **Spark raw read**: the bench's baseline (Spark's Kafka source into the ``noop`` sink,
    local[2]); wall time and the JVM's CPU.
