@@ -230,3 +230,19 @@ def create_topics(bootstrap: str, names: list[str], partitions: int = 1) -> None
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
         future.result(timeout=30)
+
+
+class KafkaMessage:
+    """What the task lane reads of a confluent-kafka ``Message``: key, value, offset."""
+
+    def __init__(self, key: bytes | None, value: bytes | None, offset: int) -> None:
+        self._key, self._value, self._offset = key, value, offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def offset(self) -> int:
+        return self._offset

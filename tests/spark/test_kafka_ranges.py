@@ -22,6 +22,7 @@ from bridge.spark.kafka_ranges import (
     framing_error,
     task_shares,
 )
+from tests.spark.envelopes import KafkaMessage
 
 META = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}})
 
@@ -99,20 +100,6 @@ def test_each_topic_partition_goes_whole_to_one_task(sizes: list[int], tasks: in
         assert max(loads) - min(loads) <= max(sizes)
 
 
-class _Message:
-    def __init__(self, key: bytes | None, value: bytes | None, offset: int) -> None:
-        self._key, self._value, self._offset = key, value, offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def offset(self) -> int:
-        return self._offset
-
-
 _PAYLOADS = st.one_of(
     st.none(),
     st.binary(max_size=9),
@@ -136,7 +123,7 @@ def test_records_read_by_a_task_are_framed_as_spark_frames_them(
             return None
         return int.from_bytes(payload[1:5], "big")
 
-    messages = [_Message(k, v, 100 + i) for i, (k, v) in enumerate(records)]
+    messages = [KafkaMessage(k, v, 100 + i) for i, (k, v) in enumerate(records)]
     batch = pa.Table.from_batches([framed_batch("p.s.t", 3, messages)]).to_pydict()
     assert batch["value"] == [v for _, v in records]
     assert batch["offset"] == [100 + i for i in range(len(records))]

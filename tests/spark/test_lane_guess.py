@@ -12,20 +12,7 @@ from bridge.spark import lane_driver
 from bridge.spark import transforms as tf
 from bridge.spark.decode import SAMPLE
 from bridge.spark.kafka_ranges import KafkaRange, framed_batch
-
-
-class _Message:
-    def __init__(self, value: bytes | None, key: bytes | None, offset: int) -> None:
-        self._value, self._key, self._offset = value, key, offset
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def offset(self) -> int:
-        return self._offset
+from tests.spark.envelopes import KafkaMessage
 
 
 def _framed(schema_id: int, body: bytes) -> bytes:
@@ -37,7 +24,7 @@ def _edges(monkeypatch: pytest.MonkeyPatch, edges: dict[int, list[tuple[Any, Any
 
     def edge_records(kafka_range: KafkaRange, config: Any) -> list[Any]:
         return [
-            framed_batch(kafka_range.topic, kafka_range.partition, [_Message(v, k, i)])
+            framed_batch(kafka_range.topic, kafka_range.partition, [KafkaMessage(k, v, i)])
             for i, (v, k) in enumerate(edges[kafka_range.partition])
         ]
 
