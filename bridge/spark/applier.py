@@ -131,9 +131,7 @@ from bridge.spark.summary import (
     summary_aggregates,
     summary_input,
 )
-from bridge.spark.task_lane import (
-    LaneCommit,
-)
+from bridge.spark.task_lane import LaneCommit, LaneMerge
 from bridge.spark.write_choice import inserts_only, new_keys_only
 
 __all__ = ["ApplyStats", "BatchApplier", "first_line", "job_conf"]
@@ -473,9 +471,10 @@ class BatchApplier:
         for committed in commits.values():
             with self._lock:
                 self._fences[committed.path] = committed.fences
-                self.stats.last_write[committed.label] = ("append", "tasks")
+                self.stats.last_write[committed.label] = committed.written
             self.lane.committed(committed)
-            self._forget_driver_table(committed.path)
+            if not committed.written[1].endswith("delta-rs"):  # not through the kept table
+                self._forget_driver_table(committed.path)
             summary = committed.summary
             self._record(committed.topic, committed.label, summary, int(summary["n"]), None,
                          batch_id, state, started, time.monotonic() - started)  # fmt: skip
@@ -515,6 +514,25 @@ class BatchApplier:
             for path in paths:
                 self._fences.pop(path, None)
                 self._delta_tables.pop(path, None)
+
+    def merge_lane(
+        self, spark: Any, merge: LaneMerge, rows: ArrowRows, candidate: Candidate, batch_id: int
+    ) -> LaneCommit:
+        """A batch the task lane folded to each key's last change (bridge.spark.task_lane.
+        folded_rows), written as a table decoded in the driver is (:meth:`_write_keyed`):
+        delta-rs where the table fits, whatever the number of rows (they are decoded and
+        folded already: ``driver_write_rows`` bounds the driver's decoding), else Spark."""
+        summary = merge.summary
+        work = _TableWork(_LaneTable(merge.topic, candidate.columns), merge.path, merge.label,
+                          None, summary, int(summary["n"]), True, batch_id)  # fmt: skip
+        fences = self.fences_of(spark, merge.path)
+        self._write_keyed(self.session(spark), work, candidate.key_columns, fences, rows,
+                          fold=False, decoded=True)  # fmt: skip
+        with self._lock:
+            after, (kind, writer) = self._fences[merge.path], self.stats.last_write[merge.label]
+        # Who folded and who wrote: the tasks, then delta-rs (or Spark: a table grown large).
+        written = (kind, f"tasks+{writer}" if writer else "tasks")
+        return LaneCommit(merge.topic, merge.path, merge.label, summary, after, 0, written)
 
     def _driver_path(
         self, topic: str, columns: frozenset[tuple[str, str]], records: int
@@ -868,10 +886,12 @@ class BatchApplier:
         fences: Fences,
         latest: DataFrame | ArrowRows,
         fold: bool,
+        decoded: bool = False,
     ) -> None:
         """Write a keyed table's last changes: nothing for a replay, an append where the keys
         are new (a table this batch created, inserts the fences prove new), else a MERGE; by
-        delta-rs where it fits, else by Spark."""
+        delta-rs where it fits, else by Spark. ``decoded``: ``latest`` came decoded and
+        folded (the task lane's), so no bound on the driver's decoding applies."""
         path, table, summary, truncate_at = work.path, work.table, work.summary, work.truncate_at
         exists, count = work.exists, work.count
         plan = MergePlan(
@@ -908,7 +928,7 @@ class BatchApplier:
             by_offsets = not exists or bool(fences.offsets)
             written = "append", self._write(
                 path,
-                count,
+                0 if decoded else count,
                 lambda target: append_in_driver(
                     target, latest, plan, app_id, work.batch_id, commit_metadata=metadata
                 ),
@@ -923,7 +943,7 @@ class BatchApplier:
                 kind,
                 self._write(
                     path,
-                    count,
+                    0 if decoded else count,
                     lambda target: merge_in_driver(
                         target, latest, plan, app_id, work.batch_id, commit_metadata=metadata
                     ),
@@ -1051,10 +1071,19 @@ class BatchApplier:
 
 
 @dataclass(frozen=True, slots=True)
+class _LaneTable:
+    """A table whose batch the task lane folded (:meth:`BatchApplier.merge_lane`)."""
+
+    topic: str
+    columns: T.StructType
+    pgbridge_positions: bool = True  # the lane's plan captures them (task_lane.lane_plan)
+
+
+@dataclass(frozen=True, slots=True)
 class _TableWork:
     """One table's part of a batch, as ``_apply_table`` found it (summary read, path known)."""
 
-    table: TableBatch | DriverTable
+    table: TableBatch | DriverTable | _LaneTable
     path: str
     label: str  # schema.table
     changes: DataFrame | None  # None: decoded in the driver (bridge.spark.driver_lane)

@@ -26,6 +26,7 @@ __all__ = [
     "ArrowRows",
     "admitted",
     "arrow_rows",
+    "folded_arrow_rows",
     "last_change_per_key",
     "row_images",
     "summarize",
@@ -220,6 +221,41 @@ def arrow_rows(changes: Sequence[RawChange], columns: T.StructType) -> ArrowRows
          *(T.StructField(name, spark_type, True) for name, spark_type in _META_TYPES)]
     )  # fmt: skip
     return ArrowRows(pa.Table.from_arrays(arrays, names=schema.fieldNames()), schema)
+
+
+def folded_arrow_rows(
+    pieces: Sequence[Any], columns: T.StructType, key_columns: Sequence[str]
+) -> ArrowRows:
+    """The task lane's folded rows (bridge.spark.task_lane.folded_rows: one piece per task)
+    as :func:`arrow_rows` gives a table's last changes: the row's ``columns`` in their Spark
+    types, then op, position and commit time. ``ValueError`` where a key comes in two pieces
+    (two Kafka partitions held it: its last change is not known here)."""
+    import pyarrow as pa
+
+    meta = [(name, spark_type) for name, spark_type in _META_TYPES if name != tf.UNCHANGED]
+    schema = T.StructType(
+        [*(T.StructField(f.name, f.dataType, True) for f in columns.fields),
+         *(T.StructField(name, spark_type, True) for name, spark_type in meta)]
+    )  # fmt: skip
+    target = pa.schema([pa.field(f.name, _arrow_type(f.dataType)) for f in schema.fields])
+    conformed = [
+        pa.Table.from_arrays(
+            [
+                piece.column(f.name).cast(f.type)
+                if f.name in piece.column_names
+                else pa.nulls(piece.num_rows, f.type)
+                for f in target
+            ],
+            schema=target,
+        )
+        for piece in pieces
+    ]
+    table = pa.concat_tables(conformed) if conformed else target.empty_table()
+    if len(conformed) > 1:
+        distinct = table.select(list(key_columns)).group_by(list(key_columns)).aggregate([])
+        if distinct.num_rows != table.num_rows:
+            raise ValueError(f"{table.num_rows - distinct.num_rows} keys in two Kafka partitions")
+    return ArrowRows(table, schema)
 
 
 def row_images(changes: Sequence[RawChange], columns: T.StructType) -> ArrowRows:

@@ -35,9 +35,10 @@ from bridge.spark import transforms as tf
 from bridge.spark.avro_columns import native_decoder
 from bridge.spark.config import ApplyConfig, delta_table
 from bridge.spark.decode import SAMPLE, BatchGroups, SchemaCache
+from bridge.spark.driver_changes import ArrowRows, folded_arrow_rows
 from bridge.spark.driver_decode import DriverDecoder
-from bridge.spark.driver_lane import Candidate, topic_candidate
-from bridge.spark.driver_merge import is_local_path, open_table
+from bridge.spark.driver_lane import Candidate, drives, topic_candidate
+from bridge.spark.driver_merge import is_local_path, open_table, table_bytes
 from bridge.spark.errors import RegistryUnavailableError, first_line
 from bridge.spark.fences import Fences
 from bridge.spark.kafka_ranges import (
@@ -47,14 +48,17 @@ from bridge.spark.kafka_ranges import (
     edge_records,
     task_shares,
 )
-from bridge.spark.merge import is_delta_table
+from bridge.spark.merge import DELETION_VECTORS_MIN_TABLE_BYTES, is_delta_table
+from bridge.spark.resources import is_resource_failure
 from bridge.spark.session import task_slots
 from bridge.spark.task_lane import (
     DirectRead,
     Expected,
     LaneCommit,
+    LaneMerge,
     LaneSpec,
     LaneTopic,
+    Outcome,
     lane_plan,
     run_lane,
     run_lane_first,
@@ -96,6 +100,13 @@ class LaneHost(Protocol):
 
     def forget(self, paths: Iterable[str]) -> None:
         """Drop what the job keeps of these tables (fences, open delta-rs tables)."""
+        ...
+
+    def merge_lane(
+        self, spark: Any, merge: LaneMerge, rows: ArrowRows, candidate: Candidate, batch_id: int
+    ) -> LaneCommit:
+        """MERGE the lane's folded ``rows`` into the table as any table's last changes are
+        written (delta-rs where it fits, else Spark); the commit as booked."""
         ...
 
 
@@ -182,7 +193,8 @@ class TaskLane:
         except Exception as exc:  # unforeseen: Spark's path, as in run
             self._failed(exc, [candidate.path for candidate, _ in guess.values()])
             return {}, None
-        commits = self._outcomes(outcomes, lanes, batch_id)
+        candidates = {topic: guess[topic][0] for topic in lanes}
+        commits = self._outcomes(spark, outcomes, lanes, candidates, batch_id)
         for topic in commits:
             self._guess[topic] = guess[topic]
         return commits, groups
@@ -203,7 +215,7 @@ class TaskLane:
         ranges = batch_ranges(self.config.checkpoint_location, batch_id)
         if client is None or not ranges:
             return {}, {}
-        minimum = max(self.config.lane_min_records, self.config.driver_write_rows + 1)
+        minimum = self._minimum_records()
         per_topic: dict[str, list[KafkaRange]] = {}
         for kafka_range in ranges:
             per_topic.setdefault(kafka_range.topic, []).append(kafka_range)
@@ -289,8 +301,7 @@ class TaskLane:
         per_topic: dict[str, list[Any]] = {}
         for row in groups.groups:
             per_topic.setdefault(str(row["topic"]), []).append(row)
-        # More records than the driver lane takes (bridge.spark.driver_lane): never both.
-        minimum = max(self.config.lane_min_records, self.config.driver_write_rows + 1)
+        minimum = self._minimum_records()
         chosen = [
             topic
             for topic, rows in per_topic.items()
@@ -335,7 +346,7 @@ class TaskLane:
         except Exception as exc:  # unforeseen (workers without pgbridge, say): Spark's path
             self._failed(exc, [c.path for c in candidates.values()])
             return {}
-        commits = self._outcomes(outcomes, lanes, batch_id)
+        commits = self._outcomes(framed.sparkSession, outcomes, lanes, candidates, batch_id)
         for topic in commits:
             self._guess[topic] = (candidates[topic], int(per_topic[topic][0]["key_id"]))
         return commits
@@ -354,11 +365,19 @@ class TaskLane:
         self.host.forget(paths)
 
     def _outcomes(
-        self, outcomes: dict[str, LaneCommit | str], lanes: dict[str, LaneTopic], batch_id: int
+        self,
+        spark: Any,
+        outcomes: dict[str, Outcome],
+        lanes: dict[str, LaneTopic],
+        candidates: dict[str, Candidate],
+        batch_id: int,
     ) -> dict[str, LaneCommit]:
-        """The lane's commits; a refused table takes Spark's path from then on."""
+        """The lane's commits, its folded batches MERGEd first; a refused table takes Spark's
+        path from then on."""
         commits: dict[str, LaneCommit] = {}
         for topic, outcome in outcomes.items():
+            if isinstance(outcome, LaneMerge):
+                outcome = self._merged(spark, outcome, candidates[topic], batch_id)
             if isinstance(outcome, str):
                 logger.info("batch %d: %s: not by the task lane (%s)", batch_id, topic, outcome)
                 with self._lock:
@@ -366,6 +385,21 @@ class TaskLane:
                 continue
             commits[topic] = outcome
         return commits
+
+    def _merged(
+        self, spark: Any, merge: LaneMerge, candidate: Candidate, batch_id: int
+    ) -> LaneCommit | str:
+        """The host's MERGE of a batch the tasks folded, or why not (nothing was written:
+        Spark's path applies the batch, and a table it cannot apply is set aside there)."""
+        try:
+            rows = folded_arrow_rows(merge.pieces, candidate.columns, candidate.key_columns)
+            return self.host.merge_lane(spark, merge, rows, candidate, batch_id)
+        except RegistryUnavailableError:
+            raise
+        except Exception as exc:
+            if is_resource_failure(exc):
+                raise
+            return f"the MERGE of its folded rows failed: {type(exc).__name__}: {first_line(exc)}"
 
     def _lane_topic(
         self, spark: Any, topic: str, rows: list[Any]
@@ -437,19 +471,36 @@ class TaskLane:
             self.host.create_table(spark, candidate)
             with self._lock:
                 self._created.add(path)  # empty: Spark's path loads it first if refused
-            fences = Fences()
-        else:
-            fences = self.host.fences_of(spark, path)
-            if fences.floor is None:
-                return "no floor in the table's fences"
         table = open_table(path)
         if table.metadata().partition_columns:
             return "a partitioned table"
         if table.metadata().configuration.get("delta.enableChangeDataFeed") == "true":
             return "a change data feed"
+        merge = not first_load and self._mergeable(path, table)
+        fences = Fences() if first_load else self.host.fences_of(spark, path)
+        if not first_load and not merge and fences.floor is None:
+            return "no floor in the table's fences"
         spec = LaneSpec(plan, tuple(names), candidate.key_columns, file_layout(table), fences,
-                        first_load)  # fmt: skip
+                        first_load, merge)  # fmt: skip
         return LaneTopic(candidate.schema_id, path, table, spec)
+
+    def _minimum_records(self) -> int:
+        """The fewest records of a topic the lane takes: ``lane_min_records``, and more than
+        the driver lane takes where it decodes (bridge.spark.driver_lane): never both."""
+        if not drives(self.config):
+            return self.config.lane_min_records
+        return max(self.config.lane_min_records, self.config.driver_write_rows + 1)
+
+    def _mergeable(self, path: str, table: Any) -> bool:
+        """Whether the driver may MERGE the lane's folded batch into the table at ``path``
+        with delta-rs (bridge.spark.driver_merge.driver_write_fits: delta-rs writes on, the
+        table not refused by it, under the size where Spark's deletion vectors pay)."""
+        if self.config.driver_write_rows <= 0 or self.host.spark_only(path):
+            return False
+        try:
+            return table_bytes(table) < DELETION_VECTORS_MIN_TABLE_BYTES
+        except Exception:  # a log delta-rs reads but cannot size: Spark's MERGE
+            return False
 
 
 def _edge_group(

@@ -16,7 +16,16 @@ from bridge.native.switches import NATIVE, enabled
 from bridge.spark import transforms as tf
 from bridge.spark.executor_files import FileLayout
 from bridge.spark.fences import Fences
-from bridge.spark.task_lane import LaneSpec, NotAnAppend, combine_task_parts, lane_plan, task_rows
+from bridge.spark.task_lane import (
+    LaneSpec,
+    NotAnAppend,
+    combine_task_parts,
+    file_rows,
+    ipc_table,
+    lane_plan,
+    task_result,
+    task_rows,
+)
 from tests.spark.envelopes import TableVersion, frame_avro
 
 # Off on purpose only under PGBRIDGE_NATIVE=0; a build that lacks the C decoder fails here.
@@ -92,6 +101,104 @@ def test_an_update_or_delete_is_not_an_append(op: str) -> None:
     records = _records([("c", 1, 100, 0, 0, 1), (op, 1, 101, 0, 0, 2)])
     with pytest.raises(NotAnAppend):
         task_rows(records, _spec(Fences(floor=50)))
+
+
+TOPIC = "lane.public.t"
+
+
+def _merge_spec(fences: Fences, root: str = "/x") -> LaneSpec:
+    names = (("id", "id"), ("name", "name"))
+    plan = lane_plan(json.dumps(VERSION.value_schema()), names, ("id",))
+    assert plan is not None
+    utc = pa.timestamp("us", tz="UTC")
+    layout = FileLayout(
+        root,
+        (
+            ("id", "col-1", 1, pa.int64()),
+            ("name", "col-2", 2, pa.string()),
+            (tf.COMMIT_LSN, tf.COMMIT_LSN, None, pa.int64()),
+            (tf.SEQ, tf.SEQ, None, pa.int64()),
+            (tf.COMMIT_TS, tf.COMMIT_TS, None, utc),
+        ),
+    )
+    return LaneSpec(plan, names, ("id",), layout, fences, merge=True)
+
+
+def _task_output(records: pa.Table, spec: LaneSpec) -> dict[str, Any]:
+    """The ``lane`` row one task yields for the records (all of topic :data:`TOPIC`)."""
+    batch = records.append_column("topic", pa.array([TOPIC] * records.num_rows))
+    rows = [r for out in task_result(iter(batch.to_batches()), {TOPIC: spec})
+            for r in out.to_pylist()]  # fmt: skip
+    assert len(rows) == 1 and rows[0]["kind"] == "lane", rows
+    return rows[0]  # type: ignore[no-any-return]
+
+
+def test_a_held_tables_updates_and_deletes_are_folded_for_the_drivers_merge() -> None:
+    """With ``merge``, a task folds updates and deletes to each key's last change, a delete
+    keyed by its old row, and hands the rows to the driver instead of writing a file; the
+    fences still drop a resend."""
+    records = _records(
+        [
+            ("u", 1, 100, 0, 0, 10),
+            ("d", 2, 100, 1, 0, 11),
+            ("c", 3, 101, 0, 0, 12),
+            ("u", 1, 102, 0, 0, 13),
+            ("d", 3, 103, 0, 0, 14),
+            ("c", 2, 104, 0, 0, 15),  # the deleted key comes back
+            ("d", 4, 105, 0, 0, 16),
+            ("u", 5, 90, 0, 0, 17),  # a resend below the partition's fence
+        ]
+    )
+    out = _task_output(records, _merge_spec(Fences(partitions={0: (95, 0)}, floor=50)))
+    assert out["path"] is None and out["refused"] is None
+    folded = ipc_table(out["folded"])
+    got = {r["id"]: (r[tf.OP], r["name"], r[tf.COMMIT_LSN]) for r in folded.to_pylist()}
+    assert got == {
+        1: ("u", "u1@102.0", 102),
+        2: ("c", "c2@104.0", 104),
+        3: ("d", None, 103),
+        4: ("d", None, 105),
+    }
+    # The summary is of the batch, the resend included (as Spark's path summarises it).
+    assert out["records"] == 4 and json.loads(out["parts"])[0]["removals"] == 6
+
+
+def test_a_held_tables_inserts_are_still_written_as_a_file_the_driver_can_read_back(
+    tmp_path: Any,
+) -> None:
+    """Inserts only: the task writes its file as for any append (the driver commits it when
+    the keys are new, else reads it back for the MERGE with the kind ``c``)."""
+    from bridge.spark.executor_files import WrittenFile
+
+    records = _records([("c", 7, 100, 0, 0, 1), ("r", 8, 100, 1, 0, 2)])
+    spec = _merge_spec(Fences(floor=50), str(tmp_path))
+    out = _task_output(records, spec)
+    assert out["folded"] is None and out["path"]
+    back = file_rows(spec.layout, [WrittenFile(out["path"], out["size"], out["records"])])
+    rows = sorted(back[0].select(["id", "name", tf.OP]).to_pylist(), key=lambda r: r["id"])
+    assert rows == [{"id": 7, "name": "c7@100.0", tf.OP: "c"},
+                    {"id": 8, "name": "r8@100.1", tf.OP: "c"}]  # fmt: skip
+
+
+def test_folded_rows_of_two_tasks_holding_one_key_are_not_merged() -> None:
+    """A key in two Kafka partitions (partitions added to the topic): neither task knows its
+    last change, so the driver refuses the batch (Spark's path orders all of it)."""
+    from pyspark.sql import types as T
+
+    from bridge.spark.driver_changes import folded_arrow_rows
+
+    columns = T.StructType([T.StructField("id", T.LongType()), T.StructField("v", T.StringType())])
+
+    def piece(key: int) -> pa.Table:
+        return pa.table({"id": [key], "v": ["x"], tf.COMMIT_LSN: [1], tf.SEQ: [0],
+                         tf.COMMIT_TS: pa.array([0], pa.timestamp("us", tz="UTC")),
+                         tf.OP: ["u"]})  # fmt: skip
+
+    rows = folded_arrow_rows([piece(1), piece(2)], columns, ("id",))
+    assert rows.table.num_rows == 2 and rows.schema.fieldNames()[:2] == ["id", "v"]
+    assert rows.table.schema.field("id").type == pa.int64()
+    with pytest.raises(ValueError, match="1 keys in two Kafka partitions"):
+        folded_arrow_rows([piece(1), piece(1)], columns, ("id",))
 
 
 def test_a_partition_read_by_two_tasks_is_refused() -> None:
