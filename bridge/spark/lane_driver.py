@@ -372,12 +372,26 @@ class TaskLane:
         candidates: dict[str, Candidate],
         batch_id: int,
     ) -> dict[str, LaneCommit]:
-        """The lane's commits, its folded batches MERGEd first; a refused table takes Spark's
-        path from then on."""
-        commits: dict[str, LaneCommit] = {}
+        """The lane's commits, its folded batches MERGEd first (side by side, as Spark's path
+        writes tables: delta-rs works outside the GIL); a refused table takes Spark's path
+        from then on."""
+        merges = {t: o for t, o in outcomes.items() if isinstance(o, LaneMerge)}
+
+        def merged(topic: str) -> LaneCommit | str:
+            return self._merged(spark, merges[topic], candidates[topic], batch_id)
+
+        workers = min(len(merges), self.config.parallel_tables)
+        if workers > 1:
+            with ThreadPoolExecutor(workers) as pool:
+                done = dict(zip(merges, pool.map(merged, merges), strict=True))
+        else:
+            done = {topic: merged(topic) for topic in merges}
+        final: dict[str, LaneCommit | str] = dict(done)
         for topic, outcome in outcomes.items():
-            if isinstance(outcome, LaneMerge):
-                outcome = self._merged(spark, outcome, candidates[topic], batch_id)
+            if not isinstance(outcome, LaneMerge):
+                final[topic] = outcome
+        commits: dict[str, LaneCommit] = {}
+        for topic, outcome in final.items():
             if isinstance(outcome, str):
                 logger.info("batch %d: %s: not by the task lane (%s)", batch_id, topic, outcome)
                 with self._lock:
