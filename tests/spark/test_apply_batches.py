@@ -202,7 +202,8 @@ BOTH_WRITERS = pytest.mark.parametrize("batches", ["delta-rs", "spark"], indirec
 
 def no_unnamed_lane_files(batches: Batches) -> None:
     """No file of the task lane's (zstd: Spark and delta-rs write snappy) is left in the table
-    that no commit ever named: a refused lane removes the files it wrote."""
+    that no commit ever named: a refused lane removes the files it wrote; nor are folded rows
+    left for the driver (bridge.spark.task_lane.FOLDED_DIR)."""
     from deltalake import DeltaTable
 
     table = batches.config.table_path("public", "keyed")
@@ -214,6 +215,7 @@ def no_unnamed_lane_files(batches: Batches) -> None:
     }
     lane_files = {p.name for p in Path(table).glob("*.zstd.parquet")}
     assert lane_files <= named
+    assert not list(Path(table).glob("_pgbridge_folded/*"))  # folded rows: read, then removed
     assert bool(lane_files) == batches.writer.startswith("tasks")
 
 

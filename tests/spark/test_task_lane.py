@@ -21,8 +21,8 @@ from bridge.spark.task_lane import (
     NotAnAppend,
     combine_task_parts,
     file_rows,
-    ipc_table,
     lane_plan,
+    read_folded,
     task_result,
     task_rows,
 )
@@ -133,9 +133,11 @@ def _task_output(records: pa.Table, spec: LaneSpec) -> dict[str, Any]:
     return rows[0]  # type: ignore[no-any-return]
 
 
-def test_a_held_tables_updates_and_deletes_are_folded_for_the_drivers_merge() -> None:
+def test_a_held_tables_updates_and_deletes_are_folded_for_the_drivers_merge(
+    tmp_path: Any,
+) -> None:
     """With ``merge``, a task folds updates and deletes to each key's last change, a delete
-    keyed by its old row, and hands the rows to the driver instead of writing a file; the
+    keyed by its old row, and leaves the rows for the driver (not a file of the table); the
     fences still drop a resend."""
     records = _records(
         [
@@ -149,9 +151,12 @@ def test_a_held_tables_updates_and_deletes_are_folded_for_the_drivers_merge() ->
             ("u", 5, 90, 0, 0, 17),  # a resend below the partition's fence
         ]
     )
-    out = _task_output(records, _merge_spec(Fences(partitions={0: (95, 0)}, floor=50)))
+    spec = _merge_spec(Fences(partitions={0: (95, 0)}, floor=50), str(tmp_path))
+    out = _task_output(records, spec)
     assert out["path"] is None and out["refused"] is None
-    folded = ipc_table(out["folded"])
+    assert out["folded"].startswith("_pgbridge_folded/")  # Delta's readers skip "_" folders
+    folded = read_folded(str(tmp_path), out["folded"])
+    assert not list((tmp_path / "_pgbridge_folded").iterdir())  # read once, then removed
     got = {r["id"]: (r[tf.OP], r["name"], r[tf.COMMIT_LSN]) for r in folded.to_pylist()}
     assert got == {
         1: ("u", "u1@102.0", 102),
