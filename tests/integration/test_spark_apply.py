@@ -506,6 +506,70 @@ def test_apply_job_killed_mid_batch_resumes_from_checkpoint(
     assert spark.read.format("delta").load(config.dead_letter_location).count() == 3
 
 
+def test_a_held_tables_updates_and_deletes_are_folded_by_the_lanes_tasks_and_merged(
+    local_stack: StackInfo, spark: Any, tmp_path: Path
+) -> None:
+    """A table the lane loaded, then a run of updates, deletes, a deleted key inserted again
+    and new keys, over two Kafka partitions: the lane's tasks read them from Kafka, fold each
+    key's last change and the driver MERGEs the rows (delta-rs), batch after batch; then the
+    same updates again (a producer's resend) change nothing. Delta equals the source."""
+    prefix = f"it{uuid.uuid4().hex[:8]}"
+    busy = TableVersion(prefix, "public", "busy", ORDERS, ["order_id"])
+    create_topics(local_stack.bootstrap_servers, [busy.topic], partitions=2)
+    producer = RegistryProducer(local_stack.bootstrap_servers, local_stack.registry_url)
+    expected: dict[int, str] = {}
+    for i in range(300):
+        expected[i] = f"n{i}"
+        producer.change(busy, busy.envelope("r", 10, i, after={"order_id": i, "note": f"n{i}"}),
+                        {"order_id": i})  # fmt: skip
+    producer.flush()
+    config = ApplyConfig(
+        topic_prefix=prefix,
+        bootstrap_servers=local_stack.bootstrap_servers,
+        registry_url=local_stack.registry_url,
+        delta_base=str(tmp_path / "delta"),
+        checkpoint_location=str(tmp_path / "checkpoint"),
+        dead_letter_location=str(tmp_path / "dead"),
+        available_now=True,
+        max_offsets_per_trigger=250,  # the changes below in two batches
+        lane_min_records=100,  # these small topics count as large ones
+        driver_decode=False,  # (else the driver lane takes topics of up to 50,000 records)
+    )
+    applier = BatchApplier(config)
+    _run(spark, config, applier)
+    assert applier.stats.last_write["public.busy"] == ("append", "tasks")
+    updates = []
+    for seq, i in enumerate(range(0, 300, 3)):
+        row = {"order_id": i, "note": f"u{i}"}
+        updates.append((busy.envelope("u", 20, seq, after=row), {"order_id": i}))
+        expected[i] = row["note"]
+    for envelope, key in updates:
+        producer.change(busy, envelope, key)
+    for seq, i in enumerate(range(1, 300, 7)):
+        gone = {"order_id": i, "note": expected.pop(i)}
+        producer.change(busy, busy.envelope("d", 21, seq, before=gone), {"order_id": i})
+    back = {"order_id": 8, "note": "back"}  # deleted above, inserted again
+    producer.change(busy, busy.envelope("c", 22, 0, after=back), {"order_id": 8})
+    expected[8] = "back"
+    for i in range(300, 400):
+        producer.change(busy, busy.envelope("c", 23, i, after={"order_id": i, "note": f"c{i}"}),
+                        {"order_id": i})  # fmt: skip
+        expected[i] = f"c{i}"
+    producer.flush()
+    _run(spark, config, applier)
+    assert applier.stats.last_write["public.busy"] == ("merge", "tasks+delta-rs")
+    merged_batches = applier.stats.batches
+    rows = _rows(spark, config.table_path("public", "busy"), "order_id")
+    assert rows == [{"order_id": k, "note": v} for k, v in sorted(expected.items())]
+    for envelope, key in updates:  # resent after the newer changes: nothing changes
+        producer.change(busy, envelope, key)
+    producer.flush()
+    _run(spark, config, applier)
+    assert applier.stats.batches == merged_batches + 1
+    assert _rows(spark, config.table_path("public", "busy"), "order_id") == rows
+    assert not list((Path(config.table_path("public", "busy")) / "_pgbridge_folded").iterdir())
+
+
 def test_a_jobs_first_batch_goes_to_the_task_lane_by_a_guess_and_a_wrong_guess_costs_nothing(
     local_stack: StackInfo, spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
