@@ -12,8 +12,11 @@ least ``lane_min_records`` records (and more than the driver writes, never both)
 whose table this job wrote before with the same columns and whose fences have a floor, and
 new tables (their first load, the table created here first).
 
-A topic the lane refuses (not an append, a replay, a partition split over tasks, …) takes
-Spark's path in the same batch and from then on. An unforeseen failure (workers without
+A table that holds rows and is small enough for delta-rs (``LaneSpec.merge``) may also get
+updates and deletes: its tasks fold them, and the host MERGEs the folded rows
+(:meth:`LaneHost.merge_lane`) before the batch's other tables are read. A topic the lane
+refuses (a truncate, a replay, a partition split over tasks, …) takes Spark's path in the same
+batch and from then on. An unforeseen failure (workers without
 pgbridge, say) turns the lane off for the job and drops the cached fences of its tables: a
 table the lane committed before the failure is then recognised as applied from its Delta log.
 
