@@ -430,7 +430,7 @@ def task_result(
         parts = json.dumps(merged)
         if spec.merge and any(part["removals"] for part in merged):
             # Updates or deletes of a table the driver may MERGE: each key's last change goes
-            # to the driver (Arrow IPC), no file is written.
+            # to the driver in an Arrow file of FOLDED_DIR, not in a file of the table.
             folded = folded_rows([c.rows for c in decoded], spec)
             decoded.clear()
             if folded.nbytes > FOLDED_MAX_BYTES:
