@@ -516,18 +516,25 @@ class BatchApplier:
                 self._delta_tables.pop(path, None)
 
     def merge_lane(
-        self, spark: Any, merge: LaneMerge, rows: ArrowRows, candidate: Candidate, batch_id: int
+        self,
+        spark: Any,
+        merge: LaneMerge,
+        rows: ArrowRows,
+        candidate: Candidate,
+        batch_id: int,
+        max_table_bytes: int,
     ) -> LaneCommit:
         """A batch the task lane folded to each key's last change (bridge.spark.task_lane.
         folded_rows), written as a table decoded in the driver is (:meth:`_write_keyed`):
-        delta-rs where the table fits, whatever the number of rows (they are decoded and
-        folded already: ``driver_write_rows`` bounds the driver's decoding), else Spark."""
+        delta-rs where the table is under ``max_table_bytes``, whatever the number of rows
+        (they are decoded and folded already: ``driver_write_rows`` bounds the driver's
+        decoding), else Spark."""
         summary = merge.summary
         work = _TableWork(_LaneTable(merge.topic, candidate.columns), merge.path, merge.label,
                           None, summary, int(summary["n"]), True, batch_id)  # fmt: skip
         fences = self.fences_of(spark, merge.path)
         self._write_keyed(self.session(spark), work, candidate.key_columns, fences, rows,
-                          fold=False, decoded=True)  # fmt: skip
+                          fold=False, lane_bytes=max_table_bytes)  # fmt: skip
         with self._lock:
             after, (kind, writer) = self._fences[merge.path], self.stats.last_write[merge.label]
         # Who folded and who wrote: the tasks, then delta-rs (or Spark: a table grown large).
@@ -552,14 +559,18 @@ class BatchApplier:
             return None
         return path
 
-    def _driver_target(self, path: str, count: int) -> Any | None:
+    def _driver_target(
+        self, path: str, count: int, max_table_bytes: int | None = None
+    ) -> Any | None:
         """The delta-rs table to write ``count`` changes to at ``path`` (driver_write_fits),
         kept open between batches as this job's writes leave it (opening a table's log, or
         bringing it up to date, lists the log's directory: see driver_write_fits); dropped by
         :meth:`_forget_driver_table` when this job writes the table another way."""
         with self._lock:
             opened = self._delta_tables.get(path)
-        target = driver_write_fits(path, count, self.config.driver_write_rows, opened)
+        target = driver_write_fits(
+            path, count, self.config.driver_write_rows, opened, max_table_bytes
+        )
         with self._lock:
             if target is None:
                 self._delta_tables.pop(path, None)
@@ -886,12 +897,13 @@ class BatchApplier:
         fences: Fences,
         latest: DataFrame | ArrowRows,
         fold: bool,
-        decoded: bool = False,
+        lane_bytes: int | None = None,
     ) -> None:
         """Write a keyed table's last changes: nothing for a replay, an append where the keys
         are new (a table this batch created, inserts the fences prove new), else a MERGE; by
-        delta-rs where it fits, else by Spark. ``decoded``: ``latest`` came decoded and
-        folded (the task lane's), so no bound on the driver's decoding applies."""
+        delta-rs where it fits, else by Spark. ``lane_bytes``: ``latest`` came decoded and
+        folded (the task lane's), so no bound on the driver's decoding applies, and delta-rs
+        writes tables up to these bytes (bridge.spark.lane_driver.lane_merge_max_bytes)."""
         path, table, summary, truncate_at = work.path, work.table, work.summary, work.truncate_at
         exists, count = work.exists, work.count
         plan = MergePlan(
@@ -928,7 +940,7 @@ class BatchApplier:
             by_offsets = not exists or bool(fences.offsets)
             written = "append", self._write(
                 path,
-                0 if decoded else count,
+                0 if lane_bytes else count,
                 lambda target: append_in_driver(
                     target, latest, plan, app_id, work.batch_id, commit_metadata=metadata
                 ),
@@ -936,6 +948,7 @@ class BatchApplier:
                     spark, path, frame(), plan, None if by_offsets else app_id, work.batch_id,
                     commit_metadata=metadata,
                 ),
+                lane_bytes,
             )  # fmt: skip
         else:
             kind = "insert-only merge" if plan.inserts_only and truncate_at is None else "merge"
@@ -943,13 +956,14 @@ class BatchApplier:
                 kind,
                 self._write(
                     path,
-                    0 if decoded else count,
+                    0 if lane_bytes else count,
                     lambda target: merge_in_driver(
                         target, latest, plan, app_id, work.batch_id, commit_metadata=metadata
                     ),
                     lambda: merge_changes(
                         spark, path, frame(), plan, app_id, work.batch_id, commit_metadata=metadata
                     ),
+                    lane_bytes,
                 ),
             )
         with self._lock:
@@ -982,16 +996,18 @@ class BatchApplier:
         count: int,
         in_driver: Callable[[Any], None],
         with_spark: Callable[[], None],
+        max_table_bytes: int | None = None,
     ) -> str:
-        """Write a table's batch in the driver (delta-rs) where it fits, else with Spark;
-        returns which wrote it.
+        """Write a table's batch in the driver (delta-rs) where it fits (a table under
+        ``max_table_bytes``, by default driver_write_fits's bound), else with Spark; returns
+        which wrote it.
 
         A table delta-rs refused (it committed nothing) is written by Spark from then on, in
         this job: the same batch at once, the next ones without trying delta-rs again.
         """
         with self._lock:
             spark_only = path in self._spark_only
-        target = None if spark_only else self._driver_target(path, count)
+        target = None if spark_only else self._driver_target(path, count, max_table_bytes)
         if target is not None:
             try:
                 in_driver(target)

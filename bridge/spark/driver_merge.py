@@ -116,12 +116,17 @@ def table_bytes(table: Any) -> int:
 
 
 def driver_write_fits(
-    path: str, changes: int, max_rows: int, opened: Any | None = None
+    path: str,
+    changes: int,
+    max_rows: int,
+    opened: Any | None = None,
+    max_table_bytes: int | None = None,
 ) -> Any | None:
     """The delta-rs table to write ``changes`` rows to at ``path``, or None when Spark should
-    (too many rows, a table large enough for deletion vectors, a remote path, a table delta-rs
-    cannot open). ``opened``: the table as an earlier call returned it and this job's writes
-    since left it, used as it is.
+    (too many rows, a table large enough for deletion vectors: ``max_table_bytes``, by default
+    :data:`DELETION_VECTORS_MIN_TABLE_BYTES`; a remote path, a table delta-rs cannot open).
+    ``opened``: the table as an earlier call returned it and this job's writes since left it,
+    used as it is.
 
     Not brought up to date from the log: that lists the table's whole log directory on a local
     path, which grows by a commit per batch (measured: 1 ms at 100 commits, 9 ms at 3,000; a
@@ -135,7 +140,7 @@ def driver_write_fits(
         return None
     try:
         table = opened if opened is not None else open_table(path)
-        if table_bytes(table) >= DELETION_VECTORS_MIN_TABLE_BYTES:
+        if table_bytes(table) >= (max_table_bytes or DELETION_VECTORS_MIN_TABLE_BYTES):
             return None
     except Exception as exc:  # a log delta-rs cannot read: Spark can
         logger.info("%s: delta-rs cannot open the table (%s); Spark writes it", path, exc)
