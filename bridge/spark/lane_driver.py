@@ -145,6 +145,7 @@ class TaskLane:
         self._told_spark_reads = False
         self._swept: set[str] = set()  # tables whose stale folded rows this job removed
         self._merge_bytes: dict[str, int] = {}  # a table's bound of lane_merge_max_bytes
+        self._last_records: dict[str, int] = {}  # a topic's changes the lane last applied
 
     def _available(self) -> bool:
         if self._off or not self.config.task_lane or self.config.history:
@@ -185,9 +186,9 @@ class TaskLane:
                     with self._lock:
                         if candidate.path in self._refused:
                             continue
-                    lane = self._lane_table(
-                        spark, candidate, first_load=False, records=records.get(topic, 0)
-                    )
+                    # (Spark's source reads the batch: its records as many as the last's)
+                    estimate = records.get(topic) or self._last_records.get(topic, 0)
+                    lane = self._lane_table(spark, candidate, first_load=False, records=estimate)
                     if isinstance(lane, LaneTopic):
                         lanes[topic] = lane
             else:
@@ -428,6 +429,7 @@ class TaskLane:
                     self._refused.add(lanes[topic].path)
                 continue
             commits[topic] = outcome
+            self._last_records[topic] = int(outcome.summary["n"])
         return commits
 
     def _merged(

@@ -132,6 +132,31 @@ def test_updates_and_deletes_of_held_rows_are_folded_by_the_tasks_and_merged_by_
     no_unnamed_lane_files(batches)
 
 
+@pytest.mark.parametrize("batches", ["tasks+delta-rs"], indirect=True)
+def test_the_lanes_merge_takes_a_table_as_large_as_its_batch_allows(
+    batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delta-rs rewrites what its MERGE touches, so the lane hands it a table up to a bound
+    that grows with the batch (lane_merge_max_bytes), past the driver lane's fixed one; a
+    table above the bound is MERGEd by Spark. Here the fixed bound is one byte and a record
+    of the batch allows 1 MiB, then nothing."""
+    from bridge.spark import driver_merge, lane_driver
+
+    monkeypatch.setattr(driver_merge, "DELETION_VECTORS_MIN_TABLE_BYTES", 1)
+    monkeypatch.setattr(lane_driver, "DELETION_VECTORS_MIN_TABLE_BYTES", 1)
+    monkeypatch.setattr(lane_driver, "LANE_MERGE_BYTES_PER_RECORD", 1 << 20)
+    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
+    batches.add(KEYED, "c", (10, 1), after={"id": 2, "v": "b"}, partition=1)
+    appended_by(batches.apply(0), batches)
+    batches.add(KEYED, "u", (11, 0), before={"id": 1, "v": "a"}, after={"id": 1, "v": "a2"})
+    assert batches.apply(1).stats.last_write["public.keyed"] == ("merge", "tasks+delta-rs")
+    monkeypatch.setattr(lane_driver, "LANE_MERGE_BYTES_PER_RECORD", 0)
+    batches.add(KEYED, "d", (12, 0), before={"id": 2, "v": "b"}, partition=1)
+    assert batches.apply(2).stats.last_write["public.keyed"] == ("merge", "spark")
+    assert _ids(batches) == {1: "a2"}
+    no_unnamed_lane_files(batches)
+
+
 @pytest.mark.parametrize("batches", ["tasks"], indirect=True)
 def test_a_lane_failing_after_its_commit_leaves_one_copy_of_each_row(
     batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch
