@@ -575,7 +575,7 @@ class TaskLane:
 #: Bytes of table delta-rs may rewrite per record of a batch the lane folded. delta-rs writes
 #: no deletion vectors: its MERGE rewrites every file it touches, which for updates spread
 #: over the keys is the whole table. Measured (docs/measurements.md): 250,000 changes into
-#: 5,000,000 rows in 0.88 s, where Spark's MERGE took 11-18 s a batch of 424,000 into a
+#: 5,000,000 rows in 0.88 s, where Spark's MERGE took 9-18 s a batch of 424,000 into a
 #: table of 32-60 MiB; a batch of N records may rewrite a table of N KiB (444,825 records:
 #: 434 MiB), and never less than the driver lane's 32 MiB.
 LANE_MERGE_BYTES_PER_RECORD = 1024
