@@ -144,7 +144,6 @@ class TaskLane:
         self._created: set[str] = set()
         self._told_spark_reads = False
         self._swept: set[str] = set()  # tables whose stale folded rows this job removed
-        self._merge_bytes: dict[str, int] = {}  # a table's bound of lane_merge_max_bytes
         self._last_records: dict[str, int] = {}  # a topic's changes the lane last applied
 
     def _available(self) -> bool:
@@ -409,7 +408,7 @@ class TaskLane:
         merges = {t: o for t, o in outcomes.items() if isinstance(o, LaneMerge)}
 
         def merged(topic: str) -> LaneCommit | str:
-            return self._merged(spark, merges[topic], candidates[topic], batch_id)
+            return self._merged(spark, merges[topic], lanes[topic], candidates[topic], batch_id)
 
         workers = min(len(merges), self.config.parallel_tables)
         if workers > 1:
@@ -433,15 +432,13 @@ class TaskLane:
         return commits
 
     def _merged(
-        self, spark: Any, merge: LaneMerge, candidate: Candidate, batch_id: int
+        self, spark: Any, merge: LaneMerge, lane: LaneTopic, candidate: Candidate, batch_id: int
     ) -> LaneCommit | str:
         """The host's MERGE of a batch the tasks folded, or why not (nothing was written:
         Spark's path applies the batch, and a table it cannot apply is set aside there)."""
-        with self._lock:
-            bound = self._merge_bytes.get(merge.path, DELETION_VECTORS_MIN_TABLE_BYTES)
         try:
             rows = folded_arrow_rows(merge.pieces, candidate.columns, candidate.key_columns)
-            return self.host.merge_lane(spark, merge, rows, candidate, batch_id, bound)
+            return self.host.merge_lane(spark, merge, rows, candidate, batch_id, lane.merge_bytes)
         except RegistryUnavailableError:
             raise
         except Exception as exc:
@@ -527,7 +524,8 @@ class TaskLane:
             return "a partitioned table"
         if table.metadata().configuration.get("delta.enableChangeDataFeed") == "true":
             return "a change data feed"
-        merge = not first_load and self._mergeable(path, table, records)
+        merge_bytes = 0 if first_load else self._merge_bytes(path, table, records)
+        merge = merge_bytes > 0
         if merge and path not in self._swept:  # what a crashed job's tasks left, once per job
             sweep_folded(path)
             self._swept.add(path)
@@ -536,7 +534,7 @@ class TaskLane:
             return "no floor in the table's fences"
         spec = LaneSpec(plan, tuple(names), candidate.key_columns, file_layout(table), fences,
                         first_load, merge)  # fmt: skip
-        return LaneTopic(candidate.schema_id, path, table, spec)
+        return LaneTopic(candidate.schema_id, path, table, spec, merge_bytes)
 
     def _minimum_records(self) -> int:
         """The fewest records of a topic the lane takes: ``lane_min_records``, and more than
@@ -545,21 +543,17 @@ class TaskLane:
             return self.config.lane_min_records
         return max(self.config.lane_min_records, self.config.driver_write_rows + 1)
 
-    def _mergeable(self, path: str, table: Any, records: int) -> bool:
-        """Whether the driver may MERGE the lane's folded batch of ``records`` into the table
-        at ``path`` with delta-rs: delta-rs writes on, the table not refused by it, and under
-        :func:`lane_merge_max_bytes` (the bound is kept for the MERGE's own check)."""
+    def _merge_bytes(self, path: str, table: Any, records: int) -> int:
+        """The bound (:func:`lane_merge_max_bytes`) under which the driver MERGEs the lane's
+        folded batch of ``records`` into the table at ``path`` with delta-rs, or 0 where it
+        may not: delta-rs writes off or refused the table, or the table is above the bound."""
         if self.config.driver_write_rows <= 0 or self.host.spark_only(path):
-            return False
+            return 0
         bound = lane_merge_max_bytes(records)
         try:
-            fits = table_bytes(table) < bound
+            return bound if table_bytes(table) < bound else 0
         except Exception:  # a log delta-rs reads but cannot size: Spark's MERGE
-            return False
-        if fits:
-            with self._lock:
-                self._merge_bytes[path] = bound
-        return fits
+            return 0
 
     def _batch_records(self, batch_id: int) -> dict[str, int]:
         """Records per topic in the batch's Kafka ranges (empty where the offset log is not

@@ -587,12 +587,14 @@ Outcome = LaneCommit | LaneMerge | str
 @dataclass(frozen=True, slots=True)
 class LaneTopic:
     """One topic the lane takes in a batch: its schema id, table (path and the delta-rs table,
-    current) and spec."""
+    current) and spec; with ``spec.merge``, the largest table delta-rs MERGEs its batch into
+    (``merge_bytes``, bridge.spark.lane_driver.lane_merge_max_bytes)."""
 
     schema_id: int
     path: str
     table: Any
     spec: LaneSpec
+    merge_bytes: int = 0
 
 
 def run_lane(
