@@ -26,7 +26,6 @@ import logging
 import math
 import threading
 import time
-import urllib.request
 import uuid
 from datetime import UTC, datetime
 from datetime import time as dt_time
@@ -298,9 +297,11 @@ EXTENSIONS = {"source.commit_lsn", "source.seq", "unchanged_toast_columns"}
 
 
 def _schema(registry_url: str, schema_id: int) -> Any:
-    url = f"{registry_url.rstrip('/')}/schemas/ids/{schema_id}"
-    with urllib.request.urlopen(url, timeout=30) as resp:
-        return json.loads(json.loads(resp.read())["schema"])
+    """The schema of ``schema_id``, read as pgbridge reads it (bridge.sink.registry's client:
+    it retries a connection the registry drops; a bare request once failed CI on one)."""
+    from bridge.sink.registry import registry_client
+
+    return json.loads(registry_client(registry_url).get_schema(schema_id).schema_str)
 
 
 def _records(stack: StackInfo, topic: str, count: int) -> list[tuple[Any, Any, Any, Any]]:
