@@ -2,7 +2,8 @@
 
 #32 asks for at most 0.3 s per table that changed in a batch. This measures it where nothing
 else interferes: a warm ``local[2]`` session with the job's settings, ``--tables`` keyed tables
-of 100 rows (``--keyless``: without key columns), then ``--rounds`` batches that update one row
+of 100 rows (``--table-rows`` to grow them: large tables take deletion vectors; ``--keyless``:
+without key columns), then ``--rounds`` batches that update one row
 in every table (``--op c``: insert one; Kafka-shaped rows of Confluent-framed envelopes, as
 ``tests/spark/test_apply_batches.py`` builds them, fed to the job's own ``BatchApplier``). Per
 batch it prints the phases the job logs, seconds and Spark jobs per table, and the CPU of the
@@ -63,6 +64,13 @@ def main() -> None:
         help="the job's --driver-write-rows (default: the job's; 0: every table by Spark)",
     )
     parser.add_argument(
+        "--table-rows",
+        type=int,
+        default=100,
+        help="rows per table before the timed batches (past about 350,000 a table is larger "
+        "than 32 MiB: a large table, which a MERGE marks with deletion vectors)",
+    )
+    parser.add_argument(
         "--keyless",
         action="store_true",
         help="tables without key columns (multisets: bridge.spark.multiset), whole-row images",
@@ -107,6 +115,12 @@ def main() -> None:
             batches.add(table, "c", (10, key), after={"id": key, "v": "x"})
     print(f"first load of {args.tables} tables (creates them; not timed as a batch)")
     batches.apply(0)
+    paths = [batches.config.table_path("public", t.table) for t in tables]
+    if args.table_rows > 100:
+        _grow(spark, paths, args.table_rows)
+        assert batches.applier is not None
+        for path in paths:
+            batches.applier._forget_driver_table(path)  # grown by another writer
     for round_ in range(1, args.rounds + 1):
         for table in tables:
             if args.op == "c":
@@ -125,7 +139,6 @@ def main() -> None:
             f"{(cpu_seconds(pid) - cpu) / per:.2f} JVM CPU-s per table"
         )
         cpu, jobs, started = cpu_seconds(pid), spark_jobs(spark), time.perf_counter()
-        paths = [batches.config.table_path("public", t.table) for t in tables]
         _bare_delta_batch(spark, paths, round_, args.op, args.parallel_tables)
         bare = time.perf_counter() - started
         # The baseline's commits are another writer's, which the job never meets (it is its
@@ -145,6 +158,25 @@ def main() -> None:
     values = [r["v"] for r in batches.rows("public", "t0") if r["id"] == changed]
     assert values == ["r"], f"t0's row {changed} holds {values}, not the change"
     spark.stop()
+
+
+def _grow(spark: Any, paths: list[str], rows: int) -> None:
+    """Each table appended up to ``rows`` rows (keys from 1,000,000 up, which no batch
+    touches, values of 32 hex digits), by Spark, older than every change of the batches."""
+    from deltalake import DeltaTable
+
+    from bridge.spark import transforms as tf
+
+    for path in paths:
+        spark.range(1_000_000, 1_000_000 + rows - 100, numPartitions=4).selectExpr(
+            "CAST(id AS INT) AS id",
+            "md5(CAST(id AS STRING)) AS v",
+            f"1L AS {tf.COMMIT_LSN}",
+            f"0L AS {tf.SEQ}",
+            f"CAST(NULL AS TIMESTAMP) AS {tf.COMMIT_TS}",
+        ).write.format("delta").mode("append").save(path)
+    sizes = DeltaTable(paths[0]).get_add_actions(flatten=True).column("size_bytes").to_pylist()
+    print(f"tables grown to {rows:,} rows: {sum(sizes) / 2**20:.0f} MiB each in {len(sizes)} files")
 
 
 def _bare_delta_batch(spark: Any, paths: list[str], round_: int, op: str, parallel: int) -> None:

@@ -92,6 +92,7 @@ from bridge.spark.driver_changes import (
     row_images,
 )
 from bridge.spark.driver_decode import DriverDecoder
+from bridge.spark.driver_dv_merge import DV_WRITER, BatchDeclined
 from bridge.spark.driver_lane import (
     COLLECTED_RECORDS,
     Candidate,
@@ -106,6 +107,7 @@ from bridge.spark.driver_merge import (
     append_in_driver,
     driver_write_fits,
     merge_in_driver,
+    small_files,
 )
 from bridge.spark.driver_multiset import multiset_in_driver
 from bridge.spark.errors import RegistryUnavailableError, TableApplyError, first_line
@@ -958,7 +960,13 @@ class BatchApplier:
                     path,
                     0 if lane_bytes else count,
                     lambda target: merge_in_driver(
-                        target, latest, plan, app_id, work.batch_id, commit_metadata=metadata
+                        target,
+                        latest,
+                        plan,
+                        app_id,
+                        work.batch_id,
+                        commit_metadata=metadata,
+                        max_table_bytes=lane_bytes,
                     ),
                     lambda: merge_changes(
                         spark, path, frame(), plan, app_id, work.batch_id, commit_metadata=metadata
@@ -969,17 +977,17 @@ class BatchApplier:
         with self._lock:
             self._fences[path] = after
             self.stats.last_write[work.label] = written
-        if written[1] == "delta-rs":
+        if written[1] in ("delta-rs", DV_WRITER):
             self._compact_if_fragmented(spark, path, metadata)
 
     def _compact_if_fragmented(self, spark: Any, path: str, metadata: str) -> None:
-        """Compact a table delta-rs writes once it holds COMPACT_AT_FILES files (Spark's writes
-        are compacted by Delta itself: job_conf). The batch is committed before: a failed
-        compaction is logged, and the next batch tries again."""
+        """Compact a table the driver writes once it holds COMPACT_AT_FILES small files
+        (Spark's writes are compacted by Delta itself: job_conf). The batch is committed
+        before: a failed compaction is logged, and the next batch tries again."""
         with self._lock:
             table = self._delta_tables.get(path)
         try:
-            if table is None or len(table.file_uris()) < merge_module.COMPACT_AT_FILES:
+            if table is None or small_files(table) < merge_module.COMPACT_AT_FILES:
                 return
             started = time.monotonic()
             self._forget_driver_table(path)
@@ -994,7 +1002,7 @@ class BatchApplier:
         self,
         path: str,
         count: int,
-        in_driver: Callable[[Any], None],
+        in_driver: Callable[[Any], str | None],
         with_spark: Callable[[], None],
         max_table_bytes: int | None = None,
     ) -> str:
@@ -1010,8 +1018,9 @@ class BatchApplier:
         target = None if spark_only else self._driver_target(path, count, max_table_bytes)
         if target is not None:
             try:
-                in_driver(target)
-                return "delta-rs"
+                return in_driver(target) or "delta-rs"
+            except BatchDeclined as exc:  # this batch only: the next ones come here again
+                logger.info("%s: %s", path, first_line(exc))
             except DriverWriteRefused as exc:
                 with self._lock:
                     self._spark_only.add(path)

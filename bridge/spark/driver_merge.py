@@ -17,9 +17,7 @@ delete of older rows), and the commit carries what Spark's would: the fences as
 before writing as Spark's idempotent DML checks it. So one table log serves both writers, any
 Delta reader, and a restart, whichever wrote the last commit.
 
-When (:func:`driver_write_fits`): at most ``driver_merge_rows`` changes, a table under
-:data:`bridge.spark.merge.DELETION_VECTORS_MIN_TABLE_BYTES` (delta-rs rewrites the files it
-touches; a large table's MERGE is cheaper with Spark's deletion vectors), on a local path
+When (:func:`driver_write_fits`): at most ``driver_merge_rows`` changes, on a local path
 (object stores would need delta-rs's own credentials). Anything that fails before the commit
 (a type or table feature delta-rs does not write, a column named in another case, an error
 nobody foresaw while the rows are collected) raises :class:`DriverWriteRefused`, and the
@@ -29,7 +27,12 @@ transaction recorded and skips.
 
 A table under :data:`bridge.spark.driver_rewrite.REWRITE_MAX_BYTES` is not MERGEd: the
 statement's result is computed with Arrow and the table rewritten in one commit (half the
-cost; bridge.spark.driver_rewrite), or the new rows appended when no held row changes.
+cost; bridge.spark.driver_rewrite), or the new rows appended when no held row changes. A
+table of :data:`bridge.spark.merge.DELETION_VECTORS_MIN_TABLE_BYTES` or more (or the bound
+the caller gives) is not MERGEd by delta-rs either, which rewrites every file holding a
+changed row: its changed rows are marked deleted with deletion vectors and the batch's rows
+appended, in one commit (bridge.spark.driver_dv_merge); a table that writer cannot keep the
+rules of is Spark's.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
 from bridge.spark.driver_changes import ArrowRows
+from bridge.spark.driver_dv_merge import DV_WRITER, dv_merge, dv_merge_refusal
 from bridge.spark.driver_rewrite import (
     Rewrite,
     read_rows,
@@ -54,7 +58,9 @@ from bridge.spark.driver_rewrite import (
     rewritten,
     table_identity,
 )
+from bridge.spark.driver_table import DriverWriteRefused, conformed, pa_schema
 from bridge.spark.merge import (
+    COMPACT_FILE_BYTES,
     DELETION_VECTORS_MIN_TABLE_BYTES,
     MergePlan,
     new_key_rows,
@@ -73,14 +79,11 @@ __all__ = [
     "execute_merge",
     "merge_in_driver",
     "refused_on_failure",
+    "small_files",
     "write_append",
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class DriverWriteRefused(Exception):
-    """delta-rs could not write the batch and committed nothing: apply it with Spark."""
 
 
 @contextmanager
@@ -115,6 +118,12 @@ def table_bytes(table: Any) -> int:
     return int(sum(s for s in sizes.to_pylist() if s is not None))
 
 
+def small_files(table: Any) -> int:
+    """The table's live files under :data:`bridge.spark.merge.COMPACT_FILE_BYTES`."""
+    sizes = table.get_add_actions(flatten=True).column("size_bytes")
+    return sum(1 for s in sizes.to_pylist() if s is not None and s < COMPACT_FILE_BYTES)
+
+
 def driver_write_fits(
     path: str,
     changes: int,
@@ -123,8 +132,9 @@ def driver_write_fits(
     max_table_bytes: int | None = None,
 ) -> Any | None:
     """The delta-rs table to write ``changes`` rows to at ``path``, or None when Spark should
-    (too many rows, a table large enough for deletion vectors: ``max_table_bytes``, by default
-    :data:`DELETION_VECTORS_MIN_TABLE_BYTES`; a remote path, a table delta-rs cannot open).
+    (too many rows; a table large enough for deletion vectors, ``max_table_bytes``, by default
+    :data:`DELETION_VECTORS_MIN_TABLE_BYTES`, that bridge.spark.driver_dv_merge cannot write
+    them to; a remote path, a table delta-rs cannot open).
     ``opened``: the table as an earlier call returned it and this job's writes since left it,
     used as it is.
 
@@ -141,7 +151,12 @@ def driver_write_fits(
     try:
         table = opened if opened is not None else open_table(path)
         if table_bytes(table) >= (max_table_bytes or DELETION_VECTORS_MIN_TABLE_BYTES):
-            return None
+            # Too large to rewrite what a MERGE touches: written with deletion vectors
+            # (bridge.spark.driver_dv_merge) where the table allows it, else by Spark.
+            refusal = dv_merge_refusal(table)
+            if refusal is not None:
+                logger.info("%s: %s; Spark MERGEs it", path, refusal)
+                return None
     except Exception as exc:  # a log delta-rs cannot read: Spark can
         logger.info("%s: delta-rs cannot open the table (%s); Spark writes it", path, exc)
         return None
@@ -279,12 +294,22 @@ def merge_in_driver(
     batch_id: int,
     *,
     commit_metadata: str | None = None,
-) -> None:
-    """:func:`bridge.spark.merge.merge_changes` of ``latest`` into ``table`` (delta-rs)."""
+    max_table_bytes: int | None = None,
+) -> str | None:
+    """:func:`bridge.spark.merge.merge_changes` of ``latest`` into ``table`` (delta-rs; a
+    table of ``max_table_bytes`` or more, by default driver_write_fits's bound, with deletion
+    vectors: bridge.spark.driver_dv_merge, and then :data:`DV_WRITER` is returned)."""
     if done_before(table, app_id, batch_id):
-        return
+        return None
     with refused_on_failure():  # collecting the rows
         source = _collect(table, latest, plan)
+    if table_bytes(table) >= (max_table_bytes or DELETION_VECTORS_MIN_TABLE_BYTES):
+        # Whatever fails is refused: before the commit nothing is in the table; after it
+        # (bringing delta-rs up to date), Spark's MERGE of the batch finds its transaction.
+        with refused_on_failure():
+            dv_merge(table, source, plan, app_id, batch_id, commit_metadata)
+        _committed(table, app_id, batch_id)
+        return DV_WRITER
     rewrite = _rewrite(table, source, plan)
     if rewrite is not None:
         version = table.version()
@@ -294,10 +319,11 @@ def merge_in_driver(
             write_overwrite(table, rewrite.rows, app_id, batch_id, commit_metadata)
         if table.version() == version + 1:  # this commit alone since the rows were read
             remember_rows(table, version + 1, rewrite.after())
-        return
+        return None
     with refused_on_failure():  # building the statement
         builder = _merge_statement(table, source, plan, app_id, batch_id, commit_metadata)
     execute_merge(builder, table, app_id, batch_id, commit_metadata)
+    return None
 
 
 def _rewrite(table: Any, source: Any, plan: MergePlan) -> Rewrite | None:
@@ -426,27 +452,6 @@ def _append(table: Any, data: Any, app_id: str, batch_id: int, commit_metadata: 
 def _empty(table: Any) -> Any:
     """No rows, in the table's schema: an append of it commits only its commit info."""
     return pa_schema(table).empty_table()
-
-
-def pa_schema(table: Any) -> Any:
-    """The table's schema as pyarrow's."""
-    import pyarrow as pa
-
-    return pa.schema(table.schema().to_arrow())
-
-
-def conformed(table: Any, rows: Any) -> Any:
-    """``rows`` with exactly the table's columns and types (delta-rs appends only that)."""
-    import pyarrow as pa
-
-    target = pa_schema(table)
-    columns = []
-    for field in target:
-        if field.name in rows.column_names:
-            columns.append(rows.column(field.name).cast(field.type))
-        else:
-            columns.append(pa.nulls(rows.num_rows, field.type))
-    return pa.Table.from_arrays(columns, schema=target)
 
 
 def _execute(execute: Any, table: Any, app_id: str, batch_id: int) -> None:

@@ -55,6 +55,7 @@ from bridge.spark.errors import TableApplyError
 
 __all__ = [
     "COMPACT_AT_FILES",
+    "COMPACT_FILE_BYTES",
     "KEY_COLUMNS_PROPERTY",
     "MergePlan",
     "append_new_keys",
@@ -107,6 +108,12 @@ _META_FIELDS = (
 #: count (delta-rs's own OPTIMIZE refuses tables with column mapping, which the job's have).
 COMPACT_AT_FILES = 50
 
+#: Files below this size are the small ones compaction merges and counts (Delta's auto
+#: compaction's own bound): OPTIMIZE's default (1 GiB) would rewrite every file of a large
+#: table each time, where the point is the batches' small files.
+COMPACT_FILE_BYTES = 64 * 1024 * 1024
+_OPTIMIZE_MIN_FILE_SIZE = "spark.databricks.delta.optimize.minFileSize"
+
 
 @dataclass(frozen=True, slots=True)
 class MergePlan:
@@ -124,17 +131,20 @@ class MergePlan:
 
 
 def compact(spark: Any, path: str, commit_metadata: str | None = None) -> None:
-    """Bin-pack the table's small files (Delta's OPTIMIZE): a commit that changes no data,
-    which readers and Delta streams skip. ``commit_metadata`` becomes its ``userMetadata``, so
-    the newest commit still carries the table's fences."""
+    """Bin-pack the table's small files (Delta's OPTIMIZE of the files under
+    :data:`COMPACT_FILE_BYTES`, and of those deletion vectors mark mostly deleted): a commit
+    that changes no data, which readers and Delta streams skip. ``commit_metadata`` becomes
+    its ``userMetadata``, so the newest commit still carries the table's fences."""
     from delta.tables import DeltaTable
 
     if commit_metadata is not None:
         spark.conf.set(_USER_METADATA, commit_metadata)
+    spark.conf.set(_OPTIMIZE_MIN_FILE_SIZE, str(COMPACT_FILE_BYTES))
     try:
         DeltaTable.forPath(spark, path).optimize().executeCompaction()
     finally:
         spark.conf.unset(_USER_METADATA)
+        spark.conf.unset(_OPTIMIZE_MIN_FILE_SIZE)
 
 
 @contextmanager

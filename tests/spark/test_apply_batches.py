@@ -24,6 +24,7 @@ from bridge.spark import transforms as tf
 from bridge.spark.applier import BatchApplier
 from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache
+from bridge.spark.driver_dv_merge import DV_WRITER
 from bridge.spark.fences import read_fences
 from tests.spark.envelopes import TableVersion, frame_avro
 
@@ -900,13 +901,15 @@ def test_small_batches_of_small_tables_are_written_by_delta_rs_in_the_driver(
     batches.add(KEYED, "u", (12, 0), after={"id": 1, "v": "c"})
     batches.add(KEYED, "u", (12, 1), after={"id": 2, "v": "c"})
     assert batches.apply(2, restarted=True).stats.last_write["public.keyed"] == ("merge", "spark")
-    # A large table: Spark (its MERGE marks rows with deletion vectors instead of rewriting).
+    # A large table: its changed rows are marked deleted with deletion vectors, still in the
+    # driver (bridge.spark.driver_dv_merge), not rewritten.
     batches.config = dataclasses.replace(batches.config, driver_write_rows=1000)
     monkeypatch.setattr(driver_merge, "DELETION_VECTORS_MIN_TABLE_BYTES", 0)
     batches.add(KEYED, "u", (13, 0), after={"id": 1, "v": "d"})
     third = batches.frame().localCheckpoint()
     applier = batches.apply(3, third, restarted=True)
-    assert applier.stats.last_write["public.keyed"] == ("merge", "spark")
+    assert applier.stats.last_write["public.keyed"] == ("merge", DV_WRITER)
+    assert _deletion_vectors(path) == 1
     monkeypatch.undo()
     # A replay of batch 3 after a restart writes nothing, with delta-rs back in charge.
     applier = batches.apply(3, third, restarted=True)
@@ -938,6 +941,68 @@ def test_small_batches_of_small_tables_are_written_by_delta_rs_in_the_driver(
     ]
     assert _deletion_vectors(path) == 0  # rewritten: one file again
     assert DeltaTable(path).history(1)[0]["operation"] == "WRITE"  # bridge.spark.driver_rewrite
+
+
+def test_a_large_tables_batches_are_merged_with_deletion_vectors_in_the_driver(
+    batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A table too large to rewrite what a MERGE touches takes its batches' changes as
+    deletion vectors and one new file per batch, written by the driver: Spark reads the rows
+    merge_changes gives (updates, deletes, resends, a key deleted then inserted again), past
+    a checkpoint and the job's compaction (Spark's OPTIMIZE between two such commits); a
+    batch with a truncate is Spark's and the next batch comes back; a replay after a restart
+    writes nothing; a table without deletion vectors is Spark's."""
+    import dataclasses
+
+    from bridge.spark import driver_merge, merge
+
+    monkeypatch.setattr(driver_merge, "DELETION_VECTORS_MIN_TABLE_BYTES", 0)
+    monkeypatch.setattr(merge, "COMPACT_AT_FILES", 6)
+    path = batches.config.table_path("public", "keyed")
+    expected: dict[int, Any] = {}
+    for key in range(1, 21):
+        batches.add(KEYED, "c", (10, key), after={"id": key, "v": "a"})
+        expected[key] = "a"
+    batches.apply(0)
+    writers = []
+    for batch in range(1, 14):
+        lsn = 100 + batch
+        batches.add(KEYED, "u", (lsn, 0), after={"id": batch, "v": f"u{batch}"})
+        batches.add(KEYED, "d", (lsn, 1), before={"id": 21 - batch})
+        batches.add(KEYED, "c", (lsn, 2), after={"id": 100 + batch, "v": f"c{batch}"})
+        batches.add(KEYED, "u", (10, 9), after={"id": 20, "v": "stale"})  # older than id 20's
+        expected.update({batch: f"u{batch}", 100 + batch: f"c{batch}"})
+        expected.pop(21 - batch, None)
+        if batch == 12:  # deleted two batches ago (id 21 - 10 = 11): inserted again
+            batches.add(KEYED, "c", (lsn, 3), after={"id": 11, "v": "again"})
+            expected[11] = "again"
+        writers.append(batches.apply(batch).stats.last_write["public.keyed"])
+    assert set(writers) == {("merge", DV_WRITER)}, writers
+    assert _ids(batches) == expected
+    assert (Path(path) / "_delta_log" / "_last_checkpoint").exists()
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").select("operation").collect()
+    assert "OPTIMIZE" in [r["operation"] for r in history]
+    # A truncate: Spark's MERGE (it deletes every older row); the next batch is the driver's.
+    batches.add(KEYED, "t", (200, 0))
+    batches.add(KEYED, "c", (200, 1), after={"id": 1, "v": "after truncate"})
+    assert batches.apply(14).stats.last_write["public.keyed"] == ("merge", "spark")
+    batches.add(KEYED, "u", (201, 0), after={"id": 1, "v": "one"})
+    last = batches.frame().localCheckpoint()
+    assert batches.apply(15, last).stats.last_write["public.keyed"] == ("merge", DV_WRITER)
+    assert _ids(batches) == {1: "one"}
+    assert read_fences(spark, path).partitions == {0: (201, 0)}
+    assert batches.apply(15, last, restarted=True).stats.last_write["public.keyed"] == (
+        "replay",
+        "",
+    )
+    # Tables created without deletion vectors keep Spark's MERGE.
+    plain = Batches(spark, tmp_path / "plain")
+    plain.config = dataclasses.replace(plain.config, deletion_vectors=False)
+    plain.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
+    plain.apply(0)
+    plain.add(KEYED, "u", (11, 0), after={"id": 1, "v": "b"})
+    assert plain.apply(1).stats.last_write["public.keyed"] == ("merge", "spark")
+    assert _ids(plain) == {1: "b"}
 
 
 def _deletion_vectors(path: str) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bridge.spark.driver_dv_merge import DV_WRITER
 from tests.spark.envelopes import TableVersion
 from tests.spark.test_apply_batches import (
     KEYED,
@@ -138,8 +139,9 @@ def test_the_lanes_merge_takes_a_table_as_large_as_its_batch_allows(
 ) -> None:
     """delta-rs rewrites what its MERGE touches, so the lane hands it a table up to a bound
     that grows with the batch (lane_merge_max_bytes), past the driver lane's fixed one; a
-    table above the bound is MERGEd by Spark. Here the fixed bound is one byte and a record
-    of the batch allows 1 MiB, then nothing."""
+    table above the bound has the changed rows marked with deletion vectors instead (bridge.
+    spark.driver_dv_merge). Here the fixed bound is one byte and a record of the batch allows
+    1 MiB, then nothing."""
     from bridge.spark import driver_merge, lane_driver
 
     monkeypatch.setattr(driver_merge, "DELETION_VECTORS_MIN_TABLE_BYTES", 1)
@@ -152,7 +154,7 @@ def test_the_lanes_merge_takes_a_table_as_large_as_its_batch_allows(
     assert batches.apply(1).stats.last_write["public.keyed"] == ("merge", "tasks+delta-rs")
     monkeypatch.setattr(lane_driver, "LANE_MERGE_BYTES_PER_RECORD", 0)
     batches.add(KEYED, "d", (12, 0), before={"id": 2, "v": "b"}, partition=1)
-    assert batches.apply(2).stats.last_write["public.keyed"] == ("merge", "spark")
+    assert batches.apply(2).stats.last_write["public.keyed"] == ("merge", DV_WRITER)
     assert _ids(batches) == {1: "a2"}
     no_unnamed_lane_files(batches)
 

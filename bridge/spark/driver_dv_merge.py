@@ -1,0 +1,467 @@
+"""A large table's MERGE in the driver with deletion vectors: the changed rows are marked
+deleted where they are, and their new versions appended, in one Delta commit.
+
+Why: delta-rs writes no deletion vectors, so its MERGE rewrites every file holding a changed
+row, which for a table of gigabytes and updates spread over it is the whole table each batch;
+such tables took Spark's MERGE, about a second per table and batch on 2 cores whatever the
+batch holds (a dozen Spark jobs), and on a database of many large busy tables that second per
+table was the batch. Delta's protocol lets a writer mark rows of a file deleted with a
+deletion vector instead (Spark's own MERGE does so on these tables), and that needs no
+engine: read the key and position columns of the files whose statistics can hold a key of the
+batch, find the rows the batch replaces, write their positions as deletion vectors and the
+batch's rows as one new file, and commit.
+
+The result is :func:`bridge.spark.merge.merge_changes`'s, clause for clause: keys matched as
+equal (a NULL key value declines the batch: SQL's NULL-safe match is not Arrow's join), a
+matched row deleted or replaced only by a newer change (``commit_lsn``, ``seq``), a delete
+inserting nothing, an insert-only plan inserting only the keys it does not find. A key that
+several live rows hold (which a keyed table never has) ends as one row, not several. A batch
+with a truncate or unchanged TOAST is declined (:class:`BatchDeclined`: Spark applies that
+batch, the next ones come here again). The commit carries what Spark's would: the fences as
+``userMetadata`` and the job's transaction, checked before writing.
+
+Where (:func:`dv_merge_refusal`): an unpartitioned local table with deletion vectors enabled,
+no change data feed, constraint, generated or identity column, struct under column mapping,
+and no table feature beyond those this writer honours (:data:`HONOURED_WRITER_FEATURES`).
+Anything else is :class:`DriverWriteRefused` before a byte is written, and Spark's MERGE
+applies the table. Files written before a failed commit are left for VACUUM, as Spark leaves
+them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from bridge.spark import transforms as tf
+from bridge.spark.deletion_vectors import deleted_rows, write_deletion_vectors
+from bridge.spark.delta_log import (
+    CommitConflict,
+    LogFiles,
+    local_root,
+    read_log_files,
+    write_commit,
+)
+from bridge.spark.driver_rewrite import table_identity
+from bridge.spark.driver_table import DriverWriteRefused, conformed, pa_schema
+from bridge.spark.merge import MergePlan
+
+__all__ = [
+    "DV_WRITER",
+    "HONOURED_WRITER_FEATURES",
+    "BatchDeclined",
+    "DvMergeResult",
+    "dv_merge",
+    "dv_merge_refusal",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The writer features a commit of this module keeps the rules of: the legacy ones Spark lists
+#: on every table (``appendOnly``, ``invariants``: checked off by the table's properties and
+#: schema in :func:`dv_merge_refusal`, as are ``checkConstraints``, ``changeDataFeed``,
+#: ``generatedColumns`` and ``identityColumns``), column mapping (physical names and field
+#: ids in the file written), deletion vectors, and those that ask nothing of a writer of data
+#: files (``timestampNtz``, ``typeWidening``, ``domainMetadata``, ``vacuumProtocolCheck``;
+#: ``variantType`` where no column is a variant: delta-rs lists it on the tables it creates).
+#: Row tracking, in-commit timestamps, V2 checkpoints, clustering, Iceberg compatibility and
+#: any feature added later are refused.
+HONOURED_WRITER_FEATURES = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "checkConstraints",
+        "changeDataFeed",
+        "generatedColumns",
+        "identityColumns",
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "typeWidening",
+        "typeWidening-preview",
+        "domainMetadata",
+        "vacuumProtocolCheck",
+        "variantType",
+        "variantType-preview",
+    }
+)
+
+#: The writer's name in the job's log lines and metrics ("merge by deletion-vectors").
+DV_WRITER = "deletion-vectors"
+
+_FILE = "__pgbridge_file"
+_ROW = "__pgbridge_row"
+_SOURCE = "__pgbridge_source"
+_INTEGER_STATS = ("int8", "int16", "int32", "int64")
+
+
+class BatchDeclined(DriverWriteRefused):
+    """This batch (a truncate, unchanged TOAST, a NULL key) is not for the deletion-vector
+    MERGE; the table's next batches are. Nothing was written."""
+
+
+@dataclass(frozen=True)
+class DvMergeResult:
+    """What one MERGE did: rows marked deleted, rows written, files read for keys."""
+
+    deleted: int
+    written: int
+    files_read: int
+    files_in_table: int
+
+
+#: (table URI, Delta id) -> the live files as this process last knew them (read_log_files
+#: replays the whole log since its checkpoint: done once per table and job, then only the
+#: commits after it are read).
+_log_states: dict[tuple[str, str], LogFiles] = {}
+_log_lock = threading.Lock()
+
+
+def dv_merge_refusal(table: Any) -> str | None:
+    """Why ``table`` (delta-rs, a local path) cannot take :func:`dv_merge`, or None."""
+    protocol, metadata = table.protocol(), table.metadata()
+    features = set(protocol.writer_features or ())
+    config = {k: str(v).lower() for k, v in metadata.configuration.items()}
+    if "deletionVectors" not in features or config.get("delta.enableDeletionVectors") != "true":
+        return "the table has no deletion vectors (created with --no-deletion-vectors)"
+    unknown = features - HONOURED_WRITER_FEATURES
+    if unknown:
+        return f"table features this writer does not keep: {', '.join(sorted(unknown))}"
+    if metadata.partition_columns:
+        return "a partitioned table"
+    if config.get("delta.appendonly") == "true" or config.get("delta.appendOnly") == "true":
+        return "an append-only table"
+    if config.get("delta.enableChangeDataFeed") == "true":
+        return "a table with a change data feed"
+    if any(k.startswith("delta.constraints.") for k in config):
+        return "a table with CHECK constraints"
+    mapped = config.get("delta.columnMapping.mode", "none") != "none"
+    for field in json.loads(table.schema().to_json())["fields"]:
+        meta = field.get("metadata") or {}
+        if any(k in meta for k in ("delta.invariants", "delta.generationExpression")) or any(
+            k.startswith("delta.identity.") for k in meta
+        ):
+            return f"column {field['name']!r} is constrained, generated or an identity"
+        if '"variant"' in json.dumps(field["type"]):
+            return f"column {field['name']!r} is a variant"
+        if mapped and '"struct"' in json.dumps(field["type"]):
+            return f"column {field['name']!r} holds structs under column mapping"
+    return None
+
+
+def _physical_names(table: Any) -> dict[str, tuple[str, int | None]]:
+    """Each column's name in the data files, and its field id (column mapping), by name."""
+    names = {}
+    for field in json.loads(table.schema().to_json())["fields"]:
+        meta = field.get("metadata") or {}
+        physical = meta.get("delta.columnMapping.physicalName", field["name"])
+        names[field["name"]] = (physical, meta.get("delta.columnMapping.id"))
+    return names
+
+
+def _log_of(table: Any) -> LogFiles:
+    """The table's live files at its newest version, and ``table`` (delta-rs) at that version."""
+    identity = table_identity(table)
+    with _log_lock:
+        known = _log_states.get(identity)
+    root = local_root(table.table_uri)
+    log = known.advance() if known is not None else read_log_files(root)
+    with _log_lock:
+        _log_states[identity] = log
+    if table.version() != log.version:
+        table.update_incremental()
+        if table.version() != log.version:
+            raise DriverWriteRefused(
+                f"the log is at version {log.version}, delta-rs at {table.version()}"
+            )
+    return log
+
+
+def _forget_log(table: Any) -> None:
+    with _log_lock:
+        _log_states.pop(table_identity(table), None)
+
+
+def _candidates(
+    log: LogFiles, source_keys: Mapping[str, Any], physical: Mapping[str, tuple[str, int | None]]
+) -> list[dict[str, Any]]:
+    """The live files whose statistics allow a key of the batch (integer key columns: their
+    min/max are exact; a file without statistics, or other key types, is read)."""
+    import numpy as np
+
+    bounds = {}
+    for name, values in source_keys.items():
+        if str(values.type) in _INTEGER_STATS:
+            sorted_values = np.sort(values.to_numpy(zero_copy_only=False))
+            bounds[physical[name][0]] = sorted_values
+    files = []
+    for add in log.adds.values():
+        stats = json.loads(add["stats"]) if add.get("stats") and bounds else None
+        if stats is not None and _outside(stats, bounds):
+            continue
+        files.append(add)
+    return files
+
+
+def _outside(stats: Mapping[str, Any], bounds: Mapping[str, Any]) -> bool:
+    """No key value of the batch lies within the file's min..max of some key column."""
+    import numpy as np
+
+    low, high = stats.get("minValues") or {}, stats.get("maxValues") or {}
+    for physical, values in bounds.items():
+        if physical in low and physical in high and low[physical] is not None:
+            first = np.searchsorted(values, low[physical], side="left")
+            last = np.searchsorted(values, high[physical], side="right")
+            if first >= last:
+                return True
+    return False
+
+
+def _target_rows(
+    log: LogFiles, files: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]
+) -> tuple[Any, list[Any]]:
+    """The live rows of ``files``: ``columns`` ((name, physical name)), their file's index in
+    ``files`` and their position in it; and each file's rows deleted already."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pieces, already = [], []
+    for index, add in enumerate(files):
+        data = pq.read_table(log.root / unquote(add["path"]), columns=[p for _, p in columns])
+        deleted = deleted_rows(add.get("deletionVector"), log.root)
+        already.append(deleted)
+        positions = np.arange(data.num_rows, dtype=np.int64)
+        piece = pa.table(
+            {
+                **{name: data.column(p) for name, p in columns},
+                _FILE: pa.array(np.full(data.num_rows, index, dtype=np.int32)),
+                _ROW: pa.array(positions),
+            }
+        )
+        if len(deleted):
+            keep = np.ones(data.num_rows, dtype=bool)
+            keep[np.fromiter(deleted, dtype=np.int64, count=len(deleted))] = False
+            piece = piece.filter(pa.array(keep))
+        pieces.append(piece)
+    return (pa.concat_tables(pieces) if pieces else None), already
+
+
+def dv_merge(
+    table: Any,
+    source: Any,
+    plan: MergePlan,
+    app_id: str,
+    batch_id: int,
+    commit_metadata: str | None,
+) -> DvMergeResult:
+    """:func:`bridge.spark.merge.merge_changes` of ``source`` (Arrow: each key's last change,
+    the columns of bridge.spark.driver_merge._source_columns) into ``table`` (delta-rs, a
+    local path :func:`dv_merge_refusal` accepts), committed as one version."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if plan.truncate_at is not None or plan.fold_unchanged:
+        raise BatchDeclined("a truncate or unchanged TOAST: Spark's MERGE applies this batch")
+    keys = list(plan.key_columns)
+    target_schema = pa_schema(table)
+    try:
+        source_keys = {k: source.column(k).cast(target_schema.field(k).type) for k in keys}
+    except Exception as exc:
+        raise DriverWriteRefused(f"the batch's keys: {exc}") from exc
+    if any(column.null_count for column in source_keys.values()):
+        raise BatchDeclined("a NULL key value: Spark's MERGE matches it")
+    log = _log_of(table)
+    physical = _physical_names(table)
+    files = _candidates(log, source_keys, physical)
+    meta = [tf.COMMIT_LSN, tf.SEQ]
+    target, already = _target_rows(log, files, [(c, physical[c][0]) for c in [*keys, *meta]])
+
+    numbered = pa.table({**source_keys, _SOURCE: pa.array(range(source.num_rows), pa.int64())})
+    if target is not None and target.num_rows:
+        matched = target.join(numbered, keys=keys, join_type="inner").combine_chunks()
+    else:
+        matched = None
+    replaced_sources: set[int] = set()
+    deletions: dict[int, list[int]] = {}
+    matched_sources = pa.array([], pa.int64())
+    if matched is not None and matched.num_rows:
+        matched_sources = matched.column(_SOURCE)
+        if not plan.inserts_only:
+            s_lsn = pc.take(source.column(tf.COMMIT_LSN), matched_sources)
+            s_seq = pc.take(source.column(tf.SEQ), matched_sources)
+            t_lsn, t_seq = matched.column(tf.COMMIT_LSN), matched.column(tf.SEQ)
+            newer = pc.or_(
+                pc.greater(s_lsn, t_lsn),
+                pc.and_(pc.equal(s_lsn, t_lsn), pc.greater(s_seq, t_seq)),
+            )
+            newer = pc.fill_null(newer, False)
+            replaced = matched.filter(newer)
+            for file_index, row in zip(
+                replaced.column(_FILE).to_pylist(), replaced.column(_ROW).to_pylist(), strict=True
+            ):
+                deletions.setdefault(file_index, []).append(row)
+            replaced_sources = set(replaced.column(_SOURCE).to_pylist())
+    # What is written: the unmatched changes that are not deletes, and the matched ones that
+    # replace an older row and are not deletes.
+    found = set(matched_sources.to_pylist())
+    not_delete = pc.not_equal(source.column(tf.OP), "d").to_pylist()
+    chosen = [
+        i
+        for i in range(source.num_rows)
+        if not_delete[i] and (i not in found or i in replaced_sources)
+    ]
+    return _commit(
+        table, log, files, already, deletions, source.take(pa.array(chosen, pa.int64())),
+        plan, app_id, batch_id, commit_metadata, physical,
+    )  # fmt: skip
+
+
+def _commit(
+    table: Any,
+    log: LogFiles,
+    files: Sequence[dict[str, Any]],
+    already: Sequence[Any],
+    deletions: Mapping[int, list[int]],
+    rows: Any,
+    plan: MergePlan,
+    app_id: str,
+    batch_id: int,
+    commit_metadata: str | None,
+    physical: Mapping[str, tuple[str, int | None]],
+) -> DvMergeResult:
+    from pyroaring import BitMap
+
+    now = int(time.time() * 1000)
+    actions: list[dict[str, Any]] = []
+    order = sorted(deletions)
+    bitmaps = [BitMap(already[i]) | BitMap(deletions[i]) for i in order]
+    if bitmaps:
+        vectors = write_deletion_vectors(log.root, bitmaps)
+        for index, descriptor in zip(order, vectors.descriptors, strict=True):
+            old = files[index]
+            stats = json.loads(old["stats"]) if old.get("stats") else {}
+            stats["tightBounds"] = False
+            remove = {
+                "path": old["path"],
+                "deletionTimestamp": now,
+                "dataChange": True,
+                "extendedFileMetadata": True,
+                "partitionValues": old.get("partitionValues") or {},
+                "size": old["size"],
+            }
+            if old.get("deletionVector"):
+                remove["deletionVector"] = old["deletionVector"]
+            actions.append({"remove": remove})
+            actions.append(
+                {
+                    "add": {
+                        **old,
+                        "dataChange": True,
+                        "stats": json.dumps(stats),
+                        "deletionVector": descriptor,
+                    }
+                }
+            )
+    written = 0
+    if rows.num_rows:
+        actions.append({"add": _write_rows(table, log.root, rows, plan, physical, now)})
+        written = rows.num_rows
+    deleted = sum(len(v) for v in deletions.values())
+    commit_info: dict[str, Any] = {
+        "timestamp": now,
+        "operation": "MERGE",
+        "operationParameters": {"predicate": json.dumps(list(plan.key_columns))},
+        "readVersion": log.version,
+        "isolationLevel": "Serializable",
+        "isBlindAppend": False,
+        "operationMetrics": {
+            "numTargetRowsDeleted": str(deleted),
+            "numOutputRows": str(written),
+            "numDeletionVectorsAdded": str(len(bitmaps)),
+        },
+        "engineInfo": "pgbridge deletion-vector merge",
+        "txnId": str(uuid.uuid4()),
+    }
+    if commit_metadata:
+        commit_info["userMetadata"] = commit_metadata
+    head = [
+        {"commitInfo": commit_info},
+        {"txn": {"appId": app_id, "version": batch_id, "lastUpdated": now}},
+    ]
+    try:
+        write_commit(log.root, log.version + 1, [*head, *actions])
+    except CommitConflict as exc:
+        _forget_log(table)
+        raise DriverWriteRefused(str(exc)) from exc
+    log.apply(actions)
+    log.version += 1
+    table.update_incremental()
+    _checkpoint_if_due(table, log.version)
+    return DvMergeResult(deleted, written, len(files), len(log.adds))
+
+
+def _write_rows(
+    table: Any,
+    root: Path,
+    rows: Any,
+    plan: MergePlan,
+    physical: Mapping[str, tuple[str, int | None]],
+    now: int,
+) -> dict[str, Any]:
+    """The batch's new rows as one Parquet file in the table's physical schema; its ``add``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    values = conformed(table, rows.select([*plan.value_columns, *tf.PERSISTED_META]))
+    fields = []
+    for field in values.schema:
+        name, field_id = physical[field.name]
+        metadata = {b"PARQUET:field_id": str(field_id).encode()} if field_id is not None else None
+        fields.append(pa.field(name, field.type, field.nullable, metadata))
+    data = pa.Table.from_arrays(values.columns, schema=pa.schema(fields))
+    name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    pq.write_table(data, root / name, compression="snappy")
+    # Statistics of the integer key and position columns (exact, and what the next MERGE
+    # prunes files by); the others are left out, which Delta reads as "unknown".
+    low, high, nulls = {}, {}, {}
+    for logical in [*plan.key_columns, tf.COMMIT_LSN, tf.SEQ]:
+        column = values.column(logical)
+        if str(column.type) not in _INTEGER_STATS:
+            continue
+        bounds = pc.min_max(column)
+        if bounds["min"].is_valid:
+            low[physical[logical][0]] = bounds["min"].as_py()
+            high[physical[logical][0]] = bounds["max"].as_py()
+        nulls[physical[logical][0]] = column.null_count
+    stats = {"numRecords": data.num_rows, "minValues": low, "maxValues": high,
+             "nullCount": nulls, "tightBounds": True}  # fmt: skip
+    return {
+        "path": name,
+        "partitionValues": {},
+        "size": (root / name).stat().st_size,
+        "modificationTime": now,
+        "dataChange": True,
+        "stats": json.dumps(stats),
+    }
+
+
+def _checkpoint_if_due(table: Any, version: int) -> None:
+    """A checkpoint every ``delta.checkpointInterval`` versions (10 by default), as Spark and
+    delta-rs write one after their own commits: readers replay at most that many commits."""
+    interval = int(table.metadata().configuration.get("delta.checkpointInterval", "10"))
+    if version % max(interval, 1) == 0:
+        try:
+            table.create_checkpoint()
+        except Exception as exc:  # the commit stands; the next writer checkpoints
+            logger.warning("%s: checkpoint at version %d failed: %s", table.table_uri, version,
+                           exc)  # fmt: skip

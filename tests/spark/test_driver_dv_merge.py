@@ -1,0 +1,275 @@
+"""The driver's MERGE with deletion vectors (bridge.spark.driver_dv_merge) on delta-rs tables:
+the rows it leaves, read back through delta-rs's own scan (which applies the vectors), the
+bytes of the vectors (Delta-Spark's own, read), the log it replays, and what it refuses or
+declines without writing. Spark reading its commits is tested in test_apply_batches."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from bridge.spark import driver_dv_merge
+from bridge.spark import transforms as tf
+from bridge.spark.deletion_vectors import (
+    DeletionVectorError,
+    deleted_rows,
+    write_deletion_vectors,
+    z85_decode,
+    z85_encode,
+)
+from bridge.spark.delta_log import CommitConflict, LogFiles, read_log_files, write_commit
+from bridge.spark.driver_dv_merge import BatchDeclined, dv_merge, dv_merge_refusal
+from bridge.spark.driver_table import DriverWriteRefused
+from bridge.spark.merge import MergePlan
+
+PLAN = MergePlan(key_columns=("id",), value_columns=("id", "v"))
+_SOURCE = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("v", pa.string()),
+        (tf.COMMIT_LSN, pa.int64()),
+        (tf.SEQ, pa.int64()),
+        (tf.COMMIT_TS, pa.timestamp("us", tz="UTC")),
+        (tf.OP, pa.string()),
+    ]
+)
+
+#: A deletion vector Delta-Spark 4.0 wrote (DELETE of rows 1, 7 and 70000 of one file), the
+#: whole DV file, and the descriptor its log gave it.
+SPARK_DV_FILE = bytes.fromhex(
+    "010000002ed1d339640100000000000000000000003a300000020000000000010001000000180000001c"
+    "00000001000700701103a7fc3c"
+)
+SPARK_DV = {"storageType": "u", "pathOrInlineDv": "N1P&iL-!HWMS)mldHxQK", "offset": 1,
+            "sizeInBytes": 46, "cardinality": 3}  # fmt: skip
+SPARK_DV_NAME = "deletion_vector_98847c23-9492-4677-975b-4f7d2a096397.bin"
+
+
+def test_z85_is_zeromqs() -> None:
+    assert z85_encode(bytes.fromhex("864FD26FB559F75B")) == "HelloWorld"  # the spec's vector
+    assert z85_decode("HelloWorld") == bytes.fromhex("864FD26FB559F75B")
+
+
+def test_a_vector_delta_spark_wrote_is_read_and_one_written_here_is_byte_for_byte_sparks(
+    tmp_path: Path,
+) -> None:
+    from pyroaring import BitMap
+
+    (tmp_path / SPARK_DV_NAME).write_bytes(SPARK_DV_FILE)
+    assert list(deleted_rows(SPARK_DV, tmp_path)) == [1, 7, 70000]
+    written = write_deletion_vectors(tmp_path, [BitMap([1, 7, 70000]), BitMap([3])])
+    assert written.path.read_bytes()[: len(SPARK_DV_FILE)] == SPARK_DV_FILE
+    first, second = written.descriptors
+    assert {k: first[k] for k in ("offset", "sizeInBytes", "cardinality")} == {
+        "offset": 1, "sizeInBytes": 46, "cardinality": 3}  # fmt: skip
+    assert list(deleted_rows(first, tmp_path)) == [1, 7, 70000]
+    assert list(deleted_rows(second, tmp_path)) == [3]
+    assert deleted_rows(None, tmp_path) == BitMap()
+
+
+def test_a_damaged_vector_is_an_error_not_a_misread(tmp_path: Path) -> None:
+    damaged = bytearray(SPARK_DV_FILE)
+    damaged[30] ^= 0xFF
+    (tmp_path / SPARK_DV_NAME).write_bytes(bytes(damaged))
+    with pytest.raises(DeletionVectorError, match="checksum"):
+        deleted_rows(SPARK_DV, tmp_path)
+    (tmp_path / SPARK_DV_NAME).write_bytes(SPARK_DV_FILE)
+    with pytest.raises(DeletionVectorError, match="the log says 4"):
+        deleted_rows({**SPARK_DV, "cardinality": 4}, tmp_path)
+    inline = z85_encode(struct.pack("<Iqi", 1681511377, 2, 1))
+    with pytest.raises(DeletionVectorError, match="past 2"):
+        deleted_rows({"storageType": "i", "pathOrInlineDv": inline, "sizeInBytes": 16,
+                      "cardinality": 0}, tmp_path)  # fmt: skip
+
+
+def test_the_log_is_reconciled_by_path_and_vector_as_delta_spark_writes_it(
+    tmp_path: Path,
+) -> None:
+    """Delta-Spark's DELETE adds the file with its new vector, then removes the old entry of
+    the same path: the new one is what stays."""
+    log = LogFiles(tmp_path, 0)
+    old = {"path": "a.parquet", "size": 1}
+    log.apply([{"add": old}])
+    new = {**old, "deletionVector": SPARK_DV}
+    log.apply([{"add": new}, {"remove": {"path": "a.parquet", "size": 1}}])
+    assert list(log.adds.values()) == [new]
+    log.apply([{"remove": {"path": "a.parquet", "deletionVector": SPARK_DV}}])
+    assert log.adds == {}
+
+
+def test_a_version_another_writer_took_is_a_conflict_and_nothing_is_left(tmp_path: Path) -> None:
+    (tmp_path / "_delta_log").mkdir()
+    write_commit(tmp_path, 0, [{"commitInfo": {"who": "first"}}])
+    with pytest.raises(CommitConflict):
+        write_commit(tmp_path, 0, [{"commitInfo": {"who": "second"}}])
+    assert [p.name for p in (tmp_path / "_delta_log").iterdir()] == [f"{0:020d}.json"]
+    assert "first" in (tmp_path / "_delta_log" / f"{0:020d}.json").read_text()
+
+
+def _table(
+    path: Path, ids: range, files: int = 1, configuration: dict[str, str] | None = None
+) -> Any:
+    from deltalake import DeltaTable, write_deltalake
+
+    config = {"delta.enableDeletionVectors": "true", **(configuration or {})}
+    step = max(1, len(ids) // files)
+    for start in range(ids.start, ids.stop, step):
+        chunk = range(start, min(start + step, ids.stop))
+        rows = {"id": list(chunk), "v": [f"old-{i}" for i in chunk],
+                tf.COMMIT_LSN: [10] * len(chunk), tf.SEQ: [0] * len(chunk),
+                tf.COMMIT_TS: [None] * len(chunk)}  # fmt: skip
+        data = pa.table(rows).cast(_SOURCE.remove(_SOURCE.get_field_index(tf.OP)))
+        write_deltalake(str(path), data, mode="append", configuration=config)
+    return DeltaTable(str(path))
+
+
+def _batch(*changes: tuple[int, str, int, str]) -> pa.Table:
+    """Changes as (id, op, commit_lsn, v): each key's last change, as the driver hands them."""
+    return pa.table(
+        {
+            "id": [c[0] for c in changes],
+            "v": [c[3] for c in changes],
+            tf.COMMIT_LSN: [c[2] for c in changes],
+            tf.SEQ: [0] * len(changes),
+            tf.COMMIT_TS: [None] * len(changes),
+            tf.OP: [c[1] for c in changes],
+        }
+    ).cast(_SOURCE)
+
+
+def _rows(table: Any) -> dict[int, str]:
+    table.update_incremental()
+    scanned = pa.table(table.scan())
+    return dict(zip(scanned.column("id").to_pylist(), scanned.column("v").to_pylist(), strict=True))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_log_states() -> Any:
+    driver_dv_merge._log_states.clear()  # each test's tables are new: as a new job finds them
+    yield
+    driver_dv_merge._log_states.clear()
+
+
+def test_updates_deletes_inserts_and_resends_are_applied_as_merge_changes_applies_them(
+    tmp_path: Path,
+) -> None:
+    table = _table(tmp_path, range(100), files=4)
+    assert dv_merge_refusal(table) is None
+    expected = {i: f"old-{i}" for i in range(100)}
+    result = dv_merge(
+        table,
+        _batch(
+            (5, "u", 20, "new-5"),  # newer: replaces the row
+            (6, "d", 20, ""),  # newer delete: the row goes, nothing is inserted
+            (7, "u", 5, "stale-7"),  # older than the row (a resend): nothing changes
+            (8, "d", 5, ""),  # an older delete: the row stays
+            (200, "c", 20, "new-200"),  # a new key
+            (201, "d", 20, ""),  # a delete of a key the table lacks: nothing
+            (202, "r", 5, "read-202"),  # a snapshot read of a new key, however old
+        ),
+        PLAN, "the-job", 1, '{"fences": 1}',
+    )  # fmt: skip
+    expected.update({5: "new-5", 200: "new-200", 202: "read-202"})
+    del expected[6]
+    assert _rows(table) == expected
+    assert (result.deleted, result.written) == (2, 3)
+    assert table.transaction_version("the-job") == 1
+    commit = json.loads(table.history(1)[0]["userMetadata"])
+    assert commit == {"fences": 1}
+    # The same rows again, as a later batch: the changed row is found in the new file, its
+    # vector on the old one is kept and grown.
+    dv_merge(table, _batch((5, "u", 30, "newer-5"), (9, "u", 30, "new-9")),
+             PLAN, "the-job", 2, None)  # fmt: skip
+    expected.update({5: "newer-5", 9: "new-9"})
+    assert _rows(table) == expected
+    live = read_log_files(tmp_path)
+    assert sum(a.get("deletionVector", {}).get("cardinality", 0) for a in live.adds.values()) == 4
+
+
+def test_an_insert_only_plan_inserts_what_it_does_not_find_and_touches_nothing_else(
+    tmp_path: Path,
+) -> None:
+    table = _table(tmp_path, range(10))
+    plan = MergePlan(key_columns=("id",), value_columns=("id", "v"), inserts_only=True)
+    dv_merge(table, _batch((3, "c", 20, "resent"), (30, "c", 20, "new")), plan, "j", 1, None)
+    assert _rows(table) == {**{i: f"old-{i}" for i in range(10)}, 30: "new"}
+
+
+def test_files_whose_key_range_excludes_the_batch_are_not_read(tmp_path: Path) -> None:
+    table = _table(tmp_path, range(1000), files=10)
+    result = dv_merge(table, _batch((150, "u", 20, "x"), (155, "d", 20, "")), PLAN, "j", 1, None)
+    assert (result.files_read, result.files_in_table, result.deleted) == (1, 10 + 1, 2)  # + new
+
+
+def test_batches_past_a_checkpoint_and_a_new_job_read_the_same_table(tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    table = _table(tmp_path, range(50))
+    expected = {i: f"old-{i}" for i in range(50)}
+    for batch in range(1, 13):  # past version 10: a checkpoint is written
+        dv_merge(table, _batch((batch, "u", 100 + batch, f"b{batch}")), PLAN, "j", batch, None)
+        expected[batch] = f"b{batch}"
+    assert (tmp_path / "_delta_log" / "_last_checkpoint").exists()
+    driver_dv_merge._log_states.clear()  # a new job: the log replayed from the checkpoint
+    again = DeltaTable(str(tmp_path))
+    dv_merge(again, _batch((40, "d", 500, "")), PLAN, "j", 13, None)
+    del expected[40]
+    assert _rows(again) == expected
+
+
+@pytest.mark.parametrize(
+    ("plan", "batch", "reason"),
+    [
+        (MergePlan(("id",), ("id", "v"), truncate_at=(5, 0)), _batch((1, "u", 9, "x")), "truncate"),
+        (MergePlan(("id",), ("id", "v"), fold_unchanged=True), _batch((1, "u", 9, "x")), "TOAST"),
+        (PLAN, _batch((1, "u", 9, "x")).set_column(0, "id", pa.array([None], pa.int64())),
+         "NULL key"),
+    ],
+    ids=["truncate", "unchanged TOAST", "NULL key"],
+)  # fmt: skip
+def test_a_batch_it_does_not_take_is_declined_before_anything_is_written(
+    tmp_path: Path, plan: MergePlan, batch: pa.Table, reason: str
+) -> None:
+    table = _table(tmp_path, range(3))
+    with pytest.raises(BatchDeclined, match=reason):
+        dv_merge(table, batch, plan, "j", 1, None)
+    assert table.version() == 0 and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in tmp_path.iterdir() if not p.name.startswith("deletion_vector")
+    )
+
+
+def test_tables_whose_rules_it_cannot_keep_are_refused(tmp_path: Path) -> None:
+    from deltalake import write_deltalake
+
+    plain = tmp_path / "plain"
+    write_deltalake(str(plain), pa.table({"id": [1]}))
+    from deltalake import DeltaTable
+
+    assert "no deletion vectors" in (dv_merge_refusal(DeltaTable(str(plain))) or "")
+    feed = _table(tmp_path / "feed", range(1), configuration={"delta.enableChangeDataFeed": "true"})
+    assert "change data feed" in (dv_merge_refusal(feed) or "")
+
+
+def test_a_version_taken_meanwhile_is_refused_and_the_table_keeps_the_other_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = _table(tmp_path, range(3))
+    dv_merge(table, _batch((1, "u", 20, "mine")), PLAN, "j", 1, None)
+
+    def another_writer_first(root: Path, version: int, actions: Any) -> None:
+        write_commit(root, version, [{"commitInfo": {"operation": "someone else"}}])
+        write_commit(root, version, actions)
+
+    monkeypatch.setattr(driver_dv_merge, "write_commit", another_writer_first)
+    with pytest.raises(DriverWriteRefused, match="another writer"):
+        dv_merge(table, _batch((2, "u", 20, "lost")), PLAN, "j", 2, None)
+    monkeypatch.undo()
+    assert _rows(table) == {0: "old-0", 1: "mine", 2: "old-2"}
+    assert table.history(1)[0]["operation"] == "someone else"
+    dv_merge(table, _batch((2, "u", 20, "again")), PLAN, "j", 2, None)  # the log is re-read
+    assert _rows(table) == {0: "old-0", 1: "mine", 2: "again"}
