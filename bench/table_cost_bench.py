@@ -130,13 +130,15 @@ def main() -> None:
                 batches.add(table, "u", (10 + round_, 0), before=before, after={**before, "v": "r"})
         frame = batches.frame()
         cpu, jobs, started = cpu_seconds(pid), spark_jobs(spark), time.perf_counter()
+        driver_cpu = time.process_time()
         batches.apply(round_, frame)
         seconds = time.perf_counter() - started
         per = args.tables
         print(
             f"batch {round_}: {seconds:.1f} s = {seconds / per:.2f} s per changed table "
-            f"(target 0.3), {(spark_jobs(spark) - jobs) / per:.1f} Spark jobs and "
-            f"{(cpu_seconds(pid) - cpu) / per:.2f} JVM CPU-s per table"
+            f"(target 0.3), {(spark_jobs(spark) - jobs) / per:.1f} Spark jobs, "
+            f"{(cpu_seconds(pid) - cpu) / per:.2f} JVM CPU-s and "
+            f"{(time.process_time() - driver_cpu) / per:.2f} driver (Python) CPU-s per table"
         )
         cpu, jobs, started = cpu_seconds(pid), spark_jobs(spark), time.perf_counter()
         _bare_delta_batch(spark, paths, round_, args.op, args.parallel_tables)

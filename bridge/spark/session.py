@@ -65,7 +65,26 @@ def build_spark_session(
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    _quiet_benign_errors(session)
+    return session
+
+
+#: Loggers whose ERROR lines report nothing wrong. Delta 4.0's Parquet reader logs "Failed to
+#: translate filter EqualTo(__delta_internal_is_row_deleted,0)" at every read of a file with
+#: a deletion vector (the filter is applied after the read instead), which a large table's
+#: MERGE leaves (bridge.spark.driver_dv_merge): an ERROR per read in the job's log otherwise.
+_BENIGN_ERROR_LOGGERS = ("org.apache.spark.sql.delta.DeltaParquetFileFormat",)
+
+
+def _quiet_benign_errors(session: Any) -> None:
+    try:
+        jvm = session.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.FATAL
+        for name in _BENIGN_ERROR_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+    except Exception:  # another logging backend: the lines stay, nothing else changes
+        return
 
 
 def _is_terminal(stream: Any) -> bool:

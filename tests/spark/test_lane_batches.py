@@ -137,13 +137,15 @@ def test_updates_and_deletes_of_held_rows_are_folded_by_the_tasks_and_merged_by_
 def test_the_lanes_merge_takes_a_table_as_large_as_its_batch_allows(
     batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """delta-rs rewrites what its MERGE touches, so the lane hands it a table up to a bound
-    that grows with the batch (lane_merge_max_bytes), past the driver lane's fixed one; a
-    table above the bound has the changed rows marked with deletion vectors instead (bridge.
-    spark.driver_dv_merge). Here the fixed bound is one byte and a record of the batch allows
-    1 MiB, then nothing."""
+    """In a table without deletion vectors delta-rs rewrites what its MERGE touches, so the
+    lane hands it a table up to a bound that grows with the batch (lane_merge_max_bytes),
+    past the driver lane's fixed one; a table above the bound is MERGEd by Spark. Here the
+    fixed bound is one byte and a record of the batch allows 1 MiB, then nothing."""
+    import dataclasses
+
     from bridge.spark import driver_merge, lane_driver
 
+    batches.config = dataclasses.replace(batches.config, deletion_vectors=False)
     monkeypatch.setattr(driver_merge, "DELETION_VECTORS_MIN_TABLE_BYTES", 1)
     monkeypatch.setattr(lane_driver, "DELETION_VECTORS_MIN_TABLE_BYTES", 1)
     monkeypatch.setattr(lane_driver, "LANE_MERGE_BYTES_PER_RECORD", 1 << 20)
@@ -154,8 +156,35 @@ def test_the_lanes_merge_takes_a_table_as_large_as_its_batch_allows(
     assert batches.apply(1).stats.last_write["public.keyed"] == ("merge", "tasks+delta-rs")
     monkeypatch.setattr(lane_driver, "LANE_MERGE_BYTES_PER_RECORD", 0)
     batches.add(KEYED, "d", (12, 0), before={"id": 2, "v": "b"}, partition=1)
-    assert batches.apply(2).stats.last_write["public.keyed"] == ("merge", DV_WRITER)
+    assert batches.apply(2).stats.last_write["public.keyed"] == ("merge", "spark")
     assert _ids(batches) == {1: "a2"}
+    no_unnamed_lane_files(batches)
+
+
+@pytest.mark.parametrize("batches", ["tasks+delta-rs"], indirect=True)
+def test_the_lanes_merge_marks_a_held_tables_changed_rows_with_deletion_vectors(
+    batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table with deletion vectors (the default) above the size the driver rewrites whole
+    (here: any) takes the lane's folded updates and deletes as deletion vectors and one new
+    file (bridge.spark.driver_dv_merge), batch after batch; resends change nothing."""
+    from bridge.spark import driver_rewrite
+
+    monkeypatch.setattr(driver_rewrite, "REWRITE_MAX_BYTES", 0)
+    for key in range(1, 5):
+        batches.add(KEYED, "c", (10, key), after={"id": key, "v": "a"}, partition=key % 2)
+    appended_by(batches.apply(0), batches)
+    # Each key in its partition, as the producer keys them (the lane refuses a key in two).
+    batches.add(KEYED, "u", (11, 0), before={"id": 1, "v": "a"}, after={"id": 1, "v": "b"},
+                partition=1)  # fmt: skip
+    batches.add(KEYED, "d", (11, 1), before={"id": 2, "v": "a"})
+    batches.add(KEYED, "u", (10, 3), after={"id": 3, "v": "stale"}, partition=1)  # a resend
+    assert batches.apply(1).stats.last_write["public.keyed"] == ("merge", f"tasks+{DV_WRITER}")
+    batches.add(KEYED, "u", (12, 0), before={"id": 1, "v": "b"}, after={"id": 1, "v": "c"},
+                partition=1)  # fmt: skip
+    batches.add(KEYED, "c", (12, 1), after={"id": 2, "v": "again"})
+    assert batches.apply(2).stats.last_write["public.keyed"] == ("merge", f"tasks+{DV_WRITER}")
+    assert _ids(batches) == {1: "c", 2: "again", 3: "a", 4: "a"}
     no_unnamed_lane_files(batches)
 
 
