@@ -137,7 +137,7 @@ def dv_merge_refusal(table: Any) -> str | None:
         return f"table features this writer does not keep: {', '.join(sorted(unknown))}"
     if metadata.partition_columns:
         return "a partitioned table"
-    if config.get("delta.appendonly") == "true" or config.get("delta.appendOnly") == "true":
+    if config.get("delta.appendOnly") == "true":
         return "an append-only table"
     if config.get("delta.enableChangeDataFeed") == "true":
         return "a table with a change data feed"
@@ -285,12 +285,18 @@ def dv_merge(
     meta = [tf.COMMIT_LSN, tf.SEQ]
     target, already = _target_rows(log, files, [(c, physical[c][0]) for c in [*keys, *meta]])
 
+    if target is not None:  # the files' key types as the table's (a string read as a view)
+        for k in keys:
+            if target.schema.field(k).type != source_keys[k].type:
+                index = target.schema.get_field_index(k)
+                target = target.set_column(index, k, target.column(k).cast(source_keys[k].type))
     numbered = pa.table({**source_keys, _SOURCE: pa.array(range(source.num_rows), pa.int64())})
     if target is not None and target.num_rows:
         matched = target.join(numbered, keys=keys, join_type="inner").combine_chunks()
     else:
         matched = None
     replaced_sources: set[int] = set()
+    replaced = None
     deletions: dict[int, list[int]] = {}
     matched_sources = pa.array([], pa.int64())
     if matched is not None and matched.num_rows:
@@ -319,10 +325,47 @@ def dv_merge(
         for i in range(source.num_rows)
         if not_delete[i] and (i not in found or i in replaced_sources)
     ]
+    rows = source.take(pa.array(chosen, pa.int64()))
+    # Columns of the table the batch does not set (a column dropped in the source and kept
+    # here): a replaced row keeps its values, as Spark's MERGE's update leaves them; a new
+    # row has them null, as its insert does.
+    assigned = {*plan.value_columns, *tf.PERSISTED_META}
+    kept = [f.name for f in target_schema if f.name not in assigned]
+    if kept and replaced is not None and replaced.num_rows:
+        carried = _carried(log, files, replaced, [(c, physical[c][0]) for c in kept])
+        at = {s: i for i, s in enumerate(carried.column(_SOURCE).to_pylist())}
+        positions = pa.array([at.get(i) for i in chosen], pa.int64())
+        for name in kept:
+            rows = rows.append_column(name, carried.column(name).take(positions))
     return _commit(
-        table, log, files, already, deletions, source.take(pa.array(chosen, pa.int64())),
-        plan, app_id, batch_id, commit_metadata, physical,
+        table, log, files, already, deletions, rows, keys, app_id, batch_id, commit_metadata,
+        physical,
     )  # fmt: skip
+
+
+def _carried(
+    log: LogFiles,
+    files: Sequence[dict[str, Any]],
+    replaced: Any,
+    columns: Sequence[tuple[str, str]],
+) -> Any:
+    """``columns`` ((name, physical name)) of the replaced target rows, with the index of the
+    change that replaces each (``_SOURCE``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    pieces = []
+    for index in sorted(set(replaced.column(_FILE).to_pylist())):
+        mine = replaced.filter(pc.equal(replaced.column(_FILE), index))
+        data = pq.read_table(
+            log.root / unquote(files[index]["path"]), columns=[p for _, p in columns]
+        )
+        taken = data.take(mine.column(_ROW))
+        pieces.append(
+            pa.table({**{n: taken.column(p) for n, p in columns}, _SOURCE: mine.column(_SOURCE)})
+        )
+    return pa.concat_tables(pieces)
 
 
 def _commit(
@@ -332,7 +375,7 @@ def _commit(
     already: Sequence[Any],
     deletions: Mapping[int, list[int]],
     rows: Any,
-    plan: MergePlan,
+    keys: Sequence[str],
     app_id: str,
     batch_id: int,
     commit_metadata: str | None,
@@ -373,13 +416,13 @@ def _commit(
             )
     written = 0
     if rows.num_rows:
-        actions.append({"add": _write_rows(table, log.root, rows, plan, physical, now)})
+        actions.append({"add": _write_rows(table, log.root, rows, keys, physical, now)})
         written = rows.num_rows
     deleted = sum(len(v) for v in deletions.values())
     commit_info: dict[str, Any] = {
         "timestamp": now,
         "operation": "MERGE",
-        "operationParameters": {"predicate": json.dumps(list(plan.key_columns))},
+        "operationParameters": {"predicate": json.dumps(list(keys))},
         "readVersion": log.version,
         "isolationLevel": "Serializable",
         "isBlindAppend": False,
@@ -413,7 +456,7 @@ def _write_rows(
     table: Any,
     root: Path,
     rows: Any,
-    plan: MergePlan,
+    keys: Sequence[str],
     physical: Mapping[str, tuple[str, int | None]],
     now: int,
 ) -> dict[str, Any]:
@@ -422,7 +465,7 @@ def _write_rows(
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    values = conformed(table, rows.select([*plan.value_columns, *tf.PERSISTED_META]))
+    values = conformed(table, rows)
     fields = []
     for field in values.schema:
         name, field_id = physical[field.name]
@@ -434,7 +477,7 @@ def _write_rows(
     # Statistics of the integer key and position columns (exact, and what the next MERGE
     # prunes files by); the others are left out, which Delta reads as "unknown".
     low, high, nulls = {}, {}, {}
-    for logical in [*plan.key_columns, tf.COMMIT_LSN, tf.SEQ]:
+    for logical in [*keys, tf.COMMIT_LSN, tf.SEQ]:
         column = values.column(logical)
         if str(column.type) not in _INTEGER_STATS:
             continue

@@ -493,6 +493,37 @@ def test_hostile_names_keep_original_columns_and_get_their_own_path(
     ]  # fmt: skip
 
 
+def test_hostile_names_and_a_kept_column_through_the_deletion_vector_merge(
+    batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large table (every table, here) with column mapping: the driver's deletion-vector
+    MERGE writes its file with the physical names and field ids, and a column the batch does
+    not set (dropped in the source, kept in Delta) keeps its value in an updated row."""
+    from bridge.spark import driver_merge
+
+    monkeypatch.setattr(driver_merge, "DELETION_VECTORS_MIN_TABLE_BYTES", 0)
+    # Hostile column names (a table path with an escape, "Weird%20Schema", delta-rs cannot
+    # open: such tables are Spark's, docs/known-limits.md).
+    v1 = TableVersion(PREFIX, "public", "hostile", HOSTILE_COLUMNS, ["Id_Part"])
+    columns = [*HOSTILE_COLUMNS, col("new_col", OPT_STR, "new col")]
+    v2 = TableVersion(PREFIX, "public", "hostile", columns, ["Id_Part"])
+    row = {"Id_Part": 1, "Id_Part_3b5c1e": 10, "na_ve": "café", "__": "東京", "select": "from"}
+    batches.add(v2, "c", (10, 0), after={**row, "new_col": "kept"})
+    batches.add(v2, "c", (10, 1), after={**row, "Id_Part": 2, "new_col": "also"})
+    batches.apply(0)
+    batches.add(v2, "u", (11, 0), after={**row, "na_ve": "v2", "new_col": "kept2"})
+    assert list(batches.apply(1).stats.last_write.values()) == [("merge", DV_WRITER)]
+    batches.add(v1, "u", (12, 0), after={**row, "na_ve": "v1, column dropped"})
+    batches.add(v1, "d", (12, 1), before={**row, "Id_Part": 2})
+    batches.add(v1, "c", (12, 2), after={**row, "Id_Part": 3})
+    assert list(batches.apply(2).stats.last_write.values()) == [("merge", DV_WRITER)]
+    got = sorted(batches.rows("public", "hostile"), key=lambda r: r["Id Part"])
+    assert [(r["Id Part"], r["naïve"], r["new col"], r["日本"]) for r in got] == [
+        (1, "v1, column dropped", "kept2", "東京"),
+        (3, "café", None, "東京"),
+    ]
+
+
 def _vsd(value: str) -> dict[str, Any]:
     d = Decimal(value)
     sign, digits, exponent = d.as_tuple()

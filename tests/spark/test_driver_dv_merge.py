@@ -191,6 +191,24 @@ def test_updates_deletes_inserts_and_resends_are_applied_as_merge_changes_applie
     assert sum(a.get("deletionVector", {}).get("cardinality", 0) for a in live.adds.values()) == 4
 
 
+def test_a_column_the_batch_does_not_set_keeps_its_value_in_a_replaced_row(
+    tmp_path: Path,
+) -> None:
+    """A column the table has and the batch lacks (dropped in the source, kept in Delta): an
+    update leaves it as it was, as Spark's MERGE's update does; a new row has it null."""
+    from deltalake import DeltaTable, write_deltalake
+
+    held = _batch((1, "c", 10, "a"), (2, "c", 10, "b")).drop_columns([tf.OP])
+    held = held.append_column("kept", pa.array(["k1", "k2"]))
+    write_deltalake(str(tmp_path), held, configuration={"delta.enableDeletionVectors": "true"})
+    table = DeltaTable(str(tmp_path))
+    dv_merge(table, _batch((1, "u", 20, "a2"), (3, "c", 20, "c")), PLAN, "j", 1, None)
+    table.update_incremental()
+    scanned = pa.table(table.scan())
+    rows = {r["id"]: (r["v"], r["kept"]) for r in scanned.to_pylist()}
+    assert rows == {1: ("a2", "k1"), 2: ("b", "k2"), 3: ("c", None)}
+
+
 def test_an_insert_only_plan_inserts_what_it_does_not_find_and_touches_nothing_else(
     tmp_path: Path,
 ) -> None:
