@@ -34,7 +34,6 @@ from typing import Any, Protocol
 
 from pyspark.sql import DataFrame
 
-from bridge.spark import driver_rewrite
 from bridge.spark import transforms as tf
 from bridge.spark.avro_columns import native_decoder
 from bridge.spark.config import ApplyConfig, delta_table
@@ -548,18 +547,19 @@ class TaskLane:
     def _merge_bytes(self, path: str, table: Any, records: int) -> int:
         """The bound under which the driver rewrites what the lane's folded batch of
         ``records`` changes in the table at ``path`` (delta-rs), and above which it marks the
-        changed rows with deletion vectors (bridge.spark.driver_dv_merge); for a table without
-        them, :func:`lane_merge_max_bytes`, above which Spark MERGEs. 0 where the driver may
-        not: its writes off, or the table refused."""
+        changed rows with deletion vectors (bridge.spark.driver_dv_merge): for a table with
+        them, :data:`LANE_DV_MERGE_BYTES`; without, :func:`lane_merge_max_bytes`, above which
+        Spark MERGEs. 0 where the driver may not: its writes off, or the table refused."""
         if self.config.driver_write_rows <= 0 or self.host.spark_only(path):
             return 0
         try:
             if dv_merge_refusal(table) is None:
-                # Marking the changed rows beats rewriting the files that hold them from a
-                # small table up (measured, 4 tables of 5 MiB, batches of 424,000: 1.2-1.5 s
-                # a batch against 1.4-2.6 s); a table the driver rewrites whole (up to
-                # REWRITE_MAX_BYTES, inclusive) is cheaper.
-                return driver_rewrite.REWRITE_MAX_BYTES + 1
+                # Marking the changed rows beats rewriting the files that hold them for the
+                # lane's batches (at least lane_min_records) into any table that holds rows
+                # (measured, 4 tables of 5 MiB, batches of 424,000: 1.2-1.5 s a batch against
+                # 1.4-2.6 s; into tables of one row, an append beside them, where the rewrite
+                # computed the whole table with Arrow: 1.6 s).
+                return LANE_DV_MERGE_BYTES
             bound = lane_merge_max_bytes(records)
             return bound if table_bytes(table) < bound else 0
         except Exception:  # a log delta-rs reads but cannot size: Spark's MERGE
@@ -575,6 +575,10 @@ class TaskLane:
             records[kafka_range.topic] = records.get(kafka_range.topic, 0) + kafka_range.records
         return records
 
+
+#: The bound handed to the driver for a table with deletion vectors: every table that holds
+#: rows takes the lane's folded batch as deletion vectors and one new file.
+LANE_DV_MERGE_BYTES = 1
 
 #: Bytes of table delta-rs may rewrite per record of a batch the lane folded, in a table
 #: without deletion vectors (with them the driver marks the changed rows instead: bridge.

@@ -29,6 +29,7 @@ from bridge.devstack.stack import StackInfo
 from bridge.spark import transforms as tf
 from bridge.spark.applier import BatchApplier
 from bridge.spark.config import ApplyConfig
+from bridge.spark.driver_dv_merge import DV_WRITER
 from bridge.spark.job import start_apply
 from bridge.spark.merge import KEY_COLUMNS_PROPERTY
 from tests.spark.envelopes import RegistryProducer, TableVersion, create_topics
@@ -557,7 +558,8 @@ def test_a_held_tables_updates_and_deletes_are_folded_by_the_lanes_tasks_and_mer
         expected[i] = f"c{i}"
     producer.flush()
     _run(spark, config, applier)
-    assert applier.stats.last_write["public.busy"] == ("merge", "tasks+delta-rs")
+    # Folded by the tasks, the held rows marked with deletion vectors by the driver.
+    assert applier.stats.last_write["public.busy"] == ("merge", f"tasks+{DV_WRITER}")
     merged_batches = applier.stats.batches
     rows = _rows(spark, config.table_path("public", "busy"), "order_id")
     assert rows == [{"order_id": k, "note": v} for k, v in sorted(expected.items())]

@@ -104,7 +104,7 @@ def test_updates_and_deletes_of_held_rows_are_folded_by_the_tasks_and_merged_by_
     batches: Batches, spark: Any
 ) -> None:
     """A table the lane loaded gets updates, deletes, a key deleted and inserted again, over
-    two Kafka partitions: the tasks fold them and the driver MERGEs them (delta-rs), with
+    two Kafka partitions: the tasks fold them and the driver MERGEs them (deletion vectors), with
     Spark's MERGE's result. A resent older update then does not regress a row; snapshot
     reads of held rows (no update or delete among them: the tasks' file) are MERGEd too."""
     batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
@@ -117,7 +117,7 @@ def test_updates_and_deletes_of_held_rows_are_folded_by_the_tasks_and_merged_by_
     batches.add(KEYED, "u", (12, 0), before={"id": 1, "v": "a2"}, after={"id": 1, "v": "a3"})
     batches.add(KEYED, "c", (12, 1), after={"id": 2, "v": "b2"}, partition=1)  # back again
     applier = batches.apply(1)
-    assert applier.stats.last_write["public.keyed"] == ("merge", "tasks+delta-rs")
+    assert applier.stats.last_write["public.keyed"] == ("merge", f"tasks+{DV_WRITER}")
     assert _ids(batches) == {1: "a3", 2: "b2", 3: "c", 4: "d"}
     # At-least-once: the first update again, at a later offset, after the newer one.
     batches.add(KEYED, "u", (11, 0), before={"id": 1, "v": "a"}, after={"id": 1, "v": "a2"})
@@ -127,7 +127,7 @@ def test_updates_and_deletes_of_held_rows_are_folded_by_the_tasks_and_merged_by_
     # An incremental snapshot's chunk re-reads held rows: reads only, not new keys.
     batches.add(KEYED, "r", (14, 0), after={"id": 1, "v": "a3"})
     batches.add(KEYED, "r", (14, 1), after={"id": 4, "v": "d"}, partition=1)
-    assert batches.apply(3).stats.last_write["public.keyed"] == ("merge", "tasks+delta-rs")
+    assert batches.apply(3).stats.last_write["public.keyed"] == ("merge", f"tasks+{DV_WRITER}")
     assert sorted(r["id"] for r in batches.rows("public", "keyed")) == [1, 2, 4]
     assert _ids(batches) == {1: "a3", 2: "b2", 4: "d"}
     no_unnamed_lane_files(batches)
@@ -165,12 +165,9 @@ def test_the_lanes_merge_takes_a_table_as_large_as_its_batch_allows(
 def test_the_lanes_merge_marks_a_held_tables_changed_rows_with_deletion_vectors(
     batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A table with deletion vectors (the default) above the size the driver rewrites whole
-    (here: any) takes the lane's folded updates and deletes as deletion vectors and one new
-    file (bridge.spark.driver_dv_merge), batch after batch; resends change nothing."""
-    from bridge.spark import driver_rewrite
-
-    monkeypatch.setattr(driver_rewrite, "REWRITE_MAX_BYTES", 0)
+    """A table with deletion vectors (the default) that holds rows takes the lane's folded
+    updates and deletes as deletion vectors and one new file (bridge.spark.driver_dv_merge),
+    batch after batch; resends change nothing."""
     for key in range(1, 5):
         batches.add(KEYED, "c", (10, key), after={"id": key, "v": "a"}, partition=key % 2)
     appended_by(batches.apply(0), batches)
