@@ -500,11 +500,13 @@ def _write_rows(
 
 def _checkpoint_if_due(table: Any, version: int) -> None:
     """A checkpoint every ``delta.checkpointInterval`` versions (10 by default), as Spark and
-    delta-rs write one after their own commits: readers replay at most that many commits."""
+    delta-rs write one after their own commits: readers replay at most that many commits;
+    then, as they do, the log entries older than ``delta.logRetentionDuration`` removed."""
     interval = int(table.metadata().configuration.get("delta.checkpointInterval", "10"))
     if version % max(interval, 1) == 0:
         try:
             table.create_checkpoint()
+            table.cleanup_metadata()
         except Exception as exc:  # the commit stands; the next writer checkpoints
             logger.warning("%s: checkpoint at version %d failed: %s", table.table_uri, version,
                            exc)  # fmt: skip
