@@ -12,7 +12,8 @@ What: the same five steps as :mod:`bridge.spark.multiset`, on the batch's row im
 as Arrow (at most ``driver_write_rows`` of them): records at or before the applied position and
 copies of one record dropped, the changes after the batch's last truncate folded into a net
 count per image, the table's current copies of those images counted (delta-rs reads the table:
-it is under :data:`bridge.spark.merge.DELETION_VECTORS_MIN_TABLE_BYTES`), and one MERGE whose
+a larger one than :data:`bridge.spark.merge.DELETION_VECTORS_MIN_TABLE_BYTES` declines all but
+a batch of inserts, which Spark applies), and one MERGE whose
 source holds a "delete all copies" row where an image's count shrinks and as many "insert"
 rows as copies must be added; a batch of inserts only is appended. The commit carries the
 applied position and Delta's transaction as Spark's would (:mod:`bridge.spark.driver_merge`),
@@ -35,6 +36,7 @@ from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
 from bridge.spark.driver_changes import ArrowRows
+from bridge.spark.driver_dv_merge import BatchDeclined
 from bridge.spark.driver_merge import (
     DriverWriteRefused,
     before_condition,
@@ -44,8 +46,10 @@ from bridge.spark.driver_merge import (
     done_before,
     execute_merge,
     refused_on_failure,
+    table_bytes,
     write_append,
 )
+from bridge.spark.merge import DELETION_VECTORS_MIN_TABLE_BYTES
 from bridge.spark.multiset import MultisetBatch, Position
 
 __all__ = ["COMPARED_NORMALISED", "multiset_in_driver"]
@@ -99,6 +103,10 @@ def multiset_in_driver(
         fresh = _fresh_rows(arrow, applied, truncate)
         if batch.inserts_only and truncate is None:
             appended = conformed(table, arrow.take(pa.array(fresh, pa.int64())).select(persisted))
+        elif table_bytes(table) >= DELETION_VECTORS_MIN_TABLE_BYTES:
+            # Counting the table's copies reads it whole, and delta-rs's MERGE rewrites what it
+            # touches: a large table's batch is Spark's (its MERGE writes deletion vectors).
+            raise BatchDeclined("a large table without key columns: Spark's multiset MERGE")
         else:
             appended = None
             builder = _merge(table, arrow, names, persisted, fresh, truncate,

@@ -145,3 +145,37 @@ def test_datafusions_view_types_are_read_as_plain_strings_and_binaries() -> None
     assert plain.schema == pa.schema([("s", pa.string()), ("b", pa.binary())])
     images = pa.table({"s": pa.array(["y"], pa.string()), "b": pa.array([b""], pa.binary())})
     assert dm._candidates(plain, ["s", "b"], images).to_pylist() == [{"s": "y", "b": b""}]
+
+
+def test_a_large_tables_changes_are_declined_and_its_inserts_appended(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counting a table's copies reads it whole and delta-rs's MERGE rewrites what it
+    touches: past the size deletion vectors take over, a batch that updates or deletes is
+    declined for Spark (this batch only, nothing written), and a batch of inserts is still
+    appended by delta-rs."""
+    from deltalake import DeltaTable, write_deltalake
+    from pyspark.sql import types as T
+
+    from bridge.spark.driver_changes import ArrowRows
+    from bridge.spark.driver_dv_merge import BatchDeclined
+    from bridge.spark.multiset import MultisetBatch
+
+    held = images_table([(5, 0, "c", 1, (1, "x"))]).drop_columns([tf.OP, tf.COUNT_DELTA])
+    write_deltalake(str(tmp_path), held)
+    table = DeltaTable(str(tmp_path))
+    monkeypatch.setattr(dm, "DELETION_VECTORS_MIN_TABLE_BYTES", 0)
+    columns = T.StructType([T.StructField("a", T.LongType()), T.StructField("b", T.StringType())])
+    schema = T.StructType(
+        [*columns.fields, T.StructField(tf.COMMIT_LSN, T.LongType()),
+         T.StructField(tf.SEQ, T.LongType()), T.StructField(tf.COMMIT_TS, T.TimestampType()),
+         T.StructField(tf.OP, T.StringType()), T.StructField(tf.COUNT_DELTA, T.IntegerType())]
+    )  # fmt: skip
+    delete = ArrowRows(images_table([(6, 0, "d", -1, (1, "x"))]), schema)
+    with pytest.raises(BatchDeclined, match="large table"):
+        dm.multiset_in_driver(table, delete, columns, (5, 0), MultisetBatch(last=(6, 0)), "j", 1)
+    assert table.version() == 0
+    insert = ArrowRows(images_table([(7, 0, "c", 1, (2, "y"))]), schema)
+    batch = MultisetBatch(last=(7, 0), inserts_only=True)
+    assert dm.multiset_in_driver(table, insert, columns, (5, 0), batch, "j", 1)
+    assert sorted(pa.table(DeltaTable(str(tmp_path)).scan()).column("a").to_pylist()) == [1, 2]
