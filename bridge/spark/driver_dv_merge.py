@@ -13,7 +13,8 @@ batch's rows as one new file, and commit.
 
 The result is :func:`bridge.spark.merge.merge_changes`'s, clause for clause: keys matched as
 equal (a NULL key value declines the batch: SQL's NULL-safe match is not Arrow's join), a
-matched row deleted or replaced only by a newer change (``commit_lsn``, ``seq``), a delete
+matched row deleted or replaced only by a newer change (``commit_lsn``, ``seq``; a
+floating-point key is refused, as SQL's equality of NaN and -0.0 is not Arrow's), a delete
 inserting nothing, an insert-only plan inserting only the keys it does not find. A key that
 several live rows hold (which a keyed table never has) ends as one row, not several. A batch
 with a truncate or unchanged TOAST is declined (:class:`BatchDeclined`: Spark applies that
@@ -277,6 +278,9 @@ def dv_merge(
         source_keys = {k: source.column(k).cast(target_schema.field(k).type) for k in keys}
     except Exception as exc:
         raise DriverWriteRefused(f"the batch's keys: {exc}") from exc
+    if any(pa.types.is_floating(column.type) for column in source_keys.values()):
+        # Spark's equality matches NaN with NaN and -0.0 with 0.0; Arrow's join need not.
+        raise DriverWriteRefused("a floating-point key column: Spark's MERGE matches it")
     if any(column.null_count for column in source_keys.values()):
         raise BatchDeclined("a NULL key value: Spark's MERGE matches it")
     log = _log_of(table)

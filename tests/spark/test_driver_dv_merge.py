@@ -261,6 +261,19 @@ def test_a_batch_it_does_not_take_is_declined_before_anything_is_written(
     )
 
 
+def test_a_floating_point_key_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    from deltalake import DeltaTable, write_deltalake
+
+    rows = _batch((1, "c", 10, "a")).drop_columns([tf.OP])
+    rows = rows.set_column(0, "id", pa.array([1.5]))
+    write_deltalake(str(tmp_path), rows, configuration={"delta.enableDeletionVectors": "true"})
+    table = DeltaTable(str(tmp_path))
+    batch = _batch((1, "u", 20, "b")).set_column(0, "id", pa.array([float("nan")]))
+    with pytest.raises(DriverWriteRefused, match="floating-point"):
+        dv_merge(table, batch, PLAN, "j", 1, None)
+    assert table.version() == 0
+
+
 def test_tables_whose_rules_it_cannot_keep_are_refused(tmp_path: Path) -> None:
     from deltalake import write_deltalake
 
