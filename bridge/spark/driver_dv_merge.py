@@ -226,11 +226,17 @@ def _outside(stats: Mapping[str, Any], bounds: Mapping[str, Any]) -> bool:
     return False
 
 
-def _target_rows(
-    log: LogFiles, files: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]
+def _matched_rows(
+    log: LogFiles,
+    files: Sequence[dict[str, Any]],
+    columns: Sequence[tuple[str, str]],
+    numbered: Any,
+    keys: Sequence[str],
 ) -> tuple[Any, list[Any]]:
-    """The live rows of ``files``: ``columns`` ((name, physical name)), their file's index in
-    ``files`` and their position in it; and each file's rows deleted already."""
+    """The live rows of ``files`` whose keys are the batch's (``numbered``: its keys and each
+    change's index, ``_SOURCE``): ``columns`` ((name, physical name)), their file's index in
+    ``files`` and their position in it (``_FILE``, ``_ROW``); and each file's rows deleted
+    already. One file at a time: the driver holds one file's key columns, not the table's."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -240,20 +246,25 @@ def _target_rows(
         data = pq.read_table(log.root / unquote(add["path"]), columns=[p for _, p in columns])
         deleted = deleted_rows(add.get("deletionVector"), log.root)
         already.append(deleted)
-        positions = np.arange(data.num_rows, dtype=np.int64)
         piece = pa.table(
             {
                 **{name: data.column(p) for name, p in columns},
                 _FILE: pa.array(np.full(data.num_rows, index, dtype=np.int32)),
-                _ROW: pa.array(positions),
+                _ROW: pa.array(np.arange(data.num_rows, dtype=np.int64)),
             }
         )
+        for k in keys:  # the file's key types as the table's (a string read as a view)
+            wanted = numbered.schema.field(k).type
+            if piece.schema.field(k).type != wanted:
+                at = piece.schema.get_field_index(k)
+                piece = piece.set_column(at, k, piece.column(k).cast(wanted))
         if len(deleted):
             keep = np.ones(data.num_rows, dtype=bool)
             keep[np.fromiter(deleted, dtype=np.int64, count=len(deleted))] = False
             piece = piece.filter(pa.array(keep))
-        pieces.append(piece)
-    return (pa.concat_tables(pieces) if pieces else None), already
+        if piece.num_rows:
+            pieces.append(piece.join(numbered, keys=list(keys), join_type="inner"))
+    return (pa.concat_tables(pieces).combine_chunks() if pieces else None), already
 
 
 def dv_merge(
@@ -287,18 +298,9 @@ def dv_merge(
     physical = _physical_names(table)
     files = _candidates(log, source_keys, physical)
     meta = [tf.COMMIT_LSN, tf.SEQ]
-    target, already = _target_rows(log, files, [(c, physical[c][0]) for c in [*keys, *meta]])
-
-    if target is not None:  # the files' key types as the table's (a string read as a view)
-        for k in keys:
-            if target.schema.field(k).type != source_keys[k].type:
-                index = target.schema.get_field_index(k)
-                target = target.set_column(index, k, target.column(k).cast(source_keys[k].type))
     numbered = pa.table({**source_keys, _SOURCE: pa.array(range(source.num_rows), pa.int64())})
-    if target is not None and target.num_rows:
-        matched = target.join(numbered, keys=keys, join_type="inner").combine_chunks()
-    else:
-        matched = None
+    columns = [(c, physical[c][0]) for c in [*keys, *meta]]
+    matched, already = _matched_rows(log, files, columns, numbered, keys)
     replaced_sources: set[int] = set()
     replaced = None
     deletions: dict[int, list[int]] = {}
