@@ -112,16 +112,20 @@ def open_table(path: str) -> Any:
     return DeltaTable(path)
 
 
+def _file_sizes(table: Any) -> list[int]:
+    """The sizes of the table's live files, from its log."""
+    sizes = table.get_add_actions(flatten=True).column("size_bytes").to_pylist()
+    return [int(s) for s in sizes if s is not None]
+
+
 def table_bytes(table: Any) -> int:
     """The size of the table's live files, from its log."""
-    sizes = table.get_add_actions(flatten=True).column("size_bytes")
-    return int(sum(s for s in sizes.to_pylist() if s is not None))
+    return sum(_file_sizes(table))
 
 
 def small_files(table: Any) -> int:
     """The table's live files under :data:`bridge.spark.merge.COMPACT_FILE_BYTES`."""
-    sizes = table.get_add_actions(flatten=True).column("size_bytes")
-    return sum(1 for s in sizes.to_pylist() if s is not None and s < COMPACT_FILE_BYTES)
+    return sum(1 for size in _file_sizes(table) if size < COMPACT_FILE_BYTES)
 
 
 def driver_write_fits(
