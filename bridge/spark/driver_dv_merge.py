@@ -102,6 +102,10 @@ _FILE = "__pgbridge_file"
 _ROW = "__pgbridge_row"
 _SOURCE = "__pgbridge_source"
 _INTEGER_STATS = ("int8", "int16", "int32", "int64")
+_TEXT_STATS = ("string", "large_string", "string_view")
+#: Text statistics at least this long may be truncated (Delta-Spark's
+#: ``dataSkippingStringPrefixLength``, 32, and delta-rs's the same): see :func:`_outside`.
+_TRUSTED_TEXT_MAX = 32
 
 
 class BatchDeclined(DriverWriteRefused):
@@ -194,15 +198,16 @@ def _forget_log(table: Any) -> None:
 def _candidates(
     log: LogFiles, source_keys: Mapping[str, Any], physical: Mapping[str, tuple[str, int | None]]
 ) -> list[dict[str, Any]]:
-    """The live files whose statistics allow a key of the batch (integer key columns: their
-    min/max are exact; a file without statistics, or other key types, is read)."""
+    """The live files whose statistics allow a key of the batch (integer and text key
+    columns; a file without statistics for them, or other key types, is read)."""
     import numpy as np
 
     bounds = {}
     for name, values in source_keys.items():
-        if str(values.type) in _INTEGER_STATS:
+        kind = _stats_kind(values.type)
+        if kind is not None:
             sorted_values = np.sort(values.to_numpy(zero_copy_only=False))
-            bounds[physical[name][0]] = sorted_values
+            bounds[physical[name][0]] = (kind, sorted_values)
     files = []
     for add in log.adds.values():
         stats = json.loads(add["stats"]) if add.get("stats") and bounds else None
@@ -212,17 +217,36 @@ def _candidates(
     return files
 
 
-def _outside(stats: Mapping[str, Any], bounds: Mapping[str, Any]) -> bool:
-    """No key value of the batch lies within the file's min..max of some key column."""
+def _stats_kind(arrow_type: Any) -> type | None:
+    """The Python type a key column's statistics are compared as, or None (not used)."""
+    if str(arrow_type) in _INTEGER_STATS:
+        return int
+    if str(arrow_type) in _TEXT_STATS:
+        return str
+    return None
+
+
+def _outside(stats: Mapping[str, Any], bounds: Mapping[str, tuple[type, Any]]) -> bool:
+    """No key value of the batch lies within the file's min..max of some key column.
+
+    Text bounds: code point order, which is UTF-8 byte order, Delta's. A minimum is a lower
+    bound however a writer truncated it (a prefix sorts first); a maximum is trusted only
+    when shorter than the 32 characters Delta-Spark and delta-rs truncate statistics to (a
+    truncated one is an upper bound only by each writer's tie-breaker), else that column
+    does not exclude the file."""
     import numpy as np
 
     low, high = stats.get("minValues") or {}, stats.get("maxValues") or {}
-    for physical, values in bounds.items():
-        if physical in low and physical in high and low[physical] is not None:
-            first = np.searchsorted(values, low[physical], side="left")
-            last = np.searchsorted(values, high[physical], side="right")
-            if first >= last:
-                return True
+    for physical, (kind, values) in bounds.items():
+        least: Any = low.get(physical)
+        most: Any = high.get(physical)
+        usable = type(least) is kind and type(most) is kind  # (bool is no integer here)
+        if not usable or (kind is str and len(most) >= _TRUSTED_TEXT_MAX):
+            continue
+        first = np.searchsorted(values, least, side="left")
+        last = np.searchsorted(values, most, side="right")
+        if first >= last:
+            return True
     return False
 
 
@@ -480,18 +504,24 @@ def _write_rows(
     data = pa.Table.from_arrays(values.columns, schema=pa.schema(fields))
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     pq.write_table(data, root / name, compression="snappy")
-    # Statistics of the integer key and position columns (exact, and what the next MERGE
-    # prunes files by); the others are left out, which Delta reads as "unknown".
+    # Statistics of the integer and text key columns and the position columns (exact, and
+    # what the next MERGE prunes files by); the others are left out, which Delta reads as
+    # "unknown".
     low, high, nulls = {}, {}, {}
     for logical in [*keys, tf.COMMIT_LSN, tf.SEQ]:
         column = values.column(logical)
-        if str(column.type) not in _INTEGER_STATS:
+        if _stats_kind(column.type) is None:
             continue
         bounds = pc.min_max(column)
+        at = physical[logical][0]
         if bounds["min"].is_valid:
-            low[physical[logical][0]] = bounds["min"].as_py()
-            high[physical[logical][0]] = bounds["max"].as_py()
-        nulls[physical[logical][0]] = column.null_count
+            least, most = bounds["min"].as_py(), bounds["max"].as_py()
+            if isinstance(least, str):  # as Delta-Spark: a prefix for the minimum, and the
+                least = least[:_TRUSTED_TEXT_MAX]  # maximum only where not truncated
+            low[at] = least
+            if not (isinstance(most, str) and len(most) >= _TRUSTED_TEXT_MAX):
+                high[at] = most
+        nulls[at] = column.null_count
     stats = {"numRecords": data.num_rows, "minValues": low, "maxValues": high,
              "nullCount": nulls, "tightBounds": True}  # fmt: skip
     return {

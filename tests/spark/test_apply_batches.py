@@ -1036,6 +1036,57 @@ def test_a_large_tables_batches_are_merged_with_deletion_vectors_in_the_driver(
     assert _ids(plain) == {1: "b"}
 
 
+def test_a_text_keyed_tables_files_carry_key_statistics_spark_skips_by_and_reads_right(
+    batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Text keys through the driver's deletion-vector MERGE: the files it writes carry the
+    key's minimum (a 32-character prefix) and, for short keys, its maximum; Spark's reads,
+    filtered by key (which skip files by those statistics) and whole, give the merged rows."""
+    from bridge.spark import driver_merge
+
+    monkeypatch.setattr(driver_merge, "DELETION_VECTORS_MIN_TABLE_BYTES", 0)
+    text_keyed = TableVersion(PREFIX, "public", "coded", [col("code", "string"),
+                              col("v", OPT_STR)], ["code"])  # fmt: skip
+    long = "x" * 40
+    codes = ["a-001", "b-002", "é-003", f"{long}-004", "z-005"]
+    for n, code in enumerate(codes):
+        batches.add(text_keyed, "c", (10, n), after={"code": code, "v": "first"})
+    batches.apply(0)
+    expected = dict.fromkeys(codes, "first")
+    changes = [("b-002", "u"), (f"{long}-004", "u"), ("a-001", "d"), ("é-003", "u"),
+               (f"{long}-004", "d")]  # fmt: skip
+    for batch, (code, op) in enumerate(changes, start=1):
+        if op == "u":
+            batches.add(text_keyed, "u", (100 + batch, 0), after={"code": code, "v": f"v{batch}"})
+            expected[code] = f"v{batch}"
+        else:
+            batches.add(text_keyed, "d", (100 + batch, 0), before={"code": code})
+            del expected[code]
+        assert batches.apply(batch).stats.last_write["public.coded"] == ("merge", DV_WRITER)
+    path = batches.config.table_path("public", "coded")
+    frame = spark.read.format("delta").load(path)
+    assert {r["code"]: r["v"] for r in frame.collect()} == expected
+    for code in codes:
+        got = [r["v"] for r in frame.where(frame["code"] == code).collect()]
+        assert got == ([expected[code]] if code in expected else []), code
+    actions = _log_actions(path)
+    schema = json.loads([a for a in actions if "metaData" in a][-1]["metaData"]["schemaString"])
+    field = next(f for f in schema["fields"] if f["name"] == "code")
+    code = field["metadata"].get("delta.columnMapping.physicalName", "code")
+    stats = [json.loads(a["add"]["stats"]) for a in actions if "add" in a]
+    # Each batch's one new row, as first added (a vector added later re-adds the file).
+    written = [s for s in stats if s["numRecords"] == 1 and s["tightBounds"]]
+    assert sorted(s["minValues"][code] for s in written) == ["b-002", "x" * 32, "é-003"]
+    assert all((code in s["maxValues"]) == (s["minValues"][code] != "x" * 32) for s in written)
+
+
+def _log_actions(path: str) -> list[dict[str, Any]]:
+    """Every action of the table's JSON commits, oldest first."""
+    log = Path(path) / "_delta_log"
+    return [json.loads(line) for commit in sorted(log.glob("*.json"))
+            for line in commit.read_text().splitlines() if line]  # fmt: skip
+
+
 def _deletion_vectors(path: str) -> int:
     """Live files of the Delta table at ``path`` that carry a deletion vector."""
     import pyarrow as pa

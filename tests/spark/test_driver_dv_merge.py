@@ -224,6 +224,56 @@ def test_files_whose_key_range_excludes_the_batch_are_not_read(tmp_path: Path) -
     assert (result.files_read, result.files_in_table, result.deleted) == (1, 10 + 1, 2)  # + new
 
 
+def _text_keyed(path: Path, keys: list[list[str]]) -> Any:
+    """A table keyed by text, one delta-rs file per list of ``keys``."""
+    from deltalake import DeltaTable, write_deltalake
+
+    for chunk in keys:
+        rows = {"id": chunk, "v": [f"old-{k}" for k in chunk], tf.COMMIT_LSN: [10] * len(chunk),
+                tf.SEQ: [0] * len(chunk), tf.COMMIT_TS: [None] * len(chunk)}  # fmt: skip
+        schema = _TEXT_SOURCE.remove(_TEXT_SOURCE.get_field_index(tf.OP))
+        write_deltalake(str(path), pa.table(rows).cast(schema), mode="append",
+                        configuration={"delta.enableDeletionVectors": "true"})  # fmt: skip
+    return DeltaTable(str(path))
+
+
+_TEXT_SOURCE = _SOURCE.set(0, pa.field("id", pa.string()))
+
+
+def _text_batch(*changes: tuple[str, str, str], lsn: int = 20) -> pa.Table:
+    """Changes as (id, op, v) at commit LSN ``lsn``."""
+    return pa.table(
+        {"id": [c[0] for c in changes], "v": [c[2] for c in changes],
+         tf.COMMIT_LSN: [lsn] * len(changes), tf.SEQ: [0] * len(changes),
+         tf.COMMIT_TS: [None] * len(changes), tf.OP: [c[1] for c in changes]}
+    ).cast(_TEXT_SOURCE)  # fmt: skip
+
+
+def test_files_whose_text_key_range_excludes_the_batch_are_not_read(tmp_path: Path) -> None:
+    """Text keys prune files as integer keys do, the files this writer adds included; a
+    key of 32 characters or more (a maximum a writer may have truncated) reads the file."""
+    table = _text_keyed(tmp_path, [[f"k{i:04d}" for i in range(s, s + 100)] for s in (0, 100, 200)])
+    result = dv_merge(table, _text_batch(("k0150", "u", "x"), ("k0155", "d", ""), ("n1", "c", "n")),
+                      PLAN, "j", 1, None)  # fmt: skip
+    assert (result.files_read, result.deleted, result.written) == (1, 2, 2)
+    # The file that batch added holds k0150 and n1: a batch of k0150 reads it and the second
+    # file; a batch of a key no file's range holds reads none.
+    result = dv_merge(table, _text_batch(("k0150", "u", "y"), lsn=30), PLAN, "j", 2, None)
+    assert result.files_read == 2
+    assert dv_merge(table, _text_batch(("a", "c", "new")), PLAN, "j", 3, None).files_read == 0
+    rows = {r["id"]: r["v"] for r in pa.table(_scanned(table)).to_pylist()}
+    assert (rows["k0150"], rows["n1"], rows["a"], len(rows)) == ("y", "n", "new", 301)
+    assert "k0155" not in rows
+    long_keys = _text_keyed(tmp_path / "long", [["x" * 40 + "a"], ["x" * 40 + "z"]])
+    result = dv_merge(long_keys, _text_batch(("x" * 40 + "a", "u", "l")), PLAN, "j", 1, None)
+    assert (result.files_read, result.deleted) == (2, 1)
+
+
+def _scanned(table: Any) -> Any:
+    table.update_incremental()
+    return table.scan()
+
+
 def test_batches_past_a_checkpoint_and_a_new_job_read_the_same_table(tmp_path: Path) -> None:
     from deltalake import DeltaTable
 
