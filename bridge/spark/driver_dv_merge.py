@@ -302,6 +302,7 @@ def dv_merge(
     """:func:`bridge.spark.merge.merge_changes` of ``source`` (Arrow: each key's last change,
     the columns of bridge.spark.driver_merge._source_columns) into ``table`` (delta-rs, a
     local path :func:`dv_merge_refusal` accepts), committed as one version."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -325,13 +326,17 @@ def dv_merge(
     numbered = pa.table({**source_keys, _SOURCE: pa.array(range(source.num_rows), pa.int64())})
     columns = [(c, physical[c][0]) for c in [*keys, *meta]]
     matched, already = _matched_rows(log, files, columns, numbered, keys)
-    replaced_sources: set[int] = set()
+    # Per change of the batch: a row of the table holds its key (found), and that row is
+    # replaced by it (newer). Numpy masks, not Python sets: the threads that MERGE tables side
+    # by side would otherwise take turns at the interpreter for each change.
+    found = np.zeros(source.num_rows, dtype=bool)
+    newer_found = np.zeros(source.num_rows, dtype=bool)
     replaced = None
-    deletions: dict[int, list[int]] = {}
-    matched_sources = pa.array([], pa.int64())
+    deletions: dict[int, Any] = {}
     if matched is not None and matched.num_rows:
-        matched_sources = matched.column(_SOURCE)
+        found[matched.column(_SOURCE).to_numpy()] = True
         if not plan.inserts_only:
+            matched_sources = matched.column(_SOURCE)
             s_lsn = pc.take(source.column(tf.COMMIT_LSN), matched_sources)
             s_seq = pc.take(source.column(tf.SEQ), matched_sources)
             t_lsn, t_seq = matched.column(tf.COMMIT_LSN), matched.column(tf.SEQ)
@@ -341,20 +346,14 @@ def dv_merge(
             )
             newer = pc.fill_null(newer, False)
             replaced = matched.filter(newer)
-            for file_index, row in zip(
-                replaced.column(_FILE).to_pylist(), replaced.column(_ROW).to_pylist(), strict=True
-            ):
-                deletions.setdefault(file_index, []).append(row)
-            replaced_sources = set(replaced.column(_SOURCE).to_pylist())
+            deletions = _rows_by_file(replaced)
+            newer_found[replaced.column(_SOURCE).to_numpy()] = True
     # What is written: the unmatched changes that are not deletes, and the matched ones that
     # replace an older row and are not deletes.
-    found = set(matched_sources.to_pylist())
-    not_delete = pc.not_equal(source.column(tf.OP), "d").to_pylist()
-    chosen = [
-        i
-        for i in range(source.num_rows)
-        if not_delete[i] and (i not in found or i in replaced_sources)
-    ]
+    not_delete = pc.fill_null(pc.not_equal(source.column(tf.OP), "d"), True).to_numpy(
+        zero_copy_only=False
+    )
+    chosen = np.flatnonzero(not_delete & (~found | newer_found))
     rows = source.take(pa.array(chosen, pa.int64()))
     # Columns of the table the batch does not set (a column dropped in the source and kept
     # here): a replaced row keeps its values, as Spark's MERGE's update leaves them; a new
@@ -363,14 +362,31 @@ def dv_merge(
     kept = [f.name for f in target_schema if f.name not in assigned]
     if kept and replaced is not None and replaced.num_rows:
         carried = _carried(log, files, replaced, [(c, physical[c][0]) for c in kept])
-        at = {s: i for i, s in enumerate(carried.column(_SOURCE).to_pylist())}
-        positions = pa.array([at.get(i) for i in chosen], pa.int64())
+        at = np.full(source.num_rows, -1, dtype=np.int64)
+        at[carried.column(_SOURCE).to_numpy()] = np.arange(carried.num_rows)
+        where = at[chosen]
+        positions = pa.array(where, pa.int64(), mask=where < 0)
         for name in kept:
             rows = rows.append_column(name, carried.column(name).take(positions))
     return _commit(
         table, log, files, already, deletions, rows, keys, app_id, batch_id, commit_metadata,
         physical,
     )  # fmt: skip
+
+
+def _rows_by_file(replaced: Any) -> dict[int, Any]:
+    """The replaced rows' positions (``_ROW``, a numpy array) per file index (``_FILE``)."""
+    import numpy as np
+
+    files = replaced.column(_FILE).to_numpy()
+    rows = replaced.column(_ROW).to_numpy()
+    order = np.argsort(files, kind="stable")
+    files, rows = files[order], rows[order]
+    starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
+    return {
+        int(files[at]): rows[at:stop]
+        for at, stop in zip(starts, [*starts[1:], len(files)], strict=True)
+    }
 
 
 def _carried(
@@ -381,12 +397,13 @@ def _carried(
 ) -> Any:
     """``columns`` ((name, physical name)) of the replaced target rows, with the index of the
     change that replaces each (``_SOURCE``)."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     pieces = []
-    for index in sorted(set(replaced.column(_FILE).to_pylist())):
+    for index in np.unique(replaced.column(_FILE).to_numpy()).tolist():
         mine = replaced.filter(pc.equal(replaced.column(_FILE), index))
         data = pq.read_table(
             log.root / unquote(files[index]["path"]), columns=[p for _, p in columns]
