@@ -1,0 +1,119 @@
+"""Benchmark: the driver's deletion-vector MERGE (bridge.spark.driver_dv_merge) alone.
+
+What the task lane's batches of the 4-table mix ask of it, without Spark or Kafka: ``--tables``
+delta-rs tables of ``--rows`` rows (deletion vectors on), then ``--batches`` batches of
+``--changes`` changes per table (each key's last change, as the lane folds them: 70% new keys,
+25% updates and 5% deletes of keys spread over the table), MERGEd as the job does, two tables
+at a time. Per batch: wall seconds, CPU seconds of this process, busy cores, CPU per change.
+The baseline beside it is the floor of any MERGE that writes the batch's rows: writing them as
+one Parquet file per table (pyarrow, snappy), the same threads.
+
+    .venv/bin/python bench/dv_merge_bench.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, write_deltalake
+
+from bridge.spark import transforms as tf
+from bridge.spark.driver_dv_merge import dv_merge
+from bridge.spark.merge import MergePlan
+
+PLAN = MergePlan(key_columns=("id",), value_columns=("id", "a", "b", "c"))
+SCHEMA = pa.schema(
+    [("id", pa.int64()), ("a", pa.string()), ("b", pa.int64()), ("c", pa.float64()),
+     (tf.COMMIT_LSN, pa.int64()), (tf.SEQ, pa.int64()),
+     (tf.COMMIT_TS, pa.timestamp("us", tz="UTC")), (tf.OP, pa.string())]
+)  # fmt: skip
+
+
+def _table(path: Path, rows: int) -> Any:
+    data = pa.table(
+        {"id": range(rows), "a": [f"name-{k}" for k in range(rows)], "b": range(rows),
+         "c": [k * 0.5 for k in range(rows)], tf.COMMIT_LSN: [1] * rows, tf.SEQ: range(rows),
+         tf.COMMIT_TS: [None] * rows}
+    ).cast(SCHEMA.remove(SCHEMA.get_field_index(tf.OP)))  # fmt: skip
+    write_deltalake(str(path), data, configuration={"delta.enableDeletionVectors": "true"})
+    return DeltaTable(str(path))
+
+
+def _batch(rng: random.Random, held: int, changes: int, lsn: int) -> tuple[Any, int]:
+    """``changes`` of each key's last change; the table's key count after them."""
+    ops: dict[int, str] = {}
+    for _ in range(changes):
+        draw = rng.random()
+        if draw < 0.7:
+            ops[held] = "c"
+            held += 1
+        else:
+            ops[rng.randrange(held)] = "u" if draw < 0.95 else "d"
+    keys = list(ops)
+    batch = pa.table(
+        {"id": keys, "a": [f"v{lsn}-{k}" for k in keys], "b": keys, "c": [0.25] * len(keys),
+         tf.COMMIT_LSN: [lsn] * len(keys), tf.SEQ: range(len(keys)),
+         tf.COMMIT_TS: [None] * len(keys), tf.OP: list(ops.values())}
+    ).cast(SCHEMA)  # fmt: skip
+    return batch, held
+
+
+def _timed(work: Callable[[int], object], tables: int) -> tuple[float, float]:
+    cpu, wall = time.process_time(), time.perf_counter()
+    with ThreadPoolExecutor(2) as pool:  # the job's parallel_tables default
+        list(pool.map(work, range(tables)))
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tables", type=int, default=4)
+    parser.add_argument("--rows", type=int, default=250_000)
+    parser.add_argument("--changes", type=int, default=110_000)
+    parser.add_argument("--batches", type=int, default=3)
+    args = parser.parse_args()
+    rng = random.Random(1)
+    with tempfile.TemporaryDirectory(prefix="pgbridge-dv-bench-") as workdir:
+        root = Path(workdir)
+        tables = [_table(root / f"t{i}", args.rows) for i in range(args.tables)]
+        held = [args.rows] * args.tables
+        print(
+            f"{args.tables} tables of {args.rows:,} rows; batches of {args.changes:,} changes "
+            "per table (70% new keys, 25% updates, 5% deletes), two tables at a time"
+        )
+        for number in range(1, args.batches + 1):
+            batches = []
+            for i in range(args.tables):
+                batch, held[i] = _batch(rng, held[i], args.changes, 100 + number)
+                batches.append(batch)
+            changes = sum(b.num_rows for b in batches)
+
+            def floor(i: int, batches: list[Any] = batches, number: int = number) -> None:
+                rows = batches[i].filter(pc.not_equal(batches[i].column(tf.OP), "d"))
+                pq.write_table(rows, root / f"floor-{number}-{i}.parquet", compression="snappy")
+
+            def merge(i: int, batches: list[Any] = batches, number: int = number) -> None:
+                dv_merge(tables[i], batches[i], PLAN, "bench", number, None)
+
+            floor_wall, floor_cpu = _timed(floor, args.tables)
+            wall, cpu = _timed(merge, args.tables)
+            print(
+                f"batch {number}: {changes:,} changes MERGEd in {wall:.3f} s, {cpu:.3f} CPU-s "
+                f"({cpu / wall:.2f} cores), {cpu / changes * 1e6:.2f} us CPU per change; "
+                f"writing their rows alone: {floor_wall:.3f} s, "
+                f"{floor_cpu / changes * 1e6:.2f} us CPU per change (ratio {wall / floor_wall:.1f})"
+            )
+
+
+if __name__ == "__main__":
+    main()
