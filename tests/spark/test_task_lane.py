@@ -284,8 +284,8 @@ def test_summary_per_partition_equals_filtering_each_partition(changes: list[Any
 
 
 @settings(max_examples=80, deadline=None)
-@example([(1, 1, 0), (1, 1, 0)], False)  # one record twice, next to itself
-@example([(1, 1, 0), (2, 1, 1), (1, 2, 0)], False)  # keys that grow, then one comes again
+@example([(1, 1, 0), (1, 1, 0)], False, True)  # one record twice, next to itself
+@example([(1, 1, 0), (2, 1, 1), (1, 2, 0)], False, True)  # keys that grow, then one comes again
 @given(
     st.lists(
         st.tuples(
@@ -297,16 +297,20 @@ def test_summary_per_partition_equals_filtering_each_partition(changes: list[Any
         max_size=30,
     ),
     st.booleans(),
+    st.booleans(),
 )
 def test_last_change_per_key_equals_the_latest_position_of_each_key(
-    changes: list[tuple[int, int, int]], keys_in_order: bool
+    changes: list[tuple[int, int, int]], keys_in_order: bool, positions_in_order: bool
 ) -> None:
     """Each key's change at the highest (LSN, sequence, offset), whether the keys come in
-    increasing order (a snapshot's: taken as they are) or not (counted, then ordered)."""
+    increasing order (a snapshot's: taken as they are) or not, and whether the positions come
+    in order (one Kafka partition's: not sorted) or not (several, or a resend: sorted)."""
     from bridge.spark.task_lane import _last_per_key
 
     if keys_in_order:  # distinct and increasing, as a snapshot's chunk delivers them
         changes = [(i * 3 - 5, lsn, seq) for i, (_, lsn, seq) in enumerate(changes)]
+    if positions_in_order:
+        changes.sort(key=lambda change: change[1:])
     rows = pa.table(
         {
             "id": pa.array([c[0] for c in changes], pa.int64()),
