@@ -36,6 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.spark import python_worker
 from bridge.spark import transforms as tf
 from bridge.spark.avro_columns import PayloadError, Plan, compile_plan, decode
 from bridge.spark.decode import SAMPLE, GroupKey, add_group, count_groups
@@ -414,6 +415,7 @@ def task_result(
     :func:`bridge.spark.decode.batch_groups`, and a lane topic whose records are not all of
     the expected schemas, or not all framed, is refused. Batch by batch: the payloads of one
     Arrow batch at a time are held, beside the decoded rows."""
+    python_worker.settle()
     import pyarrow as pa
     import pyarrow.compute as pc
 
