@@ -191,46 +191,52 @@ def framed_batch(topic: str, partition: int, messages: Sequence[Any]) -> Any:
 def _lane_batch(topic: str, partition: int, values: Any, keys: Any, offsets: Any) -> Any:
     """The lane's Arrow batch of one partition's records (Arrow arrays of their values, keys
     and offsets)."""
+    import numpy as np
     import pyarrow as pa
 
     count = len(values)
     value_ids, framed = _schema_ids(values)
-    errors: list[str | None] = [None] * count
+    errors: Any = pa.nulls(count, pa.string())
     if not framed.all():  # rare: only these values are looked at one by one
+        texts: list[str | None] = [None] * count
         for index in (~framed).nonzero()[0]:
-            errors[index] = framing_error(values[int(index)].as_py())
+            texts[index] = framing_error(values[int(index)].as_py())
+        errors = pa.array(texts, pa.string())
     return pa.record_batch(
         {
             "topic": pa.array([topic] * count, pa.string()),
             "value": values,
-            "partition": pa.array([partition] * count, pa.int32()),
+            "partition": pa.array(np.full(count, partition, np.int32)),
             "offset": offsets,
             tf.VALUE_SCHEMA_ID: value_ids,
             tf.KEY_SCHEMA_ID: _schema_ids(keys)[0],
-            tf.FRAMING_ERROR: pa.array(errors, pa.string()),
+            tf.FRAMING_ERROR: errors,
         }
     )
 
 
 def _schema_ids(payloads: Any) -> tuple[Any, Any]:
     """Bytes 1..4 of each Confluent-framed payload as a big-endian unsigned int, null where a
-    payload is null or not framed; and which payloads are framed (or null)."""
+    payload is null or not framed; and which payloads are framed (or null). Read in place:
+    the payloads' bytes are not copied (they are most of a batch's memory)."""
     import numpy as np
     import pyarrow as pa
 
     count = len(payloads)
     offsets = np.frombuffer(payloads.buffers()[1], np.int32)[payloads.offset :][: count + 1]
-    data_buffer = payloads.buffers()[2]
-    data = (
-        np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.empty(0, np.uint8)
-    )
-    data = np.concatenate([data, np.ones(5, np.uint8)])  # reads past a short last payload
-    starts = offsets[:-1].astype(np.int64)
     present = np.asarray(payloads.is_valid(), bool)
-    framed = present & (offsets[1:] - offsets[:-1] >= 5) & (data[starts] == 0)
-    ids = np.zeros(count, np.int64)
-    for byte in range(1, 5):
-        ids = (ids << 8) | data[starts + byte].astype(np.int64)
+    data_buffer = payloads.buffers()[2]
+    size = 0 if data_buffer is None else data_buffer.size
+    if size < 5:  # no payload holds a magic byte and a schema id
+        return pa.nulls(count, pa.int64()), ~present
+    data = np.frombuffer(data_buffer, np.uint8)
+    whole = offsets[1:] - offsets[:-1] >= 5
+    starts = np.where(whole, offsets[:-1], 0)  # a shorter payload reads the first 5 bytes
+    framed = present & whole & (data[starts] == 0)
+    # Each byte's big-endian 4-byte word from the next byte on: bytes 1..4 of the payload
+    # starting at it (a view, unaligned).
+    words = np.ndarray(shape=(size - 4,), dtype=">u4", buffer=data_buffer, offset=1, strides=(1,))
+    ids = words[starts].astype(np.int64)
     return pa.array(ids, pa.int64(), mask=~framed), framed | ~present
 
 
