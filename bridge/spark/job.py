@@ -32,8 +32,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from prometheus_client import Gauge
-
 from bridge.errors import ConfigError, PgBridgeError
 from bridge.retry import RetryPolicy
 from bridge.spark import changelog
@@ -45,23 +43,16 @@ from bridge.spark.query import kafka_source, start_query
 from bridge.spark.resources import default_batch_records, jvm_failure
 from bridge.spark.restarts import run_with_restarts
 from bridge.spark.session import task_slots
+from bridge.spark.topic_lag import unwatch_topic_lag, watch_topic_lag
 
 __all__ = [
     "ChangelogQueries",
     "main",
     "run_apply",
     "start_apply",
-    "topic_lag",
 ]
 
 logger = logging.getLogger(__name__)
-
-TOPIC_LAG_RECORDS = Gauge(
-    "pgbridge_apply_topic_lag_records",
-    "Per topic: Kafka records not yet read by the apply query (latest offsets minus the last "
-    "batch's end offsets, summed over its partitions)",
-    ["topic"],
-)
 
 
 def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = None) -> Any:
@@ -93,70 +84,6 @@ def with_batch_bound(spark: Any, config: ApplyConfig) -> ApplyConfig:
     records, why = default_batch_records(spark)
     logger.info("micro-batches of %s (--max-offsets-per-trigger to change)", why)
     return replace(config, max_offsets_per_trigger=records)
-
-
-def topic_lag(progress_sources: Sequence[Any]) -> dict[str, int]:
-    """Per topic, records behind: each Kafka source's latest offsets minus its batch's end."""
-    import json
-
-    lag: dict[str, int] = {}
-    for source in progress_sources:
-        try:
-            latest: Any = json.loads(source.latestOffset or "null")
-            end: Any = json.loads(source.endOffset or "null")
-        except (TypeError, ValueError):
-            continue
-        if not isinstance(latest, dict) or not isinstance(end, dict):
-            continue
-        for topic, partitions in latest.items():  # Kafka: {topic: {partition: offset}}
-            done: Any = end.get(topic)
-            if not isinstance(partitions, dict) or not isinstance(done, dict):
-                continue  # a Delta source's offset (the changelog's): no topics
-            behind = 0
-            for partition, offset in partitions.items():
-                read_to: Any = done.get(partition, offset)
-                behind += max(0, int(offset) - int(read_to))
-            lag[topic] = behind
-    return lag
-
-
-_WATCHED: dict[int, Any] = {}  # id(session) -> its lag listener
-
-
-def watch_topic_lag(spark: Any) -> None:
-    """Keep ``pgbridge_apply_topic_lag_records`` from every query's progress (once per
-    session)."""
-    from pyspark.sql.streaming.listener import StreamingQueryListener
-
-    if id(spark) in _WATCHED:
-        return
-
-    class _LagListener(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:
-            pass
-
-        def onQueryProgress(self, event: Any) -> None:
-            for topic, behind in topic_lag(event.progress.sources).items():
-                TOPIC_LAG_RECORDS.labels(topic).set(behind)
-
-        def onQueryIdle(self, event: Any) -> None:
-            pass
-
-        def onQueryTerminated(self, event: Any) -> None:
-            pass
-
-    listener = _LagListener()
-    spark.streams.addListener(listener)
-    _WATCHED[id(spark)] = listener
-
-
-def unwatch_topic_lag(spark: Any) -> None:
-    """Remove the session's lag listener: Spark posts a query's last progress event
-    asynchronously, and one that reaches a Python process on its way out prints a py4j
-    traceback at every clean shutdown."""
-    listener = _WATCHED.pop(id(spark), None)
-    if listener is not None:
-        spark.streams.removeListener(listener)
 
 
 class ChangelogQueries:

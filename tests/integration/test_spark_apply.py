@@ -241,6 +241,25 @@ def test_apply_job_writes_expected_rows_and_types(
     }
 
 
+def test_apply_job_reports_each_topics_lag_from_its_progress_reports(
+    streamed: tuple[Scenario, ApplyConfig],
+) -> None:
+    """pgbridge_apply_topic_lag_records is set per topic from the query's progress reports
+    (posted asynchronously: waited for); both runs read to the latest offsets, so 0."""
+    from prometheus_client import REGISTRY
+
+    scenario, _ = streamed
+    topic = scenario.c1.topic
+    deadline = time.monotonic() + 30
+    value = None
+    while time.monotonic() < deadline:
+        value = REGISTRY.get_sample_value("pgbridge_apply_topic_lag_records", {"topic": topic})
+        if value == 0:
+            break
+        time.sleep(0.2)
+    assert value == 0, f"lag of {topic}: {value}"
+
+
 def test_apply_job_records_position_of_last_change_per_row(
     streamed: tuple[Scenario, ApplyConfig], spark: Any
 ) -> None:

@@ -4,6 +4,7 @@ stops the other and its error reaches the caller (which restarts both from their
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -77,15 +78,13 @@ def test_running_job_stops_both_queries_when_one_fails(monkeypatch: pytest.Monke
 def test_topic_lag_from_a_progress_report() -> None:
     """Records behind per topic: latest offsets minus the batch's end, summed over partitions;
     a source that is not Kafka's (the changelog's Delta source) is passed over."""
-    from types import SimpleNamespace
+    from bridge.spark.topic_lag import topic_lag
 
-    from bridge.spark.job import topic_lag
-
-    kafka = SimpleNamespace(
-        latestOffset='{"pg.public.a": {"0": 120, "1": 80}, "pg.public.b": {"0": 5}}',
-        endOffset='{"pg.public.a": {"0": 100, "1": 80}, "pg.public.b": {"0": 5}}',
-    )
-    delta = SimpleNamespace(
-        latestOffset='{"sourceVersion": 1, "reservoirVersion": 7}', endOffset=None
-    )
+    kafka = {
+        "latestOffset": {"pg.public.a": {"0": 120, "1": 80}, "pg.public.b": {"0": 5}},
+        "endOffset": {"pg.public.a": {"0": 100, "1": 80}, "pg.public.b": {"0": 5}},
+    }
+    as_text = {k: json.dumps(v) for k, v in kafka.items()}  # offsets Spark could not parse
+    delta = {"latestOffset": {"sourceVersion": 1, "reservoirVersion": 7}, "endOffset": None}
     assert topic_lag([kafka, delta]) == {"pg.public.a": 20, "pg.public.b": 0}
+    assert topic_lag([as_text]) == {"pg.public.a": 20, "pg.public.b": 0}
