@@ -39,7 +39,7 @@ from bridge.spark.applier import BatchApplier, first_line, job_conf
 from bridge.spark.arguments import add_apply_arguments, config_from_args
 from bridge.spark.config import ApplyConfig
 from bridge.spark.errors import ApplyError
-from bridge.spark.query import kafka_source, start_query
+from bridge.spark.query import checkpoint_conf, kafka_source, start_query
 from bridge.spark.resources import default_batch_records, jvm_failure
 from bridge.spark.restarts import run_with_restarts
 from bridge.spark.session import task_slots
@@ -61,7 +61,8 @@ def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = 
     In the changelog mode, the ingest and compaction queries (:mod:`bridge.spark.changelog`),
     awaited and stopped together; ``applier`` is then the compactor.
     """
-    for key, value in job_conf(task_slots(spark)).items():
+    settings = {**job_conf(task_slots(spark)), **checkpoint_conf(config.checkpoint_location)}
+    for key, value in settings.items():
         spark.conf.set(key, value)
     config = with_batch_bound(spark, config)
     watch_topic_lag(spark)

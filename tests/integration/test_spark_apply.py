@@ -260,6 +260,22 @@ def test_apply_job_reports_each_topics_lag_from_its_progress_reports(
     assert value == 0, f"lag of {topic}: {value}"
 
 
+def test_a_local_checkpoint_is_kept_by_the_file_system_manager(
+    streamed: tuple[Scenario, ApplyConfig], spark: Any
+) -> None:
+    """The job's local checkpoint goes through Spark's FileSystem-based manager (no readlink
+    forked per file), and holds each batch's offsets and commit, as Spark's default would."""
+    from bridge.spark.query import FILE_SYSTEM_CHECKPOINTS
+
+    _, config = streamed
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    assert spark.conf.get(key) == FILE_SYSTEM_CHECKPOINTS
+    checkpoint = Path(config.checkpoint_location)
+    offsets = sorted(p.name for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    commits = sorted(p.name for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    assert offsets and offsets == commits
+
+
 def test_apply_job_records_position_of_last_change_per_row(
     streamed: tuple[Scenario, ApplyConfig], spark: Any
 ) -> None:
