@@ -9,7 +9,7 @@ worker's, not the task's:
   worker holds one importer per package it imported from ``pyspark.zip``, py4j's zip and
   spark-core's jar: 65 ms a task, measured in the task lane's workers;
 - after the task, a full ``gc.collect()`` (``daemon.manager``) over every object the worker
-  holds, the modules it imported included: 55-86 ms a task at 136,000 objects.
+  holds, the modules it imported included: 23-86 ms a task at 100,000-136,000 objects.
 
 The lane runs two such tasks a batch on each core, so these took about a tenth of a batch of
 the 4-table mix (docs/measurements.md). :func:`settle` makes both cost what the task adds.

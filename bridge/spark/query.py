@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlparse
 
 from pyspark.sql import DataFrame
 
 from bridge.spark.config import ApplyConfig
+from bridge.spark.driver_merge import is_local_path
 
 __all__ = ["checkpoint_conf", "kafka_source", "start_query"]
 
@@ -32,8 +32,7 @@ def checkpoint_conf(checkpoint_location: str) -> dict[str, str]:
     renames it too, refusing an existing file (only two jobs on one checkpoint, a
     misconfiguration, could race past that check; Delta's commits and the tables' fences keep
     the tables right even then). Elsewhere (HDFS, object stores) Spark's choice is kept."""
-    parsed = urlparse(checkpoint_location)
-    if parsed.scheme not in ("", "file"):
+    if not is_local_path(checkpoint_location):
         return {}
     return {"spark.sql.streaming.checkpointFileManagerClass": FILE_SYSTEM_CHECKPOINTS}
 
