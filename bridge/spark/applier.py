@@ -73,6 +73,7 @@ from pyspark.sql import types as T
 
 from bridge.spark import merge as merge_module
 from bridge.spark import transforms as tf
+from bridge.spark.adoption import adopt_table, sample_path
 from bridge.spark.apply_metrics import (
     BATCH_PHASE_SECONDS,
     CHANGES_APPLIED,
@@ -83,7 +84,7 @@ from bridge.spark.apply_metrics import (
     TABLE_LAG,
 )
 from bridge.spark.config import ApplyConfig, delta_table
-from bridge.spark.decode import SchemaCache, TableBatch, batch_groups, decode_batch
+from bridge.spark.decode import BatchGroups, SchemaCache, TableBatch, batch_groups, decode_batch
 from bridge.spark.driver_changes import (
     ArrowRows,
     admitted,
@@ -225,9 +226,12 @@ class BatchApplier:
         self._legacy_positions: dict[str, Position] | None = None
         # Tables delta-rs refused to write (bridge.spark.driver_merge): Spark writes them.
         self._spark_only: set[str] = set()
+        # Topics whose table could not be taken over from its log (bridge.spark.adoption):
+        # Spark's path learns it (and creates it where it does not exist yet).
+        self._not_adopted: set[str] = set()
         self._decoder = DriverDecoder()
         # Whether the last batch was small enough to collect whole (collect_small_batch); a
-        # batch after a start is counted by Spark first (its tables take Spark's path anyway).
+        # batch after a start is counted by Spark first (its size is not known yet).
         self._small_batches = False
         # Large batches of new keys, decoded and written by Spark's Python tasks.
         self.lane = TaskLane(config, self.schemas, self._decoder, self)
@@ -422,6 +426,7 @@ class BatchApplier:
                     laned |= self._lane_applied(commits, batch_id, state, started)
                 groups = groups.without(laned)
             with phases.phase("read"):
+                self._adopt_topics(groups)
                 if collected is None and len(groups.groups) > 1:
                     framed.persist()  # read by the driver's collection and each decode
                 in_driver = driver_tables(
@@ -487,6 +492,41 @@ class BatchApplier:
     def path_of(self, topic: str) -> str | None:
         with self._lock:
             return self._paths.get(topic)
+
+    def adopt(self, topic: str, rows: list[Any]) -> bool:
+        """Whether ``topic``'s table is known to this job: applied by it, or created by an
+        earlier run and taken over now from its Delta log (bridge.spark.adoption: its columns,
+        fences and delta-rs table, without Spark). ``rows``: the topic's batch groups."""
+        with self._lock:
+            if topic in self._paths:
+                return True
+            if topic in self._not_adopted:
+                return False
+        path = sample_path(topic, rows, self.config, self.schemas, self._decoder)
+        adopted = None
+        if path is not None and not self.spark_only(path):
+            adopted = adopt_table(path)
+        with self._lock:
+            if path is None or adopted is None:
+                self._not_adopted.add(topic)
+                return False
+            self._paths[topic] = path
+            self._known.setdefault(path, adopted.columns)
+            self._fences.setdefault(path, adopted.fences)
+            self._delta_tables.setdefault(path, adopted.table)
+        logger.info("%s: taken over from its Delta log at version %d", path,
+                    adopted.table.version())  # fmt: skip
+        return True
+
+    def _adopt_topics(self, groups: BatchGroups) -> None:
+        """Take over from their logs the tables of the batch's topics this job does not know
+        yet (:meth:`adopt`): the first batch after a start then writes them as any other."""
+        per_topic: dict[str, list[Any]] = {}
+        for row in groups.groups:
+            per_topic.setdefault(str(row["topic"]), []).append(row)
+        for topic, rows in per_topic.items():
+            if self.config.is_table_topic(topic):
+                self.adopt(topic, rows)
 
     def columns_of(self, path: str) -> frozenset[tuple[str, str]] | None:
         with self._lock:

@@ -58,7 +58,7 @@ from pyspark.sql import functions as F
 
 from bridge.spark import transforms as tf
 
-__all__ = ["Fences", "Position", "read_fences"]
+__all__ = ["Fences", "Position", "logged_fences", "read_fences"]
 
 logger = logging.getLogger(__name__)
 
@@ -243,6 +243,16 @@ def _after(commit_lsn: int, seq: int) -> Column:
     return (F.col(tf.COMMIT_LSN) > commit_lsn) | (
         (F.col(tf.COMMIT_LSN) == commit_lsn) & (F.col(tf.SEQ) > seq)
     )
+
+
+def logged_fences(table: Any) -> Fences:
+    """:func:`read_fences` of a table delta-rs opened (``table``): the same commits looked
+    through, read from the log by delta-rs instead of a Spark job."""
+    for info in table.history(_HISTORY_DEPTH):  # newest first
+        metadata = info.get("userMetadata")
+        if isinstance(metadata, str) and METADATA_KEY in metadata:
+            return Fences.from_metadata(metadata) or Fences()
+    return Fences()
 
 
 def read_fences(spark: Any, path: str, version: int | None = None) -> Fences:

@@ -35,8 +35,9 @@ from typing import Any, Protocol
 from pyspark.sql import DataFrame
 
 from bridge.spark import transforms as tf
+from bridge.spark.adoption import sample_path
 from bridge.spark.avro_columns import native_decoder
-from bridge.spark.config import ApplyConfig, delta_table
+from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SAMPLE, BatchGroups, SchemaCache
 from bridge.spark.driver_changes import ArrowRows, folded_arrow_rows
 from bridge.spark.driver_decode import DriverDecoder
@@ -85,6 +86,11 @@ class LaneHost(Protocol):
 
     def path_of(self, topic: str) -> str | None:
         """The path of ``topic``'s table, once this job applied it."""
+        ...
+
+    def adopt(self, topic: str, rows: list[Any]) -> bool:
+        """Whether ``topic``'s table is known to this job, once a table an earlier run
+        created is taken over from its log where it can be (``rows``: its batch groups)."""
         ...
 
     def columns_of(self, path: str) -> Columns | None:
@@ -452,10 +458,11 @@ class TaskLane:
     ) -> tuple[Candidate, LaneTopic | str] | None:
         """``topic``'s candidate and part of the lane (its table created if it is its first
         load) or why not; None when it is no candidate at all."""
-        known = self.host.path_of(topic) is not None
+        # A table an earlier run created is taken over from its log (bridge.spark.adoption).
+        known = self.host.path_of(topic) is not None or self.host.adopt(topic, rows)
 
         def first_load_path(_: str, __: Columns, ___: int) -> str | None:
-            return self._first_load_path(spark, rows)
+            return self._first_load_path(spark, topic, rows)
 
         where = self._lane_path if known else first_load_path
         candidate = topic_candidate(topic, rows, self.config, self.schemas, self.decoder, where)
@@ -477,22 +484,14 @@ class TaskLane:
         drop = self.config.dropped_columns == "drop"
         return path if (columns == known if drop else columns <= known) else None
 
-    def _first_load_path(self, spark: Any, rows: list[Any]) -> str | None:
+    def _first_load_path(self, spark: Any, topic: str, rows: list[Any]) -> str | None:
         """The path of a topic's table if the lane may load it first: the table of the source
-        table of the topic's sample record (:func:`bridge.spark.decode.batch_groups`; every
-        other record is checked against it after decoding), not routed, on a local path, with
-        no Delta table there yet."""
-        sample = _field(rows[0], SAMPLE) if len(rows) == 1 else None
-        if sample is None:
+        table of the topic's sample record (bridge.spark.adoption.sample_path; every other
+        record is checked against it after decoding), not routed, on a local path, with no
+        Delta table there yet."""
+        path = sample_path(topic, rows, self.config, self.schemas, self.decoder)
+        if path is None:
             return None
-        topic, schema_id = str(rows[0]["topic"]), int(rows[0][tf.VALUE_SCHEMA_ID])
-        first = self.decoder.decode(schema_id, [bytes(sample)], [0], [0])
-        if not first:
-            return None
-        schema, name = first[0].schema, first[0].table
-        if delta_table(self.config.topic_prefix, topic, schema, name) != (schema, name):
-            return None  # a routed topic: its table holds a computed key column
-        path = self.config.table_path(schema, name)
         with self._lock:
             if path in self._refused:
                 return None
@@ -625,11 +624,3 @@ def _edge_group(
         "records": sum(r.records for r in ranges),
         SAMPLE: edges[0].column("value")[0].as_py(),
     }
-
-
-def _field(row: Any, name: str) -> Any:
-    """A field of a Spark Row or a dict (the driver's counted groups), None if absent."""
-    try:
-        return row[name]
-    except (KeyError, ValueError):
-        return None

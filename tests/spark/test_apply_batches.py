@@ -974,6 +974,50 @@ def test_small_batches_of_small_tables_are_written_by_delta_rs_in_the_driver(
     assert DeltaTable(path).history(1)[0]["operation"] == "WRITE"  # bridge.spark.driver_rewrite
 
 
+def test_a_restarted_job_takes_its_tables_over_from_their_logs_without_spark(
+    batches: Batches, spark: Any
+) -> None:
+    """A job restarted over tables an earlier run wrote knows them from their Delta logs
+    (bridge.spark.adoption): its first batch decodes them in the driver and writes them by
+    delta-rs, as the running job did, with the fences Spark reads from the same log, so a
+    replay of the batch after another restart writes nothing and resends stay fenced. A table
+    with a change left half done (a pending backfill) is not taken over: Spark's path
+    finishes it (test_backfill_interrupted_after_the_column_was_added_is_finished_at_the_restart
+    checks that it does)."""
+    from deltalake import DeltaTable
+
+    from bridge.spark.adoption import adopt_table
+    from bridge.spark.fences import logged_fences
+    from bridge.spark.merge import _set_pending_backfill
+
+    path = batches.config.table_path("public", "keyed")
+    for key in range(1, 4):
+        batches.add(KEYED, "c", (10, key), after={"id": key, "v": "a"})
+    batches.add(FULL_DUPS, "c", (10, 5), after={"a": 1, "b": "x"})
+    batches.apply(0)
+    assert logged_fences(DeltaTable(path)) == read_fences(spark, path)
+    batches.add(KEYED, "u", (11, 0), after={"id": 2, "v": "b"})
+    batches.add(KEYED, "d", (11, 1), before={"id": 3})
+    batches.add(KEYED, "c", (10, 1), after={"id": 1, "v": "resent"})  # at or below the fence
+    batches.add(FULL_DUPS, "c", (11, 2), after={"a": 1, "b": "x"})
+    second = batches.frame().localCheckpoint()
+    applier = batches.apply(1, second, restarted=True)
+    assert applier.stats.driver_decoded == 2  # both tables, in the batch after the start
+    assert applier.stats.last_write["public.keyed"] == ("merge", "delta-rs")
+    assert applier.stats.last_write["public.full_dups"] == ("multiset", "delta-rs")
+    assert _ids(batches) == {1: "a", 2: "b"}
+    assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 2})
+    assert logged_fences(DeltaTable(path)) == read_fences(spark, path)
+    applier = batches.apply(1, second, restarted=True)  # the same batch again, after a crash
+    assert applier.stats.last_write["public.keyed"] == ("replay", "")
+    assert _ids(batches) == {1: "a", 2: "b"}
+    assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 2})
+    assert adopt_table(path) is not None
+    _set_pending_backfill(spark, path, {"n": "x"})
+    assert adopt_table(path) is None
+    assert adopt_table(str(Path(path).parent / "absent")) is None
+
+
 def test_a_large_tables_batches_are_merged_with_deletion_vectors_in_the_driver(
     batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
