@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from bridge import __version__
+from bridge.dependency_warnings import quiet_dependency_warnings
 from bridge.errors import ConfigError, PgBridgeError
 
 if TYPE_CHECKING:
@@ -227,17 +228,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _quiet_dependency_warnings() -> None:
-    # confluent-kafka 2.15's registry client imports authlib's deprecated httpx integration,
-    # which warns on every start; authlib forces its warning to "always" when imported, so the
-    # filter goes in after that import. Nothing for a user to act on.
-    import warnings
-
-    from authlib.deprecate import AuthlibDeprecationWarning
-
-    warnings.filterwarnings("ignore", category=AuthlibDeprecationWarning)
-
-
 def _database_errors() -> type[Exception]:
     import psycopg
 
@@ -245,7 +235,7 @@ def _database_errors() -> type[Exception]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    _quiet_dependency_warnings()
+    quiet_dependency_warnings()
     args = build_parser().parse_args(argv)
     from bridge.ops.logs import configure_logging
 

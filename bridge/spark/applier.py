@@ -73,7 +73,7 @@ from pyspark.sql import types as T
 
 from bridge.spark import merge as merge_module
 from bridge.spark import transforms as tf
-from bridge.spark.adoption import adopt_table, sample_path
+from bridge.spark.adoption import AdoptedTable, adopt_table, sample_path
 from bridge.spark.apply_metrics import (
     BATCH_PHASE_SECONDS,
     CHANGES_APPLIED,
@@ -102,6 +102,7 @@ from bridge.spark.driver_lane import (
     driver_tables,
     drives,
     groups_of,
+    topic_candidate,
 )
 from bridge.spark.driver_merge import (
     DriverWriteRefused,
@@ -116,8 +117,12 @@ from bridge.spark.fences import Fences, read_fences
 from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
 from bridge.spark.lane_driver import TaskLane
 from bridge.spark.merge import (
+    KEY_COLUMNS_PROPERTY,
+    META_FIELDS,
+    TOPIC_PROPERTY,
     MergePlan,
     append_new_keys,
+    check_names,
     compact,
     ensure_table,
     is_delta_table,
@@ -134,6 +139,7 @@ from bridge.spark.summary import (
     summary_aggregates,
     summary_input,
 )
+from bridge.spark.table_creation import create_in_log
 from bridge.spark.task_lane import LaneCommit, LaneMerge
 from bridge.spark.write_choice import inserts_only, new_keys_only
 
@@ -229,6 +235,9 @@ class BatchApplier:
         # Topics whose table could not be taken over from its log (bridge.spark.adoption):
         # Spark's path learns it (and creates it where it does not exist yet).
         self._not_adopted: set[str] = set()
+        # Tables that hold no row yet (created by this job, or only created by an earlier
+        # run): their next batch is their first load, an append (write_choice).
+        self._first_loads: set[str] = set()
         self._decoder = DriverDecoder()
         # Whether the last batch was small enough to collect whole (collect_small_batch); a
         # batch after a start is counted by Spark first (its size is not known yet).
@@ -265,6 +274,12 @@ class BatchApplier:
         with self._lock:
             known = self._known.get(path)
         if known is not None and (columns == known if drop else columns <= known):
+            return
+        if known is None and self._create_in_log(
+            path, table.columns, keys, table.topic, metadata or META_FIELDS
+        ):
+            with self._lock:
+                self._known[path] = columns
             return
         extra = {"metadata": metadata} if metadata is not None else {}
         self._forget_driver_table(path)
@@ -505,7 +520,7 @@ class BatchApplier:
         path = sample_path(topic, rows, self.config, self.schemas, self._decoder)
         adopted = None
         if path is not None and not self.spark_only(path):
-            adopted = adopt_table(path)
+            adopted = adopt_table(path) or self._created_for_driver(topic, rows, path)
         with self._lock:
             if path is None or adopted is None:
                 self._not_adopted.add(topic)
@@ -514,8 +529,54 @@ class BatchApplier:
             self._known.setdefault(path, adopted.columns)
             self._fences.setdefault(path, adopted.fences)
             self._delta_tables.setdefault(path, adopted.table)
+            if adopted.table.version() == 0:  # only its creation: it holds no row yet
+                self._first_loads.add(path)
         logger.info("%s: taken over from its Delta log at version %d", path,
                     adopted.table.version())  # fmt: skip
+        return True
+
+    def _created_for_driver(self, topic: str, rows: list[Any], path: str) -> AdoptedTable | None:
+        """A new table for a topic whose batch the driver decodes (bridge.spark.driver_lane),
+        created by its first commit (bridge.spark.table_creation), so that its first load is
+        written as any small batch is, not by Spark's path; None otherwise (larger batches
+        are the task lane's or Spark's, which create their tables themselves)."""
+        records = sum(int(row["records"]) for row in rows)
+        if not drives(self.config) or records > self.config.driver_write_rows:
+            return None
+        try:
+            candidate = topic_candidate(topic, rows, self.config, self.schemas, self._decoder,
+                                        lambda *_: path)  # fmt: skip
+        except Exception as exc:  # the registry, or a schema Spark's path judges
+            logger.debug("%s: created by Spark's path (%s: %s)", topic, type(exc).__name__, exc)
+            return None
+        if candidate is None or not self._create_in_log(
+            path, candidate.columns, candidate.key_columns, topic
+        ):
+            return None
+        return adopt_table(path)
+
+    def _create_in_log(
+        self,
+        path: str,
+        columns: T.StructType,
+        keys: Sequence[str],
+        topic: str,
+        metadata: Sequence[T.StructField] = META_FIELDS,
+    ) -> bool:
+        """Create the table at ``path`` by its first commit (bridge.spark.table_creation) with
+        what Spark's ``ensure_table`` would give it; False where Spark must create it."""
+        check_names(topic, columns)
+        wanted = T.StructType(
+            [*(T.StructField(f.name, f.dataType, True) for f in columns.fields), *metadata]
+        )
+        properties = {
+            KEY_COLUMNS_PROPERTY: ",".join(keys),
+            TOPIC_PROPERTY: topic,
+            **self._properties(),
+        }
+        if not create_in_log(path, wanted, properties):
+            return False
+        logger.info("created Delta table %s for %s (key %s)", path, topic, list(keys))
         return True
 
     def _adopt_topics(self, groups: BatchGroups) -> None:
@@ -537,15 +598,11 @@ class BatchApplier:
             return path in self._spark_only
 
     def create_table(self, spark: Any, candidate: Candidate) -> None:
-        ensure_table(
-            spark,
-            candidate.path,
-            candidate.columns,
-            candidate.key_columns,
-            candidate.topic,
-            properties=self._properties(),
-            decimal=self.config.variable_decimal,
-        )
+        path, keys, topic = candidate.path, candidate.key_columns, candidate.topic
+        if not self._create_in_log(path, candidate.columns, keys, topic):
+            properties, decimal = self._properties(), self.config.variable_decimal
+            ensure_table(spark, path, candidate.columns, keys, topic, properties=properties,
+                         decimal=decimal)  # fmt: skip
         typed = frozenset((f.name.lower(), f.dataType.simpleString()) for f in candidate.columns)
         with self._lock:
             self._known[candidate.path] = typed
@@ -758,8 +815,9 @@ class BatchApplier:
             if int(summary["rows"]) == 0:
                 return
         truncate = summary["trunc"]
-        lane_created = self.lane.created_empty(path)
-        exists = not lane_created and (path in self._known or is_delta_table(spark, path))
+        with self._lock:
+            empty = path in self._first_loads or self.lane.created_empty(path)
+        exists = not empty and (path in self._known or is_delta_table(spark, path))
         keys = table.key_columns
         if not keys and exists and int(summary["rows"]) == 0:
             keys = table_key_columns(spark, path)  # only truncates: the table's own key
@@ -792,7 +850,9 @@ class BatchApplier:
         started = time.monotonic()
         summary = table.summary
         label = f"{summary['schema']}.{summary['table']}"
-        work = _TableWork(table, table.path, label, None, summary, int(summary["n"]), True,
+        with self._lock:
+            exists = table.path not in self._first_loads
+        work = _TableWork(table, table.path, label, None, summary, int(summary["n"]), exists,
                           batch_id)  # fmt: skip
         fences = self.fences_of(spark, table.path)
         if not table.key_columns:  # a multiset: its row images, as Spark's path makes them
@@ -815,6 +875,8 @@ class BatchApplier:
         self, work: _TableWork, batch: _BatchState, started: float, merge_seconds: float
     ) -> None:
         """A table's batch is in Delta: stats, metrics, its log line."""
+        with self._lock:
+            self._first_loads.discard(work.path)
         self._record(work.table.topic, work.label, work.summary, work.count, work.truncate_at,
                      work.batch_id, batch, started, merge_seconds)  # fmt: skip
 

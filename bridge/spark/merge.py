@@ -57,8 +57,11 @@ __all__ = [
     "COMPACT_AT_FILES",
     "COMPACT_FILE_BYTES",
     "KEY_COLUMNS_PROPERTY",
+    "META_FIELDS",
+    "TOPIC_PROPERTY",
     "MergePlan",
     "append_new_keys",
+    "check_names",
     "clear_uncommitted_log",
     "compact",
     "ensure_table",
@@ -94,7 +97,8 @@ _MERGE_DELETION_VECTORS = "spark.databricks.delta.merge.deletionVectors.persiste
 #: 3.6 s with deletion vectors; one 37 MB file 3.2 vs 3.6 s; one 148 MB file 5.1 vs 3.1 s.
 DELETION_VECTORS_MIN_TABLE_BYTES = 32 * 1024 * 1024
 
-_META_FIELDS = (
+#: pgbridge's columns beside the source's in every keyed and keyless table: each row's position.
+META_FIELDS = (
     T.StructField(tf.COMMIT_LSN, T.LongType()),
     T.StructField(tf.SEQ, T.LongType()),
     T.StructField(tf.COMMIT_TS, T.TimestampType()),
@@ -232,7 +236,8 @@ def table_key_columns(spark: Any, path: str) -> tuple[str, ...]:
 _NEEDS_MAPPING = frozenset(" ,;{}()\n\t=")
 
 
-def _check_names(topic: str, columns: T.StructType) -> None:
+def check_names(topic: str, columns: T.StructType) -> None:
+    """Refuse source columns Delta or pgbridge cannot hold (TableApplyError)."""
     clash = [f.name for f in columns.fields if f.name.startswith("_pgbridge_")]
     if clash:
         raise TableApplyError(
@@ -262,7 +267,7 @@ def ensure_table(
     columns: T.StructType,
     key_columns: Sequence[str],
     topic: str,
-    metadata: Sequence[T.StructField] = _META_FIELDS,
+    metadata: Sequence[T.StructField] = META_FIELDS,
     properties: Mapping[str, str] | None = None,
     renames: Mapping[str, str] | None = None,
     drop_absent: bool = False,
@@ -282,7 +287,7 @@ def ensure_table(
     """
     from delta.tables import DeltaTable
 
-    _check_names(topic, columns)
+    check_names(topic, columns)
     wanted = T.StructType([T.StructField(f.name, f.dataType, True) for f in columns.fields])
     if not DeltaTable.isDeltaTable(spark, path):
         clear_uncommitted_log(spark, path)
