@@ -8,7 +8,13 @@ at a time. Per batch: wall seconds, CPU seconds of this process, busy cores, CPU
 The baseline beside it is the floor of any MERGE that writes the batch's rows: writing them as
 one Parquet file per table (pyarrow, snappy), the same threads.
 
+``--keys uuid7``: the tables are keyed by time-ordered UUIDs (their 36-character text, as
+PostgreSQL's ``uuid`` arrives), loaded as ``--files`` files, and the updates and deletes go to
+the newest tenth of the keys (a time-ordered table's hot rows): what the MERGE gains from the
+files' key statistics, which pass over the files no key of the batch can be in.
+
     .venv/bin/python bench/dv_merge_bench.py
+    .venv/bin/python bench/dv_merge_bench.py --keys uuid7 --rows 1000000 --files 20 --changes 20000
 """
 
 from __future__ import annotations
@@ -32,24 +38,42 @@ from bridge.spark.driver_dv_merge import dv_merge
 from bridge.spark.merge import MergePlan
 
 PLAN = MergePlan(key_columns=("id",), value_columns=("id", "a", "b", "c"))
-SCHEMA = pa.schema(
-    [("id", pa.int64()), ("a", pa.string()), ("b", pa.int64()), ("c", pa.float64()),
-     (tf.COMMIT_LSN, pa.int64()), (tf.SEQ, pa.int64()),
-     (tf.COMMIT_TS, pa.timestamp("us", tz="UTC")), (tf.OP, pa.string())]
-)  # fmt: skip
 
 
-def _table(path: Path, rows: int) -> Any:
-    data = pa.table(
-        {"id": range(rows), "a": [f"name-{k}" for k in range(rows)], "b": range(rows),
-         "c": [k * 0.5 for k in range(rows)], tf.COMMIT_LSN: [1] * rows, tf.SEQ: range(rows),
-         tf.COMMIT_TS: [None] * rows}
-    ).cast(SCHEMA.remove(SCHEMA.get_field_index(tf.OP)))  # fmt: skip
-    write_deltalake(str(path), data, configuration={"delta.enableDeletionVectors": "true"})
+def _schema(keys: str) -> Any:
+    key_type = pa.string() if keys == "uuid7" else pa.int64()
+    return pa.schema(
+        [("id", key_type), ("a", pa.string()), ("b", pa.int64()), ("c", pa.float64()),
+         (tf.COMMIT_LSN, pa.int64()), (tf.SEQ, pa.int64()),
+         (tf.COMMIT_TS, pa.timestamp("us", tz="UTC")), (tf.OP, pa.string())]
+    )  # fmt: skip
+
+
+def _key_values(keys: str, numbers: Any) -> list[Any]:
+    """Key number n as the table holds it: n, or the n-th of a run of time-ordered UUIDs."""
+    if keys == "uuid7":
+        return [f"0192{n:08x}-7{n % 4096:03x}-8000-{n * 7919 % 2**48:012x}" for n in numbers]
+    return list(numbers)
+
+
+def _table(path: Path, rows: int, keys: str, files: int) -> Any:
+    schema = _schema(keys)
+    per_file = -(-rows // files)
+    for start in range(0, rows, per_file):
+        numbers = range(start, min(rows, start + per_file))
+        data = pa.table(
+            {"id": _key_values(keys, numbers), "a": [f"name-{k}" for k in numbers],
+             "b": numbers, "c": [k * 0.5 for k in numbers], tf.COMMIT_LSN: [1] * len(numbers),
+             tf.SEQ: numbers, tf.COMMIT_TS: [None] * len(numbers)}
+        ).cast(schema.remove(schema.get_field_index(tf.OP)))  # fmt: skip
+        write_deltalake(str(path), data, mode="append",
+                        configuration={"delta.enableDeletionVectors": "true"})  # fmt: skip
     return DeltaTable(str(path))
 
 
-def _batch(rng: random.Random, held: int, changes: int, lsn: int) -> tuple[Any, int]:
+def _batch(
+    rng: random.Random, held: int, changes: int, lsn: int, keys: str
+) -> tuple[Any, int]:
     """``changes`` of each key's last change; the table's key count after them."""
     ops: dict[int, str] = {}
     for _ in range(changes):
@@ -58,13 +82,16 @@ def _batch(rng: random.Random, held: int, changes: int, lsn: int) -> tuple[Any, 
             ops[held] = "c"
             held += 1
         else:
-            ops[rng.randrange(held)] = "u" if draw < 0.95 else "d"
-    keys = list(ops)
+            # Time-ordered keys: the newest tenth is what changes; else any key.
+            oldest = held - held // 10 if keys == "uuid7" else 0
+            ops[rng.randrange(oldest, held)] = "u" if draw < 0.95 else "d"
+    numbers = list(ops)
     batch = pa.table(
-        {"id": keys, "a": [f"v{lsn}-{k}" for k in keys], "b": keys, "c": [0.25] * len(keys),
-         tf.COMMIT_LSN: [lsn] * len(keys), tf.SEQ: range(len(keys)),
-         tf.COMMIT_TS: [None] * len(keys), tf.OP: list(ops.values())}
-    ).cast(SCHEMA)  # fmt: skip
+        {"id": _key_values(keys, numbers), "a": [f"v{lsn}-{k}" for k in numbers],
+         "b": numbers, "c": [0.25] * len(numbers), tf.COMMIT_LSN: [lsn] * len(numbers),
+         tf.SEQ: range(len(numbers)), tf.COMMIT_TS: [None] * len(numbers),
+         tf.OP: list(ops.values())}
+    ).cast(_schema(keys))  # fmt: skip
     return batch, held
 
 
@@ -81,20 +108,25 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=250_000)
     parser.add_argument("--changes", type=int, default=110_000)
     parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--keys", choices=("int", "uuid7"), default="int")
+    parser.add_argument("--files", type=int, default=1, help="files each table is loaded as")
     args = parser.parse_args()
     rng = random.Random(1)
     with tempfile.TemporaryDirectory(prefix="pgbridge-dv-bench-") as workdir:
         root = Path(workdir)
-        tables = [_table(root / f"t{i}", args.rows) for i in range(args.tables)]
+        tables = [
+            _table(root / f"t{i}", args.rows, args.keys, args.files) for i in range(args.tables)
+        ]
         held = [args.rows] * args.tables
         print(
-            f"{args.tables} tables of {args.rows:,} rows; batches of {args.changes:,} changes "
-            "per table (70% new keys, 25% updates, 5% deletes), two tables at a time"
+            f"{args.tables} tables of {args.rows:,} rows ({args.keys} keys, {args.files} "
+            f"files); batches of {args.changes:,} changes per table (70% new keys, 25% updates, "
+            "5% deletes), two tables at a time"
         )
         for number in range(1, args.batches + 1):
             batches = []
             for i in range(args.tables):
-                batch, held[i] = _batch(rng, held[i], args.changes, 100 + number)
+                batch, held[i] = _batch(rng, held[i], args.changes, 100 + number, args.keys)
                 batches.append(batch)
             changes = sum(b.num_rows for b in batches)
 
@@ -102,16 +134,24 @@ def main() -> None:
                 rows = batches[i].filter(pc.not_equal(batches[i].column(tf.OP), "d"))
                 pq.write_table(rows, root / f"floor-{number}-{i}.parquet", compression="snappy")
 
-            def merge(i: int, batches: list[Any] = batches, number: int = number) -> None:
-                dv_merge(tables[i], batches[i], PLAN, "bench", number, None)
-
             floor_wall, floor_cpu = _timed(floor, args.tables)
+            results: list[Any] = [None] * args.tables
+
+            def merge(
+                i: int, batches: list[Any] = batches, number: int = number,
+                results: list[Any] = results,
+            ) -> None:
+                results[i] = dv_merge(tables[i], batches[i], PLAN, "bench", number, None)
+
             wall, cpu = _timed(merge, args.tables)
+            read = sum(r.files_read for r in results)
+            held_files = sum(r.files_in_table for r in results)
             print(
                 f"batch {number}: {changes:,} changes MERGEd in {wall:.3f} s, {cpu:.3f} CPU-s "
                 f"({cpu / wall:.2f} cores), {cpu / changes * 1e6:.2f} us CPU per change; "
                 f"writing their rows alone: {floor_wall:.3f} s, "
-                f"{floor_cpu / changes * 1e6:.2f} us CPU per change (ratio {wall / floor_wall:.1f})"
+                f"{floor_cpu / changes * 1e6:.2f} us CPU per change "
+                f"(ratio {wall / floor_wall:.1f}); files read {read} of {held_files}"
             )
 
 

@@ -103,9 +103,11 @@ _ROW = "__pgbridge_row"
 _SOURCE = "__pgbridge_source"
 _INTEGER_STATS = ("int8", "int16", "int32", "int64")
 _TEXT_STATS = ("string", "large_string", "string_view")
-#: Text statistics at least this long may be truncated (Delta-Spark's
-#: ``dataSkippingStringPrefixLength``, 32, and delta-rs's the same): see :func:`_outside`.
-_TRUSTED_TEXT_MAX = 32
+#: A text key's minimum is written as a prefix of this many characters (a lower bound, as
+#: Delta-Spark's ``dataSkippingStringPrefixLength`` writes it); its maximum whole up to
+#: ``_TEXT_MAX_WHOLE`` characters (a UUID's 36 included), else not at all: see :func:`_outside`.
+_TEXT_MIN_PREFIX = 32
+_TEXT_MAX_WHOLE = 256
 
 
 class BatchDeclined(DriverWriteRefused):
@@ -227,24 +229,26 @@ def _stats_kind(arrow_type: Any) -> type | None:
 
 
 def _outside(stats: Mapping[str, Any], bounds: Mapping[str, tuple[type, Any]]) -> bool:
-    """No key value of the batch lies within the file's min..max of some key column.
+    """No key value of the batch lies within the file's min..max of some key column; a
+    column with one bound only (the other absent, or null) excludes by that one.
 
     Text bounds: code point order, which is UTF-8 byte order, Delta's. A minimum is a lower
-    bound however a writer truncated it (a prefix sorts first); a maximum is trusted only
-    when shorter than the 32 characters Delta-Spark and delta-rs truncate statistics to (a
-    truncated one is an upper bound only by each writer's tie-breaker), else that column
-    does not exclude the file."""
+    bound however a writer truncated it (a prefix sorts first). A maximum is an upper bound
+    whatever its length, from every writer of these tables: Delta-Spark 4 truncates one to a
+    prefix and a tie-breaker (U+007F or U+10FFFF) that keeps it one in UTF-8 order, or leaves
+    it out; delta-rs 1.6 and this module write it whole. Delta-Spark's own data skipping
+    reads the files by the same bounds, so a query by key and this MERGE see the same files."""
     import numpy as np
 
     low, high = stats.get("minValues") or {}, stats.get("maxValues") or {}
     for physical, (kind, values) in bounds.items():
         least: Any = low.get(physical)
         most: Any = high.get(physical)
-        usable = type(least) is kind and type(most) is kind  # (bool is no integer here)
-        if not usable or (kind is str and len(most) >= _TRUSTED_TEXT_MAX):
+        has_least, has_most = type(least) is kind, type(most) is kind  # (bool is no integer)
+        if not (has_least or has_most):
             continue
-        first = np.searchsorted(values, least, side="left")
-        last = np.searchsorted(values, most, side="right")
+        first = np.searchsorted(values, least, side="left") if has_least else 0
+        last = np.searchsorted(values, most, side="right") if has_most else len(values)
         if first >= last:
             return True
     return False
@@ -533,10 +537,12 @@ def _write_rows(
         at = physical[logical][0]
         if bounds["min"].is_valid:
             least, most = bounds["min"].as_py(), bounds["max"].as_py()
-            if isinstance(least, str):  # as Delta-Spark: a prefix for the minimum, and the
-                least = least[:_TRUSTED_TEXT_MAX]  # maximum only where not truncated
+            if isinstance(least, str):  # a prefix is a lower bound, as Delta-Spark writes it
+                least = least[:_TEXT_MIN_PREFIX]
             low[at] = least
-            if not (isinstance(most, str) and len(most) >= _TRUSTED_TEXT_MAX):
+            # A maximum is written whole (a prefix would be no upper bound); a very long one
+            # is left out rather than make every commit of the log carry it.
+            if not (isinstance(most, str) and len(most) > _TEXT_MAX_WHOLE):
                 high[at] = most
         nulls[at] = column.null_count
     stats = {"numRecords": data.num_rows, "minValues": low, "maxValues": high,

@@ -1137,8 +1137,10 @@ def test_a_text_keyed_tables_files_carry_key_statistics_spark_skips_by_and_reads
     batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Text keys through the driver's deletion-vector MERGE: the files it writes carry the
-    key's minimum (a 32-character prefix) and, for short keys, its maximum; Spark's reads,
-    filtered by key (which skip files by those statistics) and whole, give the merged rows."""
+    key's minimum (a 32-character prefix) and its maximum (whole); Spark's reads, filtered by
+    key (which skip files by those statistics) and whole, give the merged rows. A file
+    Delta-Spark writes (its maximum of a long key truncated, with a tie-breaker) is read by
+    the next MERGE of a key it holds."""
     from bridge.spark import driver_merge
 
     monkeypatch.setattr(driver_merge, "DELETION_VECTORS_MIN_TABLE_BYTES", 0)
@@ -1174,7 +1176,23 @@ def test_a_text_keyed_tables_files_carry_key_statistics_spark_skips_by_and_reads
     # Each batch's one new row, as first added (a vector added later re-adds the file).
     written = [s for s in stats if s["numRecords"] == 1 and s["tightBounds"]]
     assert sorted(s["minValues"][code] for s in written) == ["b-002", "x" * 32, "é-003"]
-    assert all((code in s["maxValues"]) == (s["minValues"][code] != "x" * 32) for s in written)
+    assert sorted(s["maxValues"][code] for s in written) == ["b-002", f"{long}-004", "é-003"]
+
+    # Delta-Spark appends a long key (as another writer of the table would); the driver's
+    # next MERGE of that key reads Spark's file by its truncated maximum and replaces the row.
+    frame = spark.read.format("delta").load(path)
+    spark_row = {**frame.where(frame["code"] == "b-002").first().asDict(), "code": f"{long}-006"}
+    spark.createDataFrame([spark_row], frame.schema).write.format("delta").mode("append").save(
+        path
+    )
+    truncated = json.loads([a for a in _log_actions(path) if "add" in a][-1]["add"]["stats"])
+    assert truncated["maxValues"][code] != f"{long}-006"  # Delta-Spark's own truncated form
+    batches.add(text_keyed, "u", (200, 0), after={"code": f"{long}-006", "v": "by the driver"})
+    assert batches.apply(10).stats.last_write["public.coded"] == ("merge", DV_WRITER)
+    expected[f"{long}-006"] = "by the driver"
+    frame = spark.read.format("delta").load(path)
+    assert {r["code"]: r["v"] for r in frame.collect()} == expected
+    assert frame.count() == len(expected)
 
 
 def _log_actions(path: str) -> list[dict[str, Any]]:

@@ -250,8 +250,8 @@ def _text_batch(*changes: tuple[str, str, str], lsn: int = 20) -> pa.Table:
 
 
 def test_files_whose_text_key_range_excludes_the_batch_are_not_read(tmp_path: Path) -> None:
-    """Text keys prune files as integer keys do, the files this writer adds included; a
-    key of 32 characters or more (a maximum a writer may have truncated) reads the file."""
+    """Text keys prune files as integer keys do, the files this writer adds included, long
+    keys too (delta-rs writes a maximum whole)."""
     table = _text_keyed(tmp_path, [[f"k{i:04d}" for i in range(s, s + 100)] for s in (0, 100, 200)])
     result = dv_merge(table, _text_batch(("k0150", "u", "x"), ("k0155", "d", ""), ("n1", "c", "n")),
                       PLAN, "j", 1, None)  # fmt: skip
@@ -266,7 +266,77 @@ def test_files_whose_text_key_range_excludes_the_batch_are_not_read(tmp_path: Pa
     assert "k0155" not in rows
     long_keys = _text_keyed(tmp_path / "long", [["x" * 40 + "a"], ["x" * 40 + "z"]])
     result = dv_merge(long_keys, _text_batch(("x" * 40 + "a", "u", "l")), PLAN, "j", 1, None)
-    assert (result.files_read, result.deleted) == (2, 1)
+    assert (result.files_read, result.deleted) == (1, 1)
+
+
+def _uuid7(n: int) -> str:
+    """A time-ordered UUID's text (version 7: the time first), the n-th of a sequence."""
+    return f"0192{n:08x}-7000-8000-{n:012x}"
+
+
+def test_time_ordered_uuid_keys_read_only_the_files_of_their_range(tmp_path: Path) -> None:
+    """A table keyed by time-ordered UUIDs (36 characters), loaded in files of 100 keys: a
+    batch of new keys and updates of the newest reads the newest file only, then the file
+    the batch wrote (its maximum written whole) and no older one; the rows are right."""
+    keys = [_uuid7(n) for n in range(500)]
+    table = _text_keyed(tmp_path, [keys[s : s + 100] for s in range(0, 500, 100)])
+    first = _text_batch((keys[450], "u", "a"), (keys[499], "d", ""), (_uuid7(500), "c", "new"))
+    result = dv_merge(table, first, PLAN, "j", 1, None)
+    assert (result.files_read, result.deleted, result.written) == (1, 2, 2)
+    second = _text_batch((_uuid7(500), "u", "b"), (_uuid7(501), "c", "c"), lsn=30)
+    assert dv_merge(table, second, PLAN, "j", 2, None).files_read == 1  # the first batch's
+    stats = [json.loads(add["stats"]) for add in read_log_files(tmp_path).adds.values()]
+    newest = max(stats, key=lambda s: s["minValues"]["id"])
+    assert newest["maxValues"]["id"] == _uuid7(501)  # whole: 36 characters
+    rows = {r["id"]: r["v"] for r in pa.table(_scanned(table)).to_pylist()}
+    newest_rows = (rows[keys[450]], rows[_uuid7(500)], rows[_uuid7(501)])
+    assert (newest_rows, len(rows)) == (("a", "b", "c"), 501)
+    assert keys[499] not in rows
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "keys", "outside"),
+    [
+        # Delta-Spark 4's truncated maximum of "x" * 40 + "a": 32 characters and U+007F.
+        ("x" * 32, "x" * 32 + "\x7f", ["x" * 40 + "a", "x" * 50], False),
+        ("x" * 32, "x" * 32 + "\x7f", ["y"], True),
+        # ... of "x" * 32 + "\U0010ffff" + "b": the prefix grows past the maximal character.
+        ("a", "x" * 32 + "\U0010ffff\U0010ffff", ["x" * 32 + "\U0010ffff" + "b"], False),
+        ("a", "x" * 32 + "\U0010ffff\U0010ffff", ["y"], True),
+        # A file without a maximum (a longer key than this writer writes whole) or without a
+        # minimum excludes by the bound it has.
+        ("m", None, ["a", "b"], True),
+        ("m", None, ["a", "z" * 300], False),
+        (None, "m", ["n", "o"], True),
+        (None, "m", ["a", "o"], False),
+        (None, None, ["a"], False),
+    ],
+)
+def test_a_file_is_passed_over_only_where_its_key_bounds_exclude_every_key(
+    low: str | None, high: str | None, keys: list[str], outside: bool
+) -> None:
+    import numpy as np
+
+    stats = {"minValues": {"k": low} if low is not None else {},
+             "maxValues": {"k": high} if high is not None else {}}  # fmt: skip
+    bounds = {"k": (str, np.sort(np.array(keys, dtype=object)))}
+    assert driver_dv_merge._outside(stats, bounds) is outside
+
+
+def test_a_text_keys_maximum_is_written_whole_up_to_its_limit(tmp_path: Path) -> None:
+    """The files this writer adds carry a text key's minimum as a 32-character prefix and its
+    maximum whole, but not a maximum longer than 256 characters (left out: unknown)."""
+    table = _text_keyed(tmp_path, [["seed"]])
+    long = "q" * 300
+    dv_merge(table, _text_batch(("k" * 40, "c", "a"), ("l" * 40, "c", "b")), PLAN, "j", 1, None)
+    dv_merge(table, _text_batch(("a", "c", "x"), (long, "c", "y"), lsn=30), PLAN, "j", 2, None)
+    stats = {json.loads(a["stats"])["minValues"]["id"]: json.loads(a["stats"])
+             for a in read_log_files(tmp_path).adds.values()}  # fmt: skip
+    assert stats["k" * 32]["maxValues"]["id"] == "l" * 40
+    assert "id" not in stats["a"]["maxValues"]
+    rows = {r["id"] for r in pa.table(_scanned(table)).to_pylist()}
+    assert rows == {"seed", "k" * 40, "l" * 40, "a", long}
+    assert dv_merge(table, _text_batch((long, "u", "z"), lsn=40), PLAN, "j", 3, None).deleted == 1
 
 
 def _scanned(table: Any) -> Any:
