@@ -52,7 +52,12 @@ from bridge.spark.delta_log import (
     write_commit,
 )
 from bridge.spark.driver_rewrite import table_identity
-from bridge.spark.driver_table import DriverWriteRefused, conformed, pa_schema
+from bridge.spark.driver_table import (
+    DriverWriteRefused,
+    checkpoint_if_due,
+    conformed,
+    pa_schema,
+)
 from bridge.spark.merge import MergePlan
 
 __all__ = [
@@ -499,7 +504,7 @@ def _commit(
     log.apply(actions)
     log.version += 1
     table.update_incremental()
-    _checkpoint_if_due(table, log.version)
+    checkpoint_if_due(table, log.version)
     return DvMergeResult(deleted, written, len(files), len(log.adds))
 
 
@@ -555,17 +560,3 @@ def _write_rows(
         "dataChange": True,
         "stats": json.dumps(stats),
     }
-
-
-def _checkpoint_if_due(table: Any, version: int) -> None:
-    """A checkpoint every ``delta.checkpointInterval`` versions (10 by default), as Spark and
-    delta-rs write one after their own commits: readers replay at most that many commits;
-    then, as they do, the log entries older than ``delta.logRetentionDuration`` removed."""
-    interval = int(table.metadata().configuration.get("delta.checkpointInterval", "10"))
-    if version % max(interval, 1) == 0:
-        try:
-            table.create_checkpoint()
-            table.cleanup_metadata()
-        except Exception as exc:  # the commit stands; the next writer checkpoints
-            logger.warning("%s: checkpoint at version %d failed: %s", table.table_uri, version,
-                           exc)  # fmt: skip

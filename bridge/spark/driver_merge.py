@@ -58,7 +58,13 @@ from bridge.spark.driver_rewrite import (
     rewritten,
     table_identity,
 )
-from bridge.spark.driver_table import DriverWriteRefused, conformed, pa_schema
+from bridge.spark.driver_table import (
+    DriverWriteRefused,
+    checkpoint_if_due,
+    conformed,
+    no_post_commit_hooks,
+    pa_schema,
+)
 from bridge.spark.merge import (
     COMPACT_FILE_BYTES,
     DELETION_VECTORS_MIN_TABLE_BYTES,
@@ -359,6 +365,7 @@ def _merge_statement(
         source_alias="s",
         target_alias="t",
         commit_properties=commit_properties(app_id, batch_id, commit_metadata),
+        post_commithook_properties=no_post_commit_hooks(),
     )
     if plan.inserts_only and plan.truncate_at is None:
         builder = builder.when_not_matched_insert(updates=_inserted(plan))
@@ -408,7 +415,8 @@ def write_overwrite(
 
     properties = commit_properties(app_id, batch_id, commit_metadata)
     _execute(
-        lambda: write_deltalake(table, rows, mode="overwrite", commit_properties=properties),
+        lambda: write_deltalake(table, rows, mode="overwrite", commit_properties=properties,
+                                post_commithook_properties=no_post_commit_hooks()),
         table,
         app_id,
         batch_id,
@@ -450,6 +458,7 @@ def _append(table: Any, data: Any, app_id: str, batch_id: int, commit_metadata: 
         data,
         mode="append",
         commit_properties=commit_properties(app_id, batch_id, commit_metadata),
+        post_commithook_properties=no_post_commit_hooks(),
     )
 
 
@@ -470,6 +479,7 @@ def _execute(execute: Any, table: Any, app_id: str, batch_id: int) -> None:
         execute()
         if table.version() != version:  # delta-rs makes no commit for a MERGE that changes nothing
             _committed(table, app_id, batch_id)
+            checkpoint_if_due(table, table.version())  # the hooks' work, every tenth commit
     except Exception as exc:
         try:
             table.update_incremental()

@@ -49,6 +49,7 @@ from bridge.spark.driver_merge import (
     table_bytes,
     write_append,
 )
+from bridge.spark.driver_table import no_post_commit_hooks
 from bridge.spark.merge import DELETION_VECTORS_MIN_TABLE_BYTES
 from bridge.spark.multiset import MultisetBatch, Position
 
@@ -143,6 +144,7 @@ def _merge(
             source_alias="s",
             target_alias="t",
             commit_properties=properties,
+            post_commithook_properties=no_post_commit_hooks(),  # execute_merge checkpoints
         )
         .when_matched_delete()
         .when_not_matched_insert(updates=inserted, predicate=f"s.{_KIND} = 'insert'")

@@ -127,6 +127,8 @@ def commit_files(
     """One Delta commit appending ``files`` to ``table`` (a delta-rs ``DeltaTable``)."""
     from deltalake.transaction import AddAction
 
+    from bridge.spark.driver_table import checkpoint_if_due, no_post_commit_hooks
+
     actions = [
         AddAction(
             f.path,
@@ -139,5 +141,10 @@ def commit_files(
         for f in files
     ]
     table.create_write_transaction(
-        actions, "append", table.schema(), commit_properties=commit_properties
+        actions,
+        "append",
+        table.schema(),
+        commit_properties=commit_properties,
+        post_commithook_properties=no_post_commit_hooks(),
     )
+    checkpoint_if_due(table, table.version())

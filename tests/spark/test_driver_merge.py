@@ -15,6 +15,7 @@ from bridge.spark.driver_merge import (
     append_in_driver,
     merge_in_driver,
     open_table,
+    write_append,
 )
 from bridge.spark.merge import MergePlan
 
@@ -54,3 +55,40 @@ def test_an_unforeseen_failure_before_the_commit_hands_the_batch_to_spark(
         with pytest.raises(DriverWriteRefused, match="preparing the write: KeyError"):
             write(table, rows, plan, "the-job", 1)
     assert open_table(str(tmp_path)).version() == 0
+
+
+@pytest.mark.parametrize(
+    ("retention", "checkpoints", "first_commit"),
+    [(None, [10, 20], 0), ("interval 0 seconds", [20], 20)],
+)
+def test_the_drivers_commits_checkpoint_every_tenth_version_and_remove_expired_log_entries(
+    tmp_path: Path, retention: str | None, checkpoints: list[int], first_commit: int
+) -> None:
+    """delta-rs's post-commit hooks are off (on a local path they list the whole log at every
+    commit, a log that holds every commit of the retention period); the driver's writes
+    checkpoint every ``delta.checkpointInterval`` versions instead, as Spark does, and then
+    remove the log entries older than ``delta.logRetentionDuration`` (30 days by default;
+    here also none). A reader (a new delta-rs table) sees every batch's rows and its
+    transaction."""
+    from deltalake import write_deltalake
+
+    write_deltalake(
+        str(tmp_path),
+        pa.table({"id": pa.array([0], pa.int64()), "v": ["a"], **_META}),
+        configuration={"delta.logRetentionDuration": retention} if retention else None,
+    )
+    table = open_table(str(tmp_path))
+    for batch in range(1, 25):
+        rows = pa.table({"id": pa.array([batch], pa.int64()), "v": [f"v{batch}"], **_META})
+        write_append(table, rows, "the-job", batch, None)
+    log = tmp_path / "_delta_log"
+    written = sorted(int(p.name.split(".")[0]) for p in log.glob("*.checkpoint.parquet"))
+    assert written == checkpoints
+    commits = sorted(int(p.name.split(".")[0]) for p in log.glob("*.json"))
+    assert commits == list(range(first_commit, 25))
+    reader = open_table(str(tmp_path))
+    assert reader.version() == 24
+    assert reader.transaction_version("the-job") == 24
+    assert sorted(pa.table(reader.to_pyarrow_dataset().to_table())["id"].to_pylist()) == list(
+        range(25)
+    )
