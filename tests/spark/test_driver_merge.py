@@ -15,6 +15,7 @@ from bridge.spark.driver_merge import (
     append_in_driver,
     merge_in_driver,
     open_table,
+    table_bytes,
     write_append,
 )
 from bridge.spark.merge import MergePlan
@@ -92,3 +93,27 @@ def test_the_drivers_commits_checkpoint_every_tenth_version_and_remove_expired_l
     assert sorted(pa.table(reader.to_pyarrow_dataset().to_table())["id"].to_pylist()) == list(
         range(25)
     )
+
+
+def test_a_tables_size_is_its_current_versions_through_its_writes_and_anothers(
+    tmp_path: Path,
+) -> None:
+    """The size the driver decides by (rewrite, deletion vectors or Spark) is the table's at
+    its current version: after the driver's own write, and after another writer's."""
+    from deltalake import write_deltalake
+
+    def rows(keys: range) -> pa.Table:
+        n = len(keys)
+        stamps = pa.array([0] * n, pa.timestamp("us", tz="UTC"))
+        columns = {"id": pa.array(keys, pa.int64()), "v": ["x" * 100] * n}
+        return pa.table({**columns, tf.COMMIT_LSN: [10] * n, tf.SEQ: [0] * n, tf.COMMIT_TS: stamps})
+
+    write_deltalake(str(tmp_path), rows(range(10)))
+    table = open_table(str(tmp_path))
+    first = table_bytes(table)
+    write_append(table, rows(range(10, 1000)), "the-job", 1, None)
+    second = table_bytes(table)
+    assert second > first
+    assert table_bytes(open_table(str(tmp_path))) == second
+    write_deltalake(str(tmp_path), rows(range(5)), mode="overwrite")
+    assert table_bytes(open_table(str(tmp_path))) < second
