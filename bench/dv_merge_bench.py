@@ -11,7 +11,8 @@ one Parquet file per table (pyarrow, snappy), the same threads.
 ``--keys uuid7``: the tables are keyed by time-ordered UUIDs (their 36-character text, as
 PostgreSQL's ``uuid`` arrives), loaded as ``--files`` files, and the updates and deletes go to
 the newest tenth of the keys (a time-ordered table's hot rows): what the MERGE gains from the
-files' key statistics, which pass over the files no key of the batch can be in.
+files' key statistics, which pass over the files no key of the batch can be in; ``--keys
+uuid4``, random UUIDs, the same changes: every file's key range spans them all.
 
     .venv/bin/python bench/dv_merge_bench.py
     .venv/bin/python bench/dv_merge_bench.py --keys uuid7 --rows 1000000 --files 20 --changes 20000
@@ -23,6 +24,7 @@ import argparse
 import random
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,7 +43,7 @@ PLAN = MergePlan(key_columns=("id",), value_columns=("id", "a", "b", "c"))
 
 
 def _schema(keys: str) -> Any:
-    key_type = pa.string() if keys == "uuid7" else pa.int64()
+    key_type = pa.int64() if keys == "int" else pa.string()
     return pa.schema(
         [("id", key_type), ("a", pa.string()), ("b", pa.int64()), ("c", pa.float64()),
          (tf.COMMIT_LSN, pa.int64()), (tf.SEQ, pa.int64()),
@@ -50,9 +52,12 @@ def _schema(keys: str) -> Any:
 
 
 def _key_values(keys: str, numbers: Any) -> list[Any]:
-    """Key number n as the table holds it: n, or the n-th of a run of time-ordered UUIDs."""
+    """Key number n as the table holds it: n, the n-th of a run of time-ordered UUIDs, or a
+    random UUID drawn from n."""
     if keys == "uuid7":
         return [f"0192{n:08x}-7{n % 4096:03x}-8000-{n * 7919 % 2**48:012x}" for n in numbers]
+    if keys == "uuid4":
+        return [str(uuid.UUID(int=random.Random(n).getrandbits(128), version=4)) for n in numbers]
     return list(numbers)
 
 
@@ -83,7 +88,7 @@ def _batch(
             held += 1
         else:
             # Time-ordered keys: the newest tenth is what changes; else any key.
-            oldest = held - held // 10 if keys == "uuid7" else 0
+            oldest = held - held // 10 if keys != "int" else 0
             ops[rng.randrange(oldest, held)] = "u" if draw < 0.95 else "d"
     numbers = list(ops)
     batch = pa.table(
@@ -108,7 +113,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=250_000)
     parser.add_argument("--changes", type=int, default=110_000)
     parser.add_argument("--batches", type=int, default=3)
-    parser.add_argument("--keys", choices=("int", "uuid7"), default="int")
+    parser.add_argument("--keys", choices=("int", "uuid7", "uuid4"), default="int")
     parser.add_argument("--files", type=int, default=1, help="files each table is loaded as")
     args = parser.parse_args()
     rng = random.Random(1)
