@@ -32,7 +32,6 @@ them.
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 import uuid
@@ -68,8 +67,6 @@ __all__ = [
     "dv_merge",
     "dv_merge_refusal",
 ]
-
-logger = logging.getLogger(__name__)
 
 #: The writer features a commit of this module keeps the rules of: the legacy ones Spark lists
 #: on every table (``appendOnly``, ``invariants``: checked off by the table's properties and
