@@ -4,10 +4,11 @@ The apply job commits once per changed table and batch: with the one-second trig
 table's log gains tens of thousands of commit files a day, and Delta keeps them for
 ``delta.logRetentionDuration`` (30 days by default; checkpoints do not remove them). On a
 local path, delta-rs lists the whole ``_delta_log`` directory whenever it brings a table up
-to date or commits (object_store's local listing has no start offset), so the driver's
-writes (bridge.spark.driver_merge: a small table's append and rewrite through delta-rs;
-bridge.spark.driver_dv_merge: a large table's deletion-vector MERGE, which commits itself and
-then brings delta-rs up to date) cost more as the log grows.
+to date or commits (object_store's local listing has no start offset). The driver's writes
+(bridge.spark.driver_merge: a small table's append and rewrite; bridge.spark.driver_dv_merge:
+a large table's deletion-vector MERGE) commit themselves (bridge.spark.driver_commit) and
+read the log by version number (bridge.spark.logged_table), so they should cost the same at
+any length; delta-rs's own append of the same rows is measured beside them, the reference.
 
 For each log length: a keyed table of ``--rows`` rows (deletion vectors on) whose log is
 padded to that many commits (commits of a commit-info only, as a MERGE that changed nothing
@@ -36,7 +37,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from bridge.spark import transforms as tf
 from bridge.spark.driver_dv_merge import dv_merge
-from bridge.spark.driver_merge import write_append, write_overwrite
+from bridge.spark.driver_merge import commit_properties, open_table, write_append, write_overwrite
+from bridge.spark.driver_table import checkpoint_if_due, no_post_commit_hooks
 from bridge.spark.merge import MergePlan
 
 PLAN = MergePlan(key_columns=("id",), value_columns=("id", "v"))
@@ -63,9 +65,8 @@ def _table(path: Path, rows: int, commits: int) -> Any:
                                       "operationParameters": {}}})  # fmt: skip
     for version in range(1, commits):
         (log / f"{version:020d}.json").write_text(info + "\n")
-    table = DeltaTable(str(path))
-    table.create_checkpoint()
-    return DeltaTable(str(path))
+    DeltaTable(str(path)).create_checkpoint()
+    return open_table(str(path))
 
 
 def _timed(
@@ -112,8 +113,21 @@ def main() -> None:
                 changed = changed.append_column(tf.OP, pa.array(["u"] * args.changes))
                 dv_merge(table, changed, PLAN, "bench", batch, None)
 
-            writes = {"append (delta-rs)": append, "rewrite (delta-rs)": rewrite,
-                      "deletion-vector MERGE": merge}  # fmt: skip
+            def delta_rs_append(batch: int, table: Any = table, held: list[int] = held) -> None:
+                # The reference beside it: the same append by delta-rs's writer, as the
+                # driver made it before 2026-12-03 (post-commit hooks off, its checkpoint).
+                new = range(held[0], held[0] + args.changes)
+                delta = table.synced()
+                write_deltalake(delta, _rows(new, batch), mode="append",
+                                commit_properties=commit_properties("bench", batch, None),
+                                post_commithook_properties=no_post_commit_hooks())  # fmt: skip
+                table.update_incremental()
+                checkpoint_if_due(table, table.version())
+                held[0] += args.changes
+
+            writes = {"append (driver)": append, "rewrite (driver)": rewrite,
+                      "deletion-vector MERGE": merge,
+                      "append (delta-rs writer)": delta_rs_append}  # fmt: skip
             for number, (name, write) in enumerate(writes.items()):
                 median, mean, cpu = _timed(write, args.rounds, 1000 * (number + 1))
                 baseline.setdefault(name, mean)

@@ -219,6 +219,7 @@ SPARK_MODULES = frozenset(
         "spark/test_apply_batches",
         "spark/test_changelog",
         "spark/test_debezium_types",
+        "spark/test_delta_checkpoint",
         "spark/test_driver_compaction",
         "spark/test_driver_decode",
         "spark/test_history",

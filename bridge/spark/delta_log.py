@@ -37,6 +37,10 @@ __all__ = [
 ]
 
 
+#: Actions a table's state must carry into a checkpoint that :class:`LogFiles` does not keep.
+_FOREIGN_ACTIONS = ("domainMetadata", "sidecar", "checkpointMetadata")
+
+
 class DeltaLogError(Exception):
     """A log this module does not read (a V2 checkpoint, a missing commit)."""
 
@@ -69,11 +73,19 @@ def file_key(action: Mapping[str, Any]) -> tuple[str, str | None]:
 @dataclass
 class LogFiles:
     """The live ``add`` actions of the table at ``root``, as of ``version``, keyed by
-    :func:`file_key`."""
+    :func:`file_key`; each application's last transaction version (``txn``); the newest
+    ``metaData`` and ``protocol`` actions; whether a commit read since ``redescribed`` was
+    last cleared changed either; and whether the log holds actions this state does not keep
+    (``foreign``: domain metadata, sidecars), which a checkpoint must carry."""
 
     root: Path
     version: int
     adds: dict[tuple[str, str | None], dict[str, Any]] = field(default_factory=dict)
+    txns: dict[str, int] = field(default_factory=dict)
+    metadata: dict[str, Any] | None = None
+    protocol: dict[str, Any] | None = None
+    redescribed: bool = False
+    foreign: bool = False
 
     def advance(self) -> LogFiles:
         """This state brought up to the table's newest version (the commits after it)."""
@@ -90,13 +102,29 @@ class LogFiles:
         return self
 
     def apply(self, actions: Iterable[Mapping[str, Any]]) -> None:
-        """One commit's file actions, reconciled by :func:`file_key` (Delta's rule)."""
+        """One commit's actions: files reconciled by :func:`file_key` (Delta's rule),
+        transactions, and a change of description noted."""
         for action in actions:
             if "add" in action:
                 add = action["add"]
                 self.adds[file_key(add)] = add
             elif "remove" in action:
                 self.adds.pop(file_key(action["remove"]), None)
+            elif "txn" in action:
+                txn = action["txn"]
+                self.txns[str(txn["appId"])] = int(txn["version"])
+            elif "metaData" in action:
+                self.metadata = dict(action["metaData"])
+                self.redescribed = True
+            elif "protocol" in action:
+                self.protocol = dict(action["protocol"])
+                self.redescribed = True
+            elif any(kind in action for kind in _FOREIGN_ACTIONS):
+                self.foreign = True
+
+    def live_bytes(self) -> int:
+        """The size of the live files."""
+        return sum(int(add.get("size") or 0) for add in self.adds.values())
 
 
 def read_log_files(root: Path) -> LogFiles:
@@ -120,19 +148,42 @@ def read_log_files(root: Path) -> LogFiles:
         for file in files:
             if not file.exists():
                 raise DeltaLogError(f"{root}: checkpoint {file.name} is not a classic one")
-            state.apply(_checkpoint_adds(file))
+            state.apply(_checkpoint_actions(file))
         state.version = version
     elif not commit_file(root, 0).exists():
         raise DeltaLogError(f"{root}: no commit 0 and no checkpoint")
     return state.advance()
 
 
-def _checkpoint_adds(file: Path) -> list[dict[str, Any]]:
+def _pairs_as_dict(value: Any) -> Any:
+    """A Parquet map read as a list of pairs, as a dict (anything else as it is)."""
+    return dict(value) if isinstance(value, list) else value
+
+
+def _checkpoint_actions(file: Path) -> list[dict[str, Any]]:
+    """A checkpoint part's actions this state keeps (and a mark for those it does not)."""
     import pyarrow.parquet as pq
 
-    adds = pq.read_table(file, columns=["add"]).column("add").to_pylist()
-    actions = []
-    for add in adds:
+    kinds = ("add", "txn", "metaData", "protocol", *_FOREIGN_ACTIONS)
+    present = set(pq.read_schema(file).names)  # a writer may leave out an action never taken
+    read = pq.read_table(file, columns=[c for c in kinds if c in present])
+    actions: list[dict[str, Any]] = []
+    for kind in ("txn", "protocol", *_FOREIGN_ACTIONS):
+        if kind in present:
+            actions += [{kind: a} for a in read.column(kind).to_pylist() if a is not None]
+    if "metaData" in present:
+        for meta in read.column("metaData").to_pylist():
+            if meta is None:
+                continue
+            meta = {k: v for k, v in meta.items() if v is not None}
+            meta["configuration"] = _pairs_as_dict(meta.get("configuration") or {})
+            form = dict(meta.get("format") or {"provider": "parquet"})
+            form["options"] = _pairs_as_dict(form.get("options") or {})
+            meta["format"] = form
+            actions.append({"metaData": meta})
+    if "add" not in present:
+        return actions
+    for add in read.column("add").to_pylist():
         if add is None:
             continue
         live = {k: v for k, v in add.items() if v is not None and k != "stats_parsed"}

@@ -21,9 +21,11 @@ with a truncate or unchanged TOAST is declined (:class:`BatchDeclined`: Spark ap
 batch, the next ones come here again). The commit carries what Spark's would: the fences as
 ``userMetadata`` and the job's transaction, checked before writing.
 
-Where (:func:`dv_merge_refusal`): an unpartitioned local table with deletion vectors enabled,
-no change data feed, constraint, generated or identity column, struct under column mapping,
-and no table feature beyond those this writer honours (:data:`HONOURED_WRITER_FEATURES`).
+Where (:func:`dv_merge_refusal`): a local table with deletion vectors enabled, no change data
+feed, not append-only, that bridge.spark.driver_commit commits to (unpartitioned, no
+constraint, generated or identity column, no table feature beyond
+:data:`HONOURED_WRITER_FEATURES`). The commit is that module's: one file by its version
+number, whatever the length of the log (bridge.spark.logged_table).
 Anything else is :class:`DriverWriteRefused` before a byte is written, and Spark's MERGE
 applies the table. Files written before a failed commit are left for VACUUM, as Spark leaves
 them.
@@ -32,31 +34,26 @@ them.
 from __future__ import annotations
 
 import json
-import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 from bridge.spark import transforms as tf
 from bridge.spark.deletion_vectors import deleted_rows, write_deletion_vectors
-from bridge.spark.delta_log import (
-    CommitConflict,
-    LogFiles,
-    local_root,
-    read_log_files,
-    write_commit,
+from bridge.spark.delta_log import LogFiles
+from bridge.spark.driver_commit import (
+    HONOURED_WRITER_FEATURES,
+    commit,
+    own_commit_refusal,
+    physical_names,
+    removed,
+    stats_kind,
+    write_rows,
 )
-from bridge.spark.driver_rewrite import table_identity
-from bridge.spark.driver_table import (
-    DriverWriteRefused,
-    checkpoint_if_due,
-    conformed,
-    pa_schema,
-)
+from bridge.spark.driver_table import DriverWriteRefused, pa_schema
+from bridge.spark.logged_table import LoggedTable
 from bridge.spark.merge import MergePlan
 
 __all__ = [
@@ -68,48 +65,12 @@ __all__ = [
     "dv_merge_refusal",
 ]
 
-#: The writer features a commit of this module keeps the rules of: the legacy ones Spark lists
-#: on every table (``appendOnly``, ``invariants``: checked off by the table's properties and
-#: schema in :func:`dv_merge_refusal`, as are ``checkConstraints``, ``changeDataFeed``,
-#: ``generatedColumns`` and ``identityColumns``), column mapping (physical names and field
-#: ids in the file written), deletion vectors, and those that ask nothing of a writer of data
-#: files (``timestampNtz``, ``typeWidening``, ``domainMetadata``, ``vacuumProtocolCheck``;
-#: ``variantType`` where no column is a variant: delta-rs lists it on the tables it creates).
-#: Row tracking, in-commit timestamps, V2 checkpoints, clustering, Iceberg compatibility and
-#: any feature added later are refused.
-HONOURED_WRITER_FEATURES = frozenset(
-    {
-        "appendOnly",
-        "invariants",
-        "checkConstraints",
-        "changeDataFeed",
-        "generatedColumns",
-        "identityColumns",
-        "columnMapping",
-        "deletionVectors",
-        "timestampNtz",
-        "typeWidening",
-        "typeWidening-preview",
-        "domainMetadata",
-        "vacuumProtocolCheck",
-        "variantType",
-        "variantType-preview",
-    }
-)
-
 #: The writer's name in the job's log lines and metrics ("merge by deletion-vectors").
 DV_WRITER = "deletion-vectors"
 
 _FILE = "__pgbridge_file"
 _ROW = "__pgbridge_row"
 _SOURCE = "__pgbridge_source"
-_INTEGER_STATS = ("int8", "int16", "int32", "int64")
-_TEXT_STATS = ("string", "large_string", "string_view")
-#: A text key's minimum is written as a prefix of this many characters (a lower bound, as
-#: Delta-Spark's ``dataSkippingStringPrefixLength`` writes it); its maximum whole up to
-#: ``_TEXT_MAX_WHOLE`` characters (a UUID's 36 included), else not at all: see :func:`_outside`.
-_TEXT_MIN_PREFIX = 32
-_TEXT_MAX_WHOLE = 256
 
 
 class BatchDeclined(DriverWriteRefused):
@@ -127,76 +88,16 @@ class DvMergeResult:
     files_in_table: int
 
 
-#: (table URI, Delta id) -> the live files as this process last knew them (read_log_files
-#: replays the whole log since its checkpoint: done once per table and job, then only the
-#: commits after it are read).
-_log_states: dict[tuple[str, str], LogFiles] = {}
-_log_lock = threading.Lock()
-
-
-def dv_merge_refusal(table: Any) -> str | None:
-    """Why ``table`` (delta-rs, a local path) cannot take :func:`dv_merge`, or None."""
+def dv_merge_refusal(table: LoggedTable) -> str | None:
+    """Why ``table`` (a local path) cannot take :func:`dv_merge`, or None."""
     protocol, metadata = table.protocol(), table.metadata()
     features = set(protocol.writer_features or ())
     config = {k: str(v).lower() for k, v in metadata.configuration.items()}
     if "deletionVectors" not in features or config.get("delta.enableDeletionVectors") != "true":
         return "the table has no deletion vectors (created with --no-deletion-vectors)"
-    unknown = features - HONOURED_WRITER_FEATURES
-    if unknown:
-        return f"table features this writer does not keep: {', '.join(sorted(unknown))}"
-    if metadata.partition_columns:
-        return "a partitioned table"
-    if config.get("delta.appendOnly") == "true":
-        return "an append-only table"
     if config.get("delta.enableChangeDataFeed") == "true":
         return "a table with a change data feed"
-    if any(k.startswith("delta.constraints.") for k in config):
-        return "a table with CHECK constraints"
-    mapped = config.get("delta.columnMapping.mode", "none") != "none"
-    for field in json.loads(table.schema().to_json())["fields"]:
-        meta = field.get("metadata") or {}
-        if any(k in meta for k in ("delta.invariants", "delta.generationExpression")) or any(
-            k.startswith("delta.identity.") for k in meta
-        ):
-            return f"column {field['name']!r} is constrained, generated or an identity"
-        if '"variant"' in json.dumps(field["type"]):
-            return f"column {field['name']!r} is a variant"
-        if mapped and '"struct"' in json.dumps(field["type"]):
-            return f"column {field['name']!r} holds structs under column mapping"
-    return None
-
-
-def _physical_names(table: Any) -> dict[str, tuple[str, int | None]]:
-    """Each column's name in the data files, and its field id (column mapping), by name."""
-    names = {}
-    for field in json.loads(table.schema().to_json())["fields"]:
-        meta = field.get("metadata") or {}
-        physical = meta.get("delta.columnMapping.physicalName", field["name"])
-        names[field["name"]] = (physical, meta.get("delta.columnMapping.id"))
-    return names
-
-
-def _log_of(table: Any) -> LogFiles:
-    """The table's live files at its newest version, and ``table`` (delta-rs) at that version."""
-    identity = table_identity(table)
-    with _log_lock:
-        known = _log_states.get(identity)
-    root = local_root(table.table_uri)
-    log = known.advance() if known is not None else read_log_files(root)
-    with _log_lock:
-        _log_states[identity] = log
-    if table.version() != log.version:
-        table.update_incremental()
-        if table.version() != log.version:
-            raise DriverWriteRefused(
-                f"the log is at version {log.version}, delta-rs at {table.version()}"
-            )
-    return log
-
-
-def _forget_log(table: Any) -> None:
-    with _log_lock:
-        _log_states.pop(table_identity(table), None)
+    return own_commit_refusal(table, overwrite=True)  # (a MERGE deletes: not append-only)
 
 
 def _candidates(
@@ -208,7 +109,7 @@ def _candidates(
 
     bounds = {}
     for name, values in source_keys.items():
-        kind = _stats_kind(values.type)
+        kind = stats_kind(values.type)
         if kind is not None:
             sorted_values = np.sort(values.to_numpy(zero_copy_only=False))
             bounds[physical[name][0]] = (kind, sorted_values)
@@ -219,15 +120,6 @@ def _candidates(
             continue
         files.append(add)
     return files
-
-
-def _stats_kind(arrow_type: Any) -> type | None:
-    """The Python type a key column's statistics are compared as, or None (not used)."""
-    if str(arrow_type) in _INTEGER_STATS:
-        return int
-    if str(arrow_type) in _TEXT_STATS:
-        return str
-    return None
 
 
 def _outside(stats: Mapping[str, Any], bounds: Mapping[str, tuple[type, Any]]) -> bool:
@@ -325,8 +217,9 @@ def dv_merge(
         raise DriverWriteRefused("a floating-point key column: Spark's MERGE matches it")
     if any(column.null_count for column in source_keys.values()):
         raise BatchDeclined("a NULL key value: Spark's MERGE matches it")
-    log = _log_of(table)
-    physical = _physical_names(table)
+    table.update_incremental()  # (commits by number: a writer besides this job, if any)
+    log = table.log
+    physical = physical_names(table)
     files = _candidates(log, source_keys, physical)
     meta = [tf.COMMIT_LSN, tf.SEQ]
     numbered = pa.table({**source_keys, _SOURCE: pa.array(range(source.num_rows), pa.int64())})
@@ -422,7 +315,7 @@ def _carried(
 
 
 def _commit(
-    table: Any,
+    table: LoggedTable,
     log: LogFiles,
     files: Sequence[dict[str, Any]],
     already: Sequence[Any],
@@ -446,17 +339,7 @@ def _commit(
             old = files[index]
             stats = json.loads(old["stats"]) if old.get("stats") else {}
             stats["tightBounds"] = False
-            remove = {
-                "path": old["path"],
-                "deletionTimestamp": now,
-                "dataChange": True,
-                "extendedFileMetadata": True,
-                "partitionValues": old.get("partitionValues") or {},
-                "size": old["size"],
-            }
-            if old.get("deletionVector"):
-                remove["deletionVector"] = old["deletionVector"]
-            actions.append({"remove": remove})
+            actions.append(removed(old, now))
             actions.append(
                 {
                     "add": {
@@ -469,91 +352,23 @@ def _commit(
             )
     written = 0
     if rows.num_rows:
-        actions.append({"add": _write_rows(table, log.root, rows, keys, physical, now)})
+        actions.append({"add": write_rows(table, rows, physical, now)})
         written = rows.num_rows
     deleted = sum(len(v) for v in deletions.values())
-    commit_info: dict[str, Any] = {
-        "timestamp": now,
-        "operation": "MERGE",
-        "operationParameters": {"predicate": json.dumps(list(keys))},
-        "readVersion": log.version,
-        "isolationLevel": "Serializable",
-        "isBlindAppend": False,
-        "operationMetrics": {
-            "numTargetRowsDeleted": str(deleted),
-            "numOutputRows": str(written),
-            "numDeletionVectorsAdded": str(len(bitmaps)),
+    commit(
+        table,
+        actions,
+        operation="MERGE",
+        parameters={"predicate": json.dumps(list(keys))},
+        blind_append=False,
+        app_id=app_id,
+        batch_id=batch_id,
+        commit_metadata=commit_metadata,
+        metrics={
+            "numTargetRowsDeleted": deleted,
+            "numOutputRows": written,
+            "numDeletionVectorsAdded": len(bitmaps),
         },
-        "engineInfo": "pgbridge deletion-vector merge",
-        "txnId": str(uuid.uuid4()),
-    }
-    if commit_metadata:
-        commit_info["userMetadata"] = commit_metadata
-    head = [
-        {"commitInfo": commit_info},
-        {"txn": {"appId": app_id, "version": batch_id, "lastUpdated": now}},
-    ]
-    try:
-        write_commit(log.root, log.version + 1, [*head, *actions])
-    except CommitConflict as exc:
-        _forget_log(table)
-        raise DriverWriteRefused(str(exc)) from exc
-    log.apply(actions)
-    log.version += 1
-    table.update_incremental()
-    checkpoint_if_due(table, log.version)
-    return DvMergeResult(deleted, written, len(files), len(log.adds))
-
-
-def _write_rows(
-    table: Any,
-    root: Path,
-    rows: Any,
-    keys: Sequence[str],
-    physical: Mapping[str, tuple[str, int | None]],
-    now: int,
-) -> dict[str, Any]:
-    """The batch's new rows as one Parquet file in the table's physical schema; its ``add``."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    values = conformed(table, rows)
-    fields = []
-    for field in values.schema:
-        name, field_id = physical[field.name]
-        metadata = {b"PARQUET:field_id": str(field_id).encode()} if field_id is not None else None
-        fields.append(pa.field(name, field.type, field.nullable, metadata))
-    data = pa.Table.from_arrays(values.columns, schema=pa.schema(fields))
-    name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    pq.write_table(data, root / name, compression="snappy")
-    # Statistics of the integer and text key columns and the position columns (exact, and
-    # what the next MERGE prunes files by); the others are left out, which Delta reads as
-    # "unknown".
-    low, high, nulls = {}, {}, {}
-    for logical in [*keys, tf.COMMIT_LSN, tf.SEQ]:
-        column = values.column(logical)
-        if _stats_kind(column.type) is None:
-            continue
-        bounds = pc.min_max(column)
-        at = physical[logical][0]
-        if bounds["min"].is_valid:
-            least, most = bounds["min"].as_py(), bounds["max"].as_py()
-            if isinstance(least, str):  # a prefix is a lower bound, as Delta-Spark writes it
-                least = least[:_TEXT_MIN_PREFIX]
-            low[at] = least
-            # A maximum is written whole (a prefix would be no upper bound); a very long one
-            # is left out rather than make every commit of the log carry it.
-            if not (isinstance(most, str) and len(most) > _TEXT_MAX_WHOLE):
-                high[at] = most
-        nulls[at] = column.null_count
-    stats = {"numRecords": data.num_rows, "minValues": low, "maxValues": high,
-             "nullCount": nulls, "tightBounds": True}  # fmt: skip
-    return {
-        "path": name,
-        "partitionValues": {},
-        "size": (root / name).stat().st_size,
-        "modificationTime": now,
-        "dataChange": True,
-        "stats": json.dumps(stats),
-    }
+        engine="pgbridge deletion-vector merge",
+    )
+    return DvMergeResult(deleted, written, len(files), len(table.log.adds))

@@ -49,6 +49,7 @@ from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
 from bridge.spark.driver_changes import ArrowRows
+from bridge.spark.driver_commit import append_rows, overwrite_rows, own_commit_refusal
 from bridge.spark.driver_dv_merge import DV_WRITER, dv_merge, dv_merge_refusal
 from bridge.spark.driver_rewrite import (
     Rewrite,
@@ -56,7 +57,6 @@ from bridge.spark.driver_rewrite import (
     remember_rows,
     rewrite_fits,
     rewritten,
-    table_identity,
 )
 from bridge.spark.driver_table import (
     DriverWriteRefused,
@@ -65,6 +65,7 @@ from bridge.spark.driver_table import (
     no_post_commit_hooks,
     pa_schema,
 )
+from bridge.spark.logged_table import LoggedTable
 from bridge.spark.merge import (
     COMPACT_FILE_BYTES,
     DELETION_VECTORS_MIN_TABLE_BYTES,
@@ -111,51 +112,28 @@ def is_local_path(path: str) -> bool:
     return urlparse(path).scheme in ("", "file")
 
 
-def open_table(path: str) -> Any:
-    """The Delta table at ``path`` through delta-rs (its log only: milliseconds)."""
-    from deltalake import DeltaTable
-
-    return DeltaTable(path)
+def open_table(path: str) -> LoggedTable:
+    """The Delta table at ``path`` (delta-rs and its log: milliseconds)."""
+    return LoggedTable.open(path)
 
 
-#: (table identity, version) -> the sizes of its live files. A version's files never change,
-#: and delta-rs's add actions as Arrow cost about a millisecond a call, three calls per table
-#: and batch (a profile over 200 tables: 7% of the driver's writer threads).
-_sizes_at: dict[tuple[str, str, int], list[int]] = {}
-_SIZES_KEPT = 4096
-
-
-def _file_sizes(table: Any) -> list[int]:
-    """The sizes of the table's live files, from its log."""
-    key = (*table_identity(table), table.version())
-    known = _sizes_at.get(key)
-    if known is not None:
-        return known
-    sizes = table.get_add_actions(flatten=True).column("size_bytes").to_pylist()
-    known = [int(s) for s in sizes if s is not None]
-    if len(_sizes_at) >= _SIZES_KEPT:
-        _sizes_at.clear()  # (older versions are not asked again)
-    _sizes_at[key] = known
-    return known
-
-
-def table_bytes(table: Any) -> int:
+def table_bytes(table: LoggedTable) -> int:
     """The size of the table's live files, from its log."""
-    return sum(_file_sizes(table))
+    return sum(table.file_sizes())
 
 
-def small_files(table: Any) -> int:
+def small_files(table: LoggedTable) -> int:
     """The table's live files under :data:`bridge.spark.merge.COMPACT_FILE_BYTES`."""
-    return sum(1 for size in _file_sizes(table) if size < COMPACT_FILE_BYTES)
+    return sum(1 for size in table.file_sizes() if size < COMPACT_FILE_BYTES)
 
 
 def driver_write_fits(
     path: str,
     changes: int,
     max_rows: int,
-    opened: Any | None = None,
+    opened: LoggedTable | None = None,
     max_table_bytes: int | None = None,
-) -> Any | None:
+) -> LoggedTable | None:
     """The delta-rs table to write ``changes`` rows to at ``path``, or None when Spark should
     (too many rows; a table large enough for deletion vectors, ``max_table_bytes``, by default
     :data:`DELETION_VECTORS_MIN_TABLE_BYTES`, that bridge.spark.driver_dv_merge cannot write
@@ -163,18 +141,18 @@ def driver_write_fits(
     ``opened``: the table as an earlier call returned it and this job's writes since left it,
     used as it is.
 
-    Not brought up to date from the log: that lists the table's whole log directory on a local
-    path, which grows by a commit per batch (measured: 1 ms at 100 commits, 9 ms at 3,000; a
-    day of the one-second trigger is 86,400), twice per table and batch. The job is the only
-    writer of its tables, its own writes keep the table current, and the caller drops it
-    after a write of its own through Spark (bridge.spark.applier). A commit by anyone else
-    meanwhile is met by delta-rs's optimistic commit: it checks for conflicts and retries, or
-    refuses (DriverWriteRefused), and Spark writes the batch.
+    Brought up to date by the commits after its version, read by number
+    (bridge.spark.logged_table: no listing of the log directory, which grows by a commit per
+    batch). The caller drops it after a write of its own through Spark (bridge.spark.applier).
+    A commit by anyone else between this and the write is met by the commit's own check: the
+    version is taken, nothing is written (DriverWriteRefused), and Spark writes the batch.
     """
     if max_rows <= 0 or changes > max_rows or not is_local_path(path):
         return None
     try:
         table = opened if opened is not None else open_table(path)
+        if opened is not None:
+            table.update_incremental()
         if table_bytes(table) >= (max_table_bytes or DELETION_VECTORS_MIN_TABLE_BYTES):
             # Too large to rewrite what a MERGE touches: written with deletion vectors
             # (bridge.spark.driver_dv_merge) where the table allows it, else by Spark.
@@ -286,29 +264,10 @@ def commit_properties(app_id: str, batch_id: int, commit_metadata: str | None) -
     )
 
 
-#: (table URI, Delta table id, app id) -> (the table's version, the app's transaction version
-#: in it), as this process last committed it: reading the transaction from the log replays
-#: every commit since the last checkpoint (1-3 ms per table and batch, measured), and at the
-#: same version of the same table the answer is the same.
-_committed_transactions: dict[tuple[str, str, str], tuple[int, int]] = {}
-
-
-def _transaction_key(table: Any, app_id: str) -> tuple[str, str, str]:
-    return (*table_identity(table), app_id)
-
-
-def done_before(table: Any, app_id: str, batch_id: int) -> bool:
+def done_before(table: LoggedTable, app_id: str, batch_id: int) -> bool:
     """Delta's idempotent-DML check: this job's batch ``batch_id`` already committed here."""
-    known = _committed_transactions.get(_transaction_key(table, app_id))
-    if known is not None and known[0] == table.version():
-        return known[1] >= batch_id
     done = table.transaction_version(app_id)
     return done is not None and int(done) >= batch_id
-
-
-def _committed(table: Any, app_id: str, batch_id: int) -> None:
-    """This process committed ``app_id``'s batch ``batch_id`` as the table's latest version."""
-    _committed_transactions[_transaction_key(table, app_id)] = (table.version(), batch_id)
 
 
 def merge_in_driver(
@@ -333,7 +292,6 @@ def merge_in_driver(
         # (bringing delta-rs up to date), Spark's MERGE of the batch finds its transaction.
         with refused_on_failure():
             dv_merge(table, source, plan, app_id, batch_id, commit_metadata)
-        _committed(table, app_id, batch_id)
         return DV_WRITER
     rewrite = _rewrite(table, source, plan)
     if rewrite is not None:
@@ -399,7 +357,7 @@ def _merge_statement(
 
 
 def execute_merge(
-    builder: Any, table: Any, app_id: str, batch_id: int, commit_metadata: str | None
+    builder: Any, table: LoggedTable, app_id: str, batch_id: int, commit_metadata: str | None
 ) -> None:
     """Run a delta-rs MERGE built with :func:`commit_properties`; a batch's commit is made
     even when it changes no row."""
@@ -412,30 +370,45 @@ def execute_merge(
 
 
 def write_append(
-    table: Any, data: Any, app_id: str, batch_id: int, commit_metadata: str | None
+    table: LoggedTable, data: Any, app_id: str, batch_id: int, commit_metadata: str | None
 ) -> None:
     """Append ``data`` (in the table's schema: :func:`conformed`) in one commit carrying the
-    batch's transaction and ``commit_metadata``."""
-    _execute(
-        lambda: _append(table, data, app_id, batch_id, commit_metadata), table, app_id, batch_id
-    )
-
-
-def write_overwrite(
-    table: Any, rows: Any, app_id: str, batch_id: int, commit_metadata: str | None
-) -> None:
-    """Replace every row of the table by ``rows`` (in its schema) in one commit carrying the
-    batch's transaction and ``commit_metadata``."""
+    batch's transaction and ``commit_metadata``: the driver's own commit
+    (bridge.spark.driver_commit), delta-rs's where that refuses the table."""
+    if own_commit_refusal(table) is None:
+        append_rows(table, data, app_id, batch_id, commit_metadata)
+        return
     from deltalake import write_deltalake
 
     properties = commit_properties(app_id, batch_id, commit_metadata)
     _execute(
-        lambda: write_deltalake(table, rows, mode="overwrite", commit_properties=properties,
+        lambda: write_deltalake(table.synced(), data, mode="append", commit_properties=properties,
                                 post_commithook_properties=no_post_commit_hooks()),
         table,
         app_id,
         batch_id,
-    )
+    )  # fmt: skip
+
+
+def write_overwrite(
+    table: LoggedTable, rows: Any, app_id: str, batch_id: int, commit_metadata: str | None
+) -> None:
+    """Replace every row of the table by ``rows`` (in its schema) in one commit carrying the
+    batch's transaction and ``commit_metadata`` (the driver's own, as :func:`write_append`)."""
+    if own_commit_refusal(table, overwrite=True) is None:
+        overwrite_rows(table, rows, app_id, batch_id, commit_metadata)
+        return
+    from deltalake import write_deltalake
+
+    properties = commit_properties(app_id, batch_id, commit_metadata)
+    _execute(
+        lambda: write_deltalake(table.synced(), rows, mode="overwrite",
+                                commit_properties=properties,
+                                post_commithook_properties=no_post_commit_hooks()),
+        table,
+        app_id,
+        batch_id,
+    )  # fmt: skip
 
 
 def append_in_driver(
@@ -465,26 +438,14 @@ def append_in_driver(
     write_append(table, appended, app_id, batch_id, commit_metadata)
 
 
-def _append(table: Any, data: Any, app_id: str, batch_id: int, commit_metadata: str | None) -> None:
-    from deltalake import write_deltalake
-
-    write_deltalake(
-        table,
-        data,
-        mode="append",
-        commit_properties=commit_properties(app_id, batch_id, commit_metadata),
-        post_commithook_properties=no_post_commit_hooks(),
-    )
-
-
 def _empty(table: Any) -> Any:
     """No rows, in the table's schema: an append of it commits only its commit info."""
     return pa_schema(table).empty_table()
 
 
-def _execute(execute: Any, table: Any, app_id: str, batch_id: int) -> None:
-    """Run a delta-rs write; an error that left nothing committed is
-    :class:`DriverWriteRefused`.
+def _execute(execute: Any, table: LoggedTable, app_id: str, batch_id: int) -> None:
+    """Run a delta-rs write of ``table.synced()`` and read its commit back into ``table``; an
+    error that left nothing committed is :class:`DriverWriteRefused`.
 
     delta-rs commits last, then checkpoints: an error after the commit (the checkpoint's) is
     told by the batch's transaction in the table's log, and the write stands.
@@ -492,8 +453,8 @@ def _execute(execute: Any, table: Any, app_id: str, batch_id: int) -> None:
     version = table.version()
     try:
         execute()
+        table.update_incremental()
         if table.version() != version:  # delta-rs makes no commit for a MERGE that changes nothing
-            _committed(table, app_id, batch_id)
             checkpoint_if_due(table, table.version())  # the hooks' work, every tenth commit
     except Exception as exc:
         try:

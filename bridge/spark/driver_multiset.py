@@ -247,7 +247,7 @@ def _current_copies(
         return {}
     selected = ", ".join(tf.quote(n) for n in names) if names else "1 AS _pgbridge_one"
     try:  # delta-rs's own reader (DataFusion), which resolves column mapping's physical names
-        query = QueryBuilder().register("t", table).execute(f"SELECT {selected} FROM t")
+        query = QueryBuilder().register("t", table.synced()).execute(f"SELECT {selected} FROM t")
         held = _without_views(pa.table(query.read_all()))  # arro3 -> pyarrow (C interface)
     except Exception as exc:  # nothing written yet
         raise DriverWriteRefused(f"reading the table: {exc}") from exc

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import zlib
 from typing import Any
 
+from bridge.spark.delta_checkpoint import remove_expired, retention_seconds, write_checkpoint
 from bridge.spark.delta_log import local_root
+from bridge.spark.logged_table import LoggedTable
 
 __all__ = ["DriverWriteRefused", "checkpoint_due", "checkpoint_if_due", "conformed",
            "no_post_commit_hooks", "pa_schema"]  # fmt: skip
@@ -76,17 +79,43 @@ def _last_checkpoint(table_uri: str) -> int | None:
         return None
 
 
-def checkpoint_if_due(table: Any, version: int) -> None:
+#: How often, at most, the driver removes a table's expired log entries (after a checkpoint):
+#: what it removes is older than ``delta.logRetentionDuration`` (30 days by default), which an
+#: hour more does not change, and finding it lists the log's directory.
+CLEANUP_EVERY_SECONDS = 3600.0
+
+#: table URI -> when (time.monotonic) this process last removed its expired log entries.
+_cleaned_at: dict[str, float] = {}
+
+
+def checkpoint_if_due(table: LoggedTable, version: int) -> None:
     """A checkpoint once ``delta.checkpointInterval`` versions (10 by default) passed since the
     last, as Spark and delta-rs write one after their own commits: readers replay at most
-    about that many commits; then, as they do, the log entries older than
-    ``delta.logRetentionDuration`` removed. ``table`` (delta-rs) is at ``version``, the
-    caller's commit, on a local path."""
-    interval = int(table.metadata().configuration.get("delta.checkpointInterval", "10"))
-    if checkpoint_due(table.table_uri, version, interval, _last_checkpoint(table.table_uri)):
-        try:
+    about that many commits; then, as they do, but at most once per
+    :data:`CLEANUP_EVERY_SECONDS`, the log entries older than ``delta.logRetentionDuration``
+    removed. ``table`` is at ``version``, the caller's commit, on a local path.
+
+    Both from the state the table keeps (bridge.spark.delta_checkpoint: the same cost at any
+    length of the log); by delta-rs where the log holds actions that state does not keep."""
+    configuration = table.metadata().configuration
+    interval = int(configuration.get("delta.checkpointInterval", "10"))
+    uri = table.table_uri
+    if not checkpoint_due(uri, version, interval, _last_checkpoint(uri)):
+        return
+    try:
+        log = table.log
+        own = not log.foreign and log.metadata is not None and log.protocol is not None
+        if own and log.version == version:
+            write_checkpoint(log)
+        else:
             table.create_checkpoint()
-            table.cleanup_metadata()
-        except Exception as exc:  # the commit stands; the next writer checkpoints
-            logger.warning("%s: checkpoint at version %d failed: %s", table.table_uri, version,
-                           exc)  # fmt: skip
+        last = _cleaned_at.get(uri)
+        if last is None or time.monotonic() - last >= CLEANUP_EVERY_SECONDS:
+            retention = retention_seconds(configuration)
+            if retention is not None:
+                remove_expired(log.root, retention)
+            else:
+                table.cleanup_metadata()
+            _cleaned_at[uri] = time.monotonic()
+    except Exception as exc:  # the commit stands; the next writer checkpoints
+        logger.warning("%s: checkpoint at version %d failed: %s", uri, version, exc)

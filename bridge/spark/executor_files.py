@@ -122,29 +122,45 @@ def write_file(layout: FileLayout, tables: Iterator[Any]) -> WrittenFile | None:
 
 
 def commit_files(
-    table: Any, files: list[WrittenFile], commit_properties: Any, modification_ms: int
+    table: Any,
+    files: list[WrittenFile],
+    app_id: str,
+    batch_id: int,
+    commit_metadata: str | None,
+    modification_ms: int,
 ) -> None:
-    """One Delta commit appending ``files`` to ``table`` (a delta-rs ``DeltaTable``)."""
-    from deltalake.transaction import AddAction
-
+    """One Delta commit appending ``files`` to ``table`` (bridge.spark.logged_table), with the
+    batch's transaction and ``commit_metadata``: the driver's own commit
+    (bridge.spark.driver_commit), delta-rs's where that refuses the table."""
+    from bridge.spark.driver_commit import commit, own_commit_refusal
+    from bridge.spark.driver_merge import commit_properties
     from bridge.spark.driver_table import checkpoint_if_due, no_post_commit_hooks
 
+    adds = [
+        {"path": f.path, "partitionValues": {}, "size": f.size,
+         "modificationTime": modification_ms, "dataChange": True,
+         "stats": json.dumps({"numRecords": f.records})}
+        for f in files
+    ]  # fmt: skip
+    if own_commit_refusal(table) is None:
+        commit(table, [{"add": add} for add in adds], operation="WRITE",
+               parameters={"mode": "Append"}, blind_append=True, app_id=app_id,
+               batch_id=batch_id, commit_metadata=commit_metadata,
+               metrics={"numFiles": len(files),
+                        "numOutputRows": sum(f.records for f in files)})  # fmt: skip
+        return
+    from deltalake.transaction import AddAction
+
     actions = [
-        AddAction(
-            f.path,
-            f.size,
-            {},
-            modification_ms,
-            True,
-            json.dumps({"numRecords": f.records}),
-        )
+        AddAction(f.path, f.size, {}, modification_ms, True, json.dumps({"numRecords": f.records}))
         for f in files
     ]
-    table.create_write_transaction(
+    table.synced().create_write_transaction(
         actions,
         "append",
         table.schema(),
-        commit_properties=commit_properties,
+        commit_properties=commit_properties(app_id, batch_id, commit_metadata),
         post_commithook_properties=no_post_commit_hooks(),
     )
+    table.update_incremental()
     checkpoint_if_due(table, table.version())

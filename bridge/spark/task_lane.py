@@ -764,7 +764,6 @@ def _committed(
     removed)."""
     import time
 
-    from bridge.spark.driver_merge import commit_properties
     from bridge.spark.executor_files import WrittenFile, commit_files
     from bridge.spark.summary import combine_parts
     from bridge.spark.write_choice import new_keys_only
@@ -812,10 +811,7 @@ def _committed(
     )
     try:
         commit_files(
-            lane.table,
-            files,
-            commit_properties(app_id, batch_id, after.to_metadata()),
-            int(time.time() * 1000),
+            lane.table, files, app_id, batch_id, after.to_metadata(), int(time.time() * 1000)
         )
     except Exception as exc:  # nothing committed: Spark's path writes the batch
         return refuse(f"the commit failed: {exc}")

@@ -949,16 +949,16 @@ def test_small_batches_of_small_tables_are_written_by_delta_rs_in_the_driver(
     assert batches.apply(4).stats.last_write["public.keyed"] == ("merge", "delta-rs")
     assert _ids(batches) == {1: "d", 2: "e"}
     # Someone deletes a row with Delta's DELETE, which leaves a deletion vector. The running
-    # job's kept table is behind: its write meets delta-rs's conflict check, and Spark writes
-    # that batch; a restarted job's rewrite reads the table through the vector. Either way the
-    # deleted row stays deleted.
+    # job's kept table reads that commit (by its version number: bridge.spark.logged_table)
+    # before it writes, and so does a restarted job's; the rewrite reads the table through
+    # the vector. Either way the deleted row stays deleted.
     batches.add(KEYED, "c", (15, 0), after={"id": 3, "v": "f"})
     batches.add(KEYED, "c", (15, 1), after={"id": 4, "v": "g"})
     batches.apply(5)
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 1")
     assert _deletion_vectors(path) > 0
     batches.add(KEYED, "u", (16, 0), after={"id": 2, "v": "h"})
-    assert batches.apply(6).stats.last_write["public.keyed"] == ("merge", "spark")
+    assert batches.apply(6).stats.last_write["public.keyed"] == ("merge", "delta-rs")
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 3")
     assert _deletion_vectors(path) > 0
     batches.add(KEYED, "u", (17, 0), after={"id": 4, "v": "i"})

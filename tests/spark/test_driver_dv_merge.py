@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from bridge.spark import driver_dv_merge
+from bridge.spark import driver_commit, driver_dv_merge
 from bridge.spark import transforms as tf
 from bridge.spark.deletion_vectors import (
     DeletionVectorError,
@@ -25,6 +25,7 @@ from bridge.spark.deletion_vectors import (
 from bridge.spark.delta_log import CommitConflict, LogFiles, read_log_files, write_commit
 from bridge.spark.driver_dv_merge import BatchDeclined, dv_merge, dv_merge_refusal
 from bridge.spark.driver_table import DriverWriteRefused
+from bridge.spark.logged_table import LoggedTable
 from bridge.spark.merge import MergePlan
 
 PLAN = MergePlan(key_columns=("id",), value_columns=("id", "v"))
@@ -114,7 +115,7 @@ def test_a_version_another_writer_took_is_a_conflict_and_nothing_is_left(tmp_pat
 def _table(
     path: Path, ids: range, files: int = 1, configuration: dict[str, str] | None = None
 ) -> Any:
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import write_deltalake
 
     config = {"delta.enableDeletionVectors": "true", **(configuration or {})}
     step = max(1, len(ids) // files)
@@ -125,7 +126,7 @@ def _table(
                 tf.COMMIT_TS: [None] * len(chunk)}  # fmt: skip
         data = pa.table(rows).cast(_SOURCE.remove(_SOURCE.get_field_index(tf.OP)))
         write_deltalake(str(path), data, mode="append", configuration=config)
-    return DeltaTable(str(path))
+    return LoggedTable.open(str(path))
 
 
 def _batch(*changes: tuple[int, str, int, str]) -> pa.Table:
@@ -146,13 +147,6 @@ def _rows(table: Any) -> dict[int, str]:
     table.update_incremental()
     scanned = pa.table(table.scan())
     return dict(zip(scanned.column("id").to_pylist(), scanned.column("v").to_pylist(), strict=True))
-
-
-@pytest.fixture(autouse=True)
-def _fresh_log_states() -> Any:
-    driver_dv_merge._log_states.clear()  # each test's tables are new: as a new job finds them
-    yield
-    driver_dv_merge._log_states.clear()
 
 
 def test_updates_deletes_inserts_and_resends_are_applied_as_merge_changes_applies_them(
@@ -196,12 +190,12 @@ def test_a_column_the_batch_does_not_set_keeps_its_value_in_a_replaced_row(
 ) -> None:
     """A column the table has and the batch lacks (dropped in the source, kept in Delta): an
     update leaves it as it was, as Spark's MERGE's update does; a new row has it null."""
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import write_deltalake
 
     held = _batch((1, "c", 10, "a"), (2, "c", 10, "b")).drop_columns([tf.OP])
     held = held.append_column("kept", pa.array(["k1", "k2"]))
     write_deltalake(str(tmp_path), held, configuration={"delta.enableDeletionVectors": "true"})
-    table = DeltaTable(str(tmp_path))
+    table = LoggedTable.open(str(tmp_path))
     dv_merge(table, _batch((1, "u", 20, "a2"), (3, "c", 20, "c")), PLAN, "j", 1, None)
     table.update_incremental()
     scanned = pa.table(table.scan())
@@ -226,7 +220,7 @@ def test_files_whose_key_range_excludes_the_batch_are_not_read(tmp_path: Path) -
 
 def _text_keyed(path: Path, keys: list[list[str]]) -> Any:
     """A table keyed by text, one delta-rs file per list of ``keys``."""
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import write_deltalake
 
     for chunk in keys:
         rows = {"id": chunk, "v": [f"old-{k}" for k in chunk], tf.COMMIT_LSN: [10] * len(chunk),
@@ -234,7 +228,7 @@ def _text_keyed(path: Path, keys: list[list[str]]) -> Any:
         schema = _TEXT_SOURCE.remove(_TEXT_SOURCE.get_field_index(tf.OP))
         write_deltalake(str(path), pa.table(rows).cast(schema), mode="append",
                         configuration={"delta.enableDeletionVectors": "true"})  # fmt: skip
-    return DeltaTable(str(path))
+    return LoggedTable.open(str(path))
 
 
 _TEXT_SOURCE = _SOURCE.set(0, pa.field("id", pa.string()))
@@ -345,16 +339,13 @@ def _scanned(table: Any) -> Any:
 
 
 def test_batches_past_a_checkpoint_and_a_new_job_read_the_same_table(tmp_path: Path) -> None:
-    from deltalake import DeltaTable
-
     table = _table(tmp_path, range(50))
     expected = {i: f"old-{i}" for i in range(50)}
     for batch in range(1, 13):  # past version 10: a checkpoint is written
         dv_merge(table, _batch((batch, "u", 100 + batch, f"b{batch}")), PLAN, "j", batch, None)
         expected[batch] = f"b{batch}"
     assert (tmp_path / "_delta_log" / "_last_checkpoint").exists()
-    driver_dv_merge._log_states.clear()  # a new job: the log replayed from the checkpoint
-    again = DeltaTable(str(tmp_path))
+    again = LoggedTable.open(str(tmp_path))  # a new job: the log replayed from the checkpoint
     dv_merge(again, _batch((40, "d", 500, "")), PLAN, "j", 13, None)
     del expected[40]
     assert _rows(again) == expected
@@ -382,12 +373,12 @@ def test_a_batch_it_does_not_take_is_declined_before_anything_is_written(
 
 
 def test_a_floating_point_key_is_refused_before_anything_is_written(tmp_path: Path) -> None:
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import write_deltalake
 
     rows = _batch((1, "c", 10, "a")).drop_columns([tf.OP])
     rows = rows.set_column(0, "id", pa.array([1.5]))
     write_deltalake(str(tmp_path), rows, configuration={"delta.enableDeletionVectors": "true"})
-    table = DeltaTable(str(tmp_path))
+    table = LoggedTable.open(str(tmp_path))
     batch = _batch((1, "u", 20, "b")).set_column(0, "id", pa.array([float("nan")]))
     with pytest.raises(DriverWriteRefused, match="floating-point"):
         dv_merge(table, batch, PLAN, "j", 1, None)
@@ -399,9 +390,7 @@ def test_tables_whose_rules_it_cannot_keep_are_refused(tmp_path: Path) -> None:
 
     plain = tmp_path / "plain"
     write_deltalake(str(plain), pa.table({"id": [1]}))
-    from deltalake import DeltaTable
-
-    assert "no deletion vectors" in (dv_merge_refusal(DeltaTable(str(plain))) or "")
+    assert "no deletion vectors" in (dv_merge_refusal(LoggedTable.open(str(plain))) or "")
     feed = _table(tmp_path / "feed", range(1), configuration={"delta.enableChangeDataFeed": "true"})
     assert "change data feed" in (dv_merge_refusal(feed) or "")
 
@@ -416,7 +405,7 @@ def test_a_version_taken_meanwhile_is_refused_and_the_table_keeps_the_other_comm
         write_commit(root, version, [{"commitInfo": {"operation": "someone else"}}])
         write_commit(root, version, actions)
 
-    monkeypatch.setattr(driver_dv_merge, "write_commit", another_writer_first)
+    monkeypatch.setattr(driver_commit, "write_commit", another_writer_first)
     with pytest.raises(DriverWriteRefused, match="another writer"):
         dv_merge(table, _batch((2, "u", 20, "lost")), PLAN, "j", 2, None)
     monkeypatch.undo()

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
+from bridge.spark import driver_table
 from bridge.spark import transforms as tf
 from bridge.spark.driver_changes import ArrowRows
 from bridge.spark.driver_merge import (
@@ -62,16 +63,18 @@ def test_an_unforeseen_failure_before_the_commit_hands_the_batch_to_spark(
 
 @pytest.mark.parametrize("retention", [None, "interval 0 seconds"])
 def test_the_drivers_commits_checkpoint_every_tenth_version_and_remove_expired_log_entries(
-    tmp_path: Path, retention: str | None
+    tmp_path: Path, retention: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """delta-rs's post-commit hooks are off (on a local path they list the whole log at every
     commit, a log that holds every commit of the retention period); the driver's writes
     checkpoint every ``delta.checkpointInterval`` versions instead, as Spark does, and then
     remove the log entries older than ``delta.logRetentionDuration`` (30 days by default;
-    here also none). Tables take their turns at versions offset by their paths (the job's
-    tables advance together). A reader (a new delta-rs table) sees every batch's rows and its
-    transaction."""
+    here also none; at most hourly, here at every checkpoint). Tables take their turns at
+    versions offset by their paths (the job's tables advance together). A reader (a new
+    delta-rs table) sees every batch's rows and its transaction."""
     from deltalake import write_deltalake
+
+    monkeypatch.setattr(driver_table, "CLEANUP_EVERY_SECONDS", 0.0)
 
     write_deltalake(
         str(tmp_path),
@@ -95,9 +98,9 @@ def test_the_drivers_commits_checkpoint_every_tenth_version_and_remove_expired_l
     reader = open_table(str(tmp_path))
     assert reader.version() == 24
     assert reader.transaction_version("the-job") == 24
-    assert sorted(pa.table(reader.to_pyarrow_dataset().to_table())["id"].to_pylist()) == list(
-        range(25)
-    )
+    assert sorted(
+        pa.table(reader.synced().to_pyarrow_dataset().to_table())["id"].to_pylist()
+    ) == list(range(25))
 
 
 def test_a_tables_size_is_its_current_versions_through_its_writes_and_anothers(

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from bridge.spark import driver_multiset as dm
 from bridge.spark import transforms as tf
-from bridge.spark.driver_merge import DriverWriteRefused
+from bridge.spark.driver_merge import DriverWriteRefused, open_table
 
 Image = tuple[Any, ...]
 Record = tuple[int, int, str, int, Image]  # commit_lsn, seq, op, count delta, image
@@ -163,7 +163,7 @@ def test_a_large_tables_changes_are_declined_and_its_inserts_appended(
 
     held = images_table([(5, 0, "c", 1, (1, "x"))]).drop_columns([tf.OP, tf.COUNT_DELTA])
     write_deltalake(str(tmp_path), held)
-    table = DeltaTable(str(tmp_path))
+    table = open_table(str(tmp_path))
     monkeypatch.setattr(dm, "DELETION_VECTORS_MIN_TABLE_BYTES", 0)
     columns = T.StructType([T.StructField("a", T.LongType()), T.StructField("b", T.StringType())])
     schema = T.StructType(
