@@ -133,6 +133,7 @@ def write_checkpoint(log: LogFiles) -> int:
     pointer = {"version": log.version, "size": table.num_rows, "sizeInBytes": size,
                "numOfAddFiles": len(log.adds)}  # fmt: skip
     _replace_text(directory / "_last_checkpoint", json.dumps(pointer))
+    log.checkpoint = log.version
     return int(table.num_rows)
 
 

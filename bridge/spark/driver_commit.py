@@ -102,7 +102,7 @@ def own_commit_refusal(table: LoggedTable, *, overwrite: bool = False) -> str | 
     if any(k.startswith("delta.constraints.") for k in config):
         return "a table with CHECK constraints"
     mapped = config.get("delta.columnMapping.mode", "none") != "none"
-    for field in json.loads(table.schema().to_json())["fields"]:
+    for field in table.schema_fields():
         meta = field.get("metadata") or {}
         if any(k in meta for k in ("delta.invariants", "delta.generationExpression")) or any(
             k.startswith("delta.identity.") for k in meta
@@ -118,7 +118,7 @@ def own_commit_refusal(table: LoggedTable, *, overwrite: bool = False) -> str | 
 def physical_names(table: LoggedTable) -> dict[str, tuple[str, int | None]]:
     """Each column's name in the data files, and its field id (column mapping), by name."""
     names = {}
-    for field in json.loads(table.schema().to_json())["fields"]:
+    for field in table.schema_fields():
         meta = field.get("metadata") or {}
         physical = meta.get("delta.columnMapping.physicalName", field["name"])
         names[field["name"]] = (physical, meta.get("delta.columnMapping.id"))
@@ -155,7 +155,8 @@ def write_rows(
         fields.append(pa.field(name, field.type, field.nullable, metadata))
     data = pa.Table.from_arrays(values.columns, schema=pa.schema(fields))
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    pq.write_table(data, table.log.root / name, compression="snappy")
+    with pa.OSFile(str(table.log.root / name), "wb") as sink:  # (no file system to resolve)
+        pq.write_table(data, sink, compression="snappy")
     low, high, nulls = {}, {}, {}
     for logical in values.column_names:
         column = values.column(logical)

@@ -37,7 +37,6 @@ rules of is Spark's.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -240,7 +239,7 @@ def check_target(table: Any, source: T.StructType, assigned: Sequence[str]) -> N
     silently; and a cast Spark would refuse must not be made by delta-rs instead.
     """
     try:
-        schema = json.loads(table.schema().to_json())
+        schema = {"fields": table.schema_fields()}
         target = {f["name"]: T._parse_datatype_json_value(f["type"]) for f in schema["fields"]}
     except Exception as exc:  # a type Spark's parser does not know
         raise DriverWriteRefused(f"the table's schema: {exc}") from exc

@@ -3,14 +3,12 @@ their commits' checkpoints."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import zlib
 from typing import Any
 
 from bridge.spark.delta_checkpoint import remove_expired, retention_seconds, write_checkpoint
-from bridge.spark.delta_log import local_root
 from bridge.spark.logged_table import LoggedTable
 
 __all__ = ["DriverWriteRefused", "checkpoint_due", "checkpoint_if_due", "conformed",
@@ -23,14 +21,12 @@ class DriverWriteRefused(Exception):
     """delta-rs could not write the batch and committed nothing: apply it with Spark."""
 
 
-def pa_schema(table: Any) -> Any:
+def pa_schema(table: LoggedTable) -> Any:
     """The table's schema as pyarrow's."""
-    import pyarrow as pa
-
-    return pa.schema(table.schema().to_arrow())
+    return table.arrow_schema()
 
 
-def conformed(table: Any, rows: Any) -> Any:
+def conformed(table: LoggedTable, rows: Any) -> Any:
     """``rows`` with exactly the table's columns and types (delta-rs appends only that)."""
     import pyarrow as pa
 
@@ -70,15 +66,6 @@ def checkpoint_due(table_uri: str, version: int, interval: int, last: int | None
     return version - last >= interval
 
 
-def _last_checkpoint(table_uri: str) -> int | None:
-    """The version of the table's newest checkpoint (``_delta_log/_last_checkpoint``)."""
-    try:
-        return int(json.loads((local_root(table_uri) / "_delta_log" / "_last_checkpoint")
-                              .read_text())["version"])  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 #: How often, at most, the driver removes a table's expired log entries (after a checkpoint):
 #: what it removes is older than ``delta.logRetentionDuration`` (30 days by default), which an
 #: hour more does not change, and finding it lists the log's directory.
@@ -99,16 +86,19 @@ def checkpoint_if_due(table: LoggedTable, version: int) -> None:
     length of the log); by delta-rs where the log holds actions that state does not keep."""
     configuration = table.metadata().configuration
     interval = int(configuration.get("delta.checkpointInterval", "10"))
-    uri = table.table_uri
-    if not checkpoint_due(uri, version, interval, _last_checkpoint(uri)):
+    uri, log = table.table_uri, table.log
+    # The last checkpoint as this process knows it (read when the table was opened, and
+    # written since), not read from _last_checkpoint at every commit: one written by another
+    # writer meanwhile only makes this one come earlier than it needed to.
+    if not checkpoint_due(uri, version, interval, log.checkpoint):
         return
     try:
-        log = table.log
         own = not log.foreign and log.metadata is not None and log.protocol is not None
         if own and log.version == version:
             write_checkpoint(log)
         else:
             table.create_checkpoint()
+            log.checkpoint = version
         last = _cleaned_at.get(uri)
         if last is None or time.monotonic() - last >= CLEANUP_EVERY_SECONDS:
             retention = retention_seconds(configuration)
