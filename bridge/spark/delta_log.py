@@ -123,10 +123,6 @@ class LogFiles:
             elif any(kind in action for kind in _FOREIGN_ACTIONS):
                 self.foreign = True
 
-    def live_bytes(self) -> int:
-        """The size of the live files."""
-        return sum(int(add.get("size") or 0) for add in self.adds.values())
-
 
 def read_log_files(root: Path) -> LogFiles:
     """The table's live files at its newest version: its last checkpoint, then the commits

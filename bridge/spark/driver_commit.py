@@ -88,7 +88,13 @@ TEXT_MAX_WHOLE = 256
 
 
 def own_commit_refusal(table: LoggedTable, *, overwrite: bool = False) -> str | None:
-    """Why this module cannot commit to ``table`` (an overwrite, with ``overwrite``), or None."""
+    """Why this module cannot commit to ``table`` (an overwrite, with ``overwrite``), or None:
+    judged once per description of the table, not at every write."""
+    name = "overwrite refusal" if overwrite else "append refusal"
+    return table.described(name, lambda t: _refusal(t, overwrite))  # type: ignore[no-any-return]
+
+
+def _refusal(table: LoggedTable, overwrite: bool) -> str | None:
     protocol, metadata = table.protocol(), table.metadata()
     features = set(protocol.writer_features or ())
     config = {k: str(v).lower() for k, v in metadata.configuration.items()}
@@ -117,6 +123,10 @@ def own_commit_refusal(table: LoggedTable, *, overwrite: bool = False) -> str | 
 
 def physical_names(table: LoggedTable) -> dict[str, tuple[str, int | None]]:
     """Each column's name in the data files, and its field id (column mapping), by name."""
+    return table.described("physical names", _physical_names)  # type: ignore[no-any-return]
+
+
+def _physical_names(table: LoggedTable) -> dict[str, tuple[str, int | None]]:
     names = {}
     for field in table.schema_fields():
         meta = field.get("metadata") or {}

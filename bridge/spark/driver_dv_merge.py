@@ -89,7 +89,12 @@ class DvMergeResult:
 
 
 def dv_merge_refusal(table: LoggedTable) -> str | None:
-    """Why ``table`` (a local path) cannot take :func:`dv_merge`, or None."""
+    """Why ``table`` (a local path) cannot take :func:`dv_merge`, or None (judged once per
+    description of the table)."""
+    return table.described("dv merge refusal", _refusal)  # type: ignore[no-any-return]
+
+
+def _refusal(table: LoggedTable) -> str | None:
     protocol, metadata = table.protocol(), table.metadata()
     features = set(protocol.writer_features or ())
     config = {k: str(v).lower() for k, v in metadata.configuration.items()}

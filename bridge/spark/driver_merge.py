@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 from pyspark.sql import DataFrame
@@ -239,8 +239,8 @@ def check_target(table: Any, source: T.StructType, assigned: Sequence[str]) -> N
     silently; and a cast Spark would refuse must not be made by delta-rs instead.
     """
     try:
-        schema = {"fields": table.schema_fields()}
-        target = {f["name"]: T._parse_datatype_json_value(f["type"]) for f in schema["fields"]}
+        fields = table.schema_fields()
+        target = {f["name"]: T._parse_datatype_json_value(f["type"]) for f in fields}
     except Exception as exc:  # a type Spark's parser does not know
         raise DriverWriteRefused(f"the table's schema: {exc}") from exc
     for name in assigned:
@@ -376,17 +376,8 @@ def write_append(
     (bridge.spark.driver_commit), delta-rs's where that refuses the table."""
     if own_commit_refusal(table) is None:
         append_rows(table, data, app_id, batch_id, commit_metadata)
-        return
-    from deltalake import write_deltalake
-
-    properties = commit_properties(app_id, batch_id, commit_metadata)
-    _execute(
-        lambda: write_deltalake(table.synced(), data, mode="append", commit_properties=properties,
-                                post_commithook_properties=no_post_commit_hooks()),
-        table,
-        app_id,
-        batch_id,
-    )  # fmt: skip
+    else:
+        _write_by_delta_rs(table, data, "append", app_id, batch_id, commit_metadata)
 
 
 def write_overwrite(
@@ -396,13 +387,21 @@ def write_overwrite(
     batch's transaction and ``commit_metadata`` (the driver's own, as :func:`write_append`)."""
     if own_commit_refusal(table, overwrite=True) is None:
         overwrite_rows(table, rows, app_id, batch_id, commit_metadata)
-        return
+    else:
+        _write_by_delta_rs(table, rows, "overwrite", app_id, batch_id, commit_metadata)
+
+
+def _write_by_delta_rs(
+    table: LoggedTable, rows: Any, mode: Literal["append", "overwrite"], app_id: str,
+    batch_id: int,
+    commit_metadata: str | None,
+) -> None:  # fmt: skip
+    """delta-rs's append or overwrite, for a table the driver's own commit refuses."""
     from deltalake import write_deltalake
 
     properties = commit_properties(app_id, batch_id, commit_metadata)
     _execute(
-        lambda: write_deltalake(table.synced(), rows, mode="overwrite",
-                                commit_properties=properties,
+        lambda: write_deltalake(table.synced(), rows, mode=mode, commit_properties=properties,
                                 post_commithook_properties=no_post_commit_hooks()),
         table,
         app_id,

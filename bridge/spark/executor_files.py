@@ -136,11 +136,11 @@ def commit_files(
     from bridge.spark.driver_merge import commit_properties
     from bridge.spark.driver_table import checkpoint_if_due, no_post_commit_hooks
 
-    adds = [
+    stats = [json.dumps({"numRecords": f.records}) for f in files]
+    adds: list[dict[str, Any]] = [
         {"path": f.path, "partitionValues": {}, "size": f.size,
-         "modificationTime": modification_ms, "dataChange": True,
-         "stats": json.dumps({"numRecords": f.records})}
-        for f in files
+         "modificationTime": modification_ms, "dataChange": True, "stats": s}
+        for f, s in zip(files, stats, strict=True)
     ]  # fmt: skip
     if own_commit_refusal(table) is None:
         commit(table, [{"add": add} for add in adds], operation="WRITE",
@@ -152,8 +152,8 @@ def commit_files(
     from deltalake.transaction import AddAction
 
     actions = [
-        AddAction(f.path, f.size, {}, modification_ms, True, json.dumps({"numRecords": f.records}))
-        for f in files
+        AddAction(f.path, f.size, {}, modification_ms, True, s)
+        for f, s in zip(files, stats, strict=True)
     ]
     table.synced().create_write_transaction(
         actions,

@@ -21,6 +21,7 @@ protocol brings it up to date at once (:meth:`LoggedTable.update_incremental`).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from bridge.spark.delta_log import LogFiles, local_root, read_log_files
@@ -38,10 +39,10 @@ class LoggedTable:
         self.log.redescribed = False
         if self.log.version != delta.version():  # a commit landed between the two reads
             delta.load_as_version(self.log.version)
-        # The schema as the writers read it, per table description (a write asked delta-rs
-        # for it as Arrow and as JSON several times: 4% of the writer threads over 200 tables).
-        self._arrow_schema: Any = None
-        self._fields: list[dict[str, Any]] | None = None
+        # What the writers derive from the table's description (schema, properties, protocol)
+        # at every write, kept until a commit changes it: a write asked delta-rs for the schema
+        # as Arrow and as JSON several times (4% of the writer threads over 200 tables).
+        self._described: dict[str, Any] = {}
 
     @classmethod
     def open(cls, path: str) -> LoggedTable:
@@ -65,19 +66,24 @@ class LoggedTable:
     def protocol(self) -> Any:
         return self.delta.protocol()
 
+    def described(self, name: str, derive: Callable[[LoggedTable], Any]) -> Any:
+        """``derive(self)``, computed once per description of the table (its schema,
+        properties and protocol) and kept under ``name``."""
+        if name not in self._described:
+            self._described[name] = derive(self)
+        return self._described[name]
+
     def arrow_schema(self) -> Any:
         """The table's schema as pyarrow's."""
-        if self._arrow_schema is None:
-            import pyarrow as pa
+        import pyarrow as pa
 
-            self._arrow_schema = pa.schema(self.delta.schema().to_arrow())
-        return self._arrow_schema
+        return self.described("arrow", lambda t: pa.schema(t.delta.schema().to_arrow()))
 
     def schema_fields(self) -> list[dict[str, Any]]:
         """The table's columns as Delta's schema JSON states them (names, types, metadata)."""
-        if self._fields is None:
-            self._fields = list(json.loads(self.delta.schema().to_json())["fields"])
-        return self._fields
+        return self.described(  # type: ignore[no-any-return]
+            "fields", lambda t: list(json.loads(t.delta.schema().to_json())["fields"])
+        )
 
     def transaction_version(self, app_id: str) -> int | None:
         """The last version ``app_id`` committed (Delta's ``txn``), or None."""
@@ -94,7 +100,7 @@ class LoggedTable:
         if self.log.redescribed:
             self.delta.load_as_version(self.log.version)
             self.log.redescribed = False
-            self._arrow_schema = self._fields = None
+            self._described.clear()
 
     def synced(self) -> Any:
         """delta-rs's table at this version (listing the log when it is behind), for an
