@@ -41,8 +41,7 @@ settings.load_profile(os.environ.get("PGBRIDGE_HYPOTHESIS_PROFILE", "ci"))
 # compiler only. Measured on the memory-bounded apply test (test_delta_e2e.py): 88 -> 73
 # CPU-seconds at the same wall time; the suite is CPU-bound on 2 cores. Spark's launcher adds
 # SPARK_SUBMIT_OPTS to the driver's java command; a value set by the caller is kept. The tests'
-# own session (the ``spark`` fixture) lives as long as the suite and keeps the full JIT (with
-# the client compiler only, the Spark tests took 15% longer).
+# own session (the ``spark`` fixture) takes the same, with options of its own (below).
 SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", SHORT_LIVED_JVM_OPTIONS)
 
@@ -97,14 +96,17 @@ def spark(local_stack: StackInfo) -> Iterator[Any]:
                 # both modes); `pgbridge apply` processes in the tests keep code generation.
                 "spark.sql.codegen.wholeStage": "false",
                 "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-                # The throughput collector: the tests' queries are small and many, their garbage
-                # short-lived (measured on test_apply_batches.py: 211 -> 191-205 s, the JVM's
-                # CPU 270 -> 235-252 s; the serial collector 214 s). No effect on results.
-                # (PGBRIDGE_TEST_SPARK_JAVA_OPTIONS: to measure other JVM options; measured
-                # on test_apply_batches.py, the client compiler only with a 256 MiB code cache
-                # took 17% less CPU and 10% more time, the C2 thresholds x4 no gain.)
+                # The throughput collector and the client compiler only (with a code cache it
+                # does not fill): `make test`'s integration run is CPU-bound (2 cores at 96-99%
+                # for its first 500 s), and the optimising compiler's work for the session's
+                # short queries costs more than it gains. Measured, the integration run on
+                # 2026-12-02's host: 890 -> 740 s, the workers' sum 2,317 -> 1,924 s (alone,
+                # test_apply_batches.py took 10% longer, 17% less CPU). No effect on results.
+                # TEST_SPARK_JAVA_OPTIONS measures others (not a PGBRIDGE_ name: the bridge's
+                # processes refuse unknown PGBRIDGE_ variables).
                 "spark.driver.extraJavaOptions": os.environ.get(
-                    "PGBRIDGE_TEST_SPARK_JAVA_OPTIONS", "-XX:+UseParallelGC"
+                    "TEST_SPARK_JAVA_OPTIONS",
+                    "-XX:+UseParallelGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m",
                 ),
             },
         )
@@ -155,43 +157,48 @@ def connect_worker(
 
 
 #: The test modules by their time in `make test`'s integration run, longest first (seconds of
-#: setup + calls + teardown, measured 2026-11-29 with `--durations=0` and `--junitxml`).
+#: setup + calls + teardown on a contended worker, as the run prints them per worker and module:
+#: measured 2026-12-02; test_apply_batches.py's 448 s then held test_apply_schema_changes.py's).
 #: pytest-xdist hands out whole modules (`--dist loadfile`) in collection order when told not
 #: to reorder them (`--no-loadscope-reorder`; by default it puts the modules with the most
-#: tests first): longest first makes the two workers finish together. Without it the one-test
+#: tests first): longest first makes the workers finish together. Without it the one-test
 #: modules of minutes (the fault cycle, the Spark cluster) came last and one worker ran alone
 #: for minutes (measured: the fault cycle unlisted, 754 -> 817 s). A module not listed keeps
 #: its place after these.
 _LONGEST_FIRST = (
-    "tests/spark/test_apply_batches.py",  # 291
-    "tests/integration/test_incremental_snapshot.py",  # 146
-    "tests/integration/test_fault_cycle.py",  # 108
-    "tests/integration/test_delta_e2e.py",  # 79
-    "tests/integration/test_spark_apply.py",  # 66
-    "tests/spark/test_changelog.py",  # 63
-    "tests/integration/test_spark_cluster.py",  # 57
-    "tests/integration/test_failover.py",  # 56
-    "tests/integration/test_secure_stack.py",  # 55
-    "tests/integration/test_snapshot_e2e.py",  # 49
-    "tests/integration/test_oauth_logins.py",  # 48
-    "tests/integration/test_spark_faults.py",  # 38
-    "tests/integration/source/test_source_replication.py",  # 37
-    "tests/integration/test_connect_interop.py",  # 35
-    "tests/spark/test_driver_decode.py",  # 35
-    "tests/integration/test_spark_hostile.py",  # 28
-    "tests/integration/test_ddl_torture.py",  # 20
-    "tests/integration/test_pipeline_e2e.py",  # 20
-    "tests/integration/test_many_tables.py",  # 19
-    "tests/integration/test_snapshot_exactly_once.py",  # 19
-    "tests/spark/test_driver_compaction.py",  # 17
-    "tests/integration/test_secure_kafka.py",  # 18
-    "tests/integration/test_hostile_schema.py",  # 13
-    "tests/integration/test_check.py",  # 12
-    "tests/integration/test_faults.py",  # 12 (its other faults are in the cycle)
-    "tests/integration/test_secrets_masked.py",  # 11
-    "tests/integration/test_secure_postgres.py",  # 11
-    "tests/integration/test_publisher.py",  # 10
-    "tests/integration/test_registry.py",  # 10
+    "tests/spark/test_apply_batches.py",  # 350
+    "tests/integration/test_incremental_snapshot.py",  # 168
+    "tests/integration/test_fault_cycle.py",  # 135
+    "tests/spark/test_apply_schema_changes.py",  # 100
+    "tests/integration/test_spark_apply.py",  # 87
+    "tests/integration/test_delta_e2e.py",  # 74
+    "tests/integration/test_snapshot_e2e.py",  # 72
+    "tests/integration/test_spark_cluster.py",  # 71
+    "tests/spark/test_changelog.py",  # 68
+    "tests/integration/test_secure_stack.py",  # 65
+    "tests/spark/test_driver_decode.py",  # 59
+    "tests/integration/test_oauth_logins.py",  # 56
+    "tests/integration/source/test_source_replication.py",  # 54
+    "tests/integration/test_connect_interop.py",  # 43
+    "tests/integration/test_spark_faults.py",  # 42
+    "tests/spark/test_lane_batches.py",  # 41
+    "tests/integration/test_snapshot_exactly_once.py",  # 39
+    "tests/integration/test_failover.py",  # 37
+    "tests/integration/test_spark_hostile.py",  # 34
+    "tests/integration/test_secure_kafka.py",  # 31
+    "tests/integration/test_pipeline_e2e.py",  # 29
+    "tests/integration/source/test_source_errors.py",  # 26
+    "tests/integration/test_secure_postgres.py",  # 25
+    "tests/integration/test_ddl_torture.py",  # 23
+    "tests/integration/test_many_tables.py",  # 21
+    "tests/integration/test_exactly_once.py",  # 18
+    "tests/integration/test_hostile_schema.py",  # 17
+    "tests/integration/test_secrets_masked.py",  # 17
+    "tests/integration/test_check.py",  # 14
+    "tests/integration/test_faults.py",  # 14
+    "tests/spark/test_driver_compaction.py",  # 13
+    "tests/integration/test_publisher.py",  # 12
+    "tests/integration/test_registry.py",  # 11
 )
 
 
@@ -217,6 +224,7 @@ SPARK_MODULES = frozenset(
         "integration/test_stack_smoke",
         "integration/test_type_zoo",
         "spark/test_apply_batches",
+        "spark/test_apply_schema_changes",
         "spark/test_changelog",
         "spark/test_debezium_types",
         "spark/test_delta_checkpoint",
@@ -255,13 +263,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 _FAULT_TABLES: list[str] = []
 
 
+#: Seconds of setup + call + teardown per (pytest-xdist worker, module), as the controller
+#: receives the reports: the balance of the workers, printed after an integration run.
+_MODULE_SECONDS: dict[tuple[str, str], float] = {}
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call":  # the teardown's report carries the same properties again
         _FAULT_TABLES.extend(str(v) for name, v in report.user_properties if name == "fault_table")
+    node = getattr(report, "node", None)  # set by pytest-xdist on the controller
+    if node is not None and "integration" in report.keywords:
+        key = (str(node.gateway.id), report.nodeid.split("::", 1)[0])
+        _MODULE_SECONDS[key] = _MODULE_SECONDS.get(key, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The fault cycle's table, where it ran."""
+    """The fault cycle's table, where it ran; each worker's modules and their seconds."""
     for table in _FAULT_TABLES:
         terminalreporter.write_sep("-", "fault cycle: fault x recovered / time / duplicates / lost")
         terminalreporter.write_line(table)
+    workers = sorted({worker for worker, _ in _MODULE_SECONDS})
+    if workers:
+        terminalreporter.write_sep("-", "seconds per worker and module (setup + calls + teardown)")
+    for worker in workers:
+        modules = sorted(
+            ((s, m) for (w, m), s in _MODULE_SECONDS.items() if w == worker), reverse=True
+        )
+        terminalreporter.write_line(f"{worker}: {sum(s for s, _ in modules):.0f} s")
+        for seconds, module in modules:
+            terminalreporter.write_line(f"  {seconds:7.1f}  {module}")

@@ -105,6 +105,7 @@ from bridge.spark.driver_lane import (
     topic_candidate,
 )
 from bridge.spark.driver_merge import (
+    DRIVER_WRITER,
     DriverWriteRefused,
     append_in_driver,
     driver_write_fits,
@@ -495,7 +496,7 @@ class BatchApplier:
                 self._fences[committed.path] = committed.fences
                 self.stats.last_write[committed.label] = committed.written
             self.lane.committed(committed)
-            if not committed.written[1].endswith("delta-rs"):  # not through the kept table
+            if not committed.written[1].endswith(DRIVER_WRITER):  # not through the kept table
                 self._forget_driver_table(committed.path)
             summary = committed.summary
             self._record(committed.topic, committed.label, summary, int(summary["n"]), None,
@@ -1079,7 +1080,7 @@ class BatchApplier:
         with self._lock:
             self._fences[path] = after
             self.stats.last_write[work.label] = written
-        if written[1] in ("delta-rs", DV_WRITER):
+        if written[1] in (DRIVER_WRITER, DV_WRITER):
             self._compact_if_fragmented(spark, path, metadata)
 
     def _compact_if_fragmented(self, spark: Any, path: str, metadata: str) -> None:
@@ -1120,13 +1121,13 @@ class BatchApplier:
         target = None if spark_only else self._driver_target(path, count, max_table_bytes)
         if target is not None:
             try:
-                return in_driver(target) or "delta-rs"
+                return in_driver(target) or DRIVER_WRITER
             except BatchDeclined as exc:  # this batch only: the next ones come here again
                 logger.info("%s: %s", path, first_line(exc))
             except DriverWriteRefused as exc:
                 with self._lock:
                     self._spark_only.add(path)
-                logger.warning("%s: delta-rs cannot write this table (%s); Spark writes it",
+                logger.warning("%s: the driver cannot write this table (%s); Spark writes it",
                                path, first_line(exc))  # fmt: skip
         self._forget_driver_table(path)
         with_spark()

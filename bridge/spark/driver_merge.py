@@ -74,6 +74,7 @@ from bridge.spark.merge import (
 )
 
 __all__ = [
+    "DRIVER_WRITER",
     "DriverWriteRefused",
     "append_in_driver",
     "before_condition",
@@ -90,6 +91,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: The writer's name in the job's log lines and metrics ("merge by driver"): the driver wrote
+#: the batch and committed it itself (or through delta-rs where its own commit refuses a table).
+DRIVER_WRITER = "driver"
 
 
 @contextmanager

@@ -2,18 +2,17 @@
 Confluent-framed envelopes -> BatchApplier -> Delta tables.
 
 Covers tables without key columns (multisets: duplicates, NULLs, resends, replays, truncates,
-zero columns), NULL-safe keys, original column names, hostile schema and table names,
-VariableScaleDecimal -> decimal, and a table that fails without halting the others. Schemas come
-from a fixed id -> schema map (the registry path is covered in tests/integration).
+zero columns), NULL-safe keys, original column names, hostile schema and table names, a table
+that fails without halting the others, which writer takes a batch (append, the driver, deletion
+vectors, Spark). Schema changes: test_apply_schema_changes.py; the harness: batches.py. Schemas
+come from a fixed id -> schema map (the registry path is covered in tests/integration).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import shutil
 from collections import Counter
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -22,214 +21,26 @@ import pytest
 
 from bridge.spark import transforms as tf
 from bridge.spark.applier import BatchApplier
-from bridge.spark.config import ApplyConfig
-from bridge.spark.decode import SchemaCache
 from bridge.spark.driver_dv_merge import DV_WRITER
 from bridge.spark.fences import read_fences
+from tests.spark.batches import (
+    BOTH_WRITERS,
+    FULL_DUPS,
+    KEYED,
+    OPT_INT,
+    OPT_STR,
+    PREFIX,
+    Batches,
+    _ids,
+    _last_write,
+    _merges,
+    appended_by,
+    col,
+    no_unnamed_lane_files,
+)
 from tests.spark.envelopes import TableVersion, frame_avro
 
 pytestmark = pytest.mark.integration
-
-PREFIX = "unit"
-OPT_INT: Any = ["null", "int"]
-OPT_STR: Any = ["null", "string"]
-VSD: dict[str, Any] = {
-    "type": "record",
-    "name": "VariableScaleDecimal",
-    "namespace": "io.debezium.data",
-    "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}],
-    "connect.name": "io.debezium.data.VariableScaleDecimal",
-}
-
-
-def col(name: str, type_: Any, original: str | None = None) -> dict[str, Any]:
-    field: dict[str, Any] = {"name": name, "type": type_}
-    if isinstance(type_, list) and type_[0] == "null":
-        field["default"] = None
-    if original is not None:
-        field["pgbridge.column"] = original
-    return field
-
-
-class _Schemas(SchemaCache):
-    """Schema ids assigned on first use; no registry."""
-
-    def __init__(self) -> None:
-        super().__init__(None)
-        self.ids: dict[str, int] = {}
-
-    def id_of(self, schema: dict[str, Any]) -> int:
-        text = json.dumps(schema)
-        if text not in self.ids:
-            self.ids[text] = len(self.ids) + 1
-            self._schemas[self.ids[text]] = text
-        return self.ids[text]
-
-
-#: The columns of Spark's Kafka source the job reads.
-_KAFKA_ROWS = pa.schema(
-    [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
-     ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.timestamp("us", "UTC"))]
-)  # fmt: skip
-
-
-class Batches:
-    """Builds Kafka-shaped batches of framed records and applies them."""
-
-    def __init__(self, spark: Any, tmp: Path, writer: str = "delta-rs") -> None:
-        self.spark = spark
-        self.writer = writer  # who writes a small table's batch: "delta-rs" (default), "spark"
-        self.schemas = _Schemas()
-        self.config = ApplyConfig(
-            topic_prefix=PREFIX,
-            bootstrap_servers="unused:9092",
-            registry_url="http://unused",
-            delta_base=str(tmp / "delta"),
-            checkpoint_location=str(tmp / "checkpoint"),
-            dead_letter_location=str(tmp / "dead"),
-            parallel_tables=1,
-            # "spark": every table written by Spark jobs (as large tables and batches are);
-            # "tasks": large tables' batches of new keys by the task lane (its threshold
-            # lowered to one record), the others by Spark jobs; "tasks+delta-rs": the same,
-            # the lane's folded updates and deletes MERGEd by delta-rs in the driver (which
-            # decodes nothing itself: driver_decode off).
-            **({"driver_write_rows": 0} if writer in ("spark", "tasks") else {}),
-            **({"lane_min_records": 1} if writer.startswith("tasks") else {}),
-            **({"driver_decode": False} if writer == "tasks+delta-rs" else {}),
-        )
-        self.records: list[tuple[bytes | None, bytes | None, str, int]] = []
-        self.offsets: dict[tuple[str, int], int] = {}
-        self.applier: BatchApplier | None = None
-
-    def add(
-        self,
-        version: TableVersion,
-        op: str,
-        position: tuple[int, int],
-        before: dict[str, Any] | None = None,
-        after: dict[str, Any] | None = None,
-        topic: str | None = None,
-        partition: int = 0,
-        unchanged: list[str] | None = None,
-    ) -> None:
-        envelope = version.envelope(op, *position, before=before, after=after, unchanged=unchanged)
-        value = frame_avro(
-            version.value_schema(), envelope, self.schemas.id_of(version.value_schema())
-        )
-        key = None
-        if version.key and op != "t":
-            row = after if after is not None else before
-            assert row is not None
-            key = frame_avro(
-                version.key_schema(),
-                {k: row[k] for k in version.key},
-                self.schemas.id_of(version.key_schema()),
-            )
-        self.records.append((key, value, topic or version.topic, partition))
-
-    def frame(self) -> Any:
-        """The batch as Spark's Kafka source gives it to the job; built from Arrow, so Spark
-        holds it as a local relation (from a list of rows, every query of it ran through
-        Python workers: 38 of this module's 308 CPU-seconds)."""
-        rows = []
-        for key, value, topic, partition in self.records:
-            offset = self.offsets.get((topic, partition), 0)
-            self.offsets[(topic, partition)] = offset + 1
-            rows.append(
-                {
-                    "key": key,
-                    "value": value,
-                    "topic": topic,
-                    "partition": partition,
-                    "offset": offset,
-                    "timestamp": dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
-                }
-            )
-        self.records = []
-        frame = self.spark.createDataFrame(pa.Table.from_pylist(rows, schema=_KAFKA_ROWS))
-        if self.writer.startswith("tasks"):
-            # Each Kafka partition in one Spark partition, as Spark's Kafka source reads them
-            # (the task lane refuses a partition split over tasks: tested in test_task_lane).
-            frame = frame.repartition(2, "topic", "partition")
-        return frame
-
-    def apply(self, batch_id: int, frame: Any = None, restarted: bool = False) -> BatchApplier:
-        """Apply a batch as the running job does (one applier for all batches), or as a job
-        restarted before it (a new applier: nothing known but what the tables hold)."""
-        if self.applier is None or restarted:
-            self.applier = BatchApplier(self.config, self.schemas)
-        self.applier(frame if frame is not None else self.frame(), batch_id)
-        return self.applier
-
-    def rows(self, schema: str, table: str) -> list[dict[str, Any]]:
-        df = self.spark.read.format("delta").load(self.config.table_path(schema, table))
-        data = [c for c in df.columns if not c.startswith("_pgbridge_")]
-        return [r.asDict() for r in df.select(*[f"`{c}`" for c in data]).collect()]
-
-    def multiset(self, schema: str, table: str) -> Counter[tuple[Any, ...]]:
-        return Counter(tuple(r.values()) for r in self.rows(schema, table))
-
-    def dead(self) -> list[tuple[str, str]]:
-        df = self.spark.read.format("delta").load(self.config.dead_letter_location)
-        return sorted((r["topic"], r["reason"]) for r in df.collect())
-
-
-FULL_DUPS = TableVersion(
-    PREFIX, "public", "full_dups", [col("a", OPT_INT), col("b", OPT_STR)], key=[]
-)
-
-
-def _merges(spark: Any, path: str) -> int:
-    """Commits that applied changes: MERGEs, and the append of a new table's first load."""
-    from delta.tables import DeltaTable
-
-    history = DeltaTable.forPath(spark, path).history()
-    return history.where("operation IN ('MERGE', 'WRITE')").count()
-
-
-@pytest.fixture
-def batches(spark: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Batches:
-    """Batches written as the job writes them by default (small tables: delta-rs in the
-    driver); ``@BOTH_WRITERS`` runs a test once more with Spark writing every table (and
-    test_lane_batches with the task lane taking every batch it may: by default only batches of
-    more than 50,000 records)."""
-    writer = getattr(request, "param", "delta-rs")
-    return Batches(spark, tmp_path, writer)
-
-
-#: Runs a test with each writer: what a table holds must not depend on which wrote it.
-BOTH_WRITERS = pytest.mark.parametrize("batches", ["delta-rs", "spark"], indirect=True)
-
-
-def no_unnamed_lane_files(batches: Batches) -> None:
-    """No file of the task lane's (zstd: Spark and delta-rs write snappy) is left in the table
-    that no commit ever named: a refused lane removes the files it wrote; nor are folded rows
-    left for the driver (bridge.spark.task_lane.FOLDED_DIR)."""
-    from deltalake import DeltaTable
-
-    table = batches.config.table_path("public", "keyed")
-    latest = DeltaTable(table).version()
-    named = {
-        Path(uri).name
-        for version in range(latest + 1)
-        for uri in DeltaTable(table, version=version).file_uris()
-    }
-    lane_files = {p.name for p in Path(table).glob("*.zstd.parquet")}
-    assert lane_files <= named
-    assert not list(Path(table).glob("_pgbridge_folded/*"))  # folded rows: read, then removed
-    assert bool(lane_files) == batches.writer.startswith("tasks")
-
-
-def appended_by(applier: BatchApplier, batches: Batches, table: str = "public.keyed") -> None:
-    """The table's last batch was an append, by the task lane where the test runs with it."""
-    kind, writer = applier.stats.last_write[table]
-    assert kind == "append"
-    assert (writer == "tasks") == batches.writer.startswith("tasks"), writer
-
-
-def _last_write(applier: BatchApplier, table: str = "public.keyed") -> str:
-    """How the applier wrote ``table``'s last batch (append, insert-only merge, merge)."""
-    return applier.stats.last_write[table][0]
 
 
 @BOTH_WRITERS
@@ -387,7 +198,7 @@ def test_keyless_small_batches_are_applied_by_delta_rs_and_spark_takes_what_it_c
     t, label = FULL_DUPS, "public.full_dups"
     batches.add(t, "c", (10, 0), after={"a": 1, "b": "x"})
     batches.add(t, "c", (10, 1), after={"a": 1, "b": "x"})
-    assert batches.apply(0).stats.last_write[label] == ("multiset", "delta-rs")
+    assert batches.apply(0).stats.last_write[label] == ("multiset", "driver")
     # Over the row bound: Spark's MERGE; then delta-rs again, from the position Spark committed.
     batches.config = dataclasses.replace(batches.config, driver_write_rows=1)
     update = {"before": {"a": 1, "b": "x"}, "after": {"a": 1, "b": "y"}}
@@ -399,7 +210,7 @@ def test_keyless_small_batches_are_applied_by_delta_rs_and_spark_takes_what_it_c
     batches.add(t, "d", (12, 0), before={"a": 1, "b": "x"})
     batches.add(t, "d", (12, 1), before={"a": 3, "b": None})
     batches.add(t, "c", (12, 2), after={"a": None, "b": None})
-    assert batches.apply(2, restarted=True).stats.last_write[label] == ("multiset", "delta-rs")
+    assert batches.apply(2, restarted=True).stats.last_write[label] == ("multiset", "driver")
     assert batches.multiset("public", "full_dups") == Counter({(1, "y"): 1, (None, None): 1})
 
     floats = TableVersion(PREFIX, "public", "floats", [col("f", ["null", "double"])], key=[])
@@ -524,80 +335,6 @@ def test_hostile_names_and_a_kept_column_through_the_deletion_vector_merge(
     ]
 
 
-def _vsd(value: str) -> dict[str, Any]:
-    d = Decimal(value)
-    sign, digits, exponent = d.as_tuple()
-    assert isinstance(exponent, int)
-    unscaled = int("".join(map(str, digits))) * (-1 if sign else 1)
-    length = max(1, (unscaled.bit_length() + 8) // 8)
-    return {"scale": -exponent, "value": unscaled.to_bytes(length, "big", signed=True)}
-
-
-def test_variable_scale_decimal_becomes_delta_decimal(batches: Batches, spark: Any) -> None:
-    t = TableVersion(
-        PREFIX,
-        "public",
-        "amounts",
-        [
-            col("id", "int"),
-            col("n", ["null", VSD]),
-            col(
-                "na",
-                [
-                    "null",
-                    {"type": "array", "items": ["null", "io.debezium.data.VariableScaleDecimal"]},
-                ],
-            ),
-        ],
-        key=["id"],
-    )
-    fits = [
-        "1.5",
-        "-2.25",
-        "0",
-        "-128",
-        "-256",
-        "255",
-        "12345678901234567890.123456789012345678",  # 20 + 18 digits: the most decimal(38,18) holds
-        "-0.000000000000000001",
-        "1.50000000000000000000000",  # trailing zeros beyond the scale are not digits lost
-    ]
-    unfit = ["1e100", "0.1234567890123456789", "123456789012345678901"]
-    for i, value in enumerate([*fits, *unfit]):
-        batches.add(t, "c", (10, i), after={"id": i, "n": _vsd(value), "na": [_vsd(value), None]})
-    batches.add(t, "c", (11, 0), after={"id": 100, "n": None, "na": None})  # NaN arrives as null
-    batches.apply(0)
-    df = spark.read.format("delta").load(batches.config.table_path("public", "amounts"))
-    types = dict(df.dtypes)
-    assert (types["n"], types["na"]) == ("decimal(38,18)", "array<decimal(38,18)>")
-    got = {r["id"]: (r["n"], r["na"]) for r in df.collect()}
-    for i, value in enumerate(fits):
-        assert got[i] == (Decimal(value), [Decimal(value), None]), value
-    for i in range(len(fits), len(fits) + len(unfit)):
-        assert got[i] == (None, [None, None])
-    assert got[100] == (None, None)
-    # Values that do not fit are never rounded: null in the table, and the record (holding the
-    # exact value) in the dead-letter table with the columns named.
-    assert batches.dead() == [
-        (t.topic, "value does not fit decimal(38,18); applied as null in column(s) n, na")
-    ] * len(unfit)
-
-
-def test_table_with_columns_differing_in_case_is_dead_lettered(batches: Batches) -> None:
-    # Legal in PostgreSQL, refused by Spark and Delta (case-insensitive names).
-    cased = TableVersion(
-        PREFIX, "public", "cased", [col("id", "int"), col("A", OPT_INT), col("a", OPT_INT)],
-        key=["id"],
-    )  # fmt: skip
-    batches.add(cased, "c", (10, 0), after={"id": 1, "A": 1, "a": 2})
-    batches.add(FULL_DUPS, "c", (10, 1), after={"a": 1, "b": "ok"})
-    batches.apply(0)
-    assert batches.multiset("public", "full_dups") == Counter({(1, "ok"): 1})
-    dead = batches.dead()
-    assert len(dead) == 1 and dead[0][0] == cased.topic
-    assert "'A' and 'a' differ only in case" in dead[0][1]
-
-
 def test_table_failing_to_merge_is_dead_lettered_and_others_apply(
     batches: Batches, spark: Any
 ) -> None:
@@ -629,30 +366,6 @@ def test_non_table_topics_are_dead_lettered(batches: Batches) -> None:
     batches.apply(0)
     assert batches.dead() == [(f"{PREFIX}.dead_letter", f"topic is not {PREFIX}.<schema>.<table>")]
     assert tf.COMMIT_LSN  # the metadata names stay importable for readers of the tables
-
-
-def test_table_created_without_column_mapping_is_switched_on_for_a_new_name(
-    batches: Batches, spark: Any
-) -> None:
-    from pyspark.sql import types as T
-
-    # A table an earlier pgbridge created (no column mapping), then a column named "a b".
-    path = batches.config.table_path("public", "legacy")
-    schema = T.StructType(
-        [
-            T.StructField("id", T.IntegerType()),
-            T.StructField("_pgbridge_commit_lsn", T.LongType()),
-            T.StructField("_pgbridge_seq", T.LongType()),
-            T.StructField("_pgbridge_commit_ts", T.TimestampType()),
-        ]
-    )
-    spark.createDataFrame([], schema).write.format("delta").save(path)
-    legacy = TableVersion(
-        PREFIX, "public", "legacy", [col("id", "int"), col("a_b", OPT_STR, "a b")], ["id"]
-    )
-    batches.add(legacy, "c", (10, 0), after={"id": 1, "a_b": "x"})
-    batches.apply(0)
-    assert batches.rows("public", "legacy") == [{"id": 1, "a b": "x"}]
 
 
 def _keyed(name: str) -> TableVersion:
@@ -739,75 +452,6 @@ def test_batch_reports_phases_and_commit_to_visible_freshness(batches: Batches) 
     assert sample("pgbridge_apply_commit_to_visible_seconds_count") == observed_before + 1
     freshness = sample("pgbridge_apply_freshness_seconds")
     assert 60 <= freshness < 60 + 120  # the minute since the commit, plus the batch itself
-
-
-def test_column_type_widened_in_postgres_is_widened_in_delta(batches: Batches, spark: Any) -> None:
-    narrow = TableVersion(PREFIX, "public", "grows", [col("id", "int"), col("v", OPT_INT)], ["id"])
-    wide = TableVersion(PREFIX, "public", "grows", [col("id", "int"), col("v", ["null", "long"])],
-                        ["id"])  # fmt: skip
-    batches.add(narrow, "c", (10, 0), after={"id": 1, "v": 7})
-    batches.apply(0)
-    # ALTER TABLE grows ALTER COLUMN v TYPE bigint; then a value only bigint holds.
-    batches.add(narrow, "u", (11, 0), after={"id": 1, "v": 8})
-    batches.add(wide, "c", (12, 0), after={"id": 2, "v": 2**40})
-    applier = batches.apply(1)
-    assert applier.stats.dead_letters == 0
-    df = spark.read.format("delta").load(batches.config.table_path("public", "grows"))
-    assert df.schema["v"].dataType.simpleString() == "bigint"
-    assert sorted(batches.rows("public", "grows"), key=lambda r: r["id"]) == [
-        {"id": 1, "v": 8},
-        {"id": 2, "v": 2**40},
-    ]
-
-
-def test_column_type_delta_cannot_widen_takes_the_new_type_with_the_values_cast(
-    batches: Batches, spark: Any
-) -> None:
-    """ALTER COLUMN v TYPE text, w TYPE int (USING w::int): Delta cannot change these in place,
-    so the column takes the new type through column mapping, older rows' values cast (null
-    where PostgreSQL's cast would have failed too: w = 'x'), an older version's record in the
-    same batch cast alike. A job killed half-way through (the old column moved aside) finishes
-    at its restart."""
-    from bridge.spark.merge import RETYPED_PREFIX
-
-    def version(table: str, v: Any, w: Any) -> TableVersion:
-        return TableVersion(PREFIX, "public", table, [col("id", "int"), col("v", v),
-                            col("w", w)], ["id"])  # fmt: skip
-
-    for table in ("retyped", "retyped_crash"):
-        old = version(table, OPT_INT, OPT_STR)
-        batches.add(old, "c", (10, 0), after={"id": 1, "v": 7, "w": "12"})
-        batches.add(old, "c", (10, 1), after={"id": 2, "v": 8, "w": "x"})
-    batches.apply(0)
-    # The crash: the column moved aside, the job gone before the new column took its name.
-    crashed = batches.config.table_path("public", "retyped_crash")
-    spark.sql(f"ALTER TABLE delta.`{crashed}` RENAME COLUMN v TO `{RETYPED_PREFIX}v`")
-    for table in ("retyped", "retyped_crash"):
-        batches.add(version(table, OPT_INT, OPT_STR), "u", (11, 0),
-                    after={"id": 2, "v": 9, "w": "x"})  # fmt: skip
-        batches.add(version(table, OPT_STR, OPT_INT), "c", (12, 0),
-                    after={"id": 3, "v": "seven", "w": 3})  # fmt: skip
-    applier = batches.apply(1, restarted=True)
-    assert applier.stats.dead_letters == 0
-    for table in ("retyped", "retyped_crash"):
-        df = spark.read.format("delta").load(batches.config.table_path("public", table))
-        assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields][:3] == [
-            ("id", "int"),
-            ("v", "string"),
-            ("w", "int"),
-        ], table
-        assert sorted(batches.rows("public", table), key=lambda r: r["id"]) == [
-            {"id": 1, "v": "7", "w": 12},
-            {"id": 2, "v": "9", "w": None},
-            {"id": 3, "v": "seven", "w": 3},
-        ], table
-
-
-KEYED = TableVersion(PREFIX, "public", "keyed", [col("id", "int"), col("v", OPT_STR)], key=["id"])
-
-
-def _ids(batches: Batches) -> dict[int, Any]:
-    return {r["id"]: r["v"] for r in batches.rows("public", "keyed")}
 
 
 def test_resent_insert_after_its_delete_never_resurrects_the_row(batches: Batches) -> None:
@@ -921,10 +565,10 @@ def test_small_batches_of_small_tables_are_written_by_delta_rs_in_the_driver(
     path = batches.config.table_path("public", "keyed")
     for key in range(1, 4):
         batches.add(KEYED, "c", (10, key), after={"id": key, "v": "a"})
-    assert batches.apply(0).stats.last_write["public.keyed"] == ("append", "delta-rs")
+    assert batches.apply(0).stats.last_write["public.keyed"] == ("append", "driver")
     batches.add(KEYED, "u", (11, 0), after={"id": 2, "v": "b"})
     batches.add(KEYED, "d", (11, 1), before={"id": 3})
-    assert batches.apply(1).stats.last_write["public.keyed"] == ("merge", "delta-rs")
+    assert batches.apply(1).stats.last_write["public.keyed"] == ("merge", "driver")
     assert _ids(batches) == {1: "a", 2: "b"}
     assert read_fences(spark, path).partitions == {0: (11, 1)}
     # Past the row bound: Spark.
@@ -946,7 +590,7 @@ def test_small_batches_of_small_tables_are_written_by_delta_rs_in_the_driver(
     applier = batches.apply(3, third, restarted=True)
     assert applier.stats.last_write["public.keyed"] == ("replay", "")
     batches.add(KEYED, "u", (14, 0), after={"id": 2, "v": "e"})
-    assert batches.apply(4).stats.last_write["public.keyed"] == ("merge", "delta-rs")
+    assert batches.apply(4).stats.last_write["public.keyed"] == ("merge", "driver")
     assert _ids(batches) == {1: "d", 2: "e"}
     # Someone deletes a row with Delta's DELETE, which leaves a deletion vector. The running
     # job's kept table reads that commit (by its version number: bridge.spark.logged_table)
@@ -958,13 +602,13 @@ def test_small_batches_of_small_tables_are_written_by_delta_rs_in_the_driver(
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 1")
     assert _deletion_vectors(path) > 0
     batches.add(KEYED, "u", (16, 0), after={"id": 2, "v": "h"})
-    assert batches.apply(6).stats.last_write["public.keyed"] == ("merge", "delta-rs")
+    assert batches.apply(6).stats.last_write["public.keyed"] == ("merge", "driver")
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 3")
     assert _deletion_vectors(path) > 0
     batches.add(KEYED, "u", (17, 0), after={"id": 4, "v": "i"})
     assert batches.apply(7, restarted=True).stats.last_write["public.keyed"] == (
         "merge",
-        "delta-rs",
+        "driver",
     )
     assert sorted((r["id"], r["v"]) for r in batches.rows("public", "keyed")) == [
         (2, "h"),
@@ -1003,8 +647,8 @@ def test_a_restarted_job_takes_its_tables_over_from_their_logs_without_spark(
     second = batches.frame().localCheckpoint()
     applier = batches.apply(1, second, restarted=True)
     assert applier.stats.driver_decoded == 2  # both tables, in the batch after the start
-    assert applier.stats.last_write["public.keyed"] == ("merge", "delta-rs")
-    assert applier.stats.last_write["public.full_dups"] == ("multiset", "delta-rs")
+    assert applier.stats.last_write["public.keyed"] == ("merge", "driver")
+    assert applier.stats.last_write["public.full_dups"] == ("multiset", "driver")
     assert _ids(batches) == {1: "a", 2: "b"}
     assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 2})
     assert logged_fences(DeltaTable(path)) == read_fences(spark, path)
@@ -1035,7 +679,7 @@ def test_a_new_table_is_created_by_its_first_commit_as_spark_creates_one(
     batches.add(KEYED, "c", (10, 2), after={"id": 2, "v": "b"})
     applier = batches.apply(0)
     assert applier.stats.driver_decoded == 1
-    assert applier.stats.last_write["public.keyed"] == ("append", "delta-rs")
+    assert applier.stats.last_write["public.keyed"] == ("append", "driver")
     path = batches.config.table_path("public", "keyed")
     ours = {k: v for a in _log_actions(path)[:3] for k, v in a.items()}
     assert ours["commitInfo"]["operation"] == "CREATE TABLE"
@@ -1204,7 +848,6 @@ def _log_actions(path: str) -> list[dict[str, Any]]:
 
 def _deletion_vectors(path: str) -> int:
     """Live files of the Delta table at ``path`` that carry a deletion vector."""
-    import pyarrow as pa
     from deltalake import DeltaTable
 
     return int(pa.table(DeltaTable(path).deletion_vectors()).num_rows)
@@ -1221,7 +864,7 @@ def test_a_merge_changing_no_row_still_commits_the_batch_position(
     batches.add(KEYED, "c", (20, 0), after={"id": 1, "v": "new"})
     batches.apply(0)
     batches.add(KEYED, "u", (10, 0), after={"id": 1, "v": "old"}, partition=1)
-    assert batches.apply(1).stats.last_write["public.keyed"] == ("merge", "delta-rs")
+    assert batches.apply(1).stats.last_write["public.keyed"] == ("merge", "driver")
     assert _ids(batches) == {1: "new"}
     assert read_fences(spark, path).offsets == {0: 0, 1: 0}
 
@@ -1272,209 +915,6 @@ def test_table_creation_killed_half_way_is_created_at_the_restart(batches: Batch
     assert applier.stats.dead_letters == 0
     assert _ids(batches) == {1: "a"}
     assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 1})
-
-
-def _renamed(name: str, type_: Any, *old: str) -> dict[str, Any]:
-    """A field as the producer writes a renamed column (bridge.schema_versions.carry_renames)."""
-    return {**col(name, type_), "aliases": list(old), "pgbridge.renamed_from": list(old)}
-
-
-def test_renamed_column_is_renamed_in_delta_with_its_values(batches: Batches, spark: Any) -> None:
-    v1 = TableVersion(PREFIX, "public", "ren", [col("id", "int"), col("vc", OPT_STR)], ["id"])
-    v2 = TableVersion(
-        PREFIX, "public", "ren", [col("id", "int"), _renamed("vc_renamed", OPT_STR, "vc")], ["id"]
-    )
-    batches.add(v1, "c", (10, 0), after={"id": 1, "vc": "a"})
-    batches.add(v1, "c", (10, 1), after={"id": 2, "vc": "b"})
-    batches.apply(0)
-    # ALTER TABLE ren RENAME COLUMN vc TO vc_renamed, with changes of both versions in one
-    # batch: an old version's update (and its unchanged TOAST mark) lands in the new column.
-    batches.add(v1, "u", (11, 0), after={"id": 1, "vc": "a2"})
-    batches.add(v1, "u", (11, 1), after={"id": 2, "vc": "__debezium_unavailable_value"},
-                unchanged=["vc"])  # fmt: skip
-    batches.add(v2, "c", (12, 0), after={"id": 3, "vc_renamed": "c"})
-    applier = batches.apply(1)
-    assert applier.stats.dead_letters == 0
-    path = batches.config.table_path("public", "ren")
-    columns = [c for c in spark.read.format("delta").load(path).columns if "pgbridge" not in c]
-    assert columns == ["id", "vc_renamed"]
-    assert sorted(batches.rows("public", "ren"), key=lambda r: r["id"]) == [
-        {"id": 1, "vc_renamed": "a2"},
-        {"id": 2, "vc_renamed": "b"},
-        {"id": 3, "vc_renamed": "c"},
-    ]
-    from delta.tables import DeltaTable
-
-    operations = [r["operation"] for r in DeltaTable.forPath(spark, path).history().collect()]
-    assert "RENAME COLUMN" in operations
-
-
-def test_renames_made_while_the_job_was_down_and_a_renamed_key_column(
-    batches: Batches, spark: Any
-) -> None:
-    v1 = TableVersion(PREFIX, "public", "keyren", [col("id", "int"), col("a", OPT_STR)], ["id"])
-    batches.add(v1, "c", (10, 0), after={"id": 1, "a": "x"})
-    batches.apply(0)
-    # Two renames of `a` (a -> b -> c) and the key's rename, all while the job was down: the
-    # restarted job sees only the newest version.
-    v3 = TableVersion(
-        PREFIX,
-        "public",
-        "keyren",
-        [_renamed("item_id", "int", "id"), _renamed("c", OPT_STR, "a", "b")],
-        ["item_id"],
-    )
-    batches.add(v3, "u", (20, 0), after={"item_id": 1, "c": "y"})
-    batches.add(v3, "c", (20, 1), after={"item_id": 2, "c": "z"})
-    applier = batches.apply(1, restarted=True)
-    assert applier.stats.dead_letters == 0
-    assert sorted(batches.rows("public", "keyren"), key=lambda r: r["item_id"]) == [
-        {"item_id": 1, "c": "y"},
-        {"item_id": 2, "c": "z"},
-    ]
-    from bridge.spark.merge import table_key_columns
-
-    assert table_key_columns(spark, batches.config.table_path("public", "keyren")) == ("item_id",)
-    # A truncate uses the table's (renamed) key columns.
-    batches.add(v3, "t", (30, 0))
-    batches.apply(2)
-    assert batches.rows("public", "keyren") == []
-
-
-def test_renamed_column_of_a_keyless_table_keeps_its_values(batches: Batches) -> None:
-    v1 = TableVersion(PREFIX, "public", "logren", [col("a", OPT_INT), col("b", OPT_STR)], key=[])
-    v2 = TableVersion(
-        PREFIX, "public", "logren", [col("a", OPT_INT), _renamed("bb", OPT_STR, "b")], key=[]
-    )
-    batches.add(v1, "c", (10, 0), after={"a": 1, "b": "x"})
-    batches.apply(0)
-    batches.add(v1, "c", (11, 0), after={"a": 2, "b": "y"})
-    batches.add(v2, "c", (12, 0), after={"a": 3, "bb": "z"})
-    batches.add(v2, "d", (13, 0), before={"a": 1, "bb": "x"})
-    batches.apply(1)
-    assert batches.multiset("public", "logren") == Counter({(2, "y"): 1, (3, "z"): 1})
-
-
-def test_dropped_column_is_kept_by_default_and_dropped_on_request(
-    batches: Batches, spark: Any
-) -> None:
-    from dataclasses import replace
-
-    def columns(table: str) -> list[str]:
-        df = spark.read.format("delta").load(batches.config.table_path("public", table))
-        return [c for c in df.columns if not c.startswith("_pgbridge_")]
-
-    for table, setting in (("kept", "keep"), ("dropped", "drop")):
-        batches.config = replace(batches.config, dropped_columns=setting)
-        batches.applier = None
-        v1 = TableVersion(
-            PREFIX, "public", table, [col("id", "int"), col("a", OPT_STR), col("b", OPT_STR)],
-            ["id"],
-        )  # fmt: skip
-        v2 = TableVersion(PREFIX, "public", table, [col("id", "int"), col("a", OPT_STR)], ["id"])
-        batches.add(v1, "c", (10, 0), after={"id": 1, "a": "x", "b": "old"})
-        batches.apply(0)
-        # ALTER TABLE ... DROP COLUMN b, with a record of each version in one batch.
-        batches.add(v1, "c", (11, 0), after={"id": 2, "a": "y", "b": "gone"})
-        batches.add(v2, "u", (12, 0), after={"id": 1, "a": "x2"})
-        batches.apply(1)
-        rows = sorted(batches.rows("public", table), key=lambda r: r["id"])
-        if setting == "keep":
-            assert columns(table) == ["id", "a", "b"]
-            assert rows == [{"id": 1, "a": "x2", "b": "old"}, {"id": 2, "a": "y", "b": "gone"}]
-        else:
-            assert columns(table) == ["id", "a"]
-            assert rows == [{"id": 1, "a": "x2"}, {"id": 2, "a": "y"}]
-
-
-def _added_with_default(name: str, type_: Any, default: Any, text: str) -> dict[str, Any]:
-    """A field as the producer writes a column added by ADD COLUMN ... DEFAULT (bridge.schema:
-    the union [T, "null"] with the value older rows hold as its default)."""
-    return {"name": name, "type": [type_, "null"], "default": default, "pgbridge.missing": text}
-
-
-DATE: Any = {"type": "int", "logicalType": "date"}
-
-
-def _with_defaults(table: str, key: list[str]) -> tuple[TableVersion, TableVersion]:
-    v1 = TableVersion(PREFIX, "public", table, [col("id", "int"), col("a", OPT_STR)], key)
-    v2 = TableVersion(
-        PREFIX,
-        "public",
-        table,
-        [
-            col("id", "int"),
-            col("a", OPT_STR),
-            _added_with_default("n", "int", 5, "5"),
-            _added_with_default("d", DATE, 19000, "2022-01-08"),
-        ],
-        key,
-    )
-    return v1, v2
-
-
-def test_column_added_with_a_default_holds_it_in_older_rows(batches: Batches, spark: Any) -> None:
-    """ALTER TABLE ... ADD COLUMN n int DEFAULT 5, d date DEFAULT '2022-01-08': rows the table
-    held before, and older records in the same batch, read 5 and 2022-01-08 (as PostgreSQL
-    shows them); rows written after hold their own values, an explicit NULL included."""
-    v1, v2 = _with_defaults("dflt", ["id"])
-    batches.add(v1, "c", (10, 0), after={"id": 1, "a": "x"})
-    batches.add(v1, "c", (10, 1), after={"id": 2, "a": "y"})
-    batches.apply(0)
-    batches.add(v1, "u", (11, 0), after={"id": 2, "a": "y2"})
-    batches.add(v1, "c", (11, 1), after={"id": 3, "a": "z"})
-    batches.add(v2, "c", (12, 0), after={"id": 4, "a": "w", "n": 9, "d": 1})
-    batches.add(v2, "c", (12, 1), after={"id": 5, "a": "v", "n": None, "d": None})
-    assert batches.apply(1).stats.dead_letters == 0
-    day = dt.date(2022, 1, 8)
-    assert sorted(batches.rows("public", "dflt"), key=lambda r: r["id"]) == [
-        {"id": 1, "a": "x", "n": 5, "d": day},
-        {"id": 2, "a": "y2", "n": 5, "d": day},
-        {"id": 3, "a": "z", "n": 5, "d": day},
-        {"id": 4, "a": "w", "n": 9, "d": dt.date(1970, 1, 2)},
-        {"id": 5, "a": "v", "n": None, "d": None},
-    ]
-    # Keyless tables too (their rows are appended images).
-    k1, k2 = _with_defaults("dflt_log", [])
-    batches.add(k1, "c", (10, 0), after={"id": 1, "a": "x"})
-    batches.apply(2)
-    batches.add(k2, "c", (12, 0), after={"id": 2, "a": "y", "n": None, "d": None})
-    batches.apply(3)
-    assert batches.multiset("public", "dflt_log") == Counter(
-        {(1, "x", 5, day): 1, (2, "y", None, None): 1}
-    )
-
-
-def test_backfill_interrupted_after_the_column_was_added_is_finished_at_the_restart(
-    batches: Batches, spark: Any
-) -> None:
-    """A job killed between adding the column and setting older rows to the missing value: the
-    restarted job finishes it before applying anything else."""
-    from pyspark.sql import types as T
-
-    from bridge.spark.columns import RowShape
-    from bridge.spark.merge import PENDING_BACKFILL_PROPERTY, _set_pending_backfill
-
-    v1, v2 = _with_defaults("dflt_crash", ["id"])
-    batches.add(v1, "c", (10, 0), after={"id": 1, "a": "x"})
-    batches.apply(0)
-    path = batches.config.table_path("public", "dflt_crash")
-    missing = RowShape.from_schema(json.dumps(v2.value_schema()), (38, 18)).missing_values()
-    _set_pending_backfill(spark, path, missing)
-    added = T.StructType([T.StructField("n", T.IntegerType()), T.StructField("d", T.DateType())])
-    spark.createDataFrame([], added).write.format("delta").mode("append").option(
-        "mergeSchema", "true"
-    ).save(path)
-    batches.add(v2, "c", (12, 0), after={"id": 2, "a": "y", "n": 1, "d": 0})
-    batches.apply(1, restarted=True)
-    assert sorted(batches.rows("public", "dflt_crash"), key=lambda r: r["id"]) == [
-        {"id": 1, "a": "x", "n": 5, "d": dt.date(2022, 1, 8)},
-        {"id": 2, "a": "y", "n": 1, "d": dt.date(1970, 1, 1)},
-    ]
-    from delta.tables import DeltaTable
-
-    detail = DeltaTable.forPath(spark, path).detail().first()
-    assert detail is not None and PENDING_BACKFILL_PROPERTY not in detail["properties"]
 
 
 def test_snapshot_reads_at_the_floor_are_an_insert_only_merge(batches: Batches, spark: Any) -> None:

@@ -18,8 +18,8 @@ from bridge.spark.changelog import (
     changelog_path,
     current_state,
 )
+from tests.spark.batches import KEYED, OPT_STR, PREFIX, Batches, col
 from tests.spark.envelopes import TableVersion
-from tests.spark.test_apply_batches import KEYED, OPT_STR, PREFIX, Batches, col
 
 pytestmark = pytest.mark.integration
 

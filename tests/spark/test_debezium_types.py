@@ -15,8 +15,8 @@ import pytest
 from bridge.spark.semantic import restore_logical_types
 from bridge.types import TypeMapper, TypeOptions
 from bridge.types.base import builtin_oid
+from tests.spark.batches import PREFIX, Batches, _Schemas, col
 from tests.spark.envelopes import TableVersion
-from tests.spark.test_apply_batches import PREFIX, Batches, _Schemas, col
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 
 from bridge.spark import merge
-from tests.spark.test_apply_batches import BOTH_WRITERS, KEYED, Batches, _ids, batches
-
-__all__ = ["batches"]  # the fixture, used here
+from tests.spark.batches import BOTH_WRITERS, KEYED, Batches, _ids
 
 pytestmark = pytest.mark.integration
 

@@ -34,8 +34,8 @@ from bridge.spark.driver_decode import (
     zoned_timestamp,
 )
 from bridge.spark.fences import Fences
+from tests.spark.batches import OPT_INT, OPT_STR, PREFIX, VSD, Batches, _vsd, col
 from tests.spark.envelopes import TableVersion, frame_avro
-from tests.spark.test_apply_batches import OPT_INT, OPT_STR, PREFIX, VSD, Batches, _vsd, col
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -440,7 +440,7 @@ def test_the_driver_decodes_at_most_its_budget_of_records_per_batch_smallest_tab
     number of records; the largest tables beyond it take Spark's path."""
     from bridge.spark import driver_lane
     from bridge.spark.decode import BatchGroups
-    from tests.spark.test_apply_batches import _Schemas
+    from tests.spark.batches import _Schemas
 
     monkeypatch.setattr(driver_lane, "MAX_DRIVER_RECORDS", 100)
     schemas = _Schemas()
@@ -463,7 +463,7 @@ def test_a_schema_the_driver_cannot_read_is_left_to_spark_not_an_error() -> None
     decides what becomes of its records (it dead-letters them)."""
     from bridge.spark.decode import BatchGroups
     from bridge.spark.driver_lane import _candidates
-    from tests.spark.test_apply_batches import _Schemas
+    from tests.spark.batches import _Schemas
 
     schemas = _Schemas()
     good = TableVersion(PREFIX, "public", "good", [col("id", "int")], key=["id"])
@@ -504,7 +504,7 @@ def test_a_batch_collected_whole_has_the_groups_spark_counts(
     from bridge.spark import transforms as tf
     from bridge.spark.decode import batch_groups
     from bridge.spark.driver_lane import collect_small_batch, groups_of
-    from tests.spark.test_apply_batches import FULL_DUPS, KEYED
+    from tests.spark.batches import FULL_DUPS, KEYED
 
     batches = Batches(spark, tmp_path)
     for key in range(3):

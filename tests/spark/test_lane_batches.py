@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from bridge.spark.driver_dv_merge import DV_WRITER
-from tests.spark.envelopes import TableVersion
-from tests.spark.test_apply_batches import (
+from tests.spark.batches import (
     KEYED,
     OPT_INT,
     OPT_STR,
@@ -21,16 +20,16 @@ from tests.spark.test_apply_batches import (
     Batches,
     _ids,
     appended_by,
-    batches,
     col,
-    inserts_only_scenario,
     no_unnamed_lane_files,
+)
+from tests.spark.envelopes import TableVersion
+from tests.spark.test_apply_batches import (
+    inserts_only_scenario,
     snapshot_longer_than_a_batch_scenario,
 )
 
 pytestmark = pytest.mark.integration
-
-__all__ = ["batches"]  # the fixture, parametrised per test below
 
 TASKS = pytest.mark.parametrize("batches", ["tasks"], indirect=True)
 
@@ -99,7 +98,7 @@ def test_the_lane_hands_a_new_schema_version_and_an_update_to_spark(
     no_unnamed_lane_files(batches)
 
 
-@pytest.mark.parametrize("batches", ["tasks+delta-rs"], indirect=True)
+@pytest.mark.parametrize("batches", ["tasks+driver"], indirect=True)
 def test_updates_and_deletes_of_held_rows_are_folded_by_the_tasks_and_merged_by_the_driver(
     batches: Batches, spark: Any
 ) -> None:
@@ -133,7 +132,7 @@ def test_updates_and_deletes_of_held_rows_are_folded_by_the_tasks_and_merged_by_
     no_unnamed_lane_files(batches)
 
 
-@pytest.mark.parametrize("batches", ["tasks+delta-rs"], indirect=True)
+@pytest.mark.parametrize("batches", ["tasks+driver"], indirect=True)
 def test_the_lanes_merge_takes_a_table_as_large_as_its_batch_allows(
     batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -153,7 +152,7 @@ def test_the_lanes_merge_takes_a_table_as_large_as_its_batch_allows(
     batches.add(KEYED, "c", (10, 1), after={"id": 2, "v": "b"}, partition=1)
     appended_by(batches.apply(0), batches)
     batches.add(KEYED, "u", (11, 0), before={"id": 1, "v": "a"}, after={"id": 1, "v": "a2"})
-    assert batches.apply(1).stats.last_write["public.keyed"] == ("merge", "tasks+delta-rs")
+    assert batches.apply(1).stats.last_write["public.keyed"] == ("merge", "tasks+driver")
     monkeypatch.setattr(lane_driver, "LANE_MERGE_BYTES_PER_RECORD", 0)
     batches.add(KEYED, "d", (12, 0), before={"id": 2, "v": "b"}, partition=1)
     assert batches.apply(2).stats.last_write["public.keyed"] == ("merge", "spark")
@@ -161,7 +160,7 @@ def test_the_lanes_merge_takes_a_table_as_large_as_its_batch_allows(
     no_unnamed_lane_files(batches)
 
 
-@pytest.mark.parametrize("batches", ["tasks+delta-rs"], indirect=True)
+@pytest.mark.parametrize("batches", ["tasks+driver"], indirect=True)
 def test_the_lanes_merge_marks_a_held_tables_changed_rows_with_deletion_vectors(
     batches: Batches, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
