@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Message
 
 from bridge.errors import PgBridgeError
 
@@ -12,6 +12,7 @@ __all__ = [
     "DeliveryError",
     "PublisherError",
     "TopicCreationError",
+    "proven_delivery",
 ]
 
 
@@ -89,3 +90,29 @@ PERMANENT_TOPIC_CODES = frozenset(
     }
 )
 PROTOCOL_MISMATCH = "SECURITY_PROTOCOL_MISMATCH"
+
+
+#: A success report without an offset. With acks=all every record the broker wrote comes back
+#: with its offset; librdkafka also reports records "delivered" that a later request's success
+#: only implied (an idempotent producer's implicit acknowledgement). That inference is wrong
+#: where the broker held no sequence state of the producer for the partition (its first write
+#: there: a new topic, a new producer after a restart, a new leader): the request after a
+#: failed one is accepted at any sequence and the failed one's records were never written
+#: (seen in the fault cycle: a new topic's first record missing, the second at offset 0;
+#: confluent-kafka-go#921). Treated as a retriable failure: the pipeline streams again from the
+#: slot's confirmed position, so the worst case is a resend, never a loss.
+UNPROVEN_DELIVERY = KafkaError(
+    KafkaError._FAIL,
+    "reported delivered without an offset (librdkafka's implicit acknowledgement after a "
+    "failed request): not proven written",
+    retriable=True,
+)
+
+
+def proven_delivery(err: KafkaError | None, msg: Message) -> KafkaError | None:
+    """A delivery report's error, or :data:`UNPROVEN_DELIVERY` for a success that carries no
+    offset (a record the broker may never have written)."""
+    if err is not None:
+        return err
+    offset = msg.offset()
+    return UNPROVEN_DELIVERY if offset is None or offset < 0 else None

@@ -22,6 +22,7 @@ from confluent_kafka import KafkaError, Message
 
 from bridge.native.librdkafka import bind_to_wheel_librdkafka
 from bridge.native.switches import NATIVE_BATCHES, enabled
+from bridge.sink.kafka_errors import proven_delivery
 
 #: What the markers' proof needs from the producer (on top of its enable.idempotence):
 #: an error that would leave a gap in a partition is fatal and fails every queued record.
@@ -67,6 +68,7 @@ class BatchReport:
 
     def __call__(self, err: KafkaError | None, msg: Message) -> None:
         self.reported += 1
+        err = proven_delivery(err, msg)
         if err is not None:
             # The records not proven delivered count as failed once, with the first error.
             self.failed(err, msg, 0 if self.failure_seen else self.count)

@@ -87,7 +87,7 @@ from bridge import native as accelerator
 from bridge.config import KafkaConfig, TopicCreationConfig
 from bridge.retry import RetryPolicy
 from bridge.sink.kafka_client import BrokerRefusals, admin_config, producer_config
-from bridge.sink.kafka_errors import DeliveryError, PublisherError
+from bridge.sink.kafka_errors import DeliveryError, PublisherError, proven_delivery
 from bridge.sink.native_batches import PRODUCER_SETTINGS, BatchReport, native_batches
 from bridge.sink.topic_admin import TopicAdmin
 from bridge.sink.transactions import FENCED_CODES, ProducerFencedError
@@ -529,6 +529,7 @@ class KafkaPublisher:
             # Exceptions must not escape into librdkafka's callback machinery, where they would
             # abort the poll half-way; keep the first and re-raise it from poll().
             try:
+                err = proven_delivery(err, msg)
                 if err is None:
                     on_delivered()
                     return

@@ -41,11 +41,15 @@ def test_partition_of_a_key_is_the_java_default_partitioners(key: bytes, java_ha
 
 
 class _Message:
-    def __init__(self, partition: int) -> None:
+    def __init__(self, partition: int, offset: int = 7) -> None:
         self._partition = partition
+        self._offset = offset
 
     def partition(self) -> int:
         return self._partition
+
+    def offset(self) -> int:
+        return self._offset
 
 
 def test_batch_report_delivers_once_when_every_marker_succeeded() -> None:
@@ -75,6 +79,19 @@ def test_batch_report_fails_the_batch_once_and_never_delivers_it() -> None:
     report2(error, _Message(0))
     report2(error, _Message(1))
     assert failed[1:] == [(error, 4), (error, 0)]
+
+
+def test_batch_report_fails_a_batch_whose_marker_came_back_without_an_offset() -> None:
+    """A marker librdkafka reported delivered only by implication (no offset: its request
+    failed, a later one succeeded) does not prove its batch written."""
+    delivered: list[int] = []
+    failed: list[tuple[KafkaError, int]] = []
+    report = BatchReport(10, delivered.append, lambda e, m, n: failed.append((e, n)))
+    report.markers = 2
+    report(None, _Message(0, offset=-1001))
+    report(None, _Message(0, offset=12))
+    assert delivered == []
+    assert [(e.code(), e.retriable(), n) for e, n in failed] == [(KafkaError._FAIL, True, 10)]
 
 
 @native_only

@@ -273,3 +273,39 @@ def test_expected_librdkafka_warnings_are_debug_lines(caplog: pytest.LogCaptureF
         (logging.DEBUG, "CONFWARN [pgbridge#producer-1] [thrd:app"),
         (logging.WARNING, "CONFWARN [thrd:app]: Configuration prope"),
     ]
+
+
+class _Report:
+    """A delivery report's message as librdkafka hands it over: where it went and its offset
+    (-1001, RD_KAFKA_OFFSET_INVALID, where the broker never said)."""
+
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def topic(self) -> str:
+        return "t"
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+
+def test_a_success_reported_without_an_offset_is_a_retriable_failure(
+    publisher: KafkaPublisher,
+) -> None:
+    """librdkafka's implicit acknowledgement (a later request's success standing for an
+    earlier failed one) reports records the broker may never have written: without an offset
+    they are not proven delivered, and the pipeline streams them again."""
+    delivered: list[None] = []
+    failed: list[DeliveryError] = []
+    callback = publisher._delivery_callback("t", lambda: delivered.append(None), failed.append)
+    callback(None, _Report(41))  # type: ignore[arg-type]
+    assert len(delivered) == 1 and failed == []
+    callback(None, _Report(-1001))  # type: ignore[arg-type]
+    assert len(delivered) == 1
+    assert [(f.topic, f.partition, f.code, f.retriable) for f in failed] == [
+        ("t", 0, "_FAIL", True)
+    ]
+    assert "implicit acknowledgement" in str(failed[0])
