@@ -15,8 +15,9 @@ UNIT := -m "not integration and not slow" -n auto -p no:cacheprovider -q
 demo: $(VENV)/.installed .stack-prereqs
 	$(BIN)/pgbridge demo
 
-## test: lint, type-check, check docker-compose.yml, the unit tests (C accelerator, then the
-## pure-Python path a machine without a C compiler runs), then on one real local stack the
+## test: lint, type-check, check docker-compose.yml beside the unit tests (C accelerator, then
+## the pure-Python path a machine without a C compiler runs; lint and mypy keep one core busy,
+## the tests the other), then on one real local stack the
 ## integration tests, three at a time (a module's tests on one worker; modules using Spark on
 ## two of the three: tests/scheduling.py) with the 30 slowest listed, and beside them an
 ## end-to-end slice on the pure-Python path. The stack
@@ -26,10 +27,13 @@ demo: $(VENV)/.installed .stack-prereqs
 INTEGRATION := -m "integration and not slow and not long" -n 3 --dist loadfile \
 	--no-loadscope-reorder --durations=30
 test: $(VENV)/.installed .stack-prereqs
-	status=0; up_log=$$(mktemp); slice_log=$$(mktemp); \
+	status=0; up_log=$$(mktemp); slice_log=$$(mktemp); lint_log=$$(mktemp); \
 	$(BIN)/pgbridge dev up > $$up_log 2>&1 & up=$$!; \
-	{ $(MAKE) --no-print-directory lint && $(BIN)/pytest $(UNIT) $(PYTEST_ARGS) && \
+	$(MAKE) --no-print-directory lint > $$lint_log 2>&1 & lint=$$!; \
+	{ $(BIN)/pytest $(UNIT) $(PYTEST_ARGS) && \
 	  PGBRIDGE_NATIVE=0 $(BIN)/pytest $(UNIT) --ignore=tests/native $(PYTEST_ARGS); } || status=$$?; \
+	wait $$lint || { [ $$status -ne 0 ] || status=1; }; \
+	echo "== lint, type-check, docker-compose.yml (run beside the unit tests):"; cat $$lint_log; \
 	wait $$up || { cat $$up_log; [ $$status -ne 0 ] || status=1; }; \
 	if [ $$status -eq 0 ]; then \
 	  tail -n 3 $$up_log; \
@@ -40,7 +44,7 @@ test: $(VENV)/.installed .stack-prereqs
 	  echo "== the pure-Python slice (PGBRIDGE_NATIVE=0), run beside the integration tests:"; \
 	  cat $$slice_log; \
 	fi; \
-	rm -f $$up_log $$slice_log; \
+	rm -f $$up_log $$slice_log $$lint_log; \
 	if [ -n "$$CI" ]; then $(BIN)/pgbridge dev down; fi; \
 	exit $$status
 

@@ -167,12 +167,12 @@ def connect_worker(
 #: its place after these.
 _LONGEST_FIRST = (
     "tests/spark/test_apply_batches.py",  # 350
-    "tests/integration/test_incremental_snapshot.py",  # 168
+    "tests/integration/test_incremental_snapshot.py",  # 168 before its control tests moved out
     "tests/integration/test_fault_cycle.py",  # 135
     "tests/spark/test_apply_schema_changes.py",  # 100
     "tests/integration/test_spark_apply.py",  # 87
     "tests/integration/test_delta_e2e.py",  # 74
-    "tests/integration/test_snapshot_e2e.py",  # 72
+    "tests/integration/test_snapshot_e2e.py",  # 72 before its modes moved out
     "tests/integration/test_spark_cluster.py",  # 71
     "tests/spark/test_changelog.py",  # 68
     "tests/integration/test_secure_stack.py",  # 65
@@ -181,6 +181,8 @@ _LONGEST_FIRST = (
     "tests/integration/source/test_source_replication.py",  # 54
     "tests/integration/test_connect_interop.py",  # 43
     "tests/integration/test_spark_faults.py",  # 42
+    "tests/integration/test_incremental_snapshot_control.py",  # ~70 (out of the first)
+    "tests/integration/test_snapshot_modes.py",  # ~50 (out of test_snapshot_e2e.py)
     "tests/spark/test_lane_batches.py",  # 41
     "tests/integration/test_snapshot_exactly_once.py",  # 39
     "tests/integration/test_failover.py",  # 37

@@ -5,7 +5,7 @@ flight) and resumed; before the first resume the state file is also set back to 
 as if each crash had come between a chunk's Kafka commit and the file's write. A read_committed
 consumer then sees each row exactly once: the chunks cut short were aborted, the committed
 ones were found in Kafka's progress records and not copied again. At least once, the same
-kills repeat rows (tests/integration/test_snapshot_e2e.py covers that mode's resume).
+kills repeat rows (tests/integration/test_snapshot_modes.py covers that mode's resume).
 
 The same for an incremental snapshot: killed mid-copy, its state file set back to an earlier
 version (a crash between Kafka's commits and the file's writes), resumed: each row once.
