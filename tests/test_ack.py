@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from bridge.ack import AckTracker, AckUsageError, DeliveryFailedError, TransactionToken
 from bridge.pgoutput.lsn import Lsn
+from tests.examples import examples
 
 
 def test_ack_tracker_starts_at_initial_flush() -> None:
@@ -133,7 +134,7 @@ def test_ack_tracker_delivery_from_other_threads_confirms_everything() -> None:
     assert tracker.in_flight == 0
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sizes=st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=12),
     data=st.data(),

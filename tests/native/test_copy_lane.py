@@ -22,6 +22,7 @@ from bridge.events import ChangeEvent, TxContext
 from bridge.pgoutput.lsn import Lsn
 from bridge.pgoutput.messages import TupleData
 from bridge.snapshot.copy_binary import CopyBinaryParser, encode_copy_binary
+from tests.examples import examples
 from tests.native.test_insert_lane import (
     IDS,
     decode_source,
@@ -83,7 +84,7 @@ _FIRST_FOUND = settings(database=None, phases=[Phase.generate], derandomize=True
 
 @native_only
 @pytest.mark.parametrize("table_name", sorted(TABLES))
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_copy_lane_record_equals_serializer_record(table_name: str, data: Any) -> None:
     table = TABLES[table_name]

@@ -45,6 +45,7 @@ from bridge.sink.serializer import (
     SourceSettings,
     debezium_sequence_head,
 )
+from tests.examples import examples
 from tests.native.test_rowavro import TABLES, Table, native_only, rows, tuple_data
 from tests.pgoutput.encoder import encode
 from tests.rows import pack_records
@@ -111,7 +112,7 @@ def decode_source(schemas: RelationSchemas, value: bytes) -> dict[str, Any]:
 @native_only
 @pytest.mark.parametrize("table_name", sorted(TABLES))
 @pytest.mark.parametrize("op", ["c", "u"])
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_lane_record_equals_serializer_record(table_name: str, op: str, data: Any) -> None:
     table: Table = TABLES[table_name]
@@ -416,7 +417,7 @@ def test_pipeline_publishes_the_same_records_with_and_without_lane(
 
 
 @native_only
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     last_commit=st.none() | st.integers(0, 2**63 - 1),
     lsn=st.integers(0, 2**63 - 1),

@@ -39,6 +39,7 @@ from bridge.pgoutput.rows import make_tuple
 from bridge.schema import EncodedRow, RelationSchemas, TableHints, relation_schemas
 from bridge.sink.avro_writer import Writer, compile_writer
 from bridge.types import ConversionError, TypeMapper, TypeOptions
+from tests.examples import examples
 from tests.native.wide_forms import arrays, inets, intervals, unconstrained_numerics
 
 # --- PostgreSQL wire forms -----------------------------------------------------------------------
@@ -437,7 +438,7 @@ def _key_optional(schemas: RelationSchemas) -> bool:
 
 @native_only
 @pytest.mark.parametrize("table_name", sorted(TABLES))
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_rows_encode_to_python_bytes(table_name: str, data: st.DataObject) -> None:
     """Rows of every natively handled type, text and binary, with NULLs: the C bytes of the Value
@@ -575,7 +576,7 @@ ZONED = Table.build(
 
 
 @native_only
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(value=timestamptzs(), binary=st.booleans())
 def test_zoned_timestamps_encode_to_python_bytes(value: Pair, binary: bool) -> None:
     """``timestamptz.handling.mode = string`` (Debezium's ZonedTimestamp): the C text equals
@@ -610,7 +611,7 @@ ZONED_ARRAYS = Table.build(
 
 
 @native_only
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     six=arrays(timestamptzs(), TIMESTAMPTZ),
     three=arrays(timestamptzs(), TIMESTAMPTZ),
@@ -882,7 +883,7 @@ def near_valid(draw: st.DrawFn, column: Column) -> bytes:
 
 
 @native_only
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(
     column=st.sampled_from(COLUMNS),
     kind=st.sampled_from(["t", "b"]),

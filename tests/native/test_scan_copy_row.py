@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from bridge import native
 from bridge.pgoutput.messages import TupleData
 from bridge.snapshot.copy_binary import COPY_SIGNATURE, CopyBinaryParser, CopyFormatError
+from tests.examples import examples
 from tests.native.test_rowavro import native_only
 
 HEADER = COPY_SIGNATURE + bytes(8)
@@ -66,7 +67,7 @@ values = st.lists(st.none() | st.binary(max_size=70), max_size=40)
 
 
 @native_only
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(row=values, text_columns=st.data())
 def test_scan_copy_row_equals_python_reader(
     row: list[bytes | None], text_columns: st.DataObject
@@ -81,7 +82,7 @@ def test_scan_copy_row_equals_python_reader(
 
 
 @native_only
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(
     row=values,
     columns_delta=st.sampled_from([0, 0, 0, -1, 1]),

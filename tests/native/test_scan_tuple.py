@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from bridge import native
 from bridge.pgoutput import rows
 from bridge.pgoutput.errors import DecodeError
+from tests.examples import examples
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("PGBRIDGE_NATIVE") == "0", reason="PGBRIDGE_NATIVE=0 turns the scanner off"
@@ -64,7 +65,7 @@ def test_scanner_is_in_use() -> None:
     assert getattr(rows, "scan_tuple") is native.scan_tuple  # noqa: B009
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(buf=tuples(), prefix=st.binary(max_size=3), suffix=st.binary(max_size=3))
 def test_well_formed_tuples_read_the_same(buf: bytes, prefix: bytes, suffix: bytes) -> None:
     data = prefix + buf + suffix
@@ -73,7 +74,7 @@ def test_well_formed_tuples_read_the_same(buf: bytes, prefix: bytes, suffix: byt
     )
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=examples(3000), deadline=None)
 @given(
     buf=tuples(), cut=st.integers(0, 200), flip=st.tuples(st.integers(0, 200), st.integers(0, 255))
 )
@@ -115,7 +116,7 @@ def decoded(payload: bytes, in_stream: bool, use_c: bool) -> object:
         setattr(rows, "scan_tuple", saved[2])  # noqa: B010
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(
     buf=tuples(),
     in_stream=st.booleans(),

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from bridge.schema import EncodedRow
 from bridge.types import ConversionError, lossy
+from tests.examples import examples
 from tests.native.test_rowavro import (
     BY_NAME,
     DATE,
@@ -297,7 +298,7 @@ def test_clamped_intervals_are_counted_by_python(raw: bytes) -> None:
 
 
 @native_only
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(pair=intervals(full_range=True), kind=st.sampled_from([0, 1]))
 def test_any_interval_is_python_bytes_or_declined(pair: tuple[bytes, bytes], kind: int) -> None:
     """Over PostgreSQL's whole range: the C bytes equal Python's, and C takes every interval
@@ -311,7 +312,7 @@ def test_any_interval_is_python_bytes_or_declined(pair: tuple[bytes, bytes], kin
 
 
 @native_only
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data())
 def test_wide_rows_of_generated_values_encode_to_python_bytes(data: Any) -> None:
     """The wide table with generated values of its families, the rest as the benchmark has."""
@@ -352,7 +353,7 @@ _FAMILIES = ["iv", "num", "ai4", "ai8", "ai2", "atx", "avc", "an12_2", "ip"]
 
 
 @native_only
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=examples(3000), deadline=None)
 @given(name=st.sampled_from(_FAMILIES), data=st.data())
 def test_garbage_is_declined_or_matches_python(name: str, data: Any) -> None:
     """Random and mangled values: the C encoder never crashes and either declines or writes

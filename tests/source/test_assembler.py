@@ -37,6 +37,7 @@ from bridge.source.assembler import (
     in_stream_decoder,
 )
 from bridge.source.errors import SpillError, StreamProtocolError, TwoPhaseNotSupportedError
+from tests.examples import examples
 from tests.pgoutput.encoder import encode, make_tuple
 
 PROTO = 4
@@ -229,7 +230,7 @@ def test_assembler_rejects_two_phase_messages() -> None:
     assert info.value.xid == 44
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     ops=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(1, 60)), max_size=60),
     aborted=st.sets(st.integers(0, 8)),

@@ -19,6 +19,7 @@ from bridge.pgoutput.messages import (
 )
 from bridge.source.errors import StreamProtocolError
 from bridge.source.progress import Progress
+from tests.examples import examples
 from tests.pgoutput.encoder import make_tuple
 
 REL = Relation(None, 1, "public", "t", ReplicaIdentity.DEFAULT, ())
@@ -132,7 +133,7 @@ def test_progress_drops_resent_non_transactional_message() -> None:
     assert admitted(progress, txn(400, 1)) == txn(400, 1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     sizes=st.lists(st.integers(0, 4), min_size=1, max_size=8),
     data=st.data(),

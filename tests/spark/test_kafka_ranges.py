@@ -22,6 +22,7 @@ from bridge.spark.kafka_ranges import (
     framing_error,
     task_shares,
 )
+from tests.examples import examples
 from tests.spark.envelopes import KafkaMessage
 
 META = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {}})
@@ -109,7 +110,7 @@ _PAYLOADS = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(_PAYLOADS, _PAYLOADS), max_size=20))
 def test_records_read_by_a_task_are_framed_as_spark_frames_them(
     records: list[tuple[bytes | None, bytes | None]],

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from psycopg.adapt import PyFormat, Transformer
 
 from bridge.types import TypeMapper
+from tests.examples import examples
 
 _TX = Transformer(None)
 MAPPER = TypeMapper()
@@ -35,7 +36,7 @@ def _vs_value(record: dict[str, Any]) -> Decimal:
     return Decimal(f"{unscaled}E-{record['scale']}")
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.decimals(allow_nan=False, allow_infinity=False, places=None))
 def test_property_unconstrained_numeric_is_exact(value: Decimal) -> None:
     ct = MAPPER.column_type(1700)
@@ -208,7 +209,7 @@ def _prod(values: list[int]) -> int:
     return out
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(int_arrays(), st.integers(1, 3))
 def test_property_array_of_any_shape_fits_any_declared_depth(
     array: tuple[list[int], list[int], list[int | None]], depth: int
