@@ -4,6 +4,7 @@ PySpark and jar set, and a stack that starts without it when its dump fails."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,14 @@ def test_each_jar_set_and_java_has_an_archive_of_its_own(monkeypatch: pytest.Mon
     monkeypatch.setenv("JAVA_HOME", "/another/jdk")
     assert archive_path(["/jars/a.jar"]) != one
     assert one.suffix == ".jsa"
+
+
+def test_a_jar_written_again_gets_a_new_archive(tmp_path: Path) -> None:
+    jar = tmp_path / "a.jar"
+    jar.write_bytes(b"jar")
+    first = archive_path([str(jar)])
+    os.utime(jar, ns=(1, 1))  # the JVM would refuse the first archive: its jar changed
+    assert archive_path([str(jar)]) != first
 
 
 def test_options_map_the_archive_and_silence_a_mismatch() -> None:
@@ -75,3 +84,23 @@ def test_a_dump_is_kept_under_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
     assert target == archive_path(["/jars/a.jar"])
     assert target.read_bytes() == b"archive"
     assert [p.name for p in target.parent.iterdir()] == [target.name]
+
+
+def test_archives_of_older_venvs_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = archive_path(["/jars/a.jar"]).parent
+    directory.mkdir(parents=True)
+    for age in range(5):
+        old = directory / f"old-{age}.jsa"
+        old.write_bytes(b"archive")
+        os.utime(old, (1000 - age, 1000 - age))
+
+    def dump(command: list[str], **kwargs: Any) -> Any:
+        Path(command[3]).write_bytes(b"archive")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(spark_archive.subprocess, "run", dump)
+    target = ensure_spark_class_archive(["/jars/a.jar"])
+    assert target is not None
+    assert sorted(p.name for p in directory.iterdir()) == sorted(
+        [target.name, "old-0.jsa", "old-1.jsa"]
+    )

@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 #: The dump's time bound: a Spark start and a few queries, then the archive's write at exit.
 DUMP_TIMEOUT_SECONDS = 600
+#: Archives kept in the cache: one per clone's venv in use (CI's fresh clone, a developer's).
+KEPT_ARCHIVES = 3
 
 
 def archive_options(archive: str | Path) -> str:
@@ -51,11 +53,28 @@ def _java_identity() -> str:
     return f"{resolved}:{resolved.stat().st_mtime_ns}"
 
 
+def _modified(path: str | Path) -> int:
+    try:
+        return Path(path).stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
 def archive_path(jars: list[str]) -> Path:
-    """Where the archive of this Java, this PySpark and these jars is kept."""
+    """Where the archive of this Java, this PySpark and these jars is kept. Their modification
+    times are part of its name: the JVM refuses an archive whose jars changed since its dump
+    (a venv installed again), so such a change dumps a new one."""
     import pyspark
 
-    identity = json.dumps([_java_identity(), pyspark.__file__, pyspark.__version__, jars])
+    pyspark_jars = Path(pyspark.__file__).parent / "jars"
+    identity = json.dumps(
+        [
+            _java_identity(),
+            pyspark.__version__,
+            [str(pyspark_jars), _modified(pyspark_jars)],
+            [[jar, _modified(jar)] for jar in jars],
+        ]
+    )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
     return cache_dir() / "spark-class-archives" / f"spark-{pyspark.__version__}-{digest}.jsa"
 
@@ -91,7 +110,15 @@ def ensure_spark_class_archive(jars: list[str]) -> Path | None:
         return None
     os.replace(partial, target)
     logger.info("Spark class archive %s dumped in %.1f s", target, time.monotonic() - started)
+    _keep_newest(target.parent, KEPT_ARCHIVES)
     return target
+
+
+def _keep_newest(directory: Path, count: int) -> None:
+    """Archives of older venvs and jars (about 180 MB each) go; a running JVM keeps its map."""
+    archives = sorted(directory.glob("*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in archives[count:]:
+        stale.unlink(missing_ok=True)
 
 
 def _dump(target: str, jars: list[str]) -> None:
