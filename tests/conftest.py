@@ -26,7 +26,6 @@ from hypothesis import settings
 
 warnings.filterwarnings("ignore", category=AuthlibDeprecationWarning)
 
-from bridge.devstack.spark_archive import archive_options  # noqa: E402
 from bridge.devstack.stack import LocalStack, StackInfo  # noqa: E402
 
 # Property tests: `make test` and `make check` run the "ci" profile, derandomized (each test's
@@ -44,17 +43,7 @@ settings.load_profile(os.environ.get("PGBRIDGE_HYPOTHESIS_PROFILE", "ci"))
 # SPARK_SUBMIT_OPTS to the driver's java command; a value set by the caller is kept. The tests'
 # own session (the ``spark`` fixture) takes the same, with options of its own (below).
 SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
-_SUBMIT_OPTIONS_OURS = "SPARK_SUBMIT_OPTS" not in os.environ
 os.environ.setdefault("SPARK_SUBMIT_OPTS", SHORT_LIVED_JVM_OPTIONS)
-
-
-def _share_spark_classes(info: StackInfo) -> None:
-    """Every Spark driver the tests start maps its classes from the stack's class archive
-    (bridge.devstack.spark_archive: 94 -> 81 CPU-seconds on 14 of the batch tests)."""
-    if info.spark_class_archive and _SUBMIT_OPTIONS_OURS:
-        os.environ["SPARK_SUBMIT_OPTS"] = (
-            f"{SHORT_LIVED_JVM_OPTIONS} {archive_options(info.spark_class_archive)}"
-        )
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +65,6 @@ def local_stack() -> Iterator[StackInfo]:
         was_running = all(part["running"] for part in stack.status().values())
         info = stack.up()  # raises StackError naming the part and its log: the test errors
     os.environ.update(info.env)
-    _share_spark_classes(info)
     yield info
     # On a developer machine the stack stays up for the next run (and for other sessions using
     # it); CI stops what it started, unless other workers may still use it (`make test` starts
@@ -118,12 +106,7 @@ def spark(local_stack: StackInfo) -> Iterator[Any]:
                 # processes refuse unknown PGBRIDGE_ variables).
                 "spark.driver.extraJavaOptions": os.environ.get(
                     "TEST_SPARK_JAVA_OPTIONS",
-                    "-XX:+UseParallelGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
-                    + (
-                        f" {archive_options(local_stack.spark_class_archive)}"
-                        if local_stack.spark_class_archive
-                        else ""
-                    ),
+                    "-XX:+UseParallelGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m",
                 ),
             },
         )

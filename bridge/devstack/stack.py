@@ -24,7 +24,6 @@ from bridge.devstack.paths import stack_dir
 from bridge.devstack.postgres import DEFAULT_MAJOR, PostgresCluster, ensure_postgres_binaries
 from bridge.devstack.registry import ApicurioRegistry
 from bridge.devstack.spark import ensure_spark_jars
-from bridge.devstack.spark_archive import ensure_spark_class_archive
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +41,6 @@ class StackInfo:
     bootstrap_servers: str
     registry_url: str
     spark_jars: tuple[str, ...] = ()
-    # A class-data-sharing archive of a Spark driver's classes (bridge.devstack.spark_archive)
-    # for the Spark JVMs the tests start; None where it could not be dumped.
-    spark_class_archive: str | None = None
     start_seconds: dict[str, float] = field(default_factory=dict)
     postgres_host: str = "127.0.0.1"
     postgres_password: str | None = None  # the local cluster trusts loopback; containers do not
@@ -103,9 +99,7 @@ class LocalStack:
         timings: dict[str, float] = {}
         started = time.monotonic()
         with ThreadPoolExecutor(max_workers=1) as pool:
-            # A download at most, then (once per machine) the Spark class archive's dump:
-            # both overlap the starts.
-            jars = pool.submit(_spark_jars_and_class_archive)
+            jars = pool.submit(ensure_spark_jars)  # a download at most; overlaps the starts
             t = time.monotonic()
             self.postgres.start()
             _ensure_database(self.postgres.dsn(), REGISTRY_DATABASE)
@@ -119,7 +113,7 @@ class LocalStack:
             registry.wait_ready()
             timings["registry"] = time.monotonic() - t
             t = time.monotonic()
-            spark_jars, class_archive = jars.result()
+            spark_jars = tuple(str(p) for p in jars.result())
             timings["spark"] = time.monotonic() - t
         timings["total"] = time.monotonic() - started
         info = StackInfo(
@@ -129,7 +123,6 @@ class LocalStack:
             bootstrap_servers=self.kafka.bootstrap_servers,
             registry_url=registry.url,
             spark_jars=spark_jars,
-            spark_class_archive=class_archive,
             start_seconds={k: round(v, 1) for k, v in timings.items()},
             brokers=self.brokers,
         )
@@ -179,12 +172,6 @@ class LocalStack:
         (self.dir / "stack.env").write_text(
             "".join(f"export {k}={shlex.quote(v)}\n" for k, v in info.env.items())
         )
-
-
-def _spark_jars_and_class_archive() -> tuple[tuple[str, ...], str | None]:
-    jars = tuple(str(p) for p in ensure_spark_jars())
-    archive = ensure_spark_class_archive(list(jars))
-    return jars, str(archive) if archive else None
 
 
 def _ensure_database(dsn: str, name: str) -> None:
