@@ -13,7 +13,7 @@ import shlex
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import psycopg
@@ -165,7 +165,10 @@ class LocalStack:
             return None
         data = json.loads(path.read_text())
         data["spark_jars"] = tuple(data.get("spark_jars", ()))
-        return StackInfo(**data)
+        # Keys another pgbridge version wrote (a field added or removed since) are left out:
+        # this one must still find, stop and restart that stack.
+        known = {f.name for f in fields(StackInfo)}
+        return StackInfo(**{k: v for k, v in data.items() if k in known})
 
     def _write_info(self, info: StackInfo) -> None:
         (self.dir / "stack.json").write_text(json.dumps(asdict(info), indent=2))
