@@ -22,7 +22,7 @@ import pytest
 # confluent-kafka 2.15 imports authlib's deprecated httpx integration, which warns at import;
 # authlib forces that warning to "always" when imported, so filter after importing it.
 from authlib.deprecate import AuthlibDeprecationWarning
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 warnings.filterwarnings("ignore", category=AuthlibDeprecationWarning)
 
@@ -31,8 +31,17 @@ from bridge.devstack.stack import LocalStack, StackInfo  # noqa: E402
 # Property tests: `make test` and `make check` run the "ci" profile, derandomized (each test's
 # examples come from its name), so one commit gives one result; `make fuzz` explores with fresh
 # seeds (--hypothesis-profile=explore, with --hypothesis-seed=N to replay one). A failure
-# prints its reproduction blob either way.
-settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+# prints its reproduction blob either way. The "ci" profile has no time limits: `make test` runs
+# the unit tests at a low CPU priority beside the integration tests, where an example's wall
+# time says how busy the machine is, not how slow the code is (`make fuzz` keeps the limits).
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("PGBRIDGE_HYPOTHESIS_PROFILE", "ci"))
 
