@@ -21,8 +21,9 @@ demo: $(VENV)/.installed .stack-prereqs
 ## CPU priority (nice): lint, type-check and the docker-compose.yml check, and the unit tests
 ## (the C accelerator, then the pure-Python path a machine without a C compiler runs). The
 ## integration run is the long pole and leaves about a tenth of the 2 cores idle while its
-## tests wait on their services: the rest takes that time instead of running before it
-## (measured on 2026-12-03's host: the unit tests alone were 2.3 of 20.6 minutes). The lint
+## tests wait on their services: the rest takes that time instead of running before it (the
+## unit tests were 2.3 of 20.6 minutes when they ran first; that this order is faster is not yet
+## shown side by side: docs/measurements.md, 2026-12-03). The lint
 ## starts beside the stack (which mostly waits on its JVMs); the stack's log is shown if it
 ## fails. The fuzz run, the soak and the long integration tests have their own targets. Under
 ## CI the stack is stopped afterwards.
