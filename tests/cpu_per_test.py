@@ -4,7 +4,7 @@ teardown. The suite is CPU-bound on 2 cores, so this, not a test's wall time (st
 whatever ran beside it), says where `make test`'s time goes. The stack's services (Kafka, the
 registry, PostgreSQL) are shared and not counted.
 
-    PYTEST_ARGS="-p tests.cpu_per_test" make integration   # writes .cpu-per-test/<worker>.tsv
+    PYTHONPATH=. make integration PYTEST_ARGS="-p tests.cpu_per_test"  # .cpu-per-test/<worker>.tsv
 
 Each line: CPU-seconds, wall seconds, the test's id (docs/measurements.md sums them by module).
 """

@@ -177,6 +177,9 @@ def test_delta_tables_equal_source_after_workload_and_schema_change(
         assert_delta_equals_source(spark, config, dsn)
 
 
+# make test-long: in make test, tests/spark/test_changelog.py checks the changelog mode's
+# views (current before compaction, nothing applied twice, TOAST kept) and its compaction.
+@pytest.mark.long
 def test_changelog_mode_views_equal_source_before_compaction_and_tables_after(
     local_stack: StackInfo, spark: Any, tmp_path: Path
 ) -> None:

@@ -179,6 +179,14 @@ def _merges(spark: Any, path: str) -> int:
 #: Runs a test with each writer: what a table holds must not depend on which wrote it.
 BOTH_WRITERS = pytest.mark.parametrize("batches", ["driver", "spark"], indirect=True)
 
+#: BOTH_WRITERS, the Spark writer's run in `make test-long` only: for a test whose Spark
+#: statement (multiset MERGE, append, ...) another test runs through Spark in `make test`
+#: (named where it is used). A `[spark]` run costs 2-4x its `[driver]` twin: Spark's MERGE of a
+#: few rows (docs/measurements.md, "Where the test suite's time goes").
+SPARK_WRITER_IN_LONG = pytest.mark.parametrize(
+    "batches", ["driver", pytest.param("spark", marks=pytest.mark.long)], indirect=True
+)
+
 
 def no_unnamed_lane_files(batches: Batches) -> None:
     """No file of the task lane's (zstd: Spark and delta-rs write snappy) is left in the table

@@ -30,6 +30,7 @@ from tests.spark.batches import (
     OPT_INT,
     OPT_STR,
     PREFIX,
+    SPARK_WRITER_IN_LONG,
     Batches,
     _ids,
     _last_write,
@@ -43,7 +44,8 @@ from tests.spark.envelopes import TableVersion, frame_avro
 pytestmark = pytest.mark.integration
 
 
-@BOTH_WRITERS
+# Spark's multiset MERGE in make test: test_multiset_resent_and_replayed_records_apply_once.
+@SPARK_WRITER_IN_LONG
 def test_multiset_keeps_duplicates_across_batches(batches: Batches) -> None:
     t = FULL_DUPS
     for i, row in enumerate([(1, "x"), (1, "x"), (2, None), (2, None), (3, "gone")]):
@@ -473,7 +475,8 @@ def test_resent_insert_after_its_delete_never_resurrects_the_row(batches: Batche
     assert _ids(batches) == {2: "b2"}
 
 
-@BOTH_WRITERS
+# Spark's append in make test: test_a_batch_of_inserts_only_is_appended_without_duplicating_…
+@SPARK_WRITER_IN_LONG
 def test_first_load_of_a_new_table_is_an_append_equal_to_a_merge(
     batches: Batches, spark: Any
 ) -> None:
@@ -826,9 +829,7 @@ def test_a_text_keyed_tables_files_carry_key_statistics_spark_skips_by_and_reads
     # next MERGE of that key reads Spark's file by its truncated maximum and replaces the row.
     frame = spark.read.format("delta").load(path)
     spark_row = {**frame.where(frame["code"] == "b-002").first().asDict(), "code": f"{long}-006"}
-    spark.createDataFrame([spark_row], frame.schema).write.format("delta").mode("append").save(
-        path
-    )
+    spark.createDataFrame([spark_row], frame.schema).write.format("delta").mode("append").save(path)
     truncated = json.loads([a for a in _log_actions(path) if "add" in a][-1]["add"]["stats"])
     assert truncated["maxValues"][code] != f"{long}-006"  # Delta-Spark's own truncated form
     batches.add(text_keyed, "u", (200, 0), after={"code": f"{long}-006", "v": "by the driver"})
@@ -969,7 +970,8 @@ def inserts_only_scenario(batches: Batches) -> None:
     assert _ids(batches) == {1: "a", 2: "b2", 3: "c", 4: "d", 5: "e"}
 
 
-@BOTH_WRITERS
+# Spark's append in make test: test_a_batch_of_inserts_only_is_appended_without_duplicating_…
+@SPARK_WRITER_IN_LONG
 def test_a_snapshot_longer_than_a_batch_is_appended_until_a_resumed_attempt(
     batches: Batches, spark: Any
 ) -> None:

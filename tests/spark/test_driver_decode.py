@@ -404,7 +404,11 @@ def _bag_tables(spark: Any, tmp: Path, driver_decode: bool) -> tuple[int, list[l
     return applier.stats.driver_decoded, seen
 
 
+# make test-long: in make test, the keyless tables' driver decode is checked by the [driver]
+# runs of test_apply_batches.py's multiset tests (their rows against what the batches hold)
+# and test_row_images_of_a_keyless_table_in_python here; this compares it with Spark's.
 @pytest.mark.integration
+@pytest.mark.long
 def test_keyless_tables_decoded_in_the_driver_equal_those_spark_decoded(
     spark: Any, tmp_path: Path
 ) -> None:
