@@ -31,10 +31,14 @@ def conformed(table: LoggedTable, rows: Any) -> Any:
     import pyarrow as pa
 
     target = pa_schema(table)
+    present = set(rows.column_names)  # (a property building a new list at each use)
     columns = []
     for field in target:
-        if field.name in rows.column_names:
-            columns.append(rows.column(field.name).cast(field.type))
+        if field.name in present:
+            column = rows.column(field.name)
+            # A cast is a pyarrow.compute call of its own, most of a small table's columns'
+            # cost: skipped where the type is the table's already.
+            columns.append(column if column.type == field.type else column.cast(field.type))
         else:
             columns.append(pa.nulls(rows.num_rows, field.type))
     return pa.Table.from_arrays(columns, schema=target)
