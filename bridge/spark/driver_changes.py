@@ -19,7 +19,8 @@ from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
 from bridge.spark.driver_decode import RawChange
-from bridge.spark.driver_rewrite import as_type, listed
+from bridge.spark.driver_rewrite import listed
+from bridge.spark.driver_table import conformed_to
 from bridge.spark.fences import Fences, Position
 
 __all__ = [
@@ -238,29 +239,13 @@ def folded_arrow_rows(
          *(T.StructField(name, spark_type, True) for name, spark_type in meta)]
     )  # fmt: skip
     target = pa.schema([pa.field(f.name, _arrow_type(f.dataType)) for f in schema.fields])
-    conformed = [_conformed_piece(piece, target) for piece in pieces]
+    conformed = [conformed_to(target, piece) for piece in pieces]
     table = pa.concat_tables(conformed) if conformed else target.empty_table()
     if len(conformed) > 1:
         distinct = table.select(list(key_columns)).group_by(list(key_columns)).aggregate([])
         if distinct.num_rows != table.num_rows:
             raise ValueError(f"{table.num_rows - distinct.num_rows} keys in two Kafka partitions")
     return ArrowRows(table, schema)
-
-
-def _conformed_piece(piece: Any, target: Any) -> Any:
-    """A task's piece in ``target``'s columns and types (a column it lacks: nulls)."""
-    import pyarrow as pa
-
-    names = set(piece.column_names)  # (a property building a new list at each use)
-    return pa.Table.from_arrays(
-        [
-            as_type(piece.column(f.name), f.type)
-            if f.name in names
-            else pa.nulls(piece.num_rows, f.type)
-            for f in target
-        ],
-        schema=target,
-    )
 
 
 def row_images(changes: Sequence[RawChange], columns: T.StructType) -> ArrowRows:

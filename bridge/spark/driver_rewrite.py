@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.spark import transforms as tf
+from bridge.spark.driver_table import as_type
 from bridge.spark.merge import MergePlan
 
 __all__ = [
@@ -329,11 +330,6 @@ def _marked(unchanged: Any, plan: MergePlan) -> set[str]:
     if len(names) == 0:
         return set()
     return {n for n in pc.unique(names).to_pylist() if n is not None} & _folded(plan)
-
-
-def as_type(values: Any, arrow_type: Any) -> Any:
-    """``values`` cast to ``arrow_type`` unless already of it (a cast is a call of its own)."""
-    return values if values.type == arrow_type else values.cast(arrow_type)
 
 
 def _inserted(source: Any, rows: Any, plan: MergePlan, schema: Any) -> Any:

@@ -28,20 +28,27 @@ def pa_schema(table: LoggedTable) -> Any:
 
 def conformed(table: LoggedTable, rows: Any) -> Any:
     """``rows`` with exactly the table's columns and types (delta-rs appends only that)."""
+    return conformed_to(pa_schema(table), rows)
+
+
+def conformed_to(schema: Any, rows: Any) -> Any:
+    """``rows`` (Arrow) with exactly ``schema``'s columns and types, a column they lack null."""
     import pyarrow as pa
 
-    target = pa_schema(table)
     present = set(rows.column_names)  # (a property building a new list at each use)
-    columns = []
-    for field in target:
-        if field.name in present:
-            column = rows.column(field.name)
-            # A cast is a pyarrow.compute call of its own, most of a small table's columns'
-            # cost: skipped where the type is the table's already.
-            columns.append(column if column.type == field.type else column.cast(field.type))
-        else:
-            columns.append(pa.nulls(rows.num_rows, field.type))
-    return pa.Table.from_arrays(columns, schema=target)
+    columns = [
+        as_type(rows.column(field.name), field.type)
+        if field.name in present
+        else pa.nulls(rows.num_rows, field.type)
+        for field in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def as_type(values: Any, arrow_type: Any) -> Any:
+    """``values`` cast to ``arrow_type`` unless already of it: a cast is a pyarrow.compute call
+    of its own, most of a small table's cost per column."""
+    return values if values.type == arrow_type else values.cast(arrow_type)
 
 
 def no_post_commit_hooks() -> Any:
