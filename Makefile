@@ -63,8 +63,10 @@ test: $(VENV)/.installed .stack-prereqs
 	exit $$status
 
 ## test-long: the integration tests whose guarantee a shorter test in `make test` also checks
-## (another crash point, 60 tables, every fault in one run): before a release, and for changes
-## to recovery, snapshots or the apply job
+## (another crash point, 60 tables, every fault in one run), and the deployment modes that need
+## services of their own (OAuth logins with Keycloak, every hop secured, a Spark standalone
+## cluster, exactly once through a 3-broker cluster's faults): before a release, and for
+## changes to recovery, snapshots, security settings or the apply job
 test-long: $(VENV)/.installed .stack-prereqs
 	$(BIN)/pgbridge dev up
 	$(BIN)/pytest -m "integration and long" -n 2 --dist loadfile --no-loadscope-reorder \

@@ -167,49 +167,48 @@ def connect_worker(
 
 #: The test modules by their time in `make test`'s integration run, longest first (seconds of
 #: setup + calls + teardown on a contended worker, as the run prints them per worker and module:
-#: measured 2026-12-02; test_apply_batches.py's 448 s then held test_apply_schema_changes.py's).
+#: measured 2026-12-03 on a slow host, before the deployment modes moved to `make test-long`).
 #: pytest-xdist hands out whole modules (`--dist loadfile`) in collection order when told not
 #: to reorder them (`--no-loadscope-reorder`; by default it puts the modules with the most
 #: tests first): longest first makes the workers finish together. Without it the one-test
-#: modules of minutes (the fault cycle, the Spark cluster) came last and one worker ran alone
-#: for minutes (measured: the fault cycle unlisted, 754 -> 817 s). A module not listed keeps
-#: its place after these.
+#: modules of minutes came last and one worker ran alone for minutes (measured: the fault
+#: cycle unlisted, 754 -> 817 s). A module not listed keeps its place after these.
 _LONGEST_FIRST = (
-    "tests/spark/test_apply_batches.py",  # 350
-    "tests/integration/test_incremental_snapshot.py",  # 168 before its control tests moved out
-    "tests/integration/test_fault_cycle.py",  # 135
-    "tests/spark/test_apply_schema_changes.py",  # 100
-    "tests/integration/test_spark_apply.py",  # 87
-    "tests/integration/test_delta_e2e.py",  # 74
-    "tests/integration/test_snapshot_e2e.py",  # 72 before its modes moved out
-    "tests/integration/test_spark_cluster.py",  # 71
-    "tests/spark/test_changelog.py",  # 68
-    "tests/integration/test_secure_stack.py",  # 65
-    "tests/spark/test_driver_decode.py",  # 59
-    "tests/integration/test_oauth_logins.py",  # 56
-    "tests/integration/source/test_source_replication.py",  # 54
-    "tests/integration/test_connect_interop.py",  # 43
-    "tests/integration/test_spark_faults.py",  # 42
-    "tests/integration/test_incremental_snapshot_control.py",  # ~70 (out of the first)
-    "tests/integration/test_snapshot_modes.py",  # ~50 (out of test_snapshot_e2e.py)
-    "tests/spark/test_lane_batches.py",  # 41
-    "tests/integration/test_snapshot_exactly_once.py",  # 39
-    "tests/integration/test_failover.py",  # 37
-    "tests/integration/test_spark_hostile.py",  # 34
-    "tests/integration/test_secure_kafka.py",  # 31
-    "tests/integration/test_pipeline_e2e.py",  # 29
-    "tests/integration/source/test_source_errors.py",  # 26
-    "tests/integration/test_secure_postgres.py",  # 25
-    "tests/integration/test_ddl_torture.py",  # 23
-    "tests/integration/test_many_tables.py",  # 21
-    "tests/integration/test_exactly_once.py",  # 18
-    "tests/integration/test_hostile_schema.py",  # 17
-    "tests/integration/test_secrets_masked.py",  # 17
-    "tests/integration/test_check.py",  # 14
+    "tests/spark/test_apply_batches.py",  # 518
+    "tests/integration/test_incremental_snapshot.py",  # 213
+    "tests/spark/test_apply_schema_changes.py",  # 170
+    "tests/integration/test_spark_apply.py",  # 158
+    "tests/spark/test_changelog.py",  # 108
+    "tests/spark/test_lane_batches.py",  # 99
+    "tests/integration/test_connect_interop.py",  # 76
+    "tests/integration/test_incremental_snapshot_control.py",  # 76
+    "tests/spark/test_driver_decode.py",  # 75
+    "tests/integration/test_snapshot_modes.py",  # 70
+    "tests/integration/test_failover.py",  # 69
+    "tests/integration/test_delta_e2e.py",  # 63
+    "tests/integration/test_spark_hostile.py",  # 63
+    "tests/integration/source/test_source_replication.py",  # 59
+    "tests/integration/test_snapshot_exactly_once.py",  # 52
+    "tests/integration/test_spark_faults.py",  # 51
+    "tests/integration/test_secure_postgres.py",  # 48
+    "tests/integration/test_pipeline_e2e.py",  # 44
+    "tests/integration/test_secure_kafka.py",  # 44
+    "tests/integration/test_snapshot_e2e.py",  # 42
+    "tests/integration/test_ddl_torture.py",  # 40
+    "tests/integration/test_many_tables.py",  # 32
+    "tests/spark/test_driver_compaction.py",  # 28
+    "tests/integration/test_secrets_masked.py",  # 23
+    "tests/integration/source/test_source_errors.py",  # 23
+    "tests/integration/test_hostile_schema.py",  # 22
+    "tests/integration/test_exactly_once.py",  # 20
+    "tests/spark/test_transforms.py",  # 19
+    "tests/integration/test_type_zoo.py",  # 19
     "tests/integration/test_faults.py",  # 14
-    "tests/spark/test_driver_compaction.py",  # 13
-    "tests/integration/test_publisher.py",  # 12
-    "tests/integration/test_registry.py",  # 11
+    "tests/integration/test_check.py",  # 14
+    "tests/integration/test_registry.py",  # 12
+    "tests/test_packaging.py",  # 11
+    "tests/integration/test_column_controls.py",  # 11
+    "tests/integration/test_publisher.py",  # 11
 )
 
 

@@ -35,7 +35,11 @@ from bridge.spark.job import run_apply
 from tests.integration.bridge_harness import BridgeProcess, mark, wait_for, wait_slot_confirmed
 from tests.integration.test_delta_e2e import apply_config, assert_delta_equals_source
 
-pytestmark = pytest.mark.integration
+# make test-long only (a second, secured stack of its own: 66 CPU-s of make test's ~1,700): make
+# test keeps each secured hop on its own (test_secure_kafka.py: SASL_SSL and SCRAM logins;
+# test_secure_postgres.py: TLS and SCRAM to PostgreSQL) and the registry's basic-auth settings
+# reaching its client (tests/test_config.py); HTTPS to the registry is only here.
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,11 @@ from tests.integration.test_delta_e2e import (
     run_configuration_file,
 )
 
-pytestmark = pytest.mark.integration
+# make test-long only (a master, two workers and their executors: 60 CPU-s of make test's
+# ~1,700): make test runs the same workload and schema change through the job on a local
+# session (test_delta_e2e.py) and the task lane's Python tasks in Spark's own Python workers
+# (tests/spark/test_lane_batches.py, test_task_lane.py).
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 WORKERS = 2
 
