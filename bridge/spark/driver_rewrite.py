@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.spark import transforms as tf
-from bridge.spark.driver_table import as_type
+from bridge.spark.driver_table import as_type, conformed_to
 from bridge.spark.merge import MergePlan
 
 __all__ = [
@@ -339,18 +339,15 @@ def _inserted(source: Any, rows: Any, plan: MergePlan, schema: Any) -> Any:
     import pyarrow.compute as pc
 
     unchanged = source.column(tf.UNCHANGED).take(rows) if plan.fold_unchanged else None
-    marked = _marked(unchanged, plan)
     in_source = set(source.column_names)  # (a property building a new list at each use)
-    new_rows = source.select([f.name for f in schema if f.name in in_source]).take(rows)
-    columns = []
-    for field in schema:
-        if field.name not in in_source:
-            columns.append(pa.nulls(len(rows), field.type))
-            continue
-        value = as_type(new_rows.column(field.name), field.type)
-        if field.name in marked:
-            value = pc.if_else(
-                listed(unchanged, field.name), pa.nulls(len(rows), field.type), value
-            )
-        columns.append(value)
-    return pa.Table.from_arrays(columns, schema=schema)
+    new_rows = conformed_to(
+        schema, source.select([f.name for f in schema if f.name in in_source]).take(rows)
+    )
+    for name in _marked(unchanged, plan):
+        index = schema.get_field_index(name)
+        field = schema.field(index)
+        blanked = pc.if_else(
+            listed(unchanged, name), pa.nulls(len(rows), field.type), new_rows.column(index)
+        )
+        new_rows = new_rows.set_column(index, field, blanked)
+    return new_rows
