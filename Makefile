@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # 13.7 s of CPU a process that way, 6.3 s with the bytecode kept). An empty value is "not set".
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: demo test test-long check lint unit integration matrix soak bench bench-decode bench-hotpath bench-pipeline bench-spark fuzz stack-up stack-down stack-status clean
+.PHONY: demo test test-long check lint unit integration matrix soak soak-apply bench bench-decode bench-hotpath bench-pipeline bench-spark fuzz stack-up stack-down stack-status clean
 
 # Unit tests spread over the cores (pytest-xdist); property tests run derandomized (tests/conftest.py).
 UNIT := -m "not integration and not slow" -n auto -p no:cacheprovider -q
@@ -98,6 +98,14 @@ matrix: $(VENV)/.installed .stack-prereqs
 SOAK_ARGS ?= --minutes 30
 soak: $(VENV)/.installed
 	$(BIN)/python -m tests.integration.soak $(SOAK_ARGS)
+
+## soak-apply: `pgbridge apply` killed, stopped by SIGTERM and its broker lost, at random, under
+## a writer (restarted with other settings each time); every Delta table must end equal to its
+## source table. Prints each fault and how long until a batch committed again.
+## APPLY_SOAK_ARGS="--minutes 30 --seed 1"
+APPLY_SOAK_ARGS ?= --minutes 10
+soak-apply: $(VENV)/.installed .stack-prereqs
+	$(BIN)/python -m tests.integration.apply_soak $(APPLY_SOAK_ARGS)
 
 ## fuzz: the decoder's million-input fuzz run, then every property test with fresh random seeds
 ## (a failure prints the seed: replay it with PYTEST_ARGS=--hypothesis-seed=N)

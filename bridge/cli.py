@@ -126,9 +126,12 @@ def _snapshot(args: argparse.Namespace) -> int:
 
 def _apply(args: argparse.Namespace) -> int:
     from bridge.spark.arguments import config_from_args
+    from bridge.spark.graceful_stop import GracefulStop
     from bridge.spark.job import run_apply
 
-    run_apply(config_from_args(args))
+    stop = GracefulStop()
+    stop.install()  # SIGTERM or SIGINT: stop between two batches, exit 0
+    run_apply(config_from_args(args), stop=stop)
     return 0
 
 

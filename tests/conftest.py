@@ -218,6 +218,7 @@ _LONGEST_FIRST = (
 SPARK_MODULES = frozenset(
     f"tests/{path}.py"
     for path in (
+        "integration/test_apply_soak",
         "integration/test_connect_interop",
         "integration/test_ddl_torture",
         "integration/test_delta_e2e",

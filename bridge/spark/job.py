@@ -39,6 +39,7 @@ from bridge.spark.applier import BatchApplier, first_line, job_conf
 from bridge.spark.arguments import add_apply_arguments, config_from_args
 from bridge.spark.config import ApplyConfig
 from bridge.spark.errors import ApplyError
+from bridge.spark.graceful_stop import GracefulStop
 from bridge.spark.query import checkpoint_conf, kafka_source, start_query
 from bridge.spark.resources import default_batch_records, jvm_failure
 from bridge.spark.restarts import run_with_restarts
@@ -155,9 +156,13 @@ def serve_metrics(config: ApplyConfig) -> Callable[[], None]:
 
 
 def run_apply(
-    config: ApplyConfig, spark: Any = None, session_factory: Callable[[], Any] | None = None
+    config: ApplyConfig,
+    spark: Any = None,
+    session_factory: Callable[[], Any] | None = None,
+    stop: GracefulStop | None = None,
 ) -> None:
-    """Run the job until it stops (``available_now``), fails, or is interrupted.
+    """Run the job until it stops (``available_now``), fails, or is stopped (``stop``: the
+    entry points' handler of SIGTERM and SIGINT, bridge.spark.graceful_stop).
 
     Without ``spark``, builds a session with :func:`bridge.spark.session.build_spark_session`
     (master from ``--master``, ``PGBRIDGE_SPARK_MASTER`` or ``spark-submit``, jars from
@@ -185,14 +190,17 @@ def run_apply(
             _stop_session(spark)
         raise
 
+    stop = stop or GracefulStop()
+
     def start() -> Any:
         queries.append(start_apply(spark, config))
+        stop.watch(queries[-1])
         return queries[-1]
 
     try:
         # A transient failure (Kafka or the registry unreachable) restarts the query from its
         # checkpoint after a backoff instead of ending the job (bridge.spark.restarts).
-        run_with_restarts(start, RetryPolicy())
+        run_with_restarts(start, RetryPolicy(), stopping=stop.requested)
     except KeyboardInterrupt:
         logger.info("interrupted; stopping the query (the checkpoint keeps the position)")
         if queries:
@@ -226,8 +234,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    stop = GracefulStop()
+    stop.install()
     try:
-        run_apply(config_from_args(args))
+        run_apply(config_from_args(args), stop=stop)
     except PgBridgeError as exc:
         print(f"pgbridge-apply: error: {exc}", file=sys.stderr)
         return 2

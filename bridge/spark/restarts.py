@@ -14,6 +14,7 @@ error, as before.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -45,9 +46,11 @@ def run_with_restarts(
     policy: RetryPolicy,
     *,
     sleep: Callable[[float], None] = time.sleep,
+    stopping: threading.Event | None = None,
 ) -> None:
     """``start()`` a query and await it; after a transient failure start it again (from its
-    checkpoint) after the policy's backoff. Returns when a query ends normally."""
+    checkpoint) after the policy's backoff. Returns when a query ends normally, or once
+    ``stopping`` is set (a stop requested while the query failed or waits to start again)."""
     attempt = 0
     while True:
         query = start()
@@ -57,6 +60,8 @@ def run_with_restarts(
             query.awaitTermination()
             return
         except Exception as exc:
+            if stopping is not None and stopping.is_set():
+                return  # stopped on request: whatever the query's stop raised ends nothing
             if not transient_query_failure(exc):
                 raise
             failure = exc
@@ -74,7 +79,10 @@ def run_with_restarts(
             attempt,
             delay,
         )
-        sleep(delay)
+        if stopping is None:
+            sleep(delay)
+        elif stopping.wait(delay):
+            return  # stopped while waiting to start the query again
         WAITED_SECONDS[dependency] = WAITED_SECONDS.get(dependency, 0.0) + delay
 
 

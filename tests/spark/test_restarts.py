@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from bridge.retry import WAITING_FOR, RetryPolicy
@@ -56,3 +59,28 @@ def test_apply_query_what_counts_as_transient() -> None:
     assert transient_query_failure(KAFKA_DOWN)
     assert transient_query_failure(RuntimeError("RegistryUnavailableError: schema id 7: 503"))
     assert not transient_query_failure(BUG)
+
+
+def test_apply_query_not_restarted_once_a_stop_is_requested() -> None:
+    stopping = threading.Event()
+    stopping.set()
+    pending = [Query(KAFKA_DOWN), Query(None)]
+    # A failure after the stop was asked for (the query's stop may raise) ends the run quietly,
+    # and a bug too: the job was stopping anyway.
+    run_with_restarts(lambda: pending.pop(0), RetryPolicy(), stopping=stopping)
+    assert len(pending) == 1
+    run_with_restarts(lambda: Query(BUG), RetryPolicy(), stopping=stopping)
+
+
+def test_apply_query_stop_requested_during_the_backoff_ends_the_wait() -> None:
+    stopping = threading.Event()
+    threading.Timer(0.2, stopping.set).start()
+    started = time.monotonic()
+    pending = [Query(KAFKA_DOWN), Query(None)]
+    run_with_restarts(
+        lambda: pending.pop(0),
+        RetryPolicy(initial_delay_ms=60_000, max_delay_ms=60_000),
+        stopping=stopping,
+    )
+    assert time.monotonic() - started < 10
+    assert len(pending) == 1  # not started again

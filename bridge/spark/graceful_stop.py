@@ -1,0 +1,101 @@
+"""Stop ``pgbridge apply`` on SIGTERM or SIGINT the way service managers expect: between two
+micro-batches, then exit 0.
+
+systemd, Kubernetes and ``docker stop`` send SIGTERM and wait (30 s by default in Kubernetes)
+before SIGKILL. Python's default for SIGTERM ends the process at once, mid-batch, with exit
+status -15. Nothing is lost that way (a batch the checkpoint did not commit is applied again at
+the next start, its Delta commits skipped by their positions), but the batch's work is done
+twice and the stop looks like a crash. So the job waits for the running batch to end, at most
+``STOP_GRACE_S`` (under Kubernetes' default grace period), then stops its streaming query; the
+query's wait returns, the session stops, and the job exits 0. A second signal stops the query
+at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: How long a stop waits for the running micro-batch to end before interrupting it.
+STOP_GRACE_S = 20.0
+
+
+class GracefulStop:
+    """Stops the query it watches once asked: by a signal (``install``) or by ``request``."""
+
+    def __init__(self, grace_s: float = STOP_GRACE_S) -> None:
+        self.grace_s = grace_s
+        self.requested = threading.Event()
+        self._query: Any = None
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        """Handle SIGTERM and SIGINT (only the main thread may: elsewhere, nothing changes)."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+
+    def watch(self, query: Any) -> None:
+        """The query now running (a restart replaces it); stopped at once if a stop is due."""
+        with self._lock:
+            self._query = query
+        if self.requested.is_set():
+            self._stop(query)
+
+    def request(self, reason: str) -> None:
+        """Stop the watched query once its running batch ends; again: at once."""
+        if self.requested.is_set():
+            logger.info("%s again: stopping the query now", reason)
+            self._stop(self._query)
+            return
+        logger.info(
+            "%s: stopping once the running batch is committed (at most %.0f s; the checkpoint "
+            "keeps the position)",
+            reason,
+            self.grace_s,
+        )
+        self.requested.set()
+        threading.Thread(target=self._stop_after_batch, name="graceful-stop", daemon=True).start()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.request(f"{signal.Signals(signum).name} received")
+
+    def _stop_after_batch(self) -> None:
+        with self._lock:
+            query = self._query
+        if query is None:
+            return  # not started yet: watch() stops it
+        deadline = time.monotonic() + self.grace_s
+        while _batch_running(query):
+            if time.monotonic() > deadline:
+                logger.warning(
+                    "the running batch did not end within %.0f s; stopping it (the next start "
+                    "applies it again, once)",
+                    self.grace_s,
+                )
+                break
+            time.sleep(0.1)
+        self._stop(query)
+
+    @staticmethod
+    def _stop(query: Any) -> None:
+        if query is None:
+            return
+        try:
+            query.stop()
+        except Exception as exc:  # the query ended meanwhile: nothing left to stop
+            logger.info("stopping the query: %s", str(exc).splitlines()[0][:300])
+
+
+def _batch_running(query: Any) -> bool:
+    """Whether the query is inside a micro-batch (Spark's ``isTriggerActive``)."""
+    try:
+        return bool(query.isActive and query.status["isTriggerActive"])
+    except Exception:  # the query or its session is gone
+        return False
