@@ -132,7 +132,7 @@ from bridge.spark.merge import (
 )
 from bridge.spark.multiset import MultisetBatch, Position, apply_multiset, read_positions
 from bridge.spark.resources import is_resource_failure
-from bridge.spark.session import task_slots
+from bridge.spark.session import activate_in_thread, task_slots
 from bridge.spark.summary import (
     SUMMARY_PARTITION,
     TABLE_INDEX,
@@ -257,6 +257,7 @@ class BatchApplier:
             session = spark.newSession()
             for key, value in job_conf(task_slots(spark)).items():
                 session.conf.set(key, value)
+            activate_in_thread(session)  # a worker thread's JVM peer has no active session
             self._local.session = session
         return session
 

@@ -5,10 +5,11 @@ systemd, Kubernetes and ``docker stop`` send SIGTERM and wait (30 s by default i
 before SIGKILL. Python's default for SIGTERM ends the process at once, mid-batch, with exit
 status -15. Nothing is lost that way (a batch the checkpoint did not commit is applied again at
 the next start, its Delta commits skipped by their positions), but the batch's work is done
-twice and the stop looks like a crash. So the job waits for the running batch to end, at most
-``STOP_GRACE_S`` (under Kubernetes' default grace period), then stops its streaming query; the
-query's wait returns, the session stops, and the job exits 0. A second signal stops the query
-at once.
+twice and the stop looks like a crash. So the job waits for the running batch to end (its
+progress report), at most ``STOP_GRACE_S`` (under Kubernetes' default grace period), then stops
+its streaming query; the query's wait returns, the session stops, and the job exits 0. A job
+behind its trigger may have started the next batch meanwhile: that one is interrupted at its
+start and applied at the next start. A second signal stops the query at once.
 """
 
 from __future__ import annotations
@@ -71,8 +72,11 @@ class GracefulStop:
             query = self._query
         if query is None:
             return  # not started yet: watch() stops it
+        # A job behind its trigger starts the next batch as soon as one ends, so "no trigger
+        # active" may never be seen: the end of the running batch is its progress report.
+        running = _last_batch(query)
         deadline = time.monotonic() + self.grace_s
-        while _batch_running(query):
+        while _trigger_active(query) and _last_batch(query) == running:
             if time.monotonic() > deadline:
                 logger.warning(
                     "the running batch did not end within %.0f s; stopping it (the next start "
@@ -80,7 +84,7 @@ class GracefulStop:
                     self.grace_s,
                 )
                 break
-            time.sleep(0.1)
+            time.sleep(0.02)
         self._stop(query)
 
     @staticmethod
@@ -93,9 +97,18 @@ class GracefulStop:
             logger.info("stopping the query: %s", str(exc).splitlines()[0][:300])
 
 
-def _batch_running(query: Any) -> bool:
-    """Whether the query is inside a micro-batch (Spark's ``isTriggerActive``)."""
+def _trigger_active(query: Any) -> bool:
+    """Whether the query is inside a trigger (Spark's ``isTriggerActive``)."""
     try:
         return bool(query.isActive and query.status["isTriggerActive"])
     except Exception:  # the query or its session is gone
         return False
+
+
+def _last_batch(query: Any) -> int | None:
+    """The id of the query's last completed batch (its last progress report)."""
+    try:
+        progress = query.lastProgress
+    except Exception:  # the query or its session is gone
+        return None
+    return None if not progress else int(progress["batchId"])

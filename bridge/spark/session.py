@@ -99,3 +99,17 @@ def task_slots(spark: Any) -> int:
     sizes its shuffles and coalesces its frames to this, not to Spark's 200 or one per Kafka
     partition."""
     return max(1, int(spark.sparkContext.defaultParallelism))
+
+
+def activate_in_thread(session: Any) -> None:
+    """Make ``session`` the active one of the calling thread's JVM peer, unless it has one.
+
+    Delta runs some of a table's state reconstruction through ``SparkSession.getActiveSession``
+    (a JVM thread's own, with no fallback to the default session): reading the checkpoint of a
+    version without a checksum file (``.crc``; the driver's commits write none) fails with
+    ``DELTA_SPARK_SESSION_NOT_SET`` in a thread that has none, which is what the JVM peer of a
+    Python worker thread is (PySpark pins each Python thread to a JVM thread of its own).
+    """
+    jvm_session = session._jvm.org.apache.spark.sql.SparkSession
+    if jvm_session.getActiveSession().isEmpty():
+        jvm_session.setActiveSession(session._jsparkSession)

@@ -227,7 +227,9 @@ class ApplyJob:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, profile: str, pause_after_merge: bool = False) -> None:
+    def start(
+        self, profile: str, pause_after_merge: bool = False, available_now: bool = False
+    ) -> None:
         config = self.config
         command = [
             str(Path(sys.executable).with_name("pgbridge")), "apply",
@@ -239,6 +241,7 @@ class ApplyJob:
             "--dead-letter", config.dead_letter_location,
             *(arg for option in KAFKA_OPTIONS for arg in ("--kafka-option", option)),
             *PROFILES[profile],
+            *(["--available-now"] if available_now else []),
         ]  # fmt: skip
         env = {
             **os.environ,
@@ -279,6 +282,16 @@ class ApplyJob:
 
     def log_since_start(self) -> str:
         return self.log_path.read_text(errors="replace").rsplit("==== started", 1)[-1]
+
+    def replay_pending(self) -> bool:
+        """Whether the checkpoint holds a batch's offsets but not its commit (the next start
+        applies that batch again)."""
+        checkpoint = Path(self.config.checkpoint_location)
+        planned, committed = (
+            max((int(p.name) for p in (checkpoint / d).glob("*") if p.name.isdigit()), default=-1)
+            for d in ("offsets", "commits")
+        )
+        return planned > committed
 
     def batches_committed(self) -> int:
         """Batches the job's checkpoint has committed."""
@@ -372,7 +385,7 @@ class ApplySoakRig:
         if fault == "apply SIGKILL":
             job.kill()
         elif fault == "apply SIGKILL after a MERGE":
-            job.kill()
+            self._stop_between_batches()
             merged = _merge_commits(job.config)
             committed = job.batches_committed()
             job.start(profile, pause_after_merge=True)
@@ -409,6 +422,21 @@ class ApplySoakRig:
         result.recover_s = self._wait_for_batches(
             job.batches_committed() + 1, CATCH_UP_S, f"batch after {fault}"
         )
+
+    def _stop_between_batches(self) -> None:
+        """SIGTERM; if the job left a batch to replay (one it had just started), a run with
+        ``--available-now`` applies it and stops: the next start's first MERGE is then a new
+        batch's (the failpoint also pauses after a table a replay skips, committing nothing)."""
+        job = self.job
+        assert job is not None
+        code, log = job.terminate()
+        assert code == 0, f"SIGTERM: the job exited with {code}:\n{log[-4000:]}"
+        if job.replay_pending():
+            job.start("defaults", available_now=True)
+            assert job.process is not None
+            code = job.process.wait(CATCH_UP_S)
+            assert code == 0, f"--available-now exited with {code}:\n{job.log_since_start()}"
+        assert not job.replay_pending()
 
     def steady(self, seconds: float) -> None:
         """Writing goes on, the job applies; the writer's schema change once, halfway."""
@@ -513,7 +541,7 @@ def main() -> None:
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
-    faults_per_minute = 60 / (20.0 + 15.0)  # a fault and its recovery take about 15 s
+    faults_per_minute = 60 / (20.0 + 35.0)  # a fault and a restarted job's first batch: ~35 s
     faults = [rng.choice(FAULTS) for _ in range(max(1, int(args.minutes * faults_per_minute)))]
     stack = LocalStack().up()
     os.environ.update(stack.env)

@@ -411,6 +411,43 @@ def test_summary_jobs_do_not_grow_with_the_number_of_tables(batches: Batches, sp
     assert summary_jobs(8, "summary-8") == summary_jobs(2, "summary-2")
 
 
+def test_a_merging_thread_reads_a_checkpointed_table_without_checksums(
+    batches: Batches, spark: Any, tmp_path: Path
+) -> None:
+    """A table whose latest version has no checksum file (the driver's commits write none) and
+    whose log has a checkpoint: Delta reads the checkpoint through the calling thread's active
+    session, which a merging thread's JVM peer lacked (found by the apply job's soak: the
+    table's records were dead-lettered, DELTA_SPARK_SESSION_NOT_SET)."""
+    import threading
+
+    from bridge.spark.merge import small_tables_rewrite
+
+    path = str(tmp_path / "checkpointed")
+    spark.sql(f"CREATE TABLE delta.`{path}` (id long) USING delta "
+              "TBLPROPERTIES ('delta.checkpointInterval' = '2')")  # fmt: skip
+    for i in range(2):
+        spark.sql(f"INSERT INTO delta.`{path}` VALUES ({i})")
+    log = tmp_path / "checkpointed" / "_delta_log"
+    assert list(log.glob("*.checkpoint.parquet"))
+    for checksum in set(log.glob("*.crc")) | set(log.glob(".*.crc")):
+        checksum.unlink()
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    applier = BatchApplier(batches.config, batches.schemas)
+    failures: list[BaseException] = []
+
+    def merging_thread() -> None:
+        try:
+            with small_tables_rewrite(applier.session(spark), path):
+                pass
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=merging_thread)
+    thread.start()
+    thread.join(120)
+    assert not failures, failures
+
+
 def test_batch_without_dead_letters_writes_no_dead_letter_table(
     batches: Batches, spark: Any
 ) -> None:

@@ -12,17 +12,23 @@ from bridge.spark.graceful_stop import GracefulStop
 
 
 class Query:
-    """A query whose batch runs for ``batch_s`` from its creation."""
+    """A query whose running batch ends ``batch_s`` after its creation; ``behind``: a query
+    behind its trigger, which starts the next batch at once (its trigger is never idle)."""
 
-    def __init__(self, batch_s: float) -> None:
+    def __init__(self, batch_s: float, behind: bool = False) -> None:
         self.batch_ends = time.monotonic() + batch_s
+        self.behind = behind
         self.stopped_at: float | None = None
         self.stopped = threading.Event()
         self.isActive = True
 
     @property
     def status(self) -> dict[str, object]:
-        return {"isTriggerActive": time.monotonic() < self.batch_ends}
+        return {"isTriggerActive": self.behind or time.monotonic() < self.batch_ends}
+
+    @property
+    def lastProgress(self) -> dict[str, object]:
+        return {"batchId": 7 if time.monotonic() >= self.batch_ends else 6}
 
     def stop(self) -> None:
         self.stopped_at = time.monotonic()
@@ -40,7 +46,16 @@ def test_a_stop_waits_for_the_running_batch_to_end() -> None:
     assert query.stopped_at is not None and query.stopped_at >= query.batch_ends
 
 
-def test_a_batch_longer_than_the_grace_period_is_stopped_at_its_end() -> None:
+def test_a_query_behind_its_trigger_stops_when_the_running_batch_reports() -> None:
+    query = Query(batch_s=0.5, behind=True)
+    stop = GracefulStop()
+    stop.watch(query)
+    stop.request("SIGTERM received")
+    assert query.stopped.wait(5)
+    assert query.stopped_at is not None and 0 <= query.stopped_at - query.batch_ends < 1
+
+
+def test_a_batch_longer_than_the_grace_period_is_stopped_after_it() -> None:
     query = Query(batch_s=60)
     stop = GracefulStop(grace_s=0.3)
     stop.watch(query)
