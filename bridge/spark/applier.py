@@ -115,6 +115,7 @@ from bridge.spark.driver_merge import (
 from bridge.spark.driver_multiset import multiset_in_driver
 from bridge.spark.errors import RegistryUnavailableError, TableApplyError, first_line
 from bridge.spark.fences import Fences, read_fences
+from bridge.spark.graceful_stop import interrupted
 from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
 from bridge.spark.lane_driver import TaskLane
 from bridge.spark.merge import (
@@ -380,9 +381,10 @@ class BatchApplier:
             except RegistryUnavailableError:
                 raise  # transient and batch-wide: retried from the checkpoint
             except Exception as exc:  # one odd table must not halt the others
-                if is_resource_failure(exc):
-                    # Memory or the JVM, not the data: setting the records aside would lose
-                    # them from Delta for good. The batch fails; the job says what to change.
+                if is_resource_failure(exc) or interrupted(exc):
+                    # Memory or the JVM, or the query's stop, not the data: setting the records
+                    # aside would lose them from Delta for good. The batch fails (the job says
+                    # what to change) or ends with the query, applied again at the next start.
                     raise
                 error = exc
                 with self._lock:

@@ -25,6 +25,41 @@ logger = logging.getLogger(__name__)
 
 #: How long a stop waits for the running micro-batch to end before interrupting it.
 STOP_GRACE_S = 20.0
+#: What the JVM says of work a query's stop interrupted (the batch's Spark jobs cancelled, its
+#: thread interrupted in a wait or in I/O).
+_INTERRUPTION_MARKERS = (
+    "java.lang.InterruptedException",
+    "java.io.InterruptedIOException",
+    "java.nio.channels.ClosedByInterruptException",
+    "SPARK_JOB_CANCELLED",
+)
+
+
+def interrupted(error: BaseException) -> bool:
+    """Whether ``error`` (or one it came from) is work interrupted by a query's stop: nothing
+    about the data, so a table's records must not be set aside for it."""
+    seen: BaseException | None = error
+    for _ in range(10):  # the chain of causes, bounded
+        if seen is None:
+            return False
+        if any(marker in f"{type(seen).__name__}: {seen}" for marker in _INTERRUPTION_MARKERS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class _InterruptedBatchFilter(logging.Filter):
+    """Once a stop is underway, drops py4j's report (with a traceback) of the batch callback
+    the stop interrupted: a job behind its trigger may have started a batch, which the stop
+    cancels at its start and the next start applies. Any other record passes."""
+
+    def __init__(self, stopping: threading.Event) -> None:
+        super().__init__()
+        self.stopping = stopping
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (self.stopping.is_set() and error is not None and interrupted(error))
 
 
 class GracefulStop:
@@ -61,6 +96,8 @@ class GracefulStop:
             reason,
             self.grace_s,
         )
+        # py4j logs the failure of a Python callback (the batch function) with its traceback.
+        logging.getLogger("py4j.clientserver").addFilter(_InterruptedBatchFilter(self.requested))
         self.requested.set()
         threading.Thread(target=self._stop_after_batch, name="graceful-stop", daemon=True).start()
 

@@ -3,12 +3,26 @@ queries, no Spark; the real job's stop is tests/integration/test_apply_soak.py's
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
-from bridge.spark.graceful_stop import GracefulStop
+import pytest
+
+from bridge.spark.graceful_stop import GracefulStop, interrupted
+
+
+@pytest.fixture(autouse=True)
+def _py4j_filters_removed() -> Iterator[None]:
+    """A requested stop filters py4j's log for the rest of the process (one stop a job): not
+    past each test here."""
+    yield
+    py4j = logging.getLogger("py4j.clientserver")
+    for each in list(py4j.filters):
+        py4j.removeFilter(each)
 
 
 class Query:
@@ -94,3 +108,48 @@ def test_sigterm_requests_the_stop_in_the_main_thread() -> None:
     finally:
         signal.signal(signal.SIGTERM, previous[0])
         signal.signal(signal.SIGINT, previous[1])
+
+
+def test_what_counts_as_work_a_stop_interrupted() -> None:
+    cancelled = RuntimeError("An error occurred while calling o3930.collectToPython.\n"
+                             ": java.lang.InterruptedException")  # fmt: skip
+    assert interrupted(cancelled)
+    try:
+        try:
+            raise RuntimeError("[SPARK_JOB_CANCELLED] Job 63 cancelled Query pgbridge-apply")
+        except RuntimeError as exc:
+            raise ValueError("the MERGE of public.items failed") from exc
+    except ValueError as wrapped:
+        assert interrupted(wrapped)
+    assert not interrupted(RuntimeError("DELTA_SCHEMA_CHANGED: cannot write"))
+
+
+def test_py4j_report_of_an_interrupted_batch_is_dropped_once_stopping() -> None:
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    py4j = logging.getLogger("py4j.clientserver")
+    keep = Keep()
+    py4j.addHandler(keep)
+    try:
+
+        def report(error: BaseException) -> None:
+            try:
+                raise error
+            except BaseException:
+                py4j.exception("There was an exception while executing the Python Proxy")
+
+        report(RuntimeError(": java.lang.InterruptedException"))  # no stop yet: kept
+        stop = GracefulStop()
+        stop.request("SIGTERM received")
+        report(RuntimeError(": java.lang.InterruptedException"))  # the stop's: dropped
+        report(RuntimeError("NameError: name 'x' is not defined"))  # anything else: kept
+    finally:
+        py4j.removeHandler(keep)
+    assert [str(r.exc_info[1]) for r in records if r.exc_info] == [
+        ": java.lang.InterruptedException",
+        "NameError: name 'x' is not defined",
+    ]
