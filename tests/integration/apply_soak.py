@@ -49,6 +49,7 @@ from bridge.devstack.stack import LocalStack, StackInfo
 from bridge.spark.applier import PAUSE_AFTER_MERGE_ENV
 from bridge.spark.config import ApplyConfig
 from tests.integration.bridge_harness import RunningBridge, bridge_config, mark, scratch_database
+from tests.integration.faults import broker_outage
 from tests.integration.test_delta_e2e import comparable
 
 FAULTS = ("apply SIGKILL", "apply SIGKILL after a MERGE", "apply SIGTERM", "broker SIGKILL")
@@ -402,15 +403,11 @@ class ApplySoakRig:
             at = log.find("Traceback")
             assert at < 0, f"a traceback at a clean stop:\n{log[max(0, at - 3000) : at + 3000]}"
         elif fault == "broker SIGKILL":
-            pid = self.broker.pid
-            assert pid is not None
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)  # reaped: a zombie would look alive to the next start
-            deadline = time.monotonic() + OUTAGE_S
-            while time.monotonic() < deadline:
+
+            def running() -> None:
                 assert job.alive(), f"the job ended in the outage:\n{job.log_since_start()[-4000:]}"
-                time.sleep(0.5)
-            self.broker.start()
+
+            broker_outage(self.broker, OUTAGE_S, running)
         else:
             raise ValueError(f"unknown fault {fault!r}")
         if not job.alive():

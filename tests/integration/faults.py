@@ -1,15 +1,21 @@
 """Fault injection on the real stack without disturbing it: a TCP proxy in front of a real
-service that a test can take down (connections refused, open ones cut) and bring back.
+service that a test can take down (connections refused, open ones cut) and bring back, and a
+throwaway broker of a test's own killed and started again.
 
-The service behind it is the real one (the stack's registry, broker, PostgreSQL); only the path
-to it fails, as a network partition or a restarting service would look to pgbridge.
+The service behind a proxy is the real one (the stack's registry, broker, PostgreSQL); only the
+path to it fails, as a network partition or a restarting service would look to pgbridge.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import threading
+import time
+from collections.abc import Callable
 from contextlib import suppress
+from typing import Any
 
 
 class TcpProxy:
@@ -78,3 +84,23 @@ class TcpProxy:
             for s in (source, sink):
                 with suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+
+
+def sigkill_broker(broker: Any) -> None:
+    """SIGKILL a broker (bridge.devstack.kafka.KafkaBroker) and reap it: a zombie would look
+    alive to its next start."""
+    pid = broker.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+def broker_outage(broker: Any, seconds: float, check: Callable[[], None]) -> None:
+    """The broker SIGKILLed for ``seconds`` and started again; ``check`` asserts, every half
+    second of the outage, that what must ride through it still runs."""
+    sigkill_broker(broker)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        check()
+        time.sleep(0.5)
+    broker.start()

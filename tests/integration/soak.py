@@ -55,7 +55,7 @@ from tests.integration.bridge_harness import (
     placed_values,
     slot_confirmed,
 )
-from tests.integration.faults import TcpProxy
+from tests.integration.faults import TcpProxy, sigkill_broker
 
 #: How long a fault lasts in the CI cycle; longer than the delivery timeout for the broker.
 CYCLE_OUTAGES = {
@@ -447,10 +447,7 @@ class FaultRig:
 
     def _kill_broker(self, outage: float) -> None:
         broker = self._hot_broker()
-        pid = broker.pid
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)  # reaped: a zombie would look alive to the next start
+        sigkill_broker(broker)
         time.sleep(outage)
         broker.start()
 
@@ -460,10 +457,7 @@ class FaultRig:
         kafka = self.broker
         brokers = kafka.brokers if isinstance(kafka, KafkaCluster) else [kafka]
         for broker in brokers:
-            pid = broker.pid
-            assert pid is not None
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            sigkill_broker(broker)
         time.sleep(outage)
         kafka.start()
 

@@ -9,9 +9,7 @@ again, since the stack's broker serves the other tests.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import tempfile
 import threading
 import time
@@ -39,7 +37,7 @@ from tests.integration.bridge_harness import (
     wait_slot_confirmed,
     wait_streaming,
 )
-from tests.integration.faults import TcpProxy
+from tests.integration.faults import TcpProxy, broker_outage
 
 pytestmark = pytest.mark.integration
 
@@ -154,17 +152,13 @@ def test_faults_kafka_broker_down_past_the_delivery_timeout_restarts_streaming_w
             try:
                 writer.start()
                 wait_streaming(dsn, settings["slot.name"], bridge)
-                pid = broker.pid
-                assert pid is not None
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)  # reaped: a zombie would look alive to the next start
-                deadline = time.monotonic() + BROKER_OUTAGE_S
-                while time.monotonic() < deadline:
+
+                def running() -> None:
                     assert bridge.proc.poll() is None, (
                         f"pgbridge run exited:\n{bridge.log()[-3000:]}"
                     )
-                    time.sleep(0.5)
-                broker.start()
+
+                broker_outage(broker, BROKER_OUTAGE_S, running)
                 time.sleep(3)  # the writer goes on after the broker is back
                 writer_stop.set()
                 writer.join(10)

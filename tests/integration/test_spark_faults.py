@@ -8,9 +8,7 @@ Kafka client timeouts make Spark's Kafka source give up within seconds rather th
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import tempfile
 import threading
 import time
@@ -34,6 +32,7 @@ from tests.integration.bridge_harness import (
     mark,
     scratch_database,
 )
+from tests.integration.faults import broker_outage
 
 pytestmark = pytest.mark.integration
 
@@ -127,15 +126,11 @@ def test_spark_apply_rides_through_a_kafka_outage(
                 job.start()
                 _wait_equal(spark, config, dsn, job)
                 _assert_dashboard_metrics(metrics_port)
-                pid = broker.pid
-                assert pid is not None
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)  # reaped: a zombie would look alive to the next start
-                deadline = time.monotonic() + OUTAGE_S
-                while time.monotonic() < deadline:
+
+                def running() -> None:
                     assert job.is_alive(), f"the apply job ended: {errors!r}"
-                    time.sleep(1)
-                broker.start()
+
+                broker_outage(broker, OUTAGE_S, running)
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     conn.execute("UPDATE items SET v = 'after' WHERE id <= 25")
                     conn.execute("DELETE FROM items WHERE id > 45")
