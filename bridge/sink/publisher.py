@@ -533,9 +533,17 @@ class KafkaPublisher:
                 if err is None:
                     on_delivered()
                     return
-                partition = msg.partition()
+                try:
+                    partition, failed_topic = msg.partition(), msg.topic() or topic
+                except SystemError as pending:
+                    # A fatal error's KafkaException is pending in this poll (an idempotent
+                    # producer's gap-less guarantee refusing after this very failure): the
+                    # message's accessors fail on it, and catching that took it out. Kept for
+                    # the poll's caller (_fatal), as a batch marker keeps what it takes out.
+                    self._cleared.append(pending.__context__ or pending)
+                    partition, failed_topic = None, topic
                 failure = DeliveryError.from_kafka(
-                    msg.topic() or topic,
+                    failed_topic,
                     partition if partition is not None and partition >= 0 else None,
                     err,
                 )
