@@ -12,7 +12,7 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from bridge.config import KafkaConfig, Secret, TopicCreationConfig
 from bridge.sink.kafka_client import MISMATCH_REPEATS, ClientLog, producer_config, protocol_mismatch
@@ -309,3 +309,35 @@ def test_a_success_reported_without_an_offset_is_a_retriable_failure(
         ("t", 0, "_FAIL", True)
     ]
     assert "implicit acknowledgement" in str(failed[0])
+
+
+class _MessageDuringFatalError:
+    """A delivery report's message while a fatal error's KafkaException is pending in the same
+    poll (the race a fresh-clone CI run met: an idempotent producer's gap-less guarantee
+    refusing after a record too large): confluent-kafka's accessors then fail with a
+    SystemError chained to the pending exception. Such a race cannot be produced on demand."""
+
+    def partition(self) -> int:
+        try:
+            raise KafkaException(KafkaError(KafkaError._FATAL, "gap-less guarantee", fatal=True))
+        except KafkaException as pending:
+            raise SystemError(
+                "<method 'partition'> returned a result with an exception set"
+            ) from pending
+
+    def topic(self) -> str:
+        raise AssertionError("not reached")
+
+
+def test_a_failure_reported_while_a_fatal_error_is_pending_is_still_the_delivery_error(
+    publisher: KafkaPublisher,
+) -> None:
+    failed: list[DeliveryError] = []
+    delivered = publisher._delivery_callback("orders", lambda: None, failed.append)
+    delivered(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), _MessageDuringFatalError())  # type: ignore[arg-type]
+    assert [f.code for f in failed] == [KafkaError(KafkaError.MSG_SIZE_TOO_LARGE).name()]
+    assert failed[0].partition is None
+    # The flush that served the report returns NULL with nothing set (the callback took the
+    # pending exception out): what it raises is the delivery's failure, not a SystemError.
+    raised = publisher._fatal(SystemError("flush returned NULL without setting an exception"))
+    assert raised is failed[0]
