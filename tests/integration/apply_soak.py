@@ -436,7 +436,7 @@ class ApplySoakRig:
         assert not job.replay_pending()
 
     def steady(self, seconds: float) -> None:
-        """Writing goes on, the job applies; the writer's schema change once, halfway."""
+        """Writing goes on and the job applies it, for ``seconds``; fails if either stopped."""
         assert self.writer is not None and self.job is not None
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
