@@ -21,6 +21,8 @@ import time
 from types import FrameType
 from typing import Any
 
+from bridge.spark.errors import first_line
+
 logger = logging.getLogger(__name__)
 
 #: How long a stop waits for the running micro-batch to end before interrupting it.
@@ -131,7 +133,7 @@ class GracefulStop:
         try:
             query.stop()
         except Exception as exc:  # the query ended meanwhile: nothing left to stop
-            logger.info("stopping the query: %s", str(exc).splitlines()[0][:300])
+            logger.info("stopping the query: %s", first_line(exc))
 
 
 def _trigger_active(query: Any) -> bool:
