@@ -243,6 +243,7 @@ SPARK_MODULES = frozenset(
         "spark/test_driver_decode",
         "spark/test_history",
         "spark/test_lane_batches",
+        "spark/test_set_aside",
         "spark/test_transforms",
     )
 )

@@ -49,10 +49,13 @@ truncate), which each MERGE commits in its own ``userMetadata``; a new job reads
 the Delta log, a running one keeps them in memory.
 
 One odd table never halts the job: when a table's batch cannot be applied (a schema Delta
-refuses, columns differing only in case, an incompatible type change, …) it is tried once more
-(a transient storage error passes), then its records of the batch go to the dead-letter table
-with the error as the reason, and the other tables go on. Only a registry that cannot answer
-fails the batch (it is retried from the checkpoint, nothing is set aside).
+refuses, columns differing only in case, an incompatible type change, an engine failure, …) it
+is tried once more (a transient storage error passes), then its records of the batch go to the
+dead-letter table with the error as the reason, and the other tables go on. The table is then
+*held* (:mod:`bridge.spark.set_aside`): its later records go there too, in order, until the
+job's next start applies them all again (:mod:`bridge.spark.replay`), so the table is late but
+never wrong. A registry that cannot answer, running out of memory, a lost JVM and the job's stop
+fail the batch instead (it is retried from the checkpoint, nothing is set aside).
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ from bridge.spark.apply_metrics import (
     FRESHNESS,
     TABLE_FAILURES,
     TABLE_LAG,
+    TABLES_HELD,
 )
 from bridge.spark.config import ApplyConfig, delta_table
 from bridge.spark.decode import BatchGroups, SchemaCache, TableBatch, batch_groups, decode_batch
@@ -134,6 +138,7 @@ from bridge.spark.merge import (
 from bridge.spark.multiset import MultisetBatch, Position, apply_multiset, read_positions
 from bridge.spark.resources import is_resource_failure
 from bridge.spark.session import activate_in_thread, task_slots
+from bridge.spark.set_aside import held_reason, held_topics, set_aside_reason
 from bridge.spark.summary import (
     SUMMARY_PARTITION,
     TABLE_INDEX,
@@ -200,6 +205,7 @@ class ApplyStats:
     # replay, delta-rs | spark)
     last_write: dict[str, tuple[str, str]] = field(default_factory=dict)
     failed_tables: dict[str, str] = field(default_factory=dict)  # topic -> last error
+    held_tables: set[str] = field(default_factory=set)  # topics held (bridge.spark.set_aside)
     # Tables' batches decoded in the driver (bridge.spark.driver_lane), not by Spark.
     driver_decoded: int = 0
     # The last batch: changes applied, the oldest and newest commit time among them (epoch
@@ -210,11 +216,20 @@ class ApplyStats:
 class BatchApplier:
     """The ``foreachBatch`` function. Calling it twice with the same batch id applies once."""
 
-    def __init__(self, config: ApplyConfig, schemas: SchemaCache | None = None) -> None:
+    def __init__(
+        self, config: ApplyConfig, schemas: SchemaCache | None = None, *, holds: bool = True
+    ) -> None:
+        """``holds``: a table whose batch fails twice is set aside and held (the job);
+        without, the failure is raised as a :class:`TableApplyError` (a replay of held
+        tables, bridge.spark.replay, which must not set aside what it applies)."""
         self.config = config
+        self.holds = holds
         self.schemas = schemas or SchemaCache.for_url(
             config.registry_url, dict(config.registry_options)
         )
+        # Held tables (bridge.spark.set_aside): topic -> the batch that set it aside. Read
+        # from the dead-letter table at the first batch, then kept here.
+        self._held: dict[str, int] | None = None
         self.stats = ApplyStats()
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -395,14 +410,62 @@ class BatchApplier:
                 logger.warning("batch %d: %s failed (attempt %d): %s", batch_id, table.name,
                                attempt, exc)  # fmt: skip
         assert error is not None
-        reason = f"table not applied: {type(error).__name__}: {first_line(error)}"
-        logger.error("batch %d: %s: %s; its records go to the dead-letter table", batch_id,
-                     table.name, reason)  # fmt: skip
+        reason = set_aside_reason(error)
+        if not self.holds:
+            raise TableApplyError(table.name, reason) from error
+        logger.error("batch %d: %s: %s; its records, and its later ones until the job's next "
+                     "start, go to the dead-letter table", batch_id, table.name,
+                     reason)  # fmt: skip
         with self._lock:
             raw = table.raw_frame(spark) if isinstance(table, DriverTable) else table.raw
             batch.dead_letters.append(tf.dead_letters(raw, reason, batch_id))
             self.stats.failed_tables[table.topic] = reason
+        self._hold(table.topic, batch_id)
         TABLE_FAILURES.labels(table.topic).inc()
+
+    def held(self, spark: Any) -> dict[str, int]:
+        """The held tables' topics (bridge.spark.set_aside), each with the batch that set
+        it aside; read from the dead-letter table the first time."""
+        if not self.holds:
+            return {}  # a replay applies what is held
+        with self._lock:
+            if self._held is None:
+                self._held = held_topics(spark, self.config.dead_letter_location)
+                self.stats.held_tables = set(self._held)
+                TABLES_HELD.set(len(self._held))
+            return dict(self._held)
+
+    def assume_held(self, held: dict[str, int]) -> None:
+        """The held tables as the caller just read them (bridge.spark.replay at the job's
+        start): not read again at the first batch."""
+        with self._lock:
+            self._held = dict(held)
+            self.stats.held_tables = set(held)
+            TABLES_HELD.set(len(held))
+
+    def _hold(self, topic: str, batch_id: int) -> None:
+        with self._lock:
+            held = self._held if self._held is not None else {}
+            held.setdefault(topic, batch_id)
+            self._held = held
+            self.stats.held_tables = set(held)
+            TABLES_HELD.set(len(held))
+
+    def _hold_back(
+        self, framed: DataFrame, groups: BatchGroups, held: dict[str, int], batch_id: int,
+        batch: _BatchState,
+    ) -> set[str]:  # fmt: skip
+        """Set aside the batch's records of held tables (behind what failed before, in
+        order); the topics they were."""
+        topics = {str(g["topic"]) for g in groups.groups} & held.keys()
+        for topic in sorted(topics):
+            # Unframed records are dead-lettered as such (decode_batch), not held twice.
+            rows = framed.where((F.col("topic") == topic) & F.col(tf.FRAMING_ERROR).isNull())
+            batch.dead_letters.append(tf.dead_letters(rows, held_reason(held[topic]), batch_id))
+        if topics:
+            logger.warning("batch %d: held back (set aside before, replayed at the next "
+                           "start): %s", batch_id, ", ".join(sorted(topics)))  # fmt: skip
+        return topics
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         phases = _PhaseTimer()
@@ -422,9 +485,10 @@ class BatchApplier:
             # The topics the lane took last batch, or those it guesses from the batch's Kafka
             # ranges: the lane's job reads the batch once for them and for the batch's
             # groups (task_lane.run_lane_first).
+            held = self.held(spark)
             with phases.phase("lane"):
                 started = time.monotonic()
-                commits, groups = self.lane.first(framed, batch_id)
+                commits, groups = self.lane.first(framed, batch_id, skip=set(held))
                 laned = self._lane_applied(commits, batch_id, state, started)
             if groups is None:
                 with phases.phase("read"):
@@ -436,6 +500,7 @@ class BatchApplier:
             records = sum(int(group["records"]) for group in groups.groups)
             self._small_batches = records <= COLLECTED_RECORDS
             groups = groups.without(laned)
+            groups = groups.without(self._hold_back(framed, groups, held, batch_id, state))
             if collected is None:
                 # Large tables' batches of new keys, in one job (its own read of the batch:
                 # caching the batch for it costs more than reading Kafka again).
@@ -469,6 +534,11 @@ class BatchApplier:
             # decoded records' cache (decode_batch): the changes are projections of them, and
             # caching them too cost more than computing them twice (measured: a 1.5M-row
             # snapshot batch 19.0 -> 15.4 s, a 4-table mix 17.3 -> 16.0 s).
+            for topic in decoded.set_aside:  # its records are in decoded.dead_letters
+                if not self.holds:  # a replay: those records are set aside already
+                    raise TableApplyError(topic, "its records cannot be decoded as a table")
+                self._hold(topic, batch_id)
+                TABLE_FAILURES.labels(topic).inc()
             tables = list(decoded.tables)
             with phases.phase("summary"):
                 state.summaries = self._summaries(tables, batch_id)

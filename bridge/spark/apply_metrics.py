@@ -10,6 +10,7 @@ __all__ = [
     "COMMIT_TO_VISIBLE",
     "DEAD_LETTERS",
     "FRESHNESS",
+    "TABLES_HELD",
     "TABLE_FAILURES",
     "TABLE_LAG",
 ]
@@ -26,6 +27,11 @@ TABLE_LAG = Gauge(
 )
 TABLE_FAILURES = Counter(
     "pgbridge_apply_table_failures", "Table batches dead-lettered because they failed", ["table"]
+)
+TABLES_HELD = Gauge(
+    "pgbridge_apply_tables_held",
+    "Tables held back since a batch of theirs failed: their records wait in the dead-letter "
+    "table, in order, for the job's next start to apply them (bridge.spark.set_aside)",
 )
 _SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 BATCH_PHASE_SECONDS = Histogram(

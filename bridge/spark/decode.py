@@ -36,8 +36,9 @@ from bridge.sink.registry import registry_client
 from bridge.spark import transforms as tf
 from bridge.spark.columns import RowShape, missing_literal
 from bridge.spark.config import ApplyConfig
-from bridge.spark.errors import RegistryUnavailableError, TableApplyError, first_line
+from bridge.spark.errors import RegistryUnavailableError, TableApplyError
 from bridge.spark.semantic import restore_logical_types
+from bridge.spark.set_aside import set_aside_reason
 
 __all__ = [
     "BatchGroups",
@@ -202,6 +203,9 @@ class DecodedBatch:
     tables: list[TableBatch] = field(default_factory=list)
     dead_letters: list[DataFrame] = field(default_factory=list)
     cached: list[DataFrame] = field(default_factory=list)  # unpersist when the batch is done
+    # Topics whose batch could not be decoded as a table: held back from now on
+    # (bridge.spark.set_aside), every record of theirs in this batch dead-lettered.
+    set_aside: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -375,7 +379,12 @@ def decode_batch(
             for row in per_topic[topic]
             if (group := _decode_group(framed, row, config, schemas, batch_id, part)) is not None
         ]
-        if table_groups:
+        if table_groups and topic in part.set_aside:
+            # Another schema version of the table's batch failed: none of it is applied.
+            reason = set_aside_reason("another schema version of the table's batch failed")
+            for group in table_groups:
+                part.dead_letters.append(tf.dead_letters(_raw(group.decoded), reason, batch_id))
+        elif table_groups:
             _add_table(part, topic, table_groups, config, batch_id)
         return part
 
@@ -392,6 +401,7 @@ def decode_batch(
         out.tables.extend(part.tables)
         out.dead_letters.extend(part.dead_letters)
         out.cached.extend(part.cached)
+        out.set_aside |= part.set_aside
     return out
 
 
@@ -409,7 +419,10 @@ def _add_table(
         )
     except Exception as exc:  # e.g. versions Spark cannot conform: this table only
         for group in table_groups:
-            out.dead_letters.append(tf.dead_letters(_raw(group.decoded), _reason(exc), batch_id))
+            out.dead_letters.append(
+                tf.dead_letters(_raw(group.decoded), set_aside_reason(exc), batch_id)
+            )
+        out.set_aside.add(topic)
         return
     out.tables.append(table)
     out.dead_letters.extend(dead)
@@ -450,7 +463,8 @@ def _decode_group(
         # Before decoding: Spark's Avro reader cannot even read some of these.
         _check_names(topic, shape)
     except TableApplyError as exc:
-        out.dead_letters.append(tf.dead_letters(group_rows, str(exc), batch_id))
+        out.dead_letters.append(tf.dead_letters(group_rows, set_aside_reason(str(exc)), batch_id))
+        out.set_aside.add(topic)
         return None
     decoded = tf.decode_envelopes(framed, topic, schema_id, schema_json)
     problem = _envelope_problem(decoded)
@@ -483,7 +497,8 @@ def _decode_group(
         raise
     except Exception as exc:  # this table's records only: the batch goes on
         out.dead_letters.append(_group_dead_letters(decoded, schema_id, None, config, batch_id))
-        out.dead_letters.append(tf.dead_letters(_raw(decoded), _reason(exc), batch_id))
+        out.dead_letters.append(tf.dead_letters(_raw(decoded), set_aside_reason(exc), batch_id))
+        out.set_aside.add(topic)
         return None
     # One dead-letter frame per group, whatever the reasons: the dead-letter phase unions
     # these, so its plan grows by one branch per (topic, schema id), not by three.
@@ -491,11 +506,6 @@ def _decode_group(
     names = {c.field for c in shape.columns}
     key_columns = tuple(shape.name_of(k) if k in names else k for k in key_fields)
     return _Group(schema_id, decoded, shape, key_columns)
-
-
-def _reason(error: BaseException) -> str:
-    """A dead-letter reason for an error (Spark's carry a JVM stack trace after line one)."""
-    return f"table not applied: {type(error).__name__}: {first_line(error)}"
 
 
 def _check_names(topic: str, shape: RowShape) -> None:

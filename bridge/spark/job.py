@@ -41,6 +41,7 @@ from bridge.spark.config import ApplyConfig
 from bridge.spark.errors import ApplyError
 from bridge.spark.graceful_stop import GracefulStop
 from bridge.spark.query import checkpoint_conf, kafka_source, start_query
+from bridge.spark.replay import replay_set_aside
 from bridge.spark.resources import default_batch_records, jvm_failure
 from bridge.spark.restarts import run_with_restarts
 from bridge.spark.session import task_slots
@@ -67,11 +68,19 @@ def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = 
         spark.conf.set(key, value)
     config = with_batch_bound(spark, config)
     watch_topic_lag(spark)
+    # Tables held since a batch of theirs failed catch up first (bridge.spark.replay).
+    schemas = applier.schemas if applier is not None else None
+    held = replay_set_aside(
+        spark, changelog.compaction_config(config) if config.mode == "changelog" else config,
+        schemas,
+    )  # fmt: skip
     if config.mode == "changelog":
         return ChangelogQueries(spark, config, applier)
+    applier = applier or BatchApplier(config)
+    applier.assume_held(held)
     return start_query(
         kafka_source(spark, config),
-        applier or BatchApplier(config),
+        applier,
         config.checkpoint_location,
         config.query_name,
         config,

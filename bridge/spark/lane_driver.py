@@ -173,13 +173,14 @@ class TaskLane:
             self._created.clear()
 
     def first(
-        self, framed: DataFrame, batch_id: int
+        self, framed: DataFrame, batch_id: int, skip: set[str] | frozenset[str] = frozenset()
     ) -> tuple[dict[str, LaneCommit], BatchGroups | None]:
         """The lane's topics in the batch's first and only read (``task_lane.run_lane_first``):
         those it committed, and the batch's groups (None when the lane did not run: the batch
         is counted as any other). Its topics are those the lane committed in the batch
         before; without any (the job's first batch, say), those the edges of the batch's
-        Kafka ranges show to be large enough (:meth:`_guessed_lanes`)."""
+        Kafka ranges show to be large enough (:meth:`_guessed_lanes`). Never those of
+        ``skip`` (held tables: bridge.spark.set_aside)."""
         guess, self._guess = self._guess, {}
         if not self._available():
             return {}, None
@@ -190,7 +191,7 @@ class TaskLane:
                 records = self._batch_records(batch_id)
                 for topic, (candidate, _) in guess.items():
                     with self._lock:
-                        if candidate.path in self._refused:
+                        if candidate.path in self._refused or topic in skip:
                             continue
                     # (Spark's source reads the batch: its records as many as the last's)
                     estimate = records.get(topic) or self._last_records.get(topic, 0)
@@ -199,6 +200,7 @@ class TaskLane:
                         lanes[topic] = lane
             else:
                 guess, lanes = self._guessed_lanes(spark, batch_id)
+            lanes = {topic: lane for topic, lane in lanes.items() if topic not in skip}
             if not lanes:
                 return {}, None
             expected = {t: (guess[t][0].schema_id, guess[t][1]) for t in lanes}

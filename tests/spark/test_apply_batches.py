@@ -23,6 +23,7 @@ from bridge.spark import transforms as tf
 from bridge.spark.applier import BatchApplier
 from bridge.spark.driver_dv_merge import DV_WRITER
 from bridge.spark.fences import read_fences
+from bridge.spark.set_aside import SET_ASIDE
 from tests.spark.batches import (
     BOTH_WRITERS,
     FULL_DUPS,
@@ -359,8 +360,9 @@ def test_table_failing_to_merge_is_dead_lettered_and_others_apply(
     assert batches.multiset("public", "full_dups") == Counter({(1, "ok"): 1})
     dead = batches.dead()
     assert len(dead) == 1 and dead[0][0] == odd.topic
-    assert dead[0][1].startswith("table not applied: ")
+    assert dead[0][1].startswith(f"{SET_ASIDE}: ")
     assert odd.topic in applier.stats.failed_tables
+    assert applier.stats.held_tables == {odd.topic}  # until the next start (test_set_aside.py)
 
 
 def test_non_table_topics_are_dead_lettered(batches: Batches) -> None:

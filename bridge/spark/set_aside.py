@@ -1,0 +1,76 @@
+"""Tables set aside: a table whose batch cannot be applied is held back, in order, until replayed.
+
+When a table's batch fails twice (bridge.spark.applier) or cannot be decoded as a table
+(bridge.spark.decode), its records of the batch go to the dead-letter table so that the other
+tables go on. Applying the table's *later* records meanwhile would be wrong: a key inserted in
+the failed batch and deleted in a later one would come back when the failed batch is applied
+again, and the table's fences (bridge.spark.fences) would skip the failed batch's records as
+resends once a later batch moved them. So the table is **held**: every later record of it goes
+to the dead-letter table too, in Kafka order, until the records are applied again from there
+(:mod:`bridge.spark.replay`, at the job's every start). Nothing of the table is lost and
+nothing is applied out of order; the table is late, not wrong.
+
+The dead-letter table is the only record of which tables are held: a held table is one with
+rows whose reason starts with :data:`SET_ASIDE`. A replay deletes the rows it applied;
+deleting a table's rows by hand gives its set-aside changes up and releases it at the next
+start. Keeping it there makes holding atomic with the records themselves (one Delta append, as
+idempotent as the batch) and leaves the operator one place to look.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from bridge.spark.errors import first_line
+
+__all__ = [
+    "SET_ASIDE",
+    "held_reason",
+    "held_topics",
+    "is_set_aside",
+    "set_aside_reason",
+]
+
+#: How every dead-letter reason of a held table's records begins.
+SET_ASIDE = "table set aside"
+
+
+def set_aside_reason(error: BaseException | str) -> str:
+    """The reason of the records of the batch that failed."""
+    if isinstance(error, str):
+        return f"{SET_ASIDE}: {error}"
+    return f"{SET_ASIDE}: {type(error).__name__}: {first_line(error)}"
+
+
+def held_reason(since_batch: int) -> str:
+    """The reason of a held table's records in the batches after the one that failed."""
+    return (
+        f"{SET_ASIDE}: held back behind batch {since_batch}, whose records of the table "
+        "failed; applied in order at the job's next start"
+    )
+
+
+def is_set_aside(reason: Column) -> Column:
+    """Whether a dead-letter row is a held table's record (not a single bad record's)."""
+    return reason.startswith(SET_ASIDE)
+
+
+def held_topics(spark: Any, dead_letter_location: str) -> dict[str, int]:
+    """The held tables' topics, each with the first batch that set it aside (none without a
+    dead-letter table: no Spark job then)."""
+    from bridge.spark.merge import is_delta_table
+
+    if not is_delta_table(spark, dead_letter_location):
+        return {}
+    rows = (
+        spark.read.format("delta")
+        .load(dead_letter_location)
+        .where(is_set_aside(F.col("reason")))
+        .groupBy("topic")
+        .agg(F.min("batch_id").alias("since"))
+        .collect()
+    )
+    return {str(r["topic"]): int(r["since"]) for r in rows}

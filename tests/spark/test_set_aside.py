@@ -1,0 +1,119 @@
+"""A table whose batch fails is held, in order, and applied again at the next start, on a real
+local Spark (bridge.spark.set_aside, bridge.spark.replay).
+
+The failure is the engine's, not the data's (a storage outage while the table's batch is
+written: ``BatchApplier._apply_table`` raises while the test says so), so the same records
+apply once it has passed, as they would after a real outage.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from bridge.spark.applier import BatchApplier
+from bridge.spark.replay import replay_set_aside
+from bridge.spark.set_aside import SET_ASIDE, held_reason
+from tests.spark.batches import FULL_DUPS, KEYED, Batches, _ids
+
+pytestmark = pytest.mark.integration
+
+OUTAGE = "storage unavailable"
+
+
+@pytest.fixture
+def failing(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
+    """The topics whose table writes fail (with :data:`OUTAGE`) while in the set."""
+    topics: set[str] = set()
+    apply_table = BatchApplier._apply_table
+
+    def failing_apply_table(self: BatchApplier, spark: Any, table: Any, *args: Any) -> None:
+        if table.topic in topics:
+            raise RuntimeError(OUTAGE)
+        apply_table(self, spark, table, *args)
+
+    monkeypatch.setattr(BatchApplier, "_apply_table", failing_apply_table)
+    yield topics
+
+
+def _replay(batches: Batches, spark: Any) -> dict[str, int]:
+    """The job's next start, as ``start_apply`` runs it before its query."""
+    return replay_set_aside(spark, batches.config, batches.schemas)
+
+
+def test_a_failed_table_is_held_in_order_and_applied_at_the_next_start(
+    batches: Batches, failing: set[str], spark: Any
+) -> None:
+    # Replayed in batches of at most 3 records: the two set-aside batches one after the other.
+    batches.config = replace(batches.config, max_offsets_per_trigger=3)
+    failing.add(KEYED.topic)
+    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
+    batches.add(KEYED, "c", (10, 1), after={"id": 2, "v": "b"})
+    batches.add(KEYED, "c", (10, 2), after={"id": 4, "v": "never touched again"})
+    batches.add(FULL_DUPS, "c", (10, 3), after={"a": 1, "b": "x"})
+    applier = batches.apply(0)
+    assert applier.stats.held_tables == {KEYED.topic}
+
+    # The outage is over, but the table is held: applying these now would delete key 2 before
+    # its insert is applied, and move the fences past the set-aside records for good.
+    failing.clear()
+    batches.add(KEYED, "d", (20, 0), before={"id": 2, "v": "b"})
+    batches.add(KEYED, "u", (20, 1), before={"id": 1, "v": "a"}, after={"id": 1, "v": "a2"})
+    batches.add(KEYED, "c", (20, 2), after={"id": 3, "v": "c"})
+    batches.add(FULL_DUPS, "c", (20, 3), after={"a": 2, "b": "y"})
+    batches.apply(1)
+    # The other tables go on.
+    assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 1, (2, "y"): 1})
+    failed = f"{SET_ASIDE}: RuntimeError: {OUTAGE}"
+    assert batches.dead() == sorted(
+        [(KEYED.topic, failed)] * 3 + [(KEYED.topic, held_reason(0))] * 3
+    )
+
+    assert _replay(batches, spark) == {}
+    assert _ids(batches) == {1: "a2", 3: "c", 4: "never touched again"}
+    assert batches.dead() == []  # released: nothing left to apply
+
+    # The next start applies the table's batches again.
+    batches.add(KEYED, "u", (30, 0), before={"id": 3, "v": "c"}, after={"id": 3, "v": "c2"})
+    restarted = batches.apply(2, restarted=True)
+    assert restarted.stats.held_tables == set()
+    assert _ids(batches) == {1: "a2", 3: "c2", 4: "never touched again"}
+    assert batches.dead() == []
+
+
+def test_a_replay_that_fails_keeps_the_table_held_and_one_half_done_applies_once(
+    batches: Batches, failing: set[str], spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A table without key columns: a record applied twice would be a duplicate row.
+    failing.add(FULL_DUPS.topic)
+    batches.add(FULL_DUPS, "c", (10, 0), after={"a": 1, "b": "x"})
+    batches.add(FULL_DUPS, "c", (10, 1), after={"a": 1, "b": "x"})
+    batches.apply(0)
+    set_aside = batches.dead()
+    assert [topic for topic, _ in set_aside] == [FULL_DUPS.topic] * 2
+
+    # Still failing at the next start: held, its records where they were (not twice).
+    assert _replay(batches, spark) == {FULL_DUPS.topic: 0}
+    assert batches.dead() == set_aside
+
+    # Applied, then the job dies before the records leave the dead-letter table.
+    from delta.tables import DeltaTable
+
+    failing.clear()
+    delete = DeltaTable.delete
+
+    def dies(self: Any, condition: Any = None) -> None:
+        raise RuntimeError("killed before the delete")
+
+    monkeypatch.setattr(DeltaTable, "delete", dies)
+    assert _replay(batches, spark) == {FULL_DUPS.topic: 0}
+    assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 2})
+    monkeypatch.setattr(DeltaTable, "delete", delete)
+    # The start after: the table's fences know the records applied; they are only deleted.
+    assert _replay(batches, spark) == {}
+    assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 2})
+    assert batches.dead() == []
