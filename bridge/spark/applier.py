@@ -53,7 +53,8 @@ refuses, columns differing only in case, an incompatible type change, an engine 
 is tried once more (a transient storage error passes), then its records of the batch go to the
 dead-letter table with the error as the reason, and the other tables go on. The table is then
 *held* (:mod:`bridge.spark.set_aside`): its later records go there too, in order, until the
-job's next start applies them all again (:mod:`bridge.spark.replay`), so the table is late but
+job applies them all again (:mod:`bridge.spark.replay`: at its next start, and every
+``held_retry_interval`` while it runs), so the table is late but
 never wrong. A registry that cannot answer, running out of memory, a lost JVM and the job's stop
 fail the batch instead (it is retried from the checkpoint, nothing is set aside).
 """
@@ -85,7 +86,6 @@ from bridge.spark.apply_metrics import (
     FRESHNESS,
     TABLE_FAILURES,
     TABLE_LAG,
-    TABLES_HELD,
 )
 from bridge.spark.config import ApplyConfig, delta_table
 from bridge.spark.decode import BatchGroups, SchemaCache, TableBatch, batch_groups, decode_batch
@@ -138,7 +138,7 @@ from bridge.spark.merge import (
 from bridge.spark.multiset import MultisetBatch, Position, apply_multiset, read_positions
 from bridge.spark.resources import is_resource_failure
 from bridge.spark.session import activate_in_thread, task_slots
-from bridge.spark.set_aside import held_reason, held_topics, set_aside_reason
+from bridge.spark.set_aside import HeldTables, held_reason, set_aside_reason
 from bridge.spark.summary import (
     SUMMARY_PARTITION,
     TABLE_INDEX,
@@ -205,7 +205,6 @@ class ApplyStats:
     # replay, delta-rs | spark)
     last_write: dict[str, tuple[str, str]] = field(default_factory=dict)
     failed_tables: dict[str, str] = field(default_factory=dict)  # topic -> last error
-    held_tables: set[str] = field(default_factory=set)  # topics held (bridge.spark.set_aside)
     # Tables' batches decoded in the driver (bridge.spark.driver_lane), not by Spark.
     driver_decoded: int = 0
     # The last batch: changes applied, the oldest and newest commit time among them (epoch
@@ -227,9 +226,9 @@ class BatchApplier:
         self.schemas = schemas or SchemaCache.for_url(
             config.registry_url, dict(config.registry_options)
         )
-        # Held tables (bridge.spark.set_aside): topic -> the batch that set it aside. Read
-        # from the dead-letter table at the first batch, then kept here.
-        self._held: dict[str, int] | None = None
+        # Tables held since a batch of theirs failed (bridge.spark.set_aside); the job gives
+        # it the replay that tries them again (bridge.spark.job.start_apply).
+        self.held_tables = HeldTables(config.dead_letter_location, config.held_retry_seconds)
         self.stats = ApplyStats()
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -413,43 +412,39 @@ class BatchApplier:
         reason = set_aside_reason(error)
         if not self.holds:
             raise TableApplyError(table.name, reason) from error
-        logger.error("batch %d: %s: %s; its records, and its later ones until the job's next "
-                     "start, go to the dead-letter table", batch_id, table.name,
+        logger.error("batch %d: %s: %s; its records, and its later ones until it is tried "
+                     "again, go to the dead-letter table", batch_id, table.name,
                      reason)  # fmt: skip
         with self._lock:
             raw = table.raw_frame(spark) if isinstance(table, DriverTable) else table.raw
             batch.dead_letters.append(tf.dead_letters(raw, reason, batch_id))
             self.stats.failed_tables[table.topic] = reason
-        self._hold(table.topic, batch_id)
+        self.held_tables.hold(table.topic, batch_id)
         TABLE_FAILURES.labels(table.topic).inc()
 
-    def held(self, spark: Any) -> dict[str, int]:
-        """The held tables' topics (bridge.spark.set_aside), each with the batch that set
-        it aside; read from the dead-letter table the first time."""
+    def _held_now(self, spark: Any) -> dict[str, int]:
+        """The tables held at this batch's start (bridge.spark.set_aside), after trying them
+        again if it is time to; none in a replay (which applies what is held)."""
         if not self.holds:
-            return {}  # a replay applies what is held
-        with self._lock:
-            if self._held is None:
-                self._held = held_topics(spark, self.config.dead_letter_location)
-                self.stats.held_tables = set(self._held)
-                TABLES_HELD.set(len(self._held))
-            return dict(self._held)
+            return {}
+        released = self.held_tables.retry(spark)
+        if released:
+            self._released(released)
+        return self.held_tables.current(spark)
 
-    def assume_held(self, held: dict[str, int]) -> None:
-        """The held tables as the caller just read them (bridge.spark.replay at the job's
-        start): not read again at the first batch."""
+    def _released(self, topics: set[str]) -> None:
+        """Tables a replay applied beside this applier: what it knew of them is stale, so they
+        are taken over from their logs again, as by a new job (bridge.spark.adoption)."""
         with self._lock:
-            self._held = dict(held)
-            self.stats.held_tables = set(held)
-            TABLES_HELD.set(len(held))
-
-    def _hold(self, topic: str, batch_id: int) -> None:
-        with self._lock:
-            held = self._held if self._held is not None else {}
-            held.setdefault(topic, batch_id)
-            self._held = held
-            self.stats.held_tables = set(held)
-            TABLES_HELD.set(len(held))
+            paths = [p for t in topics if (p := self._paths.pop(t, None)) is not None]
+            self._not_adopted -= topics
+            for path in paths:
+                self._known.pop(path, None)
+                self._fences.pop(path, None)
+                self._delta_tables.pop(path, None)
+                self._spark_only.discard(path)
+                self._first_loads.discard(path)
+        self.lane.forget(topics, paths)
 
     def _hold_back(
         self, framed: DataFrame, groups: BatchGroups, held: dict[str, int], batch_id: int,
@@ -463,8 +458,10 @@ class BatchApplier:
             rows = framed.where((F.col("topic") == topic) & F.col(tf.FRAMING_ERROR).isNull())
             batch.dead_letters.append(tf.dead_letters(rows, held_reason(held[topic]), batch_id))
         if topics:
-            logger.warning("batch %d: held back (set aside before, replayed at the next "
-                           "start): %s", batch_id, ", ".join(sorted(topics)))  # fmt: skip
+            logger.warning(
+                "batch %d: held back (set aside before, applied when the table is tried "
+                "again): %s", batch_id, ", ".join(sorted(topics)),
+            )  # fmt: skip
         return topics
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -485,7 +482,7 @@ class BatchApplier:
             # The topics the lane took last batch, or those it guesses from the batch's Kafka
             # ranges: the lane's job reads the batch once for them and for the batch's
             # groups (task_lane.run_lane_first).
-            held = self.held(spark)
+            held = self._held_now(spark)
             with phases.phase("lane"):
                 started = time.monotonic()
                 commits, groups = self.lane.first(framed, batch_id, skip=set(held))
@@ -537,7 +534,7 @@ class BatchApplier:
             for topic in decoded.set_aside:  # its records are in decoded.dead_letters
                 if not self.holds:  # a replay: those records are set aside already
                     raise TableApplyError(topic, "its records cannot be decoded as a table")
-                self._hold(topic, batch_id)
+                self.held_tables.hold(topic, batch_id)
                 TABLE_FAILURES.labels(topic).inc()
             tables = list(decoded.tables)
             with phases.phase("summary"):

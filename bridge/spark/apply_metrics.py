@@ -31,7 +31,7 @@ TABLE_FAILURES = Counter(
 TABLES_HELD = Gauge(
     "pgbridge_apply_tables_held",
     "Tables held back since a batch of theirs failed: their records wait in the dead-letter "
-    "table, in order, for the job's next start to apply them (bridge.spark.set_aside)",
+    "table, in order, for the job to apply them again (bridge.spark.set_aside)",
 )
 _SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 BATCH_PHASE_SECONDS = Histogram(

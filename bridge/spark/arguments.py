@@ -99,6 +99,12 @@ def _table_arguments(parser: argparse.ArgumentParser) -> None:
         "batch, current state through views, compaction into the tables behind",
     )
     parser.add_argument(
+        "--held-retry-interval",
+        default="5 minutes",
+        help="how often the running job tries again to apply a table held since a batch of its "
+        "failed (its records wait in the dead-letter table, in order); every start does too",
+    )
+    parser.add_argument(
         "--compaction-interval",
         default="60 seconds",
         help="changelog mode: how often the changelog is compacted into the tables",
@@ -255,6 +261,7 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         lane_reads_kafka=args.lane_reads_kafka,
         mode=getattr(args, "mode", "merge"),
         compaction_interval=getattr(args, "compaction_interval", "60 seconds"),
+        held_retry_interval=args.held_retry_interval,
         history=args.history,
         history_base=args.history_base,
         deletion_vectors=args.deletion_vectors,

@@ -32,9 +32,22 @@ _PATH_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
 APPLY_MODES = ("merge", "changelog")
 #: Precision and scale of the Delta decimal an unconstrained numeric becomes.
 DEFAULT_VARIABLE_DECIMAL = (38, 18)
-_INTERVAL = re.compile(
-    r"^\d+(\.\d+)?\s*(ms|millisecond|milliseconds|s|sec|second|seconds|min|minute|minutes|h|hour|hours)$"
-)
+#: Units of the intervals the job takes (Spark's trigger intervals), in seconds.
+_UNIT_SECONDS = {
+    **dict.fromkeys(("ms", "millisecond", "milliseconds"), 0.001),
+    **dict.fromkeys(("s", "sec", "second", "seconds"), 1.0),
+    **dict.fromkeys(("min", "minute", "minutes"), 60.0),
+    **dict.fromkeys(("h", "hour", "hours"), 3600.0),
+}
+_INTERVAL = re.compile(r"^(\d+(?:\.\d+)?)\s*(" + "|".join(_UNIT_SECONDS) + r")$")
+
+
+def interval_seconds(text: str) -> float:
+    """An interval as the job's settings take it (``"5 minutes"``, ``"500 ms"``), in seconds."""
+    match = _INTERVAL.match(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not an interval")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
 def path_segment(name: str) -> str:
@@ -116,6 +129,9 @@ class ApplyConfig:
     in one Delta table named by the topic (:meth:`delta_table`), with that key field as a
     column computed from each record's source table as the bridge computes it.
 
+    ``held_retry_interval``: how often a running job applies the records of tables held since
+    a batch of theirs failed again (bridge.spark.set_aside); every start does too.
+
     ``mode``: ``merge`` (the default) MERGEs each table's changes at every micro-batch;
     ``changelog`` appends each micro-batch to one changelog table, serves current state through
     :func:`bridge.spark.changelog.current_state`, and compacts into the tables every
@@ -151,6 +167,7 @@ class ApplyConfig:
     variable_decimal: tuple[int, int] = DEFAULT_VARIABLE_DECIMAL
     mode: str = "merge"
     compaction_interval: str = "60 seconds"
+    held_retry_interval: str = "5 minutes"
     # Settings of the session pgbridge apply builds itself (not of one it is given).
     spark_conf: tuple[tuple[str, str], ...] = ()
     # The master of the session pgbridge apply builds; None: PGBRIDGE_SPARK_MASTER, else Spark's.
@@ -193,6 +210,10 @@ class ApplyConfig:
             )
         if self.mode not in APPLY_MODES:
             raise ConfigError("mode", f"{self.mode!r} is not one of {', '.join(APPLY_MODES)}")
+        if not _INTERVAL.match(self.held_retry_interval.strip()):
+            raise ConfigError(
+                "held_retry_interval", f"{self.held_retry_interval!r} is not an interval"
+            )
         if not _INTERVAL.match(self.compaction_interval.strip()):
             raise ConfigError(
                 "compaction_interval", f"{self.compaction_interval!r} is not an interval"
@@ -212,6 +233,10 @@ class ApplyConfig:
                 raise ConfigError(
                     "kafka_options", f"{key!r}: give consumer properties without 'kafka.'"
                 )
+
+    @property
+    def held_retry_seconds(self) -> float:
+        return interval_seconds(self.held_retry_interval)
 
     @property
     def txn_app_id(self) -> str:

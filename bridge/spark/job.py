@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from bridge.errors import ConfigError, PgBridgeError
@@ -68,16 +69,20 @@ def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = 
         spark.conf.set(key, value)
     config = with_batch_bound(spark, config)
     watch_topic_lag(spark)
-    # Tables held since a batch of theirs failed catch up first (bridge.spark.replay).
-    schemas = applier.schemas if applier is not None else None
-    held = replay_set_aside(
-        spark, changelog.compaction_config(config) if config.mode == "changelog" else config,
-        schemas,
-    )  # fmt: skip
-    if config.mode == "changelog":
+    changelog_mode = config.mode == "changelog"
+    if applier is None:
+        applier = changelog.Compactor(config) if changelog_mode else BatchApplier(config)
+    # Tables held since a batch of theirs failed catch up first, then every
+    # --held-retry-interval while the job runs (bridge.spark.replay).
+    replay = partial(
+        replay_set_aside,
+        config=changelog.compaction_config(config) if changelog_mode else config,
+        schemas=applier.schemas,
+    )
+    applier.held_tables.assume(replay(spark))
+    applier.held_tables.replay = replay
+    if changelog_mode:
         return ChangelogQueries(spark, config, applier)
-    applier = applier or BatchApplier(config)
-    applier.assume_held(held)
     return start_query(
         kafka_source(spark, config),
         applier,

@@ -168,6 +168,16 @@ class TaskLane:
         with self._lock:
             self._created.discard(commit.path)
 
+    def forget(self, topics: set[str], paths: list[str]) -> None:
+        """What the lane knew of these tables is stale (a replay wrote them: the applier's
+        ``_released``)."""
+        with self._lock:
+            for topic in topics:
+                self._guess.pop(topic, None)
+                self._last_records.pop(topic, None)
+            self._created.difference_update(paths)
+            self._refused.difference_update(paths)
+
     def end_batch(self) -> None:
         with self._lock:
             self._created.clear()

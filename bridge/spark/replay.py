@@ -1,13 +1,14 @@
-"""Held tables' set-aside records applied again, in order, when the job starts.
+"""Held tables' set-aside records applied again, in order: when the job starts, and every
+``held_retry_interval`` while it runs.
 
 A held table (:mod:`bridge.spark.set_aside`) has every record since its failed batch in the
-dead-letter table, and no later change applied. At each start, before its query runs, the job
-applies those records again through the same applier as its batches, in the order of the
-batches that set them aside and in batches no larger than its own (``max_offsets_per_trigger``),
-then deletes them from the dead-letter table: a table whose failure has passed (a fixed job, a
-storage outage, a schema it could not take until a change of settings) catches up and is
-released. One that fails again stays held, its records where they were, and the job starts
-anyway; the next start tries again.
+dead-letter table, and no later change applied. At each start, before its query runs (and at a
+batch's start when the interval has passed), the job applies those records again through the
+same applier as its batches, in the order of the batches that set them aside and in batches no
+larger than its own (``max_offsets_per_trigger``), then deletes them from the dead-letter
+table: a table whose failure has passed (a storage outage, a fixed job, a schema it could not
+take until a change of settings) catches up and is released. One that fails again stays held,
+its records where they were, and the job goes on; the next try tries again.
 
 Crash-safe by the table's fences: a chunk applied but not yet deleted (a crash between the two)
 is recognised as applied when it is replayed again (its offsets are covered) and only deleted.
@@ -59,7 +60,7 @@ def replay_set_aside(
                 raise
             logger.error(
                 "%s stays held: applying its set-aside records (since batch %d) failed again: "
-                "%s: %s; they stay in %s and are tried at the next start",
+                "%s: %s; they stay in %s and are tried again later",
                 topic, since, type(exc).__name__, first_line(exc), config.dead_letter_location,
             )  # fmt: skip
             still[topic] = since

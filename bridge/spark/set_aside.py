@@ -19,15 +19,20 @@ idempotent as the batch) and leaves the operator one place to look.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from bridge.spark.apply_metrics import TABLES_HELD
 from bridge.spark.errors import first_line
 
 __all__ = [
     "SET_ASIDE",
+    "HeldTables",
     "held_reason",
     "held_topics",
     "is_set_aside",
@@ -49,7 +54,7 @@ def held_reason(since_batch: int) -> str:
     """The reason of a held table's records in the batches after the one that failed."""
     return (
         f"{SET_ASIDE}: held back behind batch {since_batch}, whose records of the table "
-        "failed; applied in order at the job's next start"
+        "failed; applied in order when the job tries the table again"
     )
 
 
@@ -74,3 +79,64 @@ def held_topics(spark: Any, dead_letter_location: str) -> dict[str, int]:
         .collect()
     )
     return {str(r["topic"]): int(r["since"]) for r in rows}
+
+
+class HeldTables:
+    """A running job's held tables (topic -> the batch that first set it aside), and when to
+    apply their set-aside records again.
+
+    ``replay`` (bridge.spark.replay, given by the job) applies every held table's records and
+    returns the tables still held; a job tries it every ``retry_seconds`` at a batch's start,
+    so a table whose failure has passed catches up without a restart. Without ``replay``, only
+    a new start applies them.
+    """
+
+    def __init__(
+        self,
+        dead_letter_location: str,
+        retry_seconds: float,
+        replay: Callable[[Any], dict[str, int]] | None = None,
+    ) -> None:
+        self.location = dead_letter_location
+        self.retry_seconds = retry_seconds
+        self.replay = replay
+        self._lock = threading.Lock()
+        self._held: dict[str, int] | None = None  # read at the first batch, unless assumed
+        self._retry_at = time.monotonic() + retry_seconds
+
+    def current(self, spark: Any) -> dict[str, int]:
+        """The held tables; read from the dead-letter table the first time."""
+        with self._lock:
+            if self._held is None:
+                self._set(held_topics(spark, self.location))
+            assert self._held is not None
+            return dict(self._held)
+
+    def assume(self, held: dict[str, int]) -> None:
+        """The held tables as the caller just found them (a replay at the job's start)."""
+        with self._lock:
+            self._set(dict(held))
+
+    def hold(self, topic: str, batch_id: int) -> None:
+        with self._lock:
+            held = self._held if self._held is not None else {}
+            held.setdefault(topic, batch_id)
+            self._set(held)
+
+    def retry(self, spark: Any) -> set[str]:
+        """Apply the held tables' records again if it is time to; the tables released."""
+        held = self.current(spark)
+        if not held or self.replay is None or time.monotonic() < self._retry_at:
+            return set()
+        still = self.replay(spark)
+        self._retry_at = time.monotonic() + self.retry_seconds
+        with self._lock:
+            assert self._held is not None
+            # Tables held by other threads meanwhile stay held (none: a batch's start).
+            released = held.keys() - still.keys()
+            self._set({t: b for t, b in self._held.items() if t not in released})
+        return released
+
+    def _set(self, held: dict[str, int]) -> None:
+        self._held = held
+        TABLES_HELD.set(len(held))

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from bridge.errors import ConfigError
-from bridge.spark.config import ApplyConfig
+from bridge.spark.config import ApplyConfig, interval_seconds
 
 
 def _config(**overrides: object) -> ApplyConfig:
@@ -44,6 +44,7 @@ def _config(**overrides: object) -> ApplyConfig:
         ({"lane_min_records": 0}, "lane_min_records"),
         ({"mode": "merge-on-read"}, "mode"),
         ({"compaction_interval": "often"}, "compaction_interval"),
+        ({"held_retry_interval": "5 fortnights"}, "held_retry_interval"),
         ({"kafka_options": (("kafka.security.protocol", "SSL"),)}, "kafka_options"),
         ({"metrics_port": 70000}, "metrics_port"),
     ],
@@ -160,9 +161,12 @@ def test_config_from_args_reads_options_and_environment(monkeypatch: pytest.Monk
             "2 minutes",
             "--lane-min-records",
             "2000",
+            "--held-retry-interval",
+            "90 s",
         ]
     )
     config = config_from_args(args)
+    assert config.held_retry_seconds == 90
     assert (config.mode, config.compaction_interval) == ("changelog", "2 minutes")
     assert config.lane_min_records == 2000
     assert config.variable_decimal == (30, 6)
@@ -339,3 +343,18 @@ def test_kafka_source_answers_fetches_at_once_unless_the_user_says() -> None:
 def test_kafka_source_reads_committed_records_only() -> None:
     """Records of an open or aborted Kafka transaction (exactly.once.support) are not read."""
     assert _config().kafka_source_options()["kafka.isolation.level"] == "read_committed"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("5 minutes", 300), ("500 ms", 0.5), ("1 second", 1), ("1.5 min", 90), ("2 hours", 7200),
+     ("10s", 10), (" 30 sec ", 30)],
+)  # fmt: skip
+def test_intervals_in_seconds(text: str, seconds: float) -> None:
+    assert interval_seconds(text) == seconds
+
+
+def test_a_held_table_is_tried_again_every_five_minutes_by_default() -> None:
+    assert _config().held_retry_seconds == 300
+    with pytest.raises(ValueError, match="'soon' is not an interval"):
+        interval_seconds("soon")

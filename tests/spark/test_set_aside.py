@@ -1,5 +1,5 @@
-"""A table whose batch fails is held, in order, and applied again at the next start, on a real
-local Spark (bridge.spark.set_aside, bridge.spark.replay).
+"""A table whose batch fails is held, in order, and applied again at the next start or by the
+running job, on a real local Spark (bridge.spark.set_aside, bridge.spark.replay).
 
 The failure is the engine's, not the data's (a storage outage while the table's batch is
 written: ``BatchApplier._apply_table`` raises while the test says so), so the same records
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ import pytest
 from bridge.spark.applier import BatchApplier
 from bridge.spark.replay import replay_set_aside
 from bridge.spark.set_aside import SET_ASIDE, held_reason
-from tests.spark.batches import FULL_DUPS, KEYED, Batches, _ids
+from tests.spark.batches import FULL_DUPS, KEYED, SPARK_WRITER_IN_LONG, Batches, _ids
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +57,7 @@ def test_a_failed_table_is_held_in_order_and_applied_at_the_next_start(
     batches.add(KEYED, "c", (10, 2), after={"id": 4, "v": "never touched again"})
     batches.add(FULL_DUPS, "c", (10, 3), after={"a": 1, "b": "x"})
     applier = batches.apply(0)
-    assert applier.stats.held_tables == {KEYED.topic}
+    assert applier.held_tables.current(spark).keys() == {KEYED.topic}
 
     # The outage is over, but the table is held: applying these now would delete key 2 before
     # its insert is applied, and move the fences past the set-aside records for good.
@@ -80,7 +81,7 @@ def test_a_failed_table_is_held_in_order_and_applied_at_the_next_start(
     # The next start applies the table's batches again.
     batches.add(KEYED, "u", (30, 0), before={"id": 3, "v": "c"}, after={"id": 3, "v": "c2"})
     restarted = batches.apply(2, restarted=True)
-    assert restarted.stats.held_tables == set()
+    assert restarted.held_tables.current(spark) == {}
     assert _ids(batches) == {1: "a2", 3: "c2", 4: "never touched again"}
     assert batches.dead() == []
 
@@ -116,4 +117,41 @@ def test_a_replay_that_fails_keeps_the_table_held_and_one_half_done_applies_once
     # The start after: the table's fences know the records applied; they are only deleted.
     assert _replay(batches, spark) == {}
     assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 2})
+    assert batches.dead() == []
+
+
+@SPARK_WRITER_IN_LONG
+def test_the_running_job_applies_a_held_table_again_once_the_failure_has_passed(
+    batches: Batches, failing: set[str], spark: Any
+) -> None:
+    """The job tries its held tables again at a batch's start (every ``held_retry_interval``;
+    here at once): the table catches up in that batch, without a restart, and its batch's own
+    records follow. The job wrote the table before it failed, so what it knew of it (fences,
+    its delta-rs table, its columns) is stale after the replay's commits: it is read again."""
+    batches.config = replace(batches.config, held_retry_interval="0 s")
+    batches.add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
+    batches.add(KEYED, "c", (10, 1), after={"id": 2, "v": "b"})
+    applier = batches.apply(0)
+    applier.held_tables.replay = partial(
+        replay_set_aside, config=batches.config, schemas=batches.schemas
+    )
+    failing.add(KEYED.topic)
+    batches.add(KEYED, "d", (20, 0), before={"id": 1, "v": "a"})
+    batches.add(KEYED, "c", (20, 1), after={"id": 3, "v": "c"})
+    batches.apply(1)
+    assert _ids(batches) == {1: "a", 2: "b"}  # held: neither change, not one without the other
+    failing.add(FULL_DUPS.topic)  # and a table held in the same batch as the replay...
+    batches.add(KEYED, "u", (30, 0), before={"id": 3, "v": "c"}, after={"id": 3, "v": "c2"})
+    batches.add(FULL_DUPS, "c", (30, 1), after={"a": 1, "b": "x"})
+    failing.discard(KEYED.topic)
+    batches.apply(2)
+    assert _ids(batches) == {2: "b", 3: "c2"}
+    # ...is held until the next try, which releases it too.
+    failing.clear()
+    batches.add(KEYED, "c", (40, 0), after={"id": 4, "v": "d"})
+    batches.add(KEYED, "c", (10, 1), after={"id": 2, "v": "b"})  # a resend: the fences hold
+    batches.apply(3)
+    assert _ids(batches) == {2: "b", 3: "c2", 4: "d"}
+    assert batches.multiset("public", "full_dups") == Counter({(1, "x"): 1})
+    assert applier.held_tables.current(spark) == {}
     assert batches.dead() == []
