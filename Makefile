@@ -99,8 +99,8 @@ SOAK_ARGS ?= --minutes 30
 soak: $(VENV)/.installed
 	$(BIN)/python -m tests.integration.soak $(SOAK_ARGS)
 
-## soak-apply: `pgbridge apply` killed, stopped by SIGTERM and its broker lost, at random, under
-## a writer (restarted with other settings each time); every Delta table must end equal to its
+## soak-apply: `pgbridge apply` killed, stopped by SIGTERM, its broker lost and a table's disk
+## full, at random, under a writer (restarted with other settings each time); every Delta table must end equal to its
 ## source table. Prints each fault and how long until a batch committed again.
 ## APPLY_SOAK_ARGS="--minutes 30 --seed 1"
 APPLY_SOAK_ARGS ?= --minutes 10

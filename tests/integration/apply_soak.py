@@ -12,7 +12,14 @@ apply`` (the CLI, in its own process and JVM) applies them to Delta. Faults:
 - ``apply SIGTERM``: stopped as systemd or Kubernetes stop it; it must exit 0 within
   ``STOP_TIMEOUT_S``, without a traceback;
 - ``broker SIGKILL``: the broker gone longer than the job's Kafka timeouts, then back; the job
-  must ride through (bridge.spark.restarts), not end.
+  must ride through (bridge.spark.restarts), not end;
+- ``a table's disk full (restart)``: the job restarted with every write under one table's
+  path (the keyless, truncated one) failing with ENOSPC (tests/integration/full_disk.c,
+  preloaded into the job's Python process and its JVM) until that table is set aside and held
+  (bridge.spark.set_aside) while the others go on; then stopped, and started with space
+  again: its start applies the held records in order (bridge.spark.replay);
+- ``a table's disk full (kept running)``: the same, but space comes back while the job runs
+  (``--held-retry-interval 10 s``): it applies the held records itself, without a restart.
 
 Each restart takes one of ``PROFILES`` at random (every table through the driver, through
 Spark, or large batches through the task lane): a restart with other settings must not
@@ -50,9 +57,21 @@ from bridge.spark.applier import PAUSE_AFTER_MERGE_ENV
 from bridge.spark.config import ApplyConfig
 from tests.integration.bridge_harness import RunningBridge, bridge_config, mark, scratch_database
 from tests.integration.faults import broker_outage
+from tests.integration.full_disk import build_shim
 from tests.integration.test_delta_e2e import comparable
 
-FAULTS = ("apply SIGKILL", "apply SIGKILL after a MERGE", "apply SIGTERM", "broker SIGKILL")
+FAULTS = (
+    "apply SIGKILL",
+    "apply SIGKILL after a MERGE",
+    "apply SIGTERM",
+    "broker SIGKILL",
+    "a table's disk full (restart)",
+    "a table's disk full (kept running)",
+)
+#: The table whose disk fills in "a table's disk full" (no other table's path starts so).
+#: How often the job tries a held table again in "a table's disk full (kept running)".
+HELD_RETRY = ("--held-retry-interval", "10 s")
+FULL_TABLE = "tags"
 OUTAGE_S = 12.0  # the broker's: past the job's Kafka timeouts (KAFKA_OPTIONS)
 STOP_TIMEOUT_S = 60.0
 CATCH_UP_S = 240.0
@@ -229,8 +248,16 @@ class ApplyJob:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(
-        self, profile: str, pause_after_merge: bool = False, available_now: bool = False
+        self,
+        profile: str,
+        pause_after_merge: bool = False,
+        available_now: bool = False,
+        full_disk: tuple[Path, Path, Path] | None = None,
+        extra: tuple[str, ...] = (),
     ) -> None:
+        """``full_disk``: (the shim, the directory, the flag): writes under the directory fail
+        with ENOSPC while the flag exists (tests/integration/full_disk.py); ``extra``: more
+        arguments."""
         config = self.config
         command = [
             str(Path(sys.executable).with_name("pgbridge")), "apply",
@@ -243,6 +270,7 @@ class ApplyJob:
             *(arg for option in KAFKA_OPTIONS for arg in ("--kafka-option", option)),
             *PROFILES[profile],
             *(["--available-now"] if available_now else []),
+            *extra,
         ]  # fmt: skip
         env = {
             **os.environ,
@@ -250,9 +278,17 @@ class ApplyJob:
             "PGBRIDGE_SPARK_JARS": ",".join(self.stack.spark_jars),
             **({PAUSE_AFTER_MERGE_ENV: "600"} if pause_after_merge else {}),
         }
+        if full_disk is not None:
+            shim, directory, flag = full_disk
+            env.update(
+                LD_PRELOAD=str(shim),
+                PGBRIDGE_FULL_DISK_DIR=str(directory),
+                PGBRIDGE_FULL_DISK_FLAG=str(flag),
+            )
         with self.log_path.open("ab") as log:
             log.write(
-                f"\n==== started: {profile}, pause after merge {pause_after_merge}\n".encode()
+                f"\n==== started: {profile}, pause after merge {pause_after_merge}, full "
+                f"disk {full_disk is not None}\n".encode()
             )
             log.flush()
             self.process = subprocess.Popen(
@@ -408,6 +444,8 @@ class ApplySoakRig:
                 assert job.alive(), f"the job ended in the outage:\n{job.log_since_start()[-4000:]}"
 
             broker_outage(self.broker, OUTAGE_S, running)
+        elif fault.startswith("a table's disk full"):
+            self._table_disk_full(profile, kept_running=fault.endswith("(kept running)"))
         else:
             raise ValueError(f"unknown fault {fault!r}")
         if not job.alive():
@@ -419,6 +457,47 @@ class ApplySoakRig:
         result.recover_s = self._wait_for_batches(
             job.batches_committed() + 1, CATCH_UP_S, f"batch after {fault}"
         )
+        if fault.startswith("a table's disk full"):  # the held records applied (replay.py)
+            assert self._released() in job.log_since_start(), job.log_since_start()[-4000:]
+
+    def _released(self) -> str:
+        """bridge.spark.replay's line when it applied FULL_TABLE's held records."""
+        return f"{self.prefix}.public.{FULL_TABLE} released"
+
+    def _table_disk_full(self, profile: str, kept_running: bool) -> None:
+        """Restarted with FULL_TABLE's disk full until the job holds it and a batch after;
+        then space again, and the job applies the held records itself (``kept_running``) or
+        is stopped, to be started again by ``inject``."""
+        job = self.job
+        assert job is not None
+        code, log = job.terminate()
+        assert code == 0, f"SIGTERM: the job exited with {code}:\n{log[-4000:]}"
+        flag = self.work / "disk-full"
+        flag.touch()
+        directory = Path(job.config.table_path("public", FULL_TABLE))
+        job.start(
+            profile,
+            full_disk=(build_shim(self.work), directory, flag),
+            extra=HELD_RETRY if kept_running else (),
+        )
+        deadline = time.monotonic() + CATCH_UP_S
+        # bridge.spark.applier's line when a batch held the table's records back
+        held = (
+            "held back (set aside before, applied when the table is tried again): "
+            f"{self.prefix}.public.{FULL_TABLE}"
+        )
+        while held not in (log := job.log_since_start()):
+            assert job.alive(), f"the apply job ended with a table's disk full:\n{log[-4000:]}"
+            assert time.monotonic() < deadline, f"{FULL_TABLE} not held:\n{log[-4000:]}"
+            time.sleep(0.5)
+        if not kept_running:
+            code, log = job.terminate()
+            assert code == 0, f"SIGTERM: the job exited with {code}:\n{log[-4000:]}"
+        flag.unlink()
+        while kept_running and self._released() not in (log := job.log_since_start()):
+            assert job.alive(), f"the apply job ended:\n{log[-4000:]}"
+            assert time.monotonic() < deadline, f"{FULL_TABLE} not released:\n{log[-4000:]}"
+            time.sleep(0.5)
 
     def _stop_between_batches(self) -> None:
         """SIGTERM; if the job left a batch to replay (one it had just started), a run with
@@ -455,7 +534,10 @@ class ApplySoakRig:
             assert self.job.alive(), self.job.log_since_start()
             time.sleep(3)
         assert not differences, "\n".join(differences)
-        assert not Path(self.job.config.dead_letter_location).exists(), "records were dead-lettered"
+        dead_letters = self.job.config.dead_letter_location
+        if Path(dead_letters).exists():  # a held table's, applied and deleted since
+            left = self.spark.read.format("delta").load(dead_letters).collect()
+            assert not left, f"{len(left)} records dead-lettered, e.g. {left[:3]}"
 
     def differences(self) -> list[str]:
         """What each Delta table lacks or holds beyond its source table (as multisets of rows,
