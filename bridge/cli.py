@@ -91,7 +91,11 @@ def _run(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from bridge.ops.status import collect
 
-    status = collect(_load_config(args), apply_checkpoint=args.apply_checkpoint)
+    status = collect(
+        _load_config(args),
+        apply_checkpoint=args.apply_checkpoint,
+        apply_dead_letter=args.apply_dead_letter,
+    )
     print(json.dumps(status.as_dict(), indent=2) if args.json else status.render())
     return 0 if not status.problems and status.slot.exists else 3
 
@@ -183,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="the Spark apply job's --checkpoint: also show its per-table lag (Kafka records "
         "not applied yet)",
+    )
+    status.add_argument(
+        "--apply-dead-letter",
+        metavar="PATH",
+        help="the Spark apply job's --dead-letter: also show the tables it holds since a batch "
+        "of theirs failed (each a problem: exit 3)",
     )
     status.set_defaults(handler=_status)
 

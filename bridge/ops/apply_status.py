@@ -7,6 +7,10 @@ committed batch are what is applied. A topic the checkpoint does not name yet (a
 since) is behind by all its records. Reads files only, with or without the job running; the
 checkpoint must be on a file system this machine mounts (elsewhere, the job's own
 ``pgbridge_apply_topic_lag_records`` metric says the same).
+
+Which tables the job holds (bridge.spark.set_aside: a batch of theirs failed, their records
+wait in order in the dead-letter table) is read from its dead-letter table, with delta-rs
+(``pgbridge_apply_tables_held`` is the job's own gauge).
 """
 
 from __future__ import annotations
@@ -19,7 +23,15 @@ from typing import Any
 
 from bridge.errors import PgBridgeError
 
-__all__ = ["ApplyCheckpointError", "ApplyPosition", "apply_lag", "read_apply_position"]
+__all__ = [
+    "ApplyCheckpointError",
+    "ApplyDeadLetterError",
+    "ApplyPosition",
+    "HeldTable",
+    "apply_lag",
+    "read_apply_position",
+    "read_held_tables",
+]
 
 #: Kafka offsets by topic, then partition.
 Offsets = dict[str, dict[int, int]]
@@ -30,6 +42,14 @@ class ApplyCheckpointError(PgBridgeError):
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"apply checkpoint {path}: {reason}")
+        self.path = path
+
+
+class ApplyDeadLetterError(PgBridgeError):
+    """The path is not the apply job's dead-letter table (a Delta table)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"apply dead-letter table {path}: {reason}")
         self.path = path
 
 
@@ -96,3 +116,41 @@ def apply_lag(
             for partition, (low, high) in partitions.items()
         )
     return lag
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTable:
+    """A table the apply job holds: the first batch that set it aside, its records waiting."""
+
+    since_batch: int
+    records: int
+
+
+def read_held_tables(dead_letter: str) -> dict[str, HeldTable]:
+    """The tables the apply job holds, by topic, from its dead-letter table (none without
+    one). Raises :class:`ApplyDeadLetterError` for a path that is not a Delta table."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    from bridge.spark.set_aside import SET_ASIDE
+
+    if not Path(dead_letter).exists() and "://" not in dead_letter:
+        return {}  # no record was ever dead-lettered
+    try:
+        rows = DeltaTable(dead_letter).to_pyarrow_table(columns=["topic", "reason", "batch_id"])
+    except TableNotFoundError:
+        raise ApplyDeadLetterError(dead_letter, "not a Delta table") from None
+    rows = rows.filter(pc.starts_with(rows["reason"], SET_ASIDE))
+    if rows.num_rows == 0:
+        return {}
+    per_topic = rows.group_by("topic").aggregate([("batch_id", "min"), ("batch_id", "count")])
+    return {
+        str(topic): HeldTable(int(since), int(count))
+        for topic, since, count in zip(
+            per_topic["topic"].to_pylist(),
+            per_topic["batch_id_min"].to_pylist(),
+            per_topic["batch_id_count"].to_pylist(),
+            strict=True,
+        )
+    }

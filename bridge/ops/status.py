@@ -68,6 +68,9 @@ class BridgeStatus:
     #: The Spark apply job's position (``--apply-checkpoint``): its last committed batch and,
     #: per table topic, the Kafka records it has not applied yet (bridge.ops.apply_status).
     apply: dict[str, Any] | None = None
+    #: The tables the apply job holds (``--apply-dead-letter``), by topic: the batch that set
+    #: each aside first and its records waiting (bridge.ops.apply_status.read_held_tables).
+    held_tables: dict[str, dict[str, int]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,7 +137,9 @@ def slot_query(server_version: int) -> str:
     return _SLOT_QUERY.format(failover=failover)
 
 
-def collect(config: BridgeConfig, apply_checkpoint: str | None = None) -> BridgeStatus:
+def collect(
+    config: BridgeConfig, apply_checkpoint: str | None = None, apply_dead_letter: str | None = None
+) -> BridgeStatus:
     """Everything ``pgbridge status`` shows; ``apply_checkpoint``: the Spark apply job's
     streaming checkpoint, for its per-table lag."""
     rep = config.replication
@@ -171,7 +176,28 @@ def collect(config: BridgeConfig, apply_checkpoint: str | None = None) -> Bridge
     status.waiting_for = waiting_for(config)
     if apply_checkpoint is not None:
         _apply_status(config, apply_checkpoint, admin, md, status)
+    if apply_dead_letter is not None:
+        _held_tables(apply_dead_letter, status)
     return status
+
+
+def _held_tables(dead_letter: str, status: BridgeStatus) -> None:
+    """The tables the apply job holds (bridge.spark.set_aside): each is a problem."""
+    from bridge.ops.apply_status import ApplyDeadLetterError, read_held_tables
+
+    try:
+        held = read_held_tables(dead_letter)
+    except (ApplyDeadLetterError, OSError) as exc:
+        status.problems.append(str(exc))
+        return
+    status.held_tables = {t: {"since_batch": h.since_batch, "records": h.records}
+                          for t, h in sorted(held.items())}  # fmt: skip
+    for topic, table in sorted(held.items()):
+        status.problems.append(
+            f"apply: {topic} held since batch {table.since_batch}, which failed: its "
+            f"{table.records} records wait in {dead_letter}, applied when the job tries the "
+            "table again (docs/configuration.md)"
+        )
 
 
 def _apply_status(

@@ -9,10 +9,14 @@ import pytest
 
 from bridge.ops.apply_status import (
     ApplyCheckpointError,
+    ApplyDeadLetterError,
     ApplyPosition,
+    HeldTable,
     apply_lag,
     read_apply_position,
+    read_held_tables,
 )
+from bridge.spark.set_aside import held_reason, set_aside_reason
 
 
 def _checkpoint(root: Path, batches: dict[int, dict[str, dict[str, int]]], committed: int) -> str:
@@ -68,3 +72,64 @@ def test_not_a_local_checkpoint_is_a_typed_error(tmp_path: Path, where: str) -> 
     path = str(tmp_path / "nothing") if where == "missing" else where
     with pytest.raises(ApplyCheckpointError, match="apply checkpoint"):
         read_apply_position(path)
+
+
+def _dead_letters(path: Path, rows: list[tuple[str, str, int]]) -> str:
+    """A dead-letter table as the job leaves it (the columns status reads, and one more)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    topics, reasons, batches = zip(*rows, strict=True) if rows else ((), (), ())
+    table = pa.table(
+        {
+            "topic": pa.array(topics, pa.string()),
+            "offset": pa.array(range(len(rows)), pa.int64()),
+            "reason": pa.array(reasons, pa.string()),
+            "batch_id": pa.array(batches, pa.int64()),
+        }
+    )
+    write_deltalake(str(path), table)
+    return str(path)
+
+
+def test_held_tables_are_those_with_set_aside_records_not_single_bad_ones(tmp_path: Path) -> None:
+    path = _dead_letters(
+        tmp_path / "dead",
+        [
+            ("p.public.a", set_aside_reason(RuntimeError("disk full")), 7),
+            ("p.public.a", held_reason(7), 8),
+            ("p.public.a", held_reason(7), 9),
+            ("p.public.b", "unknown schema id 42", 3),  # a bad record: b is not held
+            ("p.public.c", set_aside_reason("columns 'A' and 'a' differ only in case"), 2),
+        ],
+    )
+    assert read_held_tables(path) == {
+        "p.public.a": HeldTable(since_batch=7, records=3),
+        "p.public.c": HeldTable(since_batch=2, records=1),
+    }
+
+
+def test_no_dead_letter_table_holds_nothing_and_another_path_is_a_typed_error(
+    tmp_path: Path,
+) -> None:
+    assert read_held_tables(str(tmp_path / "never-written")) == {}
+    (tmp_path / "not-delta").mkdir()
+    with pytest.raises(ApplyDeadLetterError, match="not-delta: not a Delta table"):
+        read_held_tables(str(tmp_path / "not-delta"))
+
+
+def test_status_names_each_held_table_as_a_problem(tmp_path: Path) -> None:
+    from bridge.ops.status import BridgeStatus, SlotStatus, _held_tables
+
+    path = _dead_letters(
+        tmp_path / "dead",
+        [("p.public.a", set_aside_reason("disk full"), 4), ("p.public.a", held_reason(4), 5)],
+    )
+    status = BridgeStatus(SlotStatus("s", True), "p", True)
+    _held_tables(path, status)
+    assert status.held_tables == {"p.public.a": {"since_batch": 4, "records": 2}}
+    assert status.problems == [
+        f"apply: p.public.a held since batch 4, which failed: its 2 records wait in {path}, "
+        "applied when the job tries the table again (docs/configuration.md)"
+    ]
+    assert "problem: apply: p.public.a held since batch 4" in status.render()

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from bridge.ops.apply_status import HeldTable, read_held_tables
 from bridge.spark.applier import BatchApplier
 from bridge.spark.replay import replay_set_aside
 from bridge.spark.set_aside import SET_ASIDE, held_reason
@@ -73,10 +74,14 @@ def test_a_failed_table_is_held_in_order_and_applied_at_the_next_start(
     assert batches.dead() == sorted(
         [(KEYED.topic, failed)] * 3 + [(KEYED.topic, held_reason(0))] * 3
     )
+    # What `pgbridge status --apply-dead-letter` reads (delta-rs, not Spark).
+    held = {KEYED.topic: HeldTable(since_batch=0, records=6)}
+    assert read_held_tables(batches.config.dead_letter_location) == held
 
     assert _replay(batches, spark) == {}
     assert _ids(batches) == {1: "a2", 3: "c", 4: "never touched again"}
     assert batches.dead() == []  # released: nothing left to apply
+    assert read_held_tables(batches.config.dead_letter_location) == {}
 
     # The next start applies the table's batches again.
     batches.add(KEYED, "u", (30, 0), before={"id": 3, "v": "c"}, after={"id": 3, "v": "c2"})
