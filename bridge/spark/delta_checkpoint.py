@@ -15,6 +15,12 @@ not keep (``domainMetadata``, ``sidecar``: :attr:`LogFiles.foreign`). Tombstones
 are not carried: Delta keeps them in checkpoints for VACUUM's sake, whose Spark and delta-rs
 implementations find unreferenced files by listing the table.
 
+Delta-Spark writes through Hadoop's local file system, which keeps a checksum beside each file
+it writes (``.<name>.crc``) and checks every read against it. A file replaced here
+(``_last_checkpoint``, which both write) loses that checksum first, never keeps a stale one: a
+stale checksum made every Spark reader of the table retry for seconds, log the pointer
+"corrupted" and list the log instead. Entries removed here take their checksums along.
+
 The cleanup lists the log's names once (no stat but for the oldest entries, in version
 order, which is time order) and removes what Delta's own metadata cleanup removes: entries of
 versions before the newest checkpoint that is older than the retention, themselves older
@@ -34,7 +40,13 @@ from typing import Any
 
 from bridge.spark.delta_log import LogFiles
 
-__all__ = ["checkpoint_schema", "remove_expired", "retention_seconds", "write_checkpoint"]
+__all__ = [
+    "checkpoint_schema",
+    "drop_hadoop_checksum",
+    "remove_expired",
+    "retention_seconds",
+    "write_checkpoint",
+]
 
 _LOG_ENTRY = re.compile(r"^(\d{20})\.(json|crc|checkpoint\.parquet|checkpoint\.\d+\.\d+\.parquet)$")
 _INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+(second|minute|hour|day|week)s?\s*$", re.I)
@@ -129,6 +141,7 @@ def write_checkpoint(log: LogFiles) -> int:
     aside = directory / f".{final.name}.{uuid.uuid4()}.tmp"
     pq.write_table(table, aside, compression="snappy")
     size = aside.stat().st_size
+    drop_hadoop_checksum(final)  # Spark's, if it checkpointed this version too
     os.replace(aside, final)
     pointer = {"version": log.version, "size": table.num_rows, "sizeInBytes": size,
                "numOfAddFiles": len(log.adds)}  # fmt: skip
@@ -140,7 +153,14 @@ def write_checkpoint(log: LogFiles) -> int:
 def _replace_text(path: Path, text: str) -> None:
     aside = path.parent / f".{path.name}.{uuid.uuid4()}.tmp"
     aside.write_text(text, encoding="utf-8")
+    drop_hadoop_checksum(path)
     os.replace(aside, path)
+
+
+def drop_hadoop_checksum(path: Path) -> None:
+    """Remove the checksum Hadoop's local file system keeps beside ``path``, before ``path`` is
+    replaced: without one, Hadoop reads the file unchecked; with the old one, never."""
+    (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
 
 
 def retention_seconds(configuration: Mapping[str, str]) -> float | None:
@@ -189,6 +209,7 @@ def remove_expired(root: Path, retention: float, now: float | None = None) -> in
                 removed += 1
             except FileNotFoundError:
                 pass
+            drop_hadoop_checksum(directory / name)
     return removed
 
 

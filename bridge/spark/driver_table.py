@@ -8,7 +8,12 @@ import time
 import zlib
 from typing import Any
 
-from bridge.spark.delta_checkpoint import remove_expired, retention_seconds, write_checkpoint
+from bridge.spark.delta_checkpoint import (
+    drop_hadoop_checksum,
+    remove_expired,
+    retention_seconds,
+    write_checkpoint,
+)
 from bridge.spark.logged_table import LoggedTable
 
 __all__ = ["DriverWriteRefused", "checkpoint_due", "checkpoint_if_due", "conformed",
@@ -108,6 +113,7 @@ def checkpoint_if_due(table: LoggedTable, version: int) -> None:
         if own and log.version == version:
             write_checkpoint(log)
         else:
+            drop_hadoop_checksum(log.root / "_delta_log" / "_last_checkpoint")  # replaced next
             table.create_checkpoint()
             log.checkpoint = version
         last = _cleaned_at.get(uri)

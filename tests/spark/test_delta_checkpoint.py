@@ -110,12 +110,18 @@ def test_expired_entries_before_the_newest_expired_checkpoint_are_removed(
     log.mkdir()
     for version in range(30):
         (log / f"{version:020d}.json").write_text("{}\n")
+        if version % 2:  # Spark's commits through Hadoop's file system: a checksum beside
+            (log / f".{version:020d}.json.crc").write_bytes(b"crc")
     for version in (10, 20):
         (log / f"{version:020d}.checkpoint.parquet").write_bytes(b"")
     (log / "_last_checkpoint").write_text("{}")
     for version in range(25):  # 0..24 expired (older than a day), 25..29 not
         _aged(log, version, 2 * 86400)
     assert remove_expired(tmp_path, 86400) == 20 + 1  # 0..19, and checkpoint 10
+    checksums = sorted(p.name for p in log.glob(".*.crc"))
+    assert checksums == [f".{v:020d}.json.crc" for v in range(21, 30, 2)]  # theirs went too
+    for checksum in checksums:
+        (log / checksum).unlink()
     left = sorted(p.name for p in log.iterdir())
     assert left[0] == f"{20:020d}.checkpoint.parquet" and f"{20:020d}.json" in left
     assert "_last_checkpoint" in left and len(left) == 10 + 1 + 1
@@ -151,3 +157,45 @@ def test_spark_reads_the_table_from_a_checkpoint_written_here(spark: Any, tmp_pa
         "append"
     ).save(str(tmp_path))
     assert _scanned(tmp_path) == {**expected, 7: "spark-7"}
+
+
+def test_a_checkpoint_written_here_after_sparks_leaves_no_stale_hadoop_checksum(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark writes ``_last_checkpoint`` through Hadoop's local file system, which keeps a
+    checksum beside it (``._last_checkpoint.crc``) and checks every read against it. A table
+    both write (Spark's path for a large batch, the driver's for small ones) gets its pointer
+    replaced here: a checksum left stale made every Spark reader of the table retry for 3 s
+    and log "is corrupted" (the apply soak's Spark reads showed it)."""
+    table = _mapped_table(tmp_path)
+    log = tmp_path / "_delta_log"
+    spark.sql(
+        f"ALTER TABLE delta.`{tmp_path}` SET TBLPROPERTIES ('delta.checkpointInterval' = '1')"
+    )
+    read = spark.read.format("delta").load(str(tmp_path))
+    spark.createDataFrame([(8, "spark-8", 30, 0, None)], read.schema).write.format("delta").mode(
+        "append"
+    ).save(str(tmp_path))
+    assert (log / "._last_checkpoint.crc").exists()  # Spark's checkpoint, with its checksum
+    table = open_table(str(tmp_path))
+    write_append(table, _rows([9], "driver"), "job", 5, None)
+    write_checkpoint(table.log)
+    # What every Spark reader does first: read the pointer through Hadoop, checksum checked.
+    assert json.loads(_read_through_hadoop(spark, log / "_last_checkpoint"))["version"] == (
+        table.version()
+    )
+    assert _scanned(tmp_path) == {r["id"]: r["v"] for r in read.collect()}
+
+
+def _read_through_hadoop(spark: Any, path: Path) -> str:
+    """The file as Delta-Spark reads it: through Hadoop's file system (a ChecksumException if
+    a ``.crc`` beside it does not match)."""
+    jvm = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path.as_uri())
+    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    stream = fs.open(hadoop_path)
+    try:
+        data = jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+    finally:
+        stream.close()
+    return bytes(data).decode()
