@@ -54,6 +54,7 @@ from bridge.spark.fences import Fences, read_fences
 from bridge.spark.merge import before, table_key_columns
 from bridge.spark.query import kafka_source, start_query
 from bridge.spark.session import task_slots
+from bridge.spark.set_aside import held_topics
 
 __all__ = [
     "INGEST_BATCH",
@@ -277,6 +278,8 @@ def current_state(
     ``_commit_ts``).
     """
     topic = f"{config.topic_prefix}.{table}"
+    if topic in held_topics(spark, config.dead_letter_location):
+        return _held_base(spark, config, topic)
     schemas = schemas or SchemaCache.for_url(config.registry_url, dict(config.registry_options))
     framed = tf.frame(_changelog_records(spark, config, topic))
     decoded = decode_batch(framed, config, schemas, -1)
@@ -300,6 +303,23 @@ def current_state(
     finally:
         for cached in decoded.cached:
             cached.unpersist()
+
+
+def _held_base(spark: Any, config: ApplyConfig, topic: str) -> DataFrame:
+    """A held table's state (bridge.spark.set_aside): its base as of before the batch that
+    failed. Its changes since wait in the dead-letter table; folding only the changelog's
+    later ones onto the base would show rows the source never had."""
+    base = _base_of_topic(spark, config, topic)
+    if base is None:
+        raise ApplyError(f"{topic!r} is held since a batch of its failed, and has no table yet")
+    logger.warning(
+        "%s is held since a batch of its failed: its current state is its table as of before "
+        "that batch, until the job applies its set-aside records (pgbridge status "
+        "--apply-dead-letter)",
+        topic,
+    )
+    held: DataFrame = spark.read.format("delta").load(base)
+    return held
 
 
 def _changelog_records(spark: Any, config: ApplyConfig, topic: str) -> DataFrame:

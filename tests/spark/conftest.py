@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+#: What a table write fails with under :func:`failing`.
+OUTAGE = "storage unavailable"
 
 
 @pytest.fixture
@@ -17,3 +21,21 @@ def batches(spark: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
     from tests.spark.batches import Batches
 
     return Batches(spark, tmp_path, getattr(request, "param", "driver"))
+
+
+@pytest.fixture
+def failing(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
+    """The topics whose table writes fail (with :data:`OUTAGE`: the engine's failure, not the
+    data's) while in the set: ``BatchApplier._apply_table`` raises for them."""
+    from bridge.spark.applier import BatchApplier
+
+    topics: set[str] = set()
+    apply_table = BatchApplier._apply_table
+
+    def failing_apply_table(self: BatchApplier, spark: Any, table: Any, *args: Any) -> None:
+        if table.topic in topics:
+            raise RuntimeError(OUTAGE)
+        apply_table(self, spark, table, *args)
+
+    monkeypatch.setattr(BatchApplier, "_apply_table", failing_apply_table)
+    yield topics

@@ -5,6 +5,8 @@ TOAST), compaction into the base tables, and applied records removed from the ch
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from bridge.spark.changelog import (
     changelog_path,
     current_state,
 )
+from bridge.spark.replay import replay_set_aside
 from tests.spark.batches import KEYED, OPT_STR, PREFIX, Batches, col
 from tests.spark.envelopes import TableVersion
 
@@ -188,3 +191,34 @@ def test_compaction_removes_applied_records_one_round_late(changelog: Changelog)
     assert changelog.base() == {1: "a", 2: "b", 3: "c"}
     # Nothing of the table left in the changelog: its view is its table (found by topic).
     assert changelog.view("public.wide") == {9: ("s", "b")}
+
+
+def test_a_held_tables_view_is_its_base_until_its_set_aside_records_are_applied(
+    changelog: Changelog, failing: set[str], spark: Any
+) -> None:
+    """While a table is held (bridge.spark.set_aside), its changes since the batch that failed
+    wait in the dead-letter table: folding only the changelog's later ones onto the base would
+    show rows the source never had. Its view is its base until the compactor applies them."""
+    schemas = changelog.batches.schemas
+    # The job's compactor, trying held tables at every batch (start_apply gives it the replay).
+    compactor = Compactor(replace(changelog.config, held_retry_interval="0 s"), schemas)
+    compactor.held_tables.replay = partial(
+        replay_set_aside, config=compactor.config, schemas=schemas
+    )
+    changelog.compactor = compactor
+    add = changelog.batches.add
+    add(KEYED, "c", (10, 0), after={"id": 1, "v": "a"})
+    changelog.ingest(0)
+    changelog.compact()
+    failing.add(KEYED.topic)
+    add(KEYED, "c", (11, 0), after={"id": 2, "v": "b"})
+    changelog.ingest(1)
+    changelog.compact()  # set aside: held
+    add(KEYED, "d", (12, 0), before={"id": 1})
+    add(KEYED, "u", (12, 1), before={"id": 2, "v": "b"}, after={"id": 2, "v": "b2"})
+    changelog.ingest(2)
+    assert changelog.view() == {1: "a"}  # not {2: "b2"}: an update of a row it never showed
+    failing.clear()
+    changelog.compact()  # applies the held table's records first, then ingest batch 2
+    assert changelog.base() == {2: "b2"}
+    assert changelog.view() == {2: "b2"}

@@ -2,14 +2,13 @@
 running job, on a real local Spark (bridge.spark.set_aside, bridge.spark.replay).
 
 The failure is the engine's, not the data's (a storage outage while the table's batch is
-written: ``BatchApplier._apply_table`` raises while the test says so), so the same records
-apply once it has passed, as they would after a real outage.
+written: the ``failing`` fixture of tests/spark/conftest.py), so the same records apply once
+it has passed, as they would after a real outage (the apply soak fills a real disk).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -17,29 +16,12 @@ from typing import Any
 import pytest
 
 from bridge.ops.apply_status import HeldTable, read_held_tables
-from bridge.spark.applier import BatchApplier
 from bridge.spark.replay import replay_set_aside
 from bridge.spark.set_aside import SET_ASIDE, held_reason
 from tests.spark.batches import FULL_DUPS, KEYED, SPARK_WRITER_IN_LONG, Batches, _ids
+from tests.spark.conftest import OUTAGE
 
 pytestmark = pytest.mark.integration
-
-OUTAGE = "storage unavailable"
-
-
-@pytest.fixture
-def failing(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
-    """The topics whose table writes fail (with :data:`OUTAGE`) while in the set."""
-    topics: set[str] = set()
-    apply_table = BatchApplier._apply_table
-
-    def failing_apply_table(self: BatchApplier, spark: Any, table: Any, *args: Any) -> None:
-        if table.topic in topics:
-            raise RuntimeError(OUTAGE)
-        apply_table(self, spark, table, *args)
-
-    monkeypatch.setattr(BatchApplier, "_apply_table", failing_apply_table)
-    yield topics
 
 
 def _replay(batches: Batches, spark: Any) -> dict[str, int]:
