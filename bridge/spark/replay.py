@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from bridge.spark.applier import BatchApplier
 from bridge.spark.config import ApplyConfig
 from bridge.spark.decode import SchemaCache
-from bridge.spark.errors import RegistryUnavailableError, first_line
+from bridge.spark.errors import first_line
 from bridge.spark.graceful_stop import interrupted
 from bridge.spark.resources import is_resource_failure
 from bridge.spark.set_aside import held_topics, is_set_aside
@@ -53,11 +53,9 @@ def replay_set_aside(
     for topic, since in sorted(held.items()):
         try:
             records = _replay_table(spark, config, schemas, topic)
-        except RegistryUnavailableError:
-            raise  # transient and job-wide: the start fails and is retried
-        except Exception as exc:
+        except Exception as exc:  # the registry down too: held until the next try
             if is_resource_failure(exc) or interrupted(exc):
-                raise
+                raise  # the job's own failure (bridge.spark.resources) or its stop
             logger.error(
                 "%s stays held: applying its set-aside records (since batch %d) failed again: "
                 "%s: %s; they stay in %s and are tried again later",

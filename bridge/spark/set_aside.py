@@ -19,6 +19,7 @@ idempotent as the batch) and leaves the operator one place to look.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,8 @@ from pyspark.sql import functions as F
 
 from bridge.spark.apply_metrics import TABLES_HELD
 from bridge.spark.errors import first_line
+from bridge.spark.graceful_stop import interrupted
+from bridge.spark.resources import is_resource_failure
 
 __all__ = [
     "SET_ASIDE",
@@ -38,6 +41,8 @@ __all__ = [
     "is_set_aside",
     "set_aside_reason",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: How every dead-letter reason of a held table's records begins.
 SET_ASIDE = "table set aside"
@@ -128,8 +133,15 @@ class HeldTables:
         held = self.current(spark)
         if not held or self.replay is None or time.monotonic() < self._retry_at:
             return set()
-        still = self.replay(spark)
         self._retry_at = time.monotonic() + self.retry_seconds
+        try:
+            still = self.replay(spark)
+        except Exception as exc:  # the dead-letter table unreadable, say: held, tried later
+            if is_resource_failure(exc) or interrupted(exc):
+                raise
+            logger.warning("trying the held tables again failed (%s: %s); they stay held",
+                           type(exc).__name__, first_line(exc))  # fmt: skip
+            return set()
         with self._lock:
             assert self._held is not None
             # Tables held by other threads meanwhile stay held (none: a batch's start).
