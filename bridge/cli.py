@@ -192,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--apply-dead-letter",
         metavar="PATH",
         help="the Spark apply job's --dead-letter: also show the tables it holds since a batch "
-        "of theirs failed (each a problem: exit 3)",
+        "of theirs failed (each a problem: exit 3); read with delta-rs (a local path, or an "
+        "object store its AWS_*/AZURE_*/GOOGLE_* environment reaches)",
     )
     status.set_defaults(handler=_status)
 

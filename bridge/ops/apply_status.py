@@ -133,6 +133,7 @@ def read_held_tables(dead_letter: str) -> dict[str, HeldTable]:
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
+    from bridge.spark.errors import first_line
     from bridge.spark.set_aside import SET_ASIDE
 
     if not Path(dead_letter).exists() and "://" not in dead_letter:
@@ -141,6 +142,8 @@ def read_held_tables(dead_letter: str) -> dict[str, HeldTable]:
         rows = DeltaTable(dead_letter).to_pyarrow_table(columns=["topic", "reason", "batch_id"])
     except TableNotFoundError:
         raise ApplyDeadLetterError(dead_letter, "not a Delta table") from None
+    except Exception as exc:  # delta-rs cannot reach it from here (credentials, a scheme)
+        raise ApplyDeadLetterError(dead_letter, f"cannot be read here: {first_line(exc)}") from exc
     rows = rows.filter(pc.starts_with(rows["reason"], SET_ASIDE))
     if rows.num_rows == 0:
         return {}
