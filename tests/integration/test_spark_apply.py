@@ -665,3 +665,46 @@ def test_a_jobs_first_batch_goes_to_the_task_lane_by_a_guess_and_a_wrong_guess_c
     expected[5]["note"] = "updated"
     expected[100]["extra"] = 7
     assert mixed_rows == expected
+
+
+class _OrdersFail(BatchApplier):
+    """A storage outage under the orders table: its writes fail, the others' do not."""
+
+    def _apply_table(self, spark: Any, table: Any, *args: Any) -> None:
+        if table.topic.endswith(".public.orders"):
+            raise OSError("No space left on device")
+        super()._apply_table(spark, table, *args)
+
+
+def test_a_table_whose_batches_fail_is_held_and_the_next_start_applies_it_in_order(
+    local_stack: StackInfo, spark: Any, tmp_path: Path
+) -> None:
+    """Through start_apply, as `pgbridge apply` runs: the orders table's batches fail (its
+    snapshot rows, later a truncate and a new row) while customers is applied. Each start
+    applies what is held first (its replay writes beside the failing applier), so the table is
+    always a state it had in the source: nothing, then its snapshot, then after the truncate."""
+    from bridge.ops.apply_status import HeldTable, read_held_tables
+
+    scenario = Scenario(local_stack)
+    config = scenario.config(tmp_path)
+    orders = config.table_path("public", "orders")
+    scenario.phase1()
+    _run(spark, config, _OrdersFail(config))
+    held = read_held_tables(config.dead_letter_location)
+    assert held == {scenario.orders.topic: HeldTable(since_batch=0, records=2)}
+    scenario.phase2()
+    _run(spark, config, _OrdersFail(config))  # applies batch 0's orders first; batch 1 fails
+    assert _rows(spark, orders, "order_id") == [
+        {"order_id": 1, "note": "one"},
+        {"order_id": 2, "note": "two"},
+    ]
+    held = read_held_tables(config.dead_letter_location)
+    assert held == {scenario.orders.topic: HeldTable(since_batch=1, records=2)}
+    assert _rows(spark, config.table_path("public", "customers"), "id") == (
+        scenario.expected_customers()
+    )
+    _run(spark, config)  # the outage is over
+    assert _rows(spark, orders, "order_id") == [{"order_id": 3, "note": "three"}]
+    assert read_held_tables(config.dead_letter_location) == {}
+    # Left: the poison records of customers, dead-lettered alone (they hold nothing).
+    assert spark.read.format("delta").load(config.dead_letter_location).count() == 3
