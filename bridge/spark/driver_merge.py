@@ -53,6 +53,7 @@ from bridge.spark.driver_dv_merge import DV_WRITER, dv_merge, dv_merge_refusal
 from bridge.spark.driver_rewrite import (
     Rewrite,
     read_rows,
+    remember_appended,
     remember_rows,
     rewrite_fits,
     rewritten,
@@ -438,7 +439,10 @@ def append_in_driver(
             check_target(table, rows.schema, rows.columns)
             arrow = rows.toArrow()
         appended = conformed(table, arrow)
+    version = table.version()
     write_append(table, appended, app_id, batch_id, commit_metadata)
+    if table.version() == version + 1:  # this commit alone: the rows the next rewrite reads
+        remember_appended(table, version + 1, appended)
 
 
 def _empty(table: Any) -> Any:

@@ -38,6 +38,7 @@ __all__ = [
     "Rewrite",
     "listed",
     "read_rows",
+    "remember_appended",
     "remember_rows",
     "rewrite_fits",
     "rewritten",
@@ -96,6 +97,12 @@ class _HeldRows:
             self._rows.move_to_end(key)
             return held[1]
 
+    def at(self, table: Any, version: int) -> Any | None:
+        """The rows held for ``table`` at ``version``, if those are the ones held."""
+        with self._lock:
+            held = self._rows.get(table_identity(table))
+            return held[1] if held is not None and held[0] == version else None
+
     def put(self, table: Any, version: int, rows: Any) -> None:
         key = table_identity(table)
         with self._lock:
@@ -125,6 +132,18 @@ def table_identity(table: Any) -> tuple[str, str]:
 def remember_rows(table: Any, version: int, rows: Any) -> None:
     """``rows`` are the table's at ``version``, which this process just committed."""
     _held_rows.put(table, version, rows)
+
+
+def remember_appended(table: Any, version: int, appended: Any) -> None:
+    """``appended`` were committed as ``version`` on top of ``version - 1`` alone: with the
+    rows held at ``version - 1`` (if any), they are the table's rows at ``version``. A batch
+    of new keys is appended, not rewritten; without this the table's next rewrite read the
+    whole table again (18% of the rewrites in the 200-table freshness bench)."""
+    import pyarrow as pa
+
+    held = _held_rows.at(table, version - 1)
+    if held is not None and held.schema == appended.schema:
+        _held_rows.put(table, version, pa.concat_tables([held, appended]))
 
 
 def rewrite_fits(table: Any, table_bytes: int) -> bool:

@@ -134,3 +134,58 @@ def test_a_checkpoint_is_due_once_the_interval_passed_whoever_made_the_versions_
     assert checkpoint_due("/t", 15, 10, last=4)  # 14, the tenth after 4, was Spark's
     first = next(v for v in range(1, 11) if checkpoint_due("/t", v, 10, last=None))
     assert 1 <= first <= 10
+
+
+def test_rows_appended_to_a_held_table_are_held_too_and_its_next_rewrite_reads_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of new keys is appended (append_in_driver), not rewritten: the rows held for
+    the table's last rewrite plus the appended ones are its rows at the new version, so the
+    next rewrite takes them from memory, equal to what a scan of the table gives."""
+    from deltalake import write_deltalake
+
+    from bridge.spark import driver_rewrite
+
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("v", T.StringType()),
+            T.StructField(tf.COMMIT_LSN, T.LongType()),
+            T.StructField(tf.SEQ, T.LongType()),
+            T.StructField(tf.COMMIT_TS, T.TimestampType()),
+            T.StructField(tf.OP, T.StringType()),
+        ]
+    )
+
+    def changes(ids: list[int], value: str, op: str, lsn: int) -> ArrowRows:
+        n = len(ids)
+        meta = {
+            tf.COMMIT_LSN: pa.array([lsn] * n, pa.int64()),
+            tf.SEQ: pa.array(range(n), pa.int64()),
+            tf.COMMIT_TS: pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+        }
+        columns = {"id": pa.array(ids, pa.int64()), "v": [f"{value}-{i}" for i in ids]}
+        return ArrowRows(pa.table({**columns, **meta, tf.OP: [op] * n}), schema)
+
+    write_deltalake(str(tmp_path), pa.table({"id": pa.array([1], pa.int64()), "v": ["a"], **_META}))
+    table = open_table(str(tmp_path))
+    plan = MergePlan(key_columns=("id",), value_columns=("id", "v"))
+    merge_in_driver(table, changes([1], "updated", "u", 20), plan, "the-job", 1)  # a rewrite: held
+    append_in_driver(table, changes([2, 3], "new", "c", 30), plan, "the-job", 2)
+    held = driver_rewrite.read_rows(table, driver_table.pa_schema(table))
+    scanned = pa.table(table.synced().scan())
+    assert sorted(held.column("v").to_pylist()) == sorted(scanned.column("v").to_pylist()) == [
+        "new-2", "new-3", "updated-1"]  # fmt: skip
+
+    scans: list[object] = []
+    scan = type(table).scan
+
+    def counted_scan(self: object) -> object:
+        scans.append(self)
+        return scan(self)
+
+    monkeypatch.setattr(type(table), "scan", counted_scan)
+    merge_in_driver(table, changes([2], "updated", "u", 40), plan, "the-job", 3)
+    assert scans == []  # the rewrite read the held rows
+    values = pa.table(open_table(str(tmp_path)).synced().scan()).column("v").to_pylist()
+    assert sorted(values) == ["new-3", "updated-1", "updated-2"]
