@@ -23,6 +23,17 @@ from bridge.spark.driver_merge import (
 from bridge.spark.driver_table import checkpoint_due
 from bridge.spark.merge import MergePlan
 
+#: A table's changes as the driver decodes them (bridge.spark.driver_changes.ArrowRows).
+_CHANGES = T.StructType(
+    [
+        T.StructField("id", T.LongType()),
+        T.StructField("v", T.StringType()),
+        T.StructField(tf.COMMIT_LSN, T.LongType()),
+        T.StructField(tf.SEQ, T.LongType()),
+        T.StructField(tf.COMMIT_TS, T.TimestampType()),
+        T.StructField(tf.OP, T.StringType()),
+    ]
+)
 _META = {
     tf.COMMIT_LSN: pa.array([10], pa.int64()),
     tf.SEQ: pa.array([0], pa.int64()),
@@ -39,20 +50,10 @@ def test_an_unforeseen_failure_before_the_commit_hands_the_batch_to_spark(
     from deltalake import write_deltalake
 
     write_deltalake(str(tmp_path), pa.table({"id": pa.array([1], pa.int64()), "v": ["a"], **_META}))
-    schema = T.StructType(
-        [
-            T.StructField("id", T.LongType()),
-            T.StructField("v", T.StringType()),
-            T.StructField(tf.COMMIT_LSN, T.LongType()),
-            T.StructField(tf.SEQ, T.LongType()),
-            T.StructField(tf.COMMIT_TS, T.TimestampType()),
-            T.StructField(tf.OP, T.StringType()),
-        ]
-    )
     without_v = pa.table(
         {"id": pa.array([2], pa.int64()), **_META, tf.OP: pa.array(["c"], pa.string())}
     )
-    rows = ArrowRows(without_v, schema)
+    rows = ArrowRows(without_v, _CHANGES)
     plan = MergePlan(key_columns=("id",), value_columns=("id", "v"))
     table = open_table(str(tmp_path))
     for write in (merge_in_driver, append_in_driver):
@@ -146,17 +147,6 @@ def test_rows_appended_to_a_held_table_are_held_too_and_its_next_rewrite_reads_n
 
     from bridge.spark import driver_rewrite
 
-    schema = T.StructType(
-        [
-            T.StructField("id", T.LongType()),
-            T.StructField("v", T.StringType()),
-            T.StructField(tf.COMMIT_LSN, T.LongType()),
-            T.StructField(tf.SEQ, T.LongType()),
-            T.StructField(tf.COMMIT_TS, T.TimestampType()),
-            T.StructField(tf.OP, T.StringType()),
-        ]
-    )
-
     def changes(ids: list[int], value: str, op: str, lsn: int) -> ArrowRows:
         n = len(ids)
         meta = {
@@ -165,7 +155,7 @@ def test_rows_appended_to_a_held_table_are_held_too_and_its_next_rewrite_reads_n
             tf.COMMIT_TS: pa.array([0] * n, pa.timestamp("us", tz="UTC")),
         }
         columns = {"id": pa.array(ids, pa.int64()), "v": [f"{value}-{i}" for i in ids]}
-        return ArrowRows(pa.table({**columns, **meta, tf.OP: [op] * n}), schema)
+        return ArrowRows(pa.table({**columns, **meta, tf.OP: [op] * n}), _CHANGES)
 
     write_deltalake(str(tmp_path), pa.table({"id": pa.array([1], pa.int64()), "v": ["a"], **_META}))
     table = open_table(str(tmp_path))
