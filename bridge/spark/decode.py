@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -207,6 +208,14 @@ class DecodedBatch:
     # (bridge.spark.set_aside), every record of theirs in this batch dead-lettered.
     set_aside: set[str] = field(default_factory=set)
 
+    def set_table_aside(
+        self, topic: str, rows: Sequence[DataFrame], why: BaseException | str, batch_id: int
+    ) -> None:
+        """``topic``'s ``rows`` of the batch dead-lettered as its table's: the table is held."""
+        reason = set_aside_reason(why)
+        self.dead_letters.extend(tf.dead_letters(frame, reason, batch_id) for frame in rows)
+        self.set_aside.add(topic)
+
 
 @dataclass(slots=True)
 class _Group:
@@ -381,9 +390,12 @@ def decode_batch(
         ]
         if table_groups and topic in part.set_aside:
             # Another schema version of the table's batch failed: none of it is applied.
-            reason = set_aside_reason("another schema version of the table's batch failed")
-            for group in table_groups:
-                part.dead_letters.append(tf.dead_letters(_raw(group.decoded), reason, batch_id))
+            part.set_table_aside(
+                topic,
+                [_raw(group.decoded) for group in table_groups],
+                "another schema version of the table's batch failed",
+                batch_id,
+            )
         elif table_groups:
             _add_table(part, topic, table_groups, config, batch_id)
         return part
@@ -418,11 +430,7 @@ def _add_table(
             routed=_routed_key_column(config),
         )
     except Exception as exc:  # e.g. versions Spark cannot conform: this table only
-        for group in table_groups:
-            out.dead_letters.append(
-                tf.dead_letters(_raw(group.decoded), set_aside_reason(exc), batch_id)
-            )
-        out.set_aside.add(topic)
+        out.set_table_aside(topic, [_raw(group.decoded) for group in table_groups], exc, batch_id)
         return
     out.tables.append(table)
     out.dead_letters.extend(dead)
@@ -463,8 +471,7 @@ def _decode_group(
         # Before decoding: Spark's Avro reader cannot even read some of these.
         _check_names(topic, shape)
     except TableApplyError as exc:
-        out.dead_letters.append(tf.dead_letters(group_rows, set_aside_reason(str(exc)), batch_id))
-        out.set_aside.add(topic)
+        out.set_table_aside(topic, [group_rows], str(exc), batch_id)
         return None
     decoded = tf.decode_envelopes(framed, topic, schema_id, schema_json)
     problem = _envelope_problem(decoded)
@@ -497,8 +504,7 @@ def _decode_group(
         raise
     except Exception as exc:  # this table's records only: the batch goes on
         out.dead_letters.append(_group_dead_letters(decoded, schema_id, None, config, batch_id))
-        out.dead_letters.append(tf.dead_letters(_raw(decoded), set_aside_reason(exc), batch_id))
-        out.set_aside.add(topic)
+        out.set_table_aside(topic, [_raw(decoded)], exc, batch_id)
         return None
     # One dead-letter frame per group, whatever the reasons: the dead-letter phase unions
     # these, so its plan grows by one branch per (topic, schema id), not by three.
