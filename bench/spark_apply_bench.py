@@ -266,6 +266,22 @@ def produce(
     return workload, time.perf_counter() - start
 
 
+def broker_cpu_seconds(stack: Any) -> float:
+    """CPU time of the stack's Kafka brokers: reading Kafka costs the broker too (a reader
+    that fetches again and again at a partition's end costs it most), and that is on the same
+    cores here."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for state in Path(stack.stack_dir, "kafka").rglob("kafka.json"):  # each broker's
+        try:
+            pid = json.loads(state.read_text())["pid"]
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, ValueError, KeyError):  # not running
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
 def jvm_pid(spark: Any) -> int:
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
@@ -654,11 +670,13 @@ def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
     print(f"  micro-batches of at most {config.max_offsets_per_trigger:,} records")
     records = _records(spark, config) - seeded  # the seeds were applied before, untimed
     pid = jvm_pid(spark)
-    cpu0 = cpu_seconds(pid)
+    cpu0, broker0 = cpu_seconds(pid), broker_cpu_seconds(stack)
     raw_s = raw_read(spark, config, records)
-    raw_cpu = cpu_seconds(pid) - cpu0
+    raw_cpu, raw_broker = cpu_seconds(pid) - cpu0, broker_cpu_seconds(stack) - broker0
     print(f"raw Kafka read (noop sink): {records} records in {raw_s:.1f} s", end="")
-    print(f" = {records / raw_s:,.0f} records/s, CPU {raw_cpu / records * 1e6:.1f} us/record")
+    print(f" = {records / raw_s:,.0f} records/s, CPU {raw_cpu / records * 1e6:.1f} us/record"
+          f" (+ the broker's {raw_broker / records * 1e6:.1f})")  # fmt: skip
+    broker0 = broker_cpu_seconds(stack)
     if args.mode == "changelog":
         apply_s, apply_cpu, batches = ingest_then_compact(spark, config, workload, pid, args)
     else:
@@ -685,7 +703,8 @@ def bulk(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> None:
         f"{what}: {args.changes} changes ({records} records, {len(batches)} batches) in "
         f"{apply_s:.1f} s = {args.changes / apply_s:,.0f} changes/s, "
         f"CPU {apply_cpu / args.changes * 1e6:.1f} us/change "
-        f"(JVM, its Python workers, driver; {os.cpu_count()} cores, local[2])"
+        f"(JVM, its Python workers, driver; {os.cpu_count()} cores, local[2]) "
+        f"+ the broker's {(broker_cpu_seconds(stack) - broker0) / args.changes * 1e6:.1f}"
     )
     print(
         f"ratio {what} / raw read: {(records / apply_s) / (records / raw_s):.3f} "

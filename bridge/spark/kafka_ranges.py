@@ -391,6 +391,11 @@ def _read_with_consumer(
                     taken.append(message)
                 if taken:
                     position = (taken[-1].offset() or position) + 1
+                if done or position >= kafka_range.end:
+                    # Stop fetching before the caller works on the records: at the
+                    # partition's end the consumer would fetch again and again meanwhile.
+                    consumer.unassign()
+                if taken:
                     yield framed_batch(topic, partition, taken)
     finally:
         consumer.close()
