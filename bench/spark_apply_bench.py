@@ -534,7 +534,7 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
         producer.flush()
 
     pid = jvm_pid(spark)
-    cpu0 = cpu_seconds(pid)
+    cpu0, broker0 = cpu_seconds(pid), broker_cpu_seconds(stack)
     thread = threading.Thread(target=run_producer)
     thread.start()
     thread.join()
@@ -544,7 +544,7 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
     while time.time() < deadline and sum(b[0] for b in applier.batches) < expected():
         time.sleep(0.2)
     visible = time.time()
-    run_cpu = cpu_seconds(pid) - cpu0
+    run_cpu, broker_cpu = cpu_seconds(pid) - cpu0, broker_cpu_seconds(stack) - broker0
     for query in queries:
         query.stop()
     applied = sum(b[0] for b in applier.batches)
@@ -572,7 +572,8 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
     print(f"  last change produced -> job caught up: {visible - last_sent:.2f} s")
     print(
         f"  CPU {run_cpu / max(applied, 1) * 1e6:.1f} us/{what[:-1]} (JVM + this process, whose "
-        f"producer thread encodes the changes; {os.cpu_count()} cores, local[2])"
+        f"producer thread encodes the changes; {os.cpu_count()} cores, local[2]) + the "
+        f"broker's {broker_cpu / max(applied, 1) * 1e6:.1f} (taking and serving them)"
     )
     if args.mode == "changelog":
         check_views(spark, config, workload, " (compaction running beside)")
