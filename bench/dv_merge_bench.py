@@ -33,10 +33,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 
 from bridge.spark import transforms as tf
 from bridge.spark.driver_dv_merge import dv_merge
+from bridge.spark.logged_table import LoggedTable
 from bridge.spark.merge import MergePlan
 
 PLAN = MergePlan(key_columns=("id",), value_columns=("id", "a", "b", "c"))
@@ -73,7 +74,7 @@ def _table(path: Path, rows: int, keys: str, files: int) -> Any:
         ).cast(schema.remove(schema.get_field_index(tf.OP)))  # fmt: skip
         write_deltalake(str(path), data, mode="append",
                         configuration={"delta.enableDeletionVectors": "true"})  # fmt: skip
-    return DeltaTable(str(path))
+    return LoggedTable.open(str(path))  # what the job's driver hands dv_merge
 
 
 def _batch(
