@@ -106,9 +106,9 @@ def _replay_table(spark: Any, config: ApplyConfig, schemas: SchemaCache | None, 
         replace(
             config,
             app_id=_replay_app_id(config, topic),
-            # The lane reads a batch's Kafka ranges from the query's checkpoint by batch id:
-            # not these records'.
-            task_lane=False,
+            # The task lane's tasks take these records from the frame: reading Kafka, they
+            # would read the ranges the query's checkpoint gives this batch id, not these.
+            lane_reads_kafka=False,
         ),
         schemas,
         holds=False,
@@ -116,13 +116,20 @@ def _replay_table(spark: Any, config: ApplyConfig, schemas: SchemaCache | None, 
     bound = config.max_offsets_per_trigger or DEFAULT_REPLAY_RECORDS
     for first, last in replay_chunks(counts, bound):
         chunk = F.col("batch_id").between(first, last)
-        kafka_rows = rows.where(chunk).select(
-            "topic",
-            "partition",
-            "offset",
-            F.col("kafka_timestamp").alias("timestamp"),
-            "key",
-            "value",
+        kafka_rows = (
+            rows.where(chunk)
+            .select(
+                "topic",
+                "partition",
+                "offset",
+                F.col("kafka_timestamp").alias("timestamp"),
+                "key",
+                "value",
+            )
+            # As Spark's Kafka source gives a batch: each Kafka partition in one Spark
+            # partition, in offset order (the task lane refuses a partition split over tasks).
+            .repartition("partition")
+            .sortWithinPartitions("partition", "offset")
         )
         applier(kafka_rows, last)
         DeltaTable.forPath(spark, location).delete(held & chunk)
