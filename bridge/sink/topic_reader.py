@@ -45,8 +45,9 @@ def read_topic(
             # The broker answers a connection's requests in order: a fetch parked at the end
             # of one partition (fetch.wait.max.ms, 500 ms) held up the next partition's offset
             # query for that long (measured: Connect's 25-partition offsets topic ~12 s, a
-            # 4-partition topic 3.3 s -> 0.09 s). The reads are bounded by known offsets, so
-            # an immediate answer never spins.
+            # 4-partition topic 3.3 s -> 0.09 s). The reads are bounded by known offsets, and
+            # a partition read to its end is unassigned at once: an immediate answer at the
+            # end of a partition (fetched again and again) is never waited on for long.
             "fetch.wait.max.ms": 0,
             **(client or {}),
         }
@@ -80,11 +81,21 @@ def read_topic(
                         )
                     continue
                 silent_since = time.monotonic()
+                taken: list[Any] = []
+                failed: Any = None
                 for message in batch:
                     if message.error() is not None:
-                        raise TopicReadError(topic, str(message.error()))
+                        failed = message
+                        break
                     position = max(position, (message.offset() or 0) + 1)
-                    yield message
+                    taken.append(message)
+                if failed is None and position >= high:
+                    # Stop fetching before the caller works on the last records: at the
+                    # partition's end the consumer would fetch again and again meanwhile.
+                    consumer.unassign()
+                yield from taken
+                if failed is not None:
+                    raise TopicReadError(topic, str(failed.error()))
     except KafkaException as exc:
         raise TopicReadError(topic, str(exc)) from None
     finally:
