@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.spark_apply_bench import cpu_seconds, jvm_pid
+from bench.spark_apply_bench import bench_session, cpu_seconds, jvm_pid
 from bridge.devstack.stack import LocalStack
 from bridge.spark.applier import BatchApplier
 from bridge.spark.job import with_batch_bound
 from bridge.spark.replay import replay_set_aside
-from bridge.spark.session import build_spark_session
 from tests.spark.batches import KEYED, Batches
 
 OUTAGE = "the bench's storage outage"
@@ -90,17 +89,7 @@ def main() -> None:
         logging.getLogger("py4j").setLevel(logging.WARNING)
     stack = LocalStack().up()
     work = Path(tempfile.mkdtemp(prefix="pgbridge-replay-bench-"))
-    spark = build_spark_session(
-        "pgbridge-replay-bench",
-        jars=stack.spark_jars,
-        master="local[2]",
-        conf={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.ui.showConsoleProgress": "false",
-        },
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = bench_session("pgbridge-replay-bench", stack)
     try:
         baseline, replayed = Batches(spark, work / "batch"), Batches(spark, work / "replay")
         for batches in (baseline, replayed):

@@ -282,6 +282,26 @@ def broker_cpu_seconds(stack: Any) -> float:
     return total
 
 
+def bench_session(name: str, stack: Any, conf: dict[str, str] | None = None) -> Any:
+    """The benches' local Spark session on 2 cores, with the stack's jars."""
+    spark = build_spark_session(
+        name,
+        jars=stack.spark_jars,
+        master="local[2]",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            # No spark.driver.memory: Spark's 1 GiB, as `pgbridge apply` has by default (its
+            # batches are sized from it: 444,825 records; this bench ran on 3 GiB, 1,703,116
+            # records per batch, until 2026-11-30). --spark-conf spark.driver.memory=3g for more.
+            "spark.ui.showConsoleProgress": "false",
+            **(conf or {}),
+        },
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def jvm_pid(spark: Any) -> int:
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
@@ -805,23 +825,15 @@ def main() -> None:
 
     stack = LocalStack().up()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="pgbridge-apply-bench-"))
-    spark = build_spark_session(
+    spark = bench_session(
         "pgbridge-apply-bench",
-        jars=stack.spark_jars,
-        master="local[2]",
-        conf={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            # No spark.driver.memory: Spark's 1 GiB, as `pgbridge apply` has by default (its
-            # batches are sized from it: 444,825 records; this bench ran on 3 GiB, 1,703,116
-            # records per batch, until 2026-11-30). --spark-conf spark.driver.memory=3g for more.
-            "spark.ui.showConsoleProgress": "false",
+        stack,
+        {
             # As pgbridge apply sets it in the changelog mode: ingest beside compaction.
             **({"spark.scheduler.mode": "FAIR"} if args.mode == "changelog" else {}),
             **dict(item.split("=", 1) for item in args.spark_conf),
         },
     )
-    spark.sparkContext.setLogLevel("ERROR")
     try:
         if not args.skip_bulk:
             bulk(spark, stack, work, args)
