@@ -29,6 +29,7 @@ from bridge.spark import transforms as tf
 __all__ = [
     "KafkaRange",
     "batch_ranges",
+    "c_reader",
     "client_config",
     "edge_records",
     "framed_batch",
@@ -289,13 +290,19 @@ def _setting_text(value: Any) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
+def c_reader(module: Any, config: Mapping[str, Any]) -> Any:
+    """A ``bridge.native._kafkaread.Reader`` with the consumer ``config`` (without a group's
+    settings: it reads without one), told of each partition's end."""
+    settings = {k: _setting_text(v) for k, v in config.items() if k not in _GROUP_SETTINGS}
+    return module.Reader({**settings, "enable.partition.eof": "true"})
+
+
 def _read_in_c(
     module: Any, ranges: Sequence[KafkaRange], config: Mapping[str, Any], per_batch: int
 ) -> Iterator[Any]:
     import pyarrow as pa
 
-    settings = {k: _setting_text(v) for k, v in config.items() if k not in _GROUP_SETTINGS}
-    reader = module.Reader({**settings, "enable.partition.eof": "true"})
+    reader = c_reader(module, config)
     try:
         for kafka_range in ranges:
             topic, partition = kafka_range.topic, kafka_range.partition

@@ -174,12 +174,7 @@ def test_the_c_reader_stops_fetching_a_partition_once_its_range_is_read(
     for i in range(10):
         producer.produce(topic, key=b"k%d" % i, value=b"v%d" % i)
     producer.flush()
-    settings = {
-        k: kafka_ranges._setting_text(v)
-        for k, v in _config(local_stack).items()
-        if k not in kafka_ranges._GROUP_SETTINGS
-    }
-    reader = module.Reader({**settings, "enable.partition.eof": "true"})
+    reader = kafka_ranges.c_reader(module, _config(local_stack))  # as the lane's tasks make it
     try:
         reader.start(topic, 0, 4)
         count, done, *_ = reader.read(8, 100, 10_000)
