@@ -34,7 +34,6 @@ __all__ = [
     "edge_records",
     "framed_batch",
     "read_ranges",
-    "schema_ids",
     "task_shares",
 ]
 
@@ -71,18 +70,12 @@ def _offsets_of_log(text: str) -> dict[str, dict[str, int]] | None:
 
 
 def _partition_offsets(text: str) -> dict[str, dict[str, int]] | None:
-    """A Kafka source's offsets (``{topic: {partition: offset}}``); None for another
-    source's (a Delta source's version, say)."""
     offsets = json.loads(text)
-    if not isinstance(offsets, dict) or not all(isinstance(p, dict) for p in offsets.values()):
+    if not isinstance(offsets, dict):
         return None
-    try:
-        return {
-            str(topic): {str(p): int(o) for p, o in parts.items()}
-            for topic, parts in offsets.items()
-        }
-    except (TypeError, ValueError):
-        return None
+    return {
+        str(topic): {str(p): int(o) for p, o in parts.items()} for topic, parts in offsets.items()
+    }
 
 
 def _initial_offsets(checkpoint: Path) -> dict[str, dict[str, int]] | None:
@@ -203,7 +196,7 @@ def _lane_batch(topic: str, partition: int, values: Any, keys: Any, offsets: Any
     import pyarrow as pa
 
     count = len(values)
-    value_ids, framed = schema_ids(values)
+    value_ids, framed = _schema_ids(values)
     errors: Any = pa.nulls(count, pa.string())
     if not framed.all():  # rare: only these values are looked at one by one
         texts: list[str | None] = [None] * count
@@ -217,13 +210,13 @@ def _lane_batch(topic: str, partition: int, values: Any, keys: Any, offsets: Any
             "partition": pa.array(np.full(count, partition, np.int32)),
             "offset": offsets,
             tf.VALUE_SCHEMA_ID: value_ids,
-            tf.KEY_SCHEMA_ID: schema_ids(keys)[0],
+            tf.KEY_SCHEMA_ID: _schema_ids(keys)[0],
             tf.FRAMING_ERROR: errors,
         }
     )
 
 
-def schema_ids(payloads: Any) -> tuple[Any, Any]:
+def _schema_ids(payloads: Any) -> tuple[Any, Any]:
     """Bytes 1..4 of each Confluent-framed payload as a big-endian unsigned int, null where a
     payload is null or not framed; and which payloads are framed (or null). Read in place:
     the payloads' bytes are not copied (they are most of a batch's memory)."""
