@@ -104,11 +104,13 @@ def _ingest_app_id(config: ApplyConfig) -> str:
 
 
 def compaction_config(config: ApplyConfig) -> ApplyConfig:
-    """The compactor's configuration: its own checkpoint (and so its own ``txnAppId``)."""
+    """The compactor's configuration: its own checkpoint (and so its own ``txnAppId``). Its
+    batches are the changelog table's rows, not Kafka offset ranges: nothing reads Kafka."""
     return replace(
         config,
         checkpoint_location=f"{config.checkpoint_location.rstrip('/')}/compact",
         query_name=f"{config.query_name}-compact",
+        lane_reads_kafka=False,
     )
 
 

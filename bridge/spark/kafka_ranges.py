@@ -70,12 +70,18 @@ def _offsets_of_log(text: str) -> dict[str, dict[str, int]] | None:
 
 
 def _partition_offsets(text: str) -> dict[str, dict[str, int]] | None:
+    """A Kafka source's offsets (``{topic: {partition: offset}}``); None for another
+    source's (a Delta source's version, say)."""
     offsets = json.loads(text)
-    if not isinstance(offsets, dict):
+    if not isinstance(offsets, dict) or not all(isinstance(p, dict) for p in offsets.values()):
         return None
-    return {
-        str(topic): {str(p): int(o) for p, o in parts.items()} for topic, parts in offsets.items()
-    }
+    try:
+        return {
+            str(topic): {str(p): int(o) for p, o in parts.items()}
+            for topic, parts in offsets.items()
+        }
+    except (TypeError, ValueError):
+        return None
 
 
 def _initial_offsets(checkpoint: Path) -> dict[str, dict[str, int]] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from hypothesis import given, settings
@@ -61,6 +62,11 @@ def test_ranges_spark_alone_knows_are_left_to_it(tmp_path: Path) -> None:
     _log(tmp_path, 3, {"p.s.a": {"0": 12}})
     (tmp_path / "offsets" / "2").write_text(f"v1\n{META}\n{{}}\n{{}}")  # two sources
     assert batch_ranges(str(tmp_path), 3) is None
+    # Another source's offsets (the changelog mode's compaction reads a Delta table).
+    for batch, version in ((4, 5), (5, 6)):
+        delta_source: Any = {"sourceVersion": 1, "reservoirVersion": version, "index": -1}
+        _log(tmp_path, batch, delta_source)
+    assert batch_ranges(str(tmp_path), 5) is None
 
 
 def test_plain_kafka_options_map_to_librdkafka_and_secured_ones_keep_sparks_source() -> None:
