@@ -537,8 +537,10 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
             queries = [start_apply(spark, config, applier)]
     stop = threading.Event()
     commit_times: list[float] = []
+    producer_cpu: list[float] = []  # the producer thread's own CPU time
 
     def run_producer() -> None:
+        thread_cpu0 = time.thread_time()
         interval = 1.0 / args.fresh_rate
         start = time.time()
         sent = 0
@@ -552,9 +554,10 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
             producer.producer.poll(0)
             time.sleep(0.01)
         producer.flush()
+        producer_cpu.append(time.thread_time() - thread_cpu0)
 
     pid = jvm_pid(spark)
-    cpu0, broker0 = cpu_seconds(pid), broker_cpu_seconds(stack)
+    cpu0, broker0, process0 = cpu_seconds(pid), broker_cpu_seconds(stack), time.process_time()
     thread = threading.Thread(target=run_producer)
     thread.start()
     thread.join()
@@ -565,6 +568,7 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
         time.sleep(0.2)
     visible = time.time()
     run_cpu, broker_cpu = cpu_seconds(pid) - cpu0, broker_cpu_seconds(stack) - broker0
+    process_cpu = time.process_time() - process0
     for query in queries:
         query.stop()
     applied = sum(b[0] for b in applier.batches)
@@ -594,6 +598,13 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
         f"  CPU {run_cpu / max(applied, 1) * 1e6:.1f} us/{what[:-1]} (JVM + this process, whose "
         f"producer thread encodes the changes; {os.cpu_count()} cores, local[2]) + the "
         f"broker's {broker_cpu / max(applied, 1) * 1e6:.1f} (taking and serving them)"
+    )
+    per_change = 1e6 / max(applied, 1)
+    producing = sum(producer_cpu)
+    print(
+        f"    of it: the job's driver {(process_cpu - producing) * per_change:.1f}, the JVM and "
+        f"its Python workers {(run_cpu - process_cpu) * per_change:.1f}, the bench's producer "
+        f"thread {producing * per_change:.1f}"
     )
     if args.mode == "changelog":
         check_views(spark, config, workload, " (compaction running beside)")
