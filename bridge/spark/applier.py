@@ -117,6 +117,7 @@ from bridge.spark.driver_merge import (
     small_files,
 )
 from bridge.spark.driver_multiset import multiset_in_driver
+from bridge.spark.driver_read import SmallBatchReader
 from bridge.spark.errors import RegistryUnavailableError, TableApplyError, first_line
 from bridge.spark.fences import Fences, read_fences
 from bridge.spark.graceful_stop import interrupted
@@ -207,6 +208,8 @@ class ApplyStats:
     failed_tables: dict[str, str] = field(default_factory=dict)  # topic -> last error
     # Tables' batches decoded in the driver (bridge.spark.driver_lane), not by Spark.
     driver_decoded: int = 0
+    # Batches read from Kafka by the driver (bridge.spark.driver_read), not by Spark.
+    driver_reads: int = 0
     # The last batch: changes applied, the oldest and newest commit time among them (epoch
     # ms, None without changes), and when its commits were all done (epoch s).
     last_batch: tuple[int, int | None, int | None, float] | None = None
@@ -258,6 +261,8 @@ class BatchApplier:
         # Whether the last batch was small enough to collect whole (collect_small_batch); a
         # batch after a start is counted by Spark first (its size is not known yet).
         self._small_batches = False
+        # A batch of few records, read from Kafka by the driver (no Spark job).
+        self._small_batch = SmallBatchReader(config)
         # Large batches of new keys, decoded and written by Spark's Python tasks.
         self.lane = TaskLane(config, self.schemas, self._decoder, self)
 
@@ -489,9 +494,13 @@ class BatchApplier:
                 laned = self._lane_applied(commits, batch_id, state, started)
             if groups is None:
                 with phases.phase("read"):
-                    # A batch as small as the last one is collected whole: read from Kafka
-                    # once for its groups and the driver's records (collect_small_batch).
-                    if self._small_batches and drives(self.config):
+                    # A batch known small from its Kafka ranges is read by the driver (no
+                    # Spark job); else one as small as the last is collected whole by Spark:
+                    # either way read from Kafka once for its groups and the driver's records.
+                    if drives(self.config):
+                        collected = self._small_batch.read(batch_id)
+                        self.stats.driver_reads += collected is not None
+                    if collected is None and self._small_batches and drives(self.config):
                         collected = collect_small_batch(framed)
                     groups = groups_of(collected) if collected is not None else batch_groups(framed)
             records = sum(int(group["records"]) for group in groups.groups)

@@ -144,9 +144,10 @@ def _table_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-lane-kafka-reads",
         dest="lane_reads_kafka",
         action="store_false",
-        help="the task lane's tasks get their records from Spark's Kafka source (by default "
-        "they read the batch's offset ranges from Kafka themselves, where the Kafka options "
-        "are plain and the checkpoint is on a local or shared file system)",
+        help="the task lane's tasks, and the driver for a small batch, get their records from "
+        "Spark's Kafka source (by default they read the batch's offset ranges from Kafka "
+        "themselves, where the Kafka options are plain and the checkpoint is on a local or "
+        "shared file system)",
     )
     parser.add_argument("--history", action="store_true", help="also keep SCD type 2 history")
     parser.add_argument("--history-base", default="", help="default: <delta-base>/_history")

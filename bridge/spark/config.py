@@ -111,7 +111,8 @@ class ApplyConfig:
     ``driver_write_rows``) of new keys into such a table is decoded and written as Parquet
     files by Spark's Python tasks, committed by the driver (:mod:`bridge.spark.task_lane`);
     with ``lane_reads_kafka`` (the default) those tasks read the batch's records from Kafka
-    themselves where they can (:mod:`bridge.spark.kafka_ranges`).
+    themselves where they can (:mod:`bridge.spark.kafka_ranges`), and so does the driver for
+    a small batch (:mod:`bridge.spark.driver_read`).
     ``history`` also keeps an SCD type 2 table per source table under ``history_base``
     (default ``<delta_base>/_history``), see :mod:`bridge.spark.history`.
     ``deletion_vectors`` creates tables with Delta deletion vectors, so a MERGE that updates a

@@ -34,6 +34,7 @@ __all__ = [
     "edge_records",
     "framed_batch",
     "read_ranges",
+    "schema_ids",
     "task_shares",
 ]
 
@@ -202,7 +203,7 @@ def _lane_batch(topic: str, partition: int, values: Any, keys: Any, offsets: Any
     import pyarrow as pa
 
     count = len(values)
-    value_ids, framed = _schema_ids(values)
+    value_ids, framed = schema_ids(values)
     errors: Any = pa.nulls(count, pa.string())
     if not framed.all():  # rare: only these values are looked at one by one
         texts: list[str | None] = [None] * count
@@ -216,13 +217,13 @@ def _lane_batch(topic: str, partition: int, values: Any, keys: Any, offsets: Any
             "partition": pa.array(np.full(count, partition, np.int32)),
             "offset": offsets,
             tf.VALUE_SCHEMA_ID: value_ids,
-            tf.KEY_SCHEMA_ID: _schema_ids(keys)[0],
+            tf.KEY_SCHEMA_ID: schema_ids(keys)[0],
             tf.FRAMING_ERROR: errors,
         }
     )
 
 
-def _schema_ids(payloads: Any) -> tuple[Any, Any]:
+def schema_ids(payloads: Any) -> tuple[Any, Any]:
     """Bytes 1..4 of each Confluent-framed payload as a big-endian unsigned int, null where a
     payload is null or not framed; and which payloads are framed (or null). Read in place:
     the payloads' bytes are not copied (they are most of a batch's memory)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -184,5 +185,110 @@ def test_the_c_reader_stops_fetching_a_partition_once_its_range_is_read(
         reader.start(topic, 0, 8)  # and a next range starts as before
         count, done, *_ = reader.read(10, 100, 10_000)
         assert (count, done) == (2, True)
+    finally:
+        reader.close()
+
+
+def _transactions(
+    bootstrap: str, topics: list[str], rounds: int, aborted: int
+) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
+    """``rounds`` transactions, each of 5 records to every partition (2) of ``topics``, round
+    ``aborted`` aborted: each partition's committed (offset, value) records. A round takes 6
+    offsets of a partition, its commit or abort marker the sixth."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"small-{uuid.uuid4().hex[:8]}"}
+    )
+    producer.init_transactions(30)
+    delivered: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+
+    def on_delivery(error: Any, message: Any) -> None:
+        assert error is None, error
+        if not message.value().endswith(b"aborted"):
+            where = (message.topic(), message.partition())
+            delivered.setdefault(where, []).append((message.offset(), message.value()))
+
+    for round_ in range(rounds):
+        producer.begin_transaction()
+        for topic in topics:
+            for partition in (0, 1):
+                for i in range(5):
+                    tail = b"aborted" if round_ == aborted else b"%d" % i
+                    value = b"\x00\x00\x00\x00\x07" + b"%s-%d-" % (topic.encode(), round_) + tail
+                    if round_ == 0 and i == 4:
+                        value = b"\x02not-framed"
+                    key = None if i == 3 else b"\x00\x00\x00\x00\x08k%d" % i
+                    producer.produce(topic, key=key, value=value, partition=partition,
+                                     on_delivery=on_delivery)  # fmt: skip
+        assert producer.flush(30) == 0  # written, so the aborted records take their offsets
+        if round_ == aborted:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+    return delivered
+
+
+def test_the_driver_reads_a_small_batch_of_many_partitions_with_one_consumer(
+    local_stack: StackInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small batch over many topic-partitions is read by the driver in one pass of one
+    consumer kept between batches (bridge.spark.driver_read): each range's committed records
+    once, transaction markers and an aborted transaction stepped over, the next batch from
+    where the last ended; a batch it cannot read is left to Spark's source (None)."""
+    from bridge.spark import driver_read
+    from bridge.spark.config import ApplyConfig
+    from bridge.spark.driver_read import SmallBatchReader
+    from tests.spark.test_kafka_ranges import _initial, _log
+
+    topics = [f"small-{uuid.uuid4().hex[:8]}-{i}" for i in range(3)]
+    create_topics(local_stack.bootstrap_servers, topics, partitions=2)
+    committed = _transactions(local_stack.bootstrap_servers, topics, rounds=4, aborted=2)
+    config = ApplyConfig(
+        topic_prefix="small",
+        bootstrap_servers=local_stack.bootstrap_servers,
+        registry_url="http://unused",
+        delta_base=str(tmp_path / "delta"),
+        checkpoint_location=str(tmp_path / "checkpoint"),
+        dead_letter_location=str(tmp_path / "dead"),
+    )
+    checkpoint = tmp_path / "checkpoint"
+    _initial(checkpoint, {t: {"0": 0, "1": 0} for t in topics})
+    _log(checkpoint, 0, {t: {"0": 12, "1": 12} for t in topics})  # rounds 0 and 1
+    _log(checkpoint, 1, {t: {"0": 24, "1": 24} for t in topics})  # 2 (aborted) and 3
+    reader = SmallBatchReader(config, timeout=2.0)
+    try:
+        for batch_id, below in ((0, 12), (1, 24)):
+            table = reader.read(batch_id)
+            assert table is not None, batch_id
+            columns = ("topic", "partition", "offset", "value")
+            got = sorted(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
+            expected = sorted(
+                (topic, partition, offset, value)
+                for (topic, partition), records in committed.items()
+                for offset, value in records
+                if below - 12 <= offset < below
+            )
+            assert got == expected
+            assert table.column("timestamp").null_count == 0
+            unframed = {None} if batch_id == 0 else set()  # round 0's not-framed values
+            assert set(table.column(tf.VALUE_SCHEMA_ID).to_pylist()) == {7} | unframed
+            assert set(table.column(tf.KEY_SCHEMA_ID).to_pylist()) == {8, None}
+        errors = table.column(tf.FRAMING_ERROR).drop_null().to_pylist()
+        assert errors == [], "round 3 holds framed values only"
+        assert reader.read(0, limit=50) is None  # 60 records: Spark collects or counts them
+        monkeypatch.setattr(driver_read, "MAX_BYTES", 100)
+        assert reader.read(0) is None  # too many bytes for the driver: Spark's source
+        monkeypatch.setattr(driver_read, "MAX_BYTES", 64 << 20)
+        # Offsets past the partition's end: its end-of-partition ends the range, as in the
+        # lane's readers.
+        _log(checkpoint, 2, {t: {"0": 30 if t == topics[0] else 24, "1": 24} for t in topics})
+        past_the_end = reader.read(2)
+        assert past_the_end is not None and past_the_end.num_rows == 0
+        missing = f"small-missing-{uuid.uuid4().hex[:8]}"
+        _log(checkpoint, 3, {missing: {"0": 0}})
+        _log(checkpoint, 4, {missing: {"0": 10}})
+        assert reader.read(4) is None  # records that cannot be read: Spark's source judges
+        framing = reader.read(0)  # and the next read starts afresh
+        assert framing is not None and framing.num_rows == 60
+        assert "magic byte is 0x02, not 0" in framing.column(tf.FRAMING_ERROR).to_pylist()
     finally:
         reader.close()

@@ -708,3 +708,56 @@ def test_a_table_whose_batches_fail_is_held_and_the_next_start_applies_it_in_ord
     assert read_held_tables(config.dead_letter_location) == {}
     # Left: the poison records of customers, dead-lettered alone (they hold nothing).
     assert spark.read.format("delta").load(config.dead_letter_location).count() == 3
+
+
+def test_small_batches_are_read_from_kafka_by_the_driver_across_a_restart(
+    local_stack: StackInfo, spark: Any, tmp_path: Path
+) -> None:
+    """Batches of a few changes over several tables are read by the driver with its own
+    consumer (bridge.spark.driver_read: no Spark job reads them), from the job's first batch
+    on and again after a restart from the checkpoint; inserts, updates and deletes over two
+    Kafka partitions per table end equal to what was sent."""
+    prefix = f"it{uuid.uuid4().hex[:8]}"
+    tables = [TableVersion(prefix, "public", f"t{i}", ORDERS, ["order_id"]) for i in range(3)]
+    create_topics(local_stack.bootstrap_servers, [t.topic for t in tables], partitions=2)
+    producer = RegistryProducer(local_stack.bootstrap_servers, local_stack.registry_url)
+    expected: dict[str, dict[int, str]] = {t.topic: {} for t in tables}
+    for table in tables:
+        for i in range(40):
+            row = {"order_id": i, "note": f"n{i}"}
+            producer.change(table, table.envelope("c", 10, i, after=row), {"order_id": i})
+            expected[table.topic][i] = row["note"]
+    producer.flush()
+    config = ApplyConfig(
+        topic_prefix=prefix,
+        bootstrap_servers=local_stack.bootstrap_servers,
+        registry_url=local_stack.registry_url,
+        delta_base=str(tmp_path / "delta"),
+        checkpoint_location=str(tmp_path / "checkpoint"),
+        dead_letter_location=str(tmp_path / "dead"),
+        available_now=True,
+        max_offsets_per_trigger=50,  # 120 records: three batches
+    )
+    applier = BatchApplier(config)
+    _run(spark, config, applier)
+    assert applier.stats.batches == 3
+    assert applier.stats.driver_reads == 3
+    for table in tables:
+        for seq, i in enumerate(range(0, 40, 4)):
+            row = {"order_id": i, "note": f"u{i}"}
+            producer.change(table, table.envelope("u", 20, seq, after=row), {"order_id": i})
+            expected[table.topic][i] = row["note"]
+        for seq, i in enumerate(range(1, 40, 5)):
+            gone = {"order_id": i, "note": expected[table.topic].pop(i)}
+            producer.change(table, table.envelope("d", 21, seq, before=gone), {"order_id": i})
+    producer.flush()
+    restarted = BatchApplier(config)
+    _run(spark, config, restarted)
+    assert restarted.stats.batches >= 1
+    assert restarted.stats.driver_reads == restarted.stats.batches
+    assert restarted.stats.driver_decoded >= 3  # the tables' changes decoded in the driver too
+    for table in tables:
+        rows = _rows(spark, config.table_path("public", table.table), "order_id")
+        assert rows == [
+            {"order_id": k, "note": v} for k, v in sorted(expected[table.topic].items())
+        ]

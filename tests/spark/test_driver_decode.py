@@ -537,3 +537,63 @@ def test_a_batch_collected_whole_has_the_groups_spark_counts(
     assert capped is not None
     assert normalized(groups_of(capped).groups) == normalized(counted.groups)
     assert driver_lane._oversize_topics(capped) == {KEYED.topic, FULL_DUPS.topic}
+
+
+@pytest.mark.integration
+def test_a_batch_the_driver_reads_from_kafka_is_what_spark_collects(
+    spark: Any, local_stack: Any, tmp_path: Path
+) -> None:
+    """The driver's own read of a small batch (bridge.spark.driver_read) hands the rest of
+    the batch the table Spark's Kafka source collected (collect_small_batch): the same
+    records, Kafka timestamps, keys, schema ids, framing errors and tombstones."""
+    from confluent_kafka import Producer
+
+    from bridge.spark.config import ApplyConfig
+    from bridge.spark.driver_lane import collect_small_batch
+    from bridge.spark.driver_read import SmallBatchReader
+    from bridge.spark.kafka_ranges import KafkaRange
+    from tests.spark.envelopes import create_topics
+
+    topics = [f"collected-{uuid.uuid4().hex[:8]}-{i}" for i in range(2)]
+    bootstrap = local_stack.bootstrap_servers
+    create_topics(bootstrap, topics, partitions=2)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(40):
+        value: bytes | None = b"\x00\x00\x00\x00\x05" + b"v" * i
+        if i % 9 == 0:
+            value = None  # a tombstone
+        elif i % 13 == 0:
+            value = b"\x03x"  # not framed
+        key = None if i % 7 == 0 else b"\x00\x00\x00\x01\x02" + b"k%d" % i
+        producer.produce(topics[i % 2], key=key, value=value, partition=i // 2 % 2)
+    assert producer.flush(10) == 0
+    ranges = [KafkaRange(t, p, 1, 9) for t in topics for p in (0, 1)]
+    offsets = {t: {str(p): 1 for p in (0, 1)} for t in topics}
+    ends = {t: {str(p): 9 for p in (0, 1)} for t in topics}
+    raw = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("assign", json.dumps({t: [0, 1] for t in topics}))
+        .option("startingOffsets", json.dumps(offsets))
+        .option("endingOffsets", json.dumps(ends))
+        .load()
+    )
+    by_spark = collect_small_batch(tf.frame(raw))
+    config = ApplyConfig(
+        topic_prefix="collected",
+        bootstrap_servers=bootstrap,
+        registry_url="http://unused",
+        delta_base=str(tmp_path / "d"),
+        checkpoint_location=str(tmp_path / "c"),
+        dead_letter_location=str(tmp_path / "x"),
+    )
+    reader = SmallBatchReader(config)
+    try:
+        by_driver = reader.collect(ranges)
+    finally:
+        reader.close()
+    assert by_spark is not None and by_spark.num_rows == 32
+    order = [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
+    typed = [(f.name, f.type) for f in by_spark.schema]  # (Spark marks two not nullable)
+    assert [(f.name, f.type) for f in by_driver.schema] == typed
+    assert by_driver.sort_by(order).to_pylist() == by_spark.sort_by(order).to_pylist()
