@@ -502,6 +502,7 @@ def freshness(spark: Any, stack: Any, work: Path, args: argparse.Namespace) -> N
         mode=args.mode,
         kafka_options=kafka_options(args),
         compaction_interval=args.compaction_interval,
+        lane_reads_kafka=args.lane_reads_kafka,
     )
     if args.mode == "changelog":
         applier: Any = TimedWriter(config)
@@ -811,8 +812,9 @@ def main() -> None:
         "--no-lane-kafka-reads",
         dest="lane_reads_kafka",
         action="store_false",
-        help="the task lane's tasks take their records from Spark's Kafka source (the job's "
-        "--no-lane-kafka-reads), to compare with their own reads of Kafka",
+        help="the task lane's tasks, and the driver for a small batch, take their records "
+        "from Spark's Kafka source (the job's --no-lane-kafka-reads), to compare with their "
+        "own reads of Kafka (the bulk and freshness runs both)",
     )
     parser.add_argument("--verbose", action="store_true", help="the job's per-batch log")
     parser.add_argument(
