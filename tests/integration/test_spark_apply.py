@@ -174,6 +174,20 @@ class Scenario:
         return ApplyConfig(**settings)
 
 
+def _available_now(stack: StackInfo, prefix: str, where: Path, **overrides: Any) -> ApplyConfig:
+    """An available-now job's configuration over topics ``prefix`` of the stack, in ``where``."""
+    return ApplyConfig(
+        topic_prefix=prefix,
+        bootstrap_servers=stack.bootstrap_servers,
+        registry_url=stack.registry_url,
+        delta_base=str(where / "delta"),
+        checkpoint_location=str(where / "checkpoint"),
+        dead_letter_location=str(where / "dead"),
+        available_now=True,
+        **overrides,
+    )
+
+
 def _run(spark: Any, config: ApplyConfig, applier: BatchApplier | None = None) -> None:
     query = start_apply(spark, config, applier)
     try:
@@ -559,14 +573,10 @@ def test_a_held_tables_updates_and_deletes_are_folded_by_the_lanes_tasks_and_mer
         producer.change(busy, busy.envelope("r", 10, i, after={"order_id": i, "note": f"n{i}"}),
                         {"order_id": i})  # fmt: skip
     producer.flush()
-    config = ApplyConfig(
-        topic_prefix=prefix,
-        bootstrap_servers=local_stack.bootstrap_servers,
-        registry_url=local_stack.registry_url,
-        delta_base=str(tmp_path / "delta"),
-        checkpoint_location=str(tmp_path / "checkpoint"),
-        dead_letter_location=str(tmp_path / "dead"),
-        available_now=True,
+    config = _available_now(
+        local_stack,
+        prefix,
+        tmp_path,
         max_offsets_per_trigger=250,  # the changes below in two batches
         lane_min_records=100,  # these small topics count as large ones
         driver_decode=False,  # (else the driver lane takes topics of up to 50,000 records)
@@ -636,14 +646,10 @@ def test_a_jobs_first_batch_goes_to_the_task_lane_by_a_guess_and_a_wrong_guess_c
         else:
             producer.change(mixed, mixed.envelope("r", 10, i, after=row), {"order_id": i})
     producer.flush()
-    config = ApplyConfig(
-        topic_prefix=prefix,
-        bootstrap_servers=local_stack.bootstrap_servers,
-        registry_url=local_stack.registry_url,
-        delta_base=str(tmp_path / "delta"),
-        checkpoint_location=str(tmp_path / "checkpoint"),
-        dead_letter_location=str(tmp_path / "dead"),
-        available_now=True,
+    config = _available_now(
+        local_stack,
+        prefix,
+        tmp_path,
         lane_min_records=100,  # these small topics count as snapshot-sized
         driver_write_rows=0,
     )
@@ -728,14 +734,10 @@ def test_small_batches_are_read_from_kafka_by_the_driver_across_a_restart(
             producer.change(table, table.envelope("c", 10, i, after=row), {"order_id": i})
             expected[table.topic][i] = row["note"]
     producer.flush()
-    config = ApplyConfig(
-        topic_prefix=prefix,
-        bootstrap_servers=local_stack.bootstrap_servers,
-        registry_url=local_stack.registry_url,
-        delta_base=str(tmp_path / "delta"),
-        checkpoint_location=str(tmp_path / "checkpoint"),
-        dead_letter_location=str(tmp_path / "dead"),
-        available_now=True,
+    config = _available_now(
+        local_stack,
+        prefix,
+        tmp_path,
         max_offsets_per_trigger=50,  # 120 records: three batches
     )
     applier = BatchApplier(config)
