@@ -32,6 +32,7 @@ from bridge.spark.config import ApplyConfig
 from bridge.spark.driver_dv_merge import DV_WRITER
 from bridge.spark.job import start_apply
 from bridge.spark.merge import KEY_COLUMNS_PROPERTY
+from tests.integration.test_delta_e2e import apply_config
 from tests.spark.envelopes import RegistryProducer, TableVersion, create_topics
 
 pytestmark = pytest.mark.integration
@@ -172,20 +173,6 @@ class Scenario:
         }
         settings.update(overrides)
         return ApplyConfig(**settings)
-
-
-def _available_now(stack: StackInfo, prefix: str, where: Path, **overrides: Any) -> ApplyConfig:
-    """An available-now job's configuration over topics ``prefix`` of the stack, in ``where``."""
-    return ApplyConfig(
-        topic_prefix=prefix,
-        bootstrap_servers=stack.bootstrap_servers,
-        registry_url=stack.registry_url,
-        delta_base=str(where / "delta"),
-        checkpoint_location=str(where / "checkpoint"),
-        dead_letter_location=str(where / "dead"),
-        available_now=True,
-        **overrides,
-    )
 
 
 def _run(spark: Any, config: ApplyConfig, applier: BatchApplier | None = None) -> None:
@@ -573,7 +560,7 @@ def test_a_held_tables_updates_and_deletes_are_folded_by_the_lanes_tasks_and_mer
         producer.change(busy, busy.envelope("r", 10, i, after={"order_id": i, "note": f"n{i}"}),
                         {"order_id": i})  # fmt: skip
     producer.flush()
-    config = _available_now(
+    config = apply_config(
         local_stack,
         prefix,
         tmp_path,
@@ -646,7 +633,7 @@ def test_a_jobs_first_batch_goes_to_the_task_lane_by_a_guess_and_a_wrong_guess_c
         else:
             producer.change(mixed, mixed.envelope("r", 10, i, after=row), {"order_id": i})
     producer.flush()
-    config = _available_now(
+    config = apply_config(
         local_stack,
         prefix,
         tmp_path,
@@ -734,7 +721,7 @@ def test_small_batches_are_read_from_kafka_by_the_driver_across_a_restart(
             producer.change(table, table.envelope("c", 10, i, after=row), {"order_id": i})
             expected[table.topic][i] = row["note"]
     producer.flush()
-    config = _available_now(
+    config = apply_config(
         local_stack,
         prefix,
         tmp_path,

@@ -32,6 +32,7 @@ from bridge.devstack.stack import StackInfo
 from bridge.spark.config import ApplyConfig
 from bridge.spark.job import run_apply
 from tests.integration.bridge_harness import RunningBridge, bridge_config, mark, scratch_database
+from tests.integration.test_delta_e2e import apply_config
 from tests.integration.test_hostile_schema import SCHEMA, raw_messages, workload
 
 pytestmark = pytest.mark.integration
@@ -96,15 +97,7 @@ def applied(
         # topic sent again (same records, same partition). It must not count twice in Delta.
         _resend_tail(local_stack, f"{prefix}.public.full_dups", 4)
         _resend_tail(local_stack, f"{prefix}.public.logs", 3)
-        config = ApplyConfig(
-            topic_prefix=prefix,
-            bootstrap_servers=local_stack.bootstrap_servers,
-            registry_url=local_stack.registry_url,
-            delta_base=str(work / "delta"),
-            checkpoint_location=str(work / "checkpoint"),
-            dead_letter_location=str(work / "dead-letter"),
-            available_now=True,
-        )
+        config = apply_config(local_stack, prefix, work)
         run_apply(config, spark=spark)
         yield dsn, config
 
