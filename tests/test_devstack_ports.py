@@ -53,6 +53,16 @@ def test_ports_are_picked_below_the_ephemeral_range() -> None:
     assert len(ports) > 1  # picked at random, not one fixed port
 
 
+def test_a_port_is_never_handed_out_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service's ports are picked before it binds any: two picks of a port free at the
+    time gave a Kafka broker one port for two listeners, and it refused to start."""
+    monkeypatch.setattr(process, "_handed_out", set())
+    same = process._SERVICE_PORTS_FLOOR + 17
+    picks = iter([same, same, same + 1])
+    monkeypatch.setattr(process.random, "randrange", lambda *_: next(picks))
+    assert [free_port(), free_port()] == [same, same + 1]
+
+
 def test_a_part_that_dies_at_start_up_is_reported_with_its_log(tmp_path: Path) -> None:
     log = tmp_path / "part.log"
     log.write_text("".join(f"line {i}\n" for i in range(100)) + "FATAL: cannot open storage\n")

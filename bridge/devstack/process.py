@@ -42,18 +42,31 @@ def _bindable(port: int) -> bool:
     return True
 
 
+#: Ports this process handed out: a service's ports are picked before any of them is bound,
+#: so a port free now may be picked twice (a broker got the same port for its client and its
+#: controller listener, and Kafka refused to start).
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on loopback that is free right now, outside the ephemeral range when the
-    machine leaves room below it (else one the kernel picks)."""
+    """A TCP port on loopback that is free right now and not handed out before by this
+    process, outside the ephemeral range when the machine leaves room below it (else one the
+    kernel picks)."""
     ceiling = _ephemeral_floor()
     if ceiling - _SERVICE_PORTS_FLOOR >= 1000:
         for _ in range(50):
             port = random.randrange(_SERVICE_PORTS_FLOOR, ceiling)
-            if _bindable(port):
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
                 return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise StackError("ports", "no free loopback port found that was not handed out already")
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
