@@ -500,8 +500,8 @@ class BatchApplier:
                     if drives(self.config):
                         collected = self._small_batch.read(batch_id)
                         self.stats.driver_reads += collected is not None
-                    if collected is None and self._small_batches and drives(self.config):
-                        collected = collect_small_batch(framed)
+                        if collected is None and self._small_batches:
+                            collected = collect_small_batch(framed)
                     groups = groups_of(collected) if collected is not None else batch_groups(framed)
             records = sum(int(group["records"]) for group in groups.groups)
             self._small_batches = records <= COLLECTED_RECORDS

@@ -26,8 +26,8 @@ from bridge.spark.kafka_ranges import (
     KafkaReadError,
     batch_ranges,
     client_config,
-    framing_error,
     schema_ids,
+    value_framing,
 )
 
 __all__ = ["MAX_BYTES", "BatchTooLarge", "SmallBatchReader"]
@@ -169,10 +169,7 @@ def _framed_records(messages: Sequence[Any]) -> Any:
     count = len(messages)
     values = pa.array([m.value() for m in messages], pa.binary())
     keys = pa.array([m.key() for m in messages], pa.binary())
-    value_ids, framed = schema_ids(values)
-    errors: Any = pa.nulls(count, pa.string())
-    if not framed.all():
-        errors = pa.array([framing_error(m.value()) for m in messages], pa.string())
+    value_ids, errors = value_framing(values)
     return pa.table(
         {
             "topic": pa.array([m.topic() for m in messages], pa.string()),

@@ -36,6 +36,7 @@ __all__ = [
     "read_ranges",
     "schema_ids",
     "task_shares",
+    "value_framing",
 ]
 
 
@@ -203,13 +204,7 @@ def _lane_batch(topic: str, partition: int, values: Any, keys: Any, offsets: Any
     import pyarrow as pa
 
     count = len(values)
-    value_ids, framed = schema_ids(values)
-    errors: Any = pa.nulls(count, pa.string())
-    if not framed.all():  # rare: only these values are looked at one by one
-        texts: list[str | None] = [None] * count
-        for index in (~framed).nonzero()[0]:
-            texts[index] = framing_error(values[int(index)].as_py())
-        errors = pa.array(texts, pa.string())
+    value_ids, errors = value_framing(values)
     return pa.record_batch(
         {
             "topic": pa.array([topic] * count, pa.string()),
@@ -221,6 +216,20 @@ def _lane_batch(topic: str, partition: int, values: Any, keys: Any, offsets: Any
             tf.FRAMING_ERROR: errors,
         }
     )
+
+
+def value_framing(values: Any) -> tuple[Any, Any]:
+    """Per value (an Arrow binary array), its schema id and its framing error
+    (:func:`framing_error`; null for a framed value or a tombstone)."""
+    import pyarrow as pa
+
+    value_ids, framed = schema_ids(values)
+    if framed.all():
+        return value_ids, pa.nulls(len(values), pa.string())
+    texts: list[str | None] = [None] * len(values)
+    for index in (~framed).nonzero()[0]:  # rare: only these values are looked at one by one
+        texts[index] = framing_error(values[int(index)].as_py())
+    return value_ids, pa.array(texts, pa.string())
 
 
 def schema_ids(payloads: Any) -> tuple[Any, Any]:
