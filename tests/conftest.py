@@ -259,9 +259,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    from tests.scheduling import check_spark_modules
+    from tests.scheduling import check_spark_modules, check_stack_tests_marked
 
     check_spark_modules(items, SPARK_MODULES)
+    check_stack_tests_marked(items)
 
     def rank(item: pytest.Item) -> int:
         path = item.nodeid.split("::", 1)[0]

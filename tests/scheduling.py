@@ -82,3 +82,24 @@ def check_spark_modules(items: list[pytest.Item], spark_modules: frozenset[str])
             "tests/conftest.py SPARK_MODULES misses modules that use the spark fixture: "
             + ", ".join(unlisted)
         )
+
+
+#: Fixtures that start (or join) the local stack and its services: a test using one is an
+#: integration test, which `make check` and the unit runs of `make test` leave out.
+STACK_FIXTURES = frozenset({"local_stack", "spark"})
+
+
+def check_stack_tests_marked(items: list[pytest.Item]) -> None:
+    """Every test that uses the stack or a Spark session is marked ``integration``: unmarked,
+    it runs in the unit runs too (twice in `make test`: with and without the C accelerator),
+    each time starting a Spark JVM or the whole stack beside the integration run."""
+    unmarked = sorted(
+        item.nodeid
+        for item in items
+        if STACK_FIXTURES & set(getattr(item, "fixturenames", ()))
+        and item.get_closest_marker("integration") is None
+    )
+    if unmarked:
+        raise pytest.UsageError(
+            "tests that use the stack or Spark must be marked integration: " + ", ".join(unmarked)
+        )

@@ -159,6 +159,7 @@ def test_spark_reads_the_table_from_a_checkpoint_written_here(spark: Any, tmp_pa
     assert _scanned(tmp_path) == {**expected, 7: "spark-7"}
 
 
+@pytest.mark.integration
 def test_a_checkpoint_written_here_after_sparks_leaves_no_stale_hadoop_checksum(
     spark: Any, tmp_path: Path
 ) -> None:
