@@ -18,6 +18,7 @@ from typing import Any
 from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
+from bridge.spark.arrow_frame import frame_of
 from bridge.spark.driver_decode import RawChange
 from bridge.spark.driver_rewrite import listed
 from bridge.spark.driver_table import conformed_to
@@ -145,7 +146,7 @@ class ArrowRows:
     schema: T.StructType
 
     def to_frame(self, spark: Any) -> Any:
-        return spark.createDataFrame(self.table, self.schema)
+        return frame_of(spark, self.table, self.schema)
 
     def new_key_rows(self, value_columns: Sequence[str], key_columns: Sequence[str],
                      fold_unchanged: bool) -> Any:  # fmt: skip

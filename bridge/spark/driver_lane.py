@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from bridge.spark import transforms as tf
+from bridge.spark.arrow_frame import frame_of
 from bridge.spark.config import ApplyConfig, delta_table
 from bridge.spark.decode import BatchGroups, SchemaCache, count_groups
 from bridge.spark.driver_changes import summarize
@@ -123,7 +124,7 @@ class DriverTable:
         return self.topic
 
     def raw_frame(self, spark: Any) -> DataFrame:
-        frame: DataFrame = spark.createDataFrame(self.raw)
+        frame: DataFrame = frame_of(spark, self.raw)
         return frame
 
 
