@@ -150,8 +150,26 @@ class Batches:
         self.applier(frame if frame is not None else self.frame(), batch_id)
         return self.applier
 
-    def rows(self, schema: str, table: str) -> list[dict[str, Any]]:
-        df = self.spark.read.format("delta").load(self.config.table_path(schema, table))
+    def rows(self, schema: str, table: str, spark_read: bool | None = None) -> list[dict[str, Any]]:
+        """The table's data columns, row by row, as Spark gives them to Python.
+
+        Read by Spark's Delta reader where Spark writes the table (or ``spark_read``); a table
+        the driver writes is read by delta-rs and handed to Spark as a local relation, so the
+        values still arrive as Spark converts them. A Spark read of a version Spark did not
+        commit rebuilds the table's state first (5-7 Spark jobs: a quarter of
+        test_apply_batches.py's time); that Spark reads what the driver writes is checked where
+        it is the point: the deletion-vector test here, test_driver_decode.py, and every
+        end-to-end test (tests/integration/test_delta_e2e.py's assert_delta_equals_source)."""
+        path = self.config.table_path(schema, table)
+        if spark_read if spark_read is not None else self.writer != "driver":
+            df = self.spark.read.format("delta").load(path)
+        else:
+            from bridge.spark.arrow_frame import frame_of
+            from bridge.spark.driver_merge import open_table
+            from bridge.spark.driver_table import conformed
+
+            delta = open_table(path)
+            df = frame_of(self.spark, conformed(delta, pa.table(delta.scan())))
         data = [c for c in df.columns if not c.startswith("_pgbridge_")]
         return [r.asDict() for r in df.select(*[f"`{c}`" for c in data]).collect()]
 
