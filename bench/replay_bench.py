@@ -112,7 +112,7 @@ def main() -> None:
         replay_s, replay_cpu = _timed(spark, replay)
         if still or replayed.dead():
             raise SystemExit(f"the replay left the table held: {still}")
-        if replayed.rows("public", "keyed") != baseline.rows("public", "keyed"):
+        if replayed.multiset("public", "keyed") != baseline.multiset("public", "keyed"):
             raise SystemExit("the replayed table differs from the one the batch wrote")
         for what, seconds, cpu in (("the job's batch", batch_s, batch_cpu),
                                    ("the held table's replay", replay_s, replay_cpu)):  # fmt: skip
