@@ -129,31 +129,19 @@ class HeldTable:
 def read_held_tables(dead_letter: str) -> dict[str, HeldTable]:
     """The tables the apply job holds, by topic, from its dead-letter table (none without
     one). Raises :class:`ApplyDeadLetterError` for a path that is not a Delta table."""
-    import pyarrow.compute as pc
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     from bridge.spark.errors import first_line
-    from bridge.spark.set_aside import SET_ASIDE
+    from bridge.spark.set_aside import held_per_topic, read_set_aside
 
     if not Path(dead_letter).exists() and "://" not in dead_letter:
         return {}  # no record was ever dead-lettered
     try:
-        rows = DeltaTable(dead_letter).to_pyarrow_table(columns=["topic", "reason", "batch_id"])
+        rows = read_set_aside(dead_letter)
     except TableNotFoundError:
         raise ApplyDeadLetterError(dead_letter, "not a Delta table") from None
     except Exception as exc:  # delta-rs cannot reach it from here (credentials, a scheme)
         raise ApplyDeadLetterError(dead_letter, f"cannot be read here: {first_line(exc)}") from exc
-    rows = rows.filter(pc.starts_with(rows["reason"], SET_ASIDE))
-    if rows.num_rows == 0:
-        return {}
-    per_topic = rows.group_by("topic").aggregate([("batch_id", "min"), ("batch_id", "count")])
     return {
-        str(topic): HeldTable(int(since), int(count))
-        for topic, since, count in zip(
-            per_topic["topic"].to_pylist(),
-            per_topic["batch_id_min"].to_pylist(),
-            per_topic["batch_id_count"].to_pylist(),
-            strict=True,
-        )
+        topic: HeldTable(since, records) for topic, (since, records) in held_per_topic(rows).items()
     }

@@ -32,7 +32,7 @@ from bridge.spark.decode import SchemaCache
 from bridge.spark.errors import first_line
 from bridge.spark.graceful_stop import interrupted
 from bridge.spark.resources import is_resource_failure
-from bridge.spark.set_aside import held_topics, is_set_aside
+from bridge.spark.set_aside import held_batches, held_topics, is_set_aside
 
 __all__ = ["replay_chunks", "replay_set_aside"]
 
@@ -97,11 +97,10 @@ def _replay_table(spark: Any, config: ApplyConfig, schemas: SchemaCache | None, 
 
     location = config.dead_letter_location
     held = (F.col("topic") == topic) & is_set_aside(F.col("reason"))
+    counts = held_batches(spark, location, topic)
+    if not counts:
+        return 0
     rows = spark.read.format("delta").load(location).where(held)
-    counts = [
-        (int(r["batch_id"]), int(r["count"]))
-        for r in rows.groupBy("batch_id").count().orderBy("batch_id").collect()
-    ]
     applier = BatchApplier(
         replace(
             config,

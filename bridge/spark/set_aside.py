@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column
@@ -36,9 +37,12 @@ from bridge.spark.resources import is_resource_failure
 __all__ = [
     "SET_ASIDE",
     "HeldTables",
+    "held_batches",
+    "held_per_topic",
     "held_reason",
     "held_topics",
     "is_set_aside",
+    "read_set_aside",
     "set_aside_reason",
 ]
 
@@ -71,6 +75,9 @@ def is_set_aside(reason: Column) -> Column:
 def held_topics(spark: Any, dead_letter_location: str) -> dict[str, int]:
     """The held tables' topics, each with the first batch that set it aside (none without a
     dead-letter table: no Spark job then)."""
+    rows = set_aside_rows(dead_letter_location)
+    if rows is not None:
+        return {topic: since for topic, (since, _) in held_per_topic(rows).items()}
     from bridge.spark.merge import is_delta_table
 
     if not is_delta_table(spark, dead_letter_location):
@@ -84,6 +91,75 @@ def held_topics(spark: Any, dead_letter_location: str) -> dict[str, int]:
         .collect()
     )
     return {str(r["topic"]): int(r["since"]) for r in rows}
+
+
+def held_batches(spark: Any, dead_letter_location: str, topic: str) -> list[tuple[int, int]]:
+    """``(batch id, records)`` of a held table's set-aside records, in batch order."""
+    rows = set_aside_rows(dead_letter_location)
+    if rows is not None:
+        import pyarrow.compute as pc
+
+        mine = rows.filter(pc.equal(rows["topic"], topic))
+        counts = mine.group_by("batch_id").aggregate([("batch_id", "count")])
+        return sorted(
+            zip(counts["batch_id"].to_pylist(), counts["batch_id_count"].to_pylist(), strict=True)
+        )
+    held = (F.col("topic") == topic) & is_set_aside(F.col("reason"))
+    grouped = spark.read.format("delta").load(dead_letter_location).where(held)
+    return [
+        (int(r["batch_id"]), int(r["count"]))
+        for r in grouped.groupBy("batch_id").count().orderBy("batch_id").collect()
+    ]
+
+
+def set_aside_rows(dead_letter_location: str) -> Any:
+    """The held tables' records in the dead-letter table, their ``topic`` and ``batch_id``
+    (pyarrow), read by delta-rs in milliseconds; None where it is Spark's to read (a remote
+    path, whose credentials Spark holds; a table delta-rs cannot read). A Spark read of it
+    costs seconds (2.8-3.5 s at a replay, docs/measurements.md), at every start and every
+    ``held_retry_interval``. An empty table where there is none yet."""
+    import pyarrow as pa
+
+    empty = pa.table({"topic": pa.array([], pa.string()), "batch_id": pa.array([], pa.int64())})
+    if "://" in dead_letter_location and not dead_letter_location.startswith("file:"):
+        return None
+    if "://" not in dead_letter_location and not Path(dead_letter_location).exists():
+        return empty
+    try:
+        rows = read_set_aside(dead_letter_location)
+    except Exception as exc:  # not a Delta table, or one delta-rs does not read: Spark's
+        logger.debug("%s: read by Spark (%s: %s)", dead_letter_location,
+                     type(exc).__name__, first_line(exc))  # fmt: skip
+        return None
+    return rows.select(["topic", "batch_id"])
+
+
+def read_set_aside(dead_letter_location: str) -> Any:
+    """The dead-letter table's rows of held tables (``topic``, ``reason``, ``batch_id``), by
+    delta-rs; raises what delta-rs raises where it cannot read the table."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(dead_letter_location).to_pyarrow_table(
+        columns=["topic", "reason", "batch_id"]
+    )
+    return rows.filter(pc.starts_with(rows["reason"], SET_ASIDE))
+
+
+def held_per_topic(rows: Any) -> dict[str, tuple[int, int]]:
+    """Held records (pyarrow: ``topic``, ``batch_id``) -> topic: (first batch, records)."""
+    if rows.num_rows == 0:
+        return {}
+    per_topic = rows.group_by("topic").aggregate([("batch_id", "min"), ("batch_id", "count")])
+    return {
+        str(topic): (int(since), int(count))
+        for topic, since, count in zip(
+            per_topic["topic"].to_pylist(),
+            per_topic["batch_id_min"].to_pylist(),
+            per_topic["batch_id_count"].to_pylist(),
+            strict=True,
+        )
+    }
 
 
 class HeldTables:

@@ -37,7 +37,7 @@ def _replay(batches: Batches, spark: Any) -> dict[str, int]:
 
 
 def test_a_failed_table_is_held_in_order_and_applied_at_the_next_start(
-    batches: Batches, failing: set[str], spark: Any
+    batches: Batches, failing: set[str], spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Replayed in batches of at most 3 records: the two set-aside batches one after the other.
     batches.config = replace(batches.config, max_offsets_per_trigger=3)
@@ -66,6 +66,8 @@ def test_a_failed_table_is_held_in_order_and_applied_at_the_next_start(
     # What `pgbridge status --apply-dead-letter` reads (delta-rs, not Spark).
     held = {KEYED.topic: HeldTable(since_batch=0, records=6)}
     assert read_held_tables(batches.config.dead_letter_location) == held
+    # What the job reads at each start and retry (delta-rs), as Spark reads it.
+    _held_as_spark_reads_it(batches, spark, monkeypatch, {KEYED.topic: 0}, [(0, 3), (1, 3)])
 
     assert _replay(batches, spark) == {}
     assert _ids(batches) == {1: "a2", 3: "c", 4: "never touched again"}
@@ -78,6 +80,26 @@ def test_a_failed_table_is_held_in_order_and_applied_at_the_next_start(
     assert restarted.held_tables.current(spark) == {}
     assert _ids(batches) == {1: "a2", 3: "c2", 4: "never touched again"}
     assert batches.dead() == []
+
+
+def _held_as_spark_reads_it(
+    batches: Batches,
+    spark: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    topics: dict[str, int],
+    keyed_batches: list[tuple[int, int]],
+) -> None:
+    """The held tables and the keyed table's set-aside batches, read by delta-rs (the job's
+    way where it can) and by Spark (where delta-rs cannot read the table) alike."""
+    from bridge.spark import set_aside
+
+    location = batches.config.dead_letter_location
+    for delta_rs_reads in (True, False):
+        with monkeypatch.context() as patched:
+            if not delta_rs_reads:
+                patched.setattr(set_aside, "set_aside_rows", lambda location: None)
+            assert set_aside.held_topics(spark, location) == topics
+            assert set_aside.held_batches(spark, location, KEYED.topic) == keyed_batches
 
 
 def test_a_replay_that_fails_keeps_the_table_held_and_one_half_done_applies_once(
