@@ -23,7 +23,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column
@@ -120,11 +119,12 @@ def set_aside_rows(dead_letter_location: str) -> Any:
     ``held_retry_interval``. An empty table where there is none yet."""
     import pyarrow as pa
 
-    empty = pa.table({"topic": pa.array([], pa.string()), "batch_id": pa.array([], pa.int64())})
+    from bridge.spark.delta_log import local_root
+
     if "://" in dead_letter_location and not dead_letter_location.startswith("file:"):
         return None
-    if "://" not in dead_letter_location and not Path(dead_letter_location).exists():
-        return empty
+    if not local_root(dead_letter_location).exists():
+        return pa.table({"topic": pa.array([], pa.string()), "batch_id": pa.array([], pa.int64())})
     try:
         rows = read_set_aside(dead_letter_location)
     except Exception as exc:  # not a Delta table, or one delta-rs does not read: Spark's
