@@ -274,7 +274,10 @@ HOSTILE_COLUMNS = [
 ]
 
 
-@BOTH_WRITERS
+# The [driver] run writes through Spark as well: delta-rs cannot open the escaped path
+# ("Weird%20Schema", docs/known-limits.md), so the driver hands the table to Spark, whose
+# statements the [spark] run repeats (kept for `make test-long`).
+@SPARK_WRITER_IN_LONG
 def test_hostile_names_keep_original_columns_and_get_their_own_path(
     batches: Batches, spark: Any
 ) -> None:
@@ -297,7 +300,8 @@ def test_hostile_names_keep_original_columns_and_get_their_own_path(
         ["Id_Part"],
     )
     batches.add(v2, "u", (11, 0), after={**row, "na_ve": "changed", "new_col": "n"})
-    batches.apply(1)
+    kind, writer = batches.apply(1).stats.last_write["Weird Schema.Mixed.Case-Table"]
+    assert (kind, writer) == ("merge", "spark")  # what makes the [spark] run a repeat
     # A path with an escape ("Weird%20Schema"): Spark's to read (delta-rs cannot open it).
     got = sorted(
         batches.rows("Weird Schema", "Mixed.Case-Table", spark_read=True),
