@@ -220,9 +220,11 @@ def test_incremental_snapshot_under_concurrent_writes_rebuild_and_delta_equal_so
                 "SELECT count(*) FROM dbz_signal WHERE type LIKE 'snapshot-window-%%'"
             ).fetchone()
         assert left is not None and left[0] <= 2
-        # The apply job takes the r events as upserts: Delta equals the source.
+        # The apply job takes the r events as upserts: Delta equals the source. The table with
+        # concurrent updates, deletes and key changes only: the others' records were checked
+        # above, and "Odd Pair"'s escaped path would be Spark's to write (docs/known-limits.md).
         spark = request.getfixturevalue("spark")
-        config = apply_config(local_stack, prefix, tmp_path / "apply")
+        config = apply_config(local_stack, prefix, tmp_path / "apply", tables=("public.items",))
         run_apply(config, spark=spark)
         assert_delta_equals_source(spark, config, dsn, {"public.items": ("id",)})
 
@@ -319,7 +321,8 @@ def test_resnapshot_restores_rows_deleted_from_delta_and_survives_truncates(
 
         churn = threading.Thread(target=truncate_and_refill)
         spark = request.getfixturevalue("spark")
-        config = apply_config(local_stack, prefix, tmp_path / "apply")
+        # The table repaired in Delta only; the churned one is checked by its rebuild.
+        config = apply_config(local_stack, prefix, tmp_path / "apply", tables=("public.items",))
         try:
             wait_for(lambda: "to topics" in process.log(), process, "streaming")
             cli(settings, "public.items")
