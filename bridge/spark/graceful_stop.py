@@ -37,6 +37,24 @@ _INTERRUPTION_MARKERS = (
 )
 
 
+class BatchAbandoned(RuntimeError):
+    """The batch function leaves its batch: the job's stop stopped the query before ``what``.
+
+    Nothing of the batch is lost: its checkpoint commit is not written, and the next start
+    applies it again, the tables already committed skipped by their positions. Spark tells a
+    stop's interruption from a failure by the error's text (``StreamExecution``'s
+    ``isInterruptedByStop``: a SparkException saying the query's job group was cancelled), so
+    the message says so in those words; the query then ends as stopped, not failed.
+    """
+
+    def __init__(self, what: str, job_group: str | None) -> None:
+        self.what = f"before {what}"
+        super().__init__(
+            f"org.apache.spark.SparkException: the job's stop cancelled job group {job_group} "
+            f"before {what}; the next start applies the batch again"
+        )
+
+
 def interrupted(error: BaseException) -> bool:
     """Whether ``error`` (or one it came from) is work interrupted by a query's stop: nothing
     about the data, so a table's records must not be set aside for it."""
@@ -44,7 +62,9 @@ def interrupted(error: BaseException) -> bool:
     for _ in range(10):  # the chain of causes, bounded
         if seen is None:
             return False
-        if any(marker in f"{type(seen).__name__}: {seen}" for marker in _INTERRUPTION_MARKERS):
+        if isinstance(seen, BatchAbandoned) or any(
+            marker in f"{type(seen).__name__}: {seen}" for marker in _INTERRUPTION_MARKERS
+        ):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
@@ -70,6 +90,8 @@ class GracefulStop:
     def __init__(self, grace_s: float = STOP_GRACE_S) -> None:
         self.grace_s = grace_s
         self.requested = threading.Event()
+        # Set as the watched query is stopped: its running batch leaves what it has not begun.
+        self.stopped = threading.Event()
         self._query: Any = None
         self._lock = threading.Lock()
 
@@ -126,10 +148,10 @@ class GracefulStop:
             time.sleep(0.02)
         self._stop(query)
 
-    @staticmethod
-    def _stop(query: Any) -> None:
+    def _stop(self, query: Any) -> None:
         if query is None:
             return
+        self.stopped.set()  # before the query's stop, which waits for the batch function
         try:
             query.stop()
         except Exception as exc:  # the query ended meanwhile: nothing left to stop

@@ -27,6 +27,7 @@ import argparse
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -58,11 +59,18 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = None) -> Any:
+def start_apply(
+    spark: Any,
+    config: ApplyConfig,
+    applier: BatchApplier | None = None,
+    stopped: threading.Event | None = None,
+) -> Any:
     """Start the streaming query (returns the ``StreamingQuery``; the caller awaits or stops it).
 
     In the changelog mode, the ingest and compaction queries (:mod:`bridge.spark.changelog`),
-    awaited and stopped together; ``applier`` is then the compactor.
+    awaited and stopped together; ``applier`` is then the compactor. ``stopped``: set as the
+    job's stop stops the query (:class:`GracefulStop`), the applier's batch then leaves what
+    it has not begun.
     """
     settings = {**job_conf(task_slots(spark)), **checkpoint_conf(config.checkpoint_location)}
     for key, value in settings.items():
@@ -72,6 +80,8 @@ def start_apply(spark: Any, config: ApplyConfig, applier: BatchApplier | None = 
     changelog_mode = config.mode == "changelog"
     if applier is None:
         applier = changelog.Compactor(config) if changelog_mode else BatchApplier(config)
+    if stopped is not None:
+        applier.stopped = stopped
     # Tables held since a batch of theirs failed catch up first, then every
     # --held-retry-interval while the job runs (bridge.spark.replay).
     replay = partial(
@@ -207,7 +217,7 @@ def run_apply(
     stop = stop or GracefulStop()
 
     def start() -> Any:
-        queries.append(start_apply(spark, config))
+        queries.append(start_apply(spark, config, stopped=stop.stopped))
         stop.watch(queries[-1])
         return queries[-1]
 

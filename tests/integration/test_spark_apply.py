@@ -27,9 +27,10 @@ import pytest
 
 from bridge.devstack.stack import StackInfo
 from bridge.spark import transforms as tf
-from bridge.spark.applier import BatchApplier
+from bridge.spark.applier import DRIVER_WRITERS, BatchApplier
 from bridge.spark.config import ApplyConfig
 from bridge.spark.driver_dv_merge import DV_WRITER
+from bridge.spark.graceful_stop import GracefulStop
 from bridge.spark.job import start_apply
 from bridge.spark.merge import KEY_COLUMNS_PROPERTY
 from tests.integration.test_delta_e2e import apply_config
@@ -460,6 +461,69 @@ def test_apply_job_restart_after_crash_mid_batch_applies_once(
     ]
     assert _applied_commits(spark, customers) == 2
     assert spark.read.format("delta").load(config.dead_letter_location).count() == 3
+
+
+class _StoppedInBatchOne(BatchApplier):
+    """In batch 1, after a table: the job's stop, its grace period already over (a batch
+    longer than the grace period), each table's thread held until the query is stopped."""
+
+    def __init__(self, config: ApplyConfig, stop: GracefulStop) -> None:
+        super().__init__(config)
+        self.stop = stop
+        self.applied: list[str] = []
+
+    def _apply_or_set_aside(self, spark: Any, table: Any, batch_id: int, batch: Any) -> None:
+        super()._apply_or_set_aside(spark, table, batch_id, batch)
+        if batch_id == 1:
+            self.applied.append(table.name)
+            if not self.stop.requested.is_set():  # (a second request stops at once)
+                self.stop.request("SIGTERM received")
+            assert self.stop.stopped.wait(60), "the stop did not stop the query"
+
+
+def test_a_stop_past_its_grace_period_leaves_the_rest_of_the_batch(
+    local_stack: StackInfo, spark: Any, tmp_path: Path
+) -> None:
+    """A stop that must interrupt a batch of many tables ends it before the tables not begun
+    (not after all of them, past Kubernetes' grace period), as a stop, not an error; the next
+    start applies the batch, each table once."""
+    prefix = f"it{uuid.uuid4().hex[:8]}"
+    tables = [TableVersion(prefix, "public", f"t{i}", ORDERS, ["order_id"]) for i in range(10)]
+    create_topics(local_stack.bootstrap_servers, [t.topic for t in tables])
+    producer = RegistryProducer(local_stack.bootstrap_servers, local_stack.registry_url)
+
+    def change_each(op: str, ts: int, note: str) -> None:
+        for table in tables:
+            row = {"order_id": 1, "note": note}
+            producer.change(table, table.envelope(op, ts, 0, after=row), {"order_id": 1})
+        producer.flush()
+
+    change_each("c", 10, "first")
+    config = apply_config(local_stack, prefix, tmp_path)
+    _run(spark, config)
+    change_each("u", 20, "second")
+    paths = [Path(config.table_path("public", t.table)) for t in tables]
+    commits = [_merge_commits(p) for p in paths]
+    stop = GracefulStop(grace_s=0.1)
+    # A new applier takes the tables over from their logs: batch 1 is written by the driver,
+    # DRIVER_WRITERS tables at a time.
+    applier = _StoppedInBatchOne(config, stop)
+    query = start_apply(spark, config, applier, stopped=stop.stopped)
+    stop.watch(query)
+    try:
+        assert query.awaitTermination(300), "the stopped query did not end"
+        assert query.exception() is None  # Spark took the abandoned batch for its stop's
+    finally:
+        query.stop()
+    # Only the tables begun before the stop: at most one per writer thread.
+    assert 1 <= len(applied := applier.applied) <= DRIVER_WRITERS < len(tables), applied
+    assert sum(_merge_commits(p) for p in paths) == sum(commits) + len(applied)
+    assert not (Path(config.checkpoint_location) / "commits" / "1").exists()
+
+    _run(spark, config)  # the next start: batch 1 again, the tables applied before skipped
+    for table, path, before in zip(tables, paths, commits, strict=True):
+        assert _rows(spark, str(path), "order_id") == [{"order_id": 1, "note": "second"}]
+        assert _merge_commits(path) == before + 1, table.table  # once
 
 
 def _merge_commits(table: Path) -> int:

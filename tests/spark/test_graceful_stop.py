@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bridge.spark.graceful_stop import GracefulStop, interrupted
+from bridge.spark.graceful_stop import BatchAbandoned, GracefulStop, interrupted
 
 
 @pytest.fixture(autouse=True)
@@ -77,6 +77,34 @@ def test_a_batch_longer_than_the_grace_period_is_stopped_after_it() -> None:
     stop.request("SIGTERM received")
     assert query.stopped.wait(5)
     assert query.stopped_at is not None and 0.3 <= query.stopped_at - started < 5
+
+
+def test_the_stopped_flag_is_up_before_the_query_is_stopped() -> None:
+    """The batch function, which the query's stop waits for, must see the flag meanwhile."""
+    stop = GracefulStop(grace_s=0.1)
+
+    class Waiting(Query):
+        def stop(self) -> None:
+            self.flag_at_stop = stop.stopped.is_set()
+            super().stop()
+
+    query = Waiting(batch_s=60)
+    stop.watch(query)
+    assert not stop.stopped.is_set()
+    stop.request("SIGTERM received")
+    assert query.stopped.wait(5)
+    assert query.flag_at_stop and stop.stopped.is_set()
+
+
+def test_a_batch_left_at_a_stop_reads_to_spark_as_its_job_group_cancelled() -> None:
+    """Spark ends a query stopped mid-batch as stopped, not failed, only if the batch's error
+    is a SparkException saying the query's job group (its run id) was cancelled."""
+    left = BatchAbandoned("public.t9", "6f1c0a52-run-id")
+    text = str(left)
+    assert "org.apache.spark.SparkException" in text and "cancelled" in text
+    assert "6f1c0a52-run-id" in text and "public.t9" in text
+    assert interrupted(left)
+    assert not interrupted(RuntimeError("the batch function failed"))
 
 
 def test_a_second_request_stops_at_once() -> None:
