@@ -12,7 +12,9 @@ one Parquet file per table (pyarrow, snappy), the same threads.
 PostgreSQL's ``uuid`` arrives), loaded as ``--files`` files, and the updates and deletes go to
 the newest tenth of the keys (a time-ordered table's hot rows): what the MERGE gains from the
 files' key statistics, which pass over the files no key of the batch can be in; ``--keys
-uuid4``, random UUIDs, the same changes: every file's key range spans them all.
+uuid4``, random UUIDs, the same changes: every file's key range spans them all, and what the
+MERGE gains from the columns of files it read in earlier batches (bridge.spark.file_columns;
+``--key-cache-mb 0`` reads them again each batch, as before).
 
     .venv/bin/python bench/dv_merge_bench.py
     .venv/bin/python bench/dv_merge_bench.py --keys uuid7 --rows 1000000 --files 20 --changes 20000
@@ -37,6 +39,7 @@ from deltalake import write_deltalake
 
 from bridge.spark import transforms as tf
 from bridge.spark.driver_dv_merge import dv_merge
+from bridge.spark.file_columns import DEFAULT_CACHE_MB, file_columns
 from bridge.spark.logged_table import LoggedTable
 from bridge.spark.merge import MergePlan
 
@@ -116,7 +119,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--keys", choices=("int", "uuid7", "uuid4"), default="int")
     parser.add_argument("--files", type=int, default=1, help="files each table is loaded as")
+    parser.add_argument(
+        "--key-cache-mb", type=int, default=DEFAULT_CACHE_MB,
+        help="the job's --driver-key-cache-mb (0: every batch reads its files again)",
+    )  # fmt: skip
     args = parser.parse_args()
+    file_columns.resize(args.key_cache_mb * 2**20)
     rng = random.Random(1)
     with tempfile.TemporaryDirectory(prefix="pgbridge-dv-bench-") as workdir:
         root = Path(workdir)
@@ -149,15 +157,19 @@ def main() -> None:
             ) -> None:
                 results[i] = dv_merge(tables[i], batches[i], PLAN, "bench", number, None)
 
+            hits = file_columns.hits
             wall, cpu = _timed(merge, args.tables)
             read = sum(r.files_read for r in results)
+            cached = file_columns.hits - hits
             held_files = sum(r.files_in_table for r in results)
             print(
                 f"batch {number}: {changes:,} changes MERGEd in {wall:.3f} s, {cpu:.3f} CPU-s "
                 f"({cpu / wall:.2f} cores), {cpu / changes * 1e6:.2f} us CPU per change; "
                 f"writing their rows alone: {floor_wall:.3f} s, "
                 f"{floor_cpu / changes * 1e6:.2f} us CPU per change "
-                f"(ratio {wall / floor_wall:.1f}); files read {read} of {held_files}"
+                f"(ratio {wall / floor_wall:.1f}); files read {read} of {held_files}, "
+                f"{cached} of them from the driver's cache "
+                f"({file_columns.held_bytes / 2**20:.0f} MiB held)"
             )
 
 

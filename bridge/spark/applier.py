@@ -120,6 +120,7 @@ from bridge.spark.driver_multiset import multiset_in_driver
 from bridge.spark.driver_read import SmallBatchReader
 from bridge.spark.errors import RegistryUnavailableError, TableApplyError, first_line
 from bridge.spark.fences import Fences, read_fences
+from bridge.spark.file_columns import file_columns
 from bridge.spark.graceful_stop import BatchAbandoned, interrupted
 from bridge.spark.history import HISTORY_FIELDS, IS_CURRENT, history_versions, merge_history
 from bridge.spark.lane_driver import TaskLane
@@ -226,6 +227,7 @@ class BatchApplier:
         tables, bridge.spark.replay, which must not set aside what it applies)."""
         self.config = config
         self.holds = holds
+        file_columns.resize(config.driver_key_cache_mb * 2**20)  # the driver's one cache
         self.schemas = schemas or SchemaCache.for_url(
             config.registry_url, dict(config.registry_options)
         )

@@ -9,6 +9,7 @@ import os
 from collections.abc import Sequence
 
 from bridge.spark.config import ApplyConfig
+from bridge.spark.file_columns import DEFAULT_CACHE_MB
 
 __all__ = ["add_apply_arguments", "config_from_args"]
 
@@ -116,6 +117,14 @@ def _table_arguments(parser: argparse.ArgumentParser) -> None:
         help="a table's batch of at most this many changes (keyed or not), into a table under "
         "32 MiB on a local path, is written by the driver with delta-rs, not by Spark jobs "
         "(0: never)",
+    )
+    parser.add_argument(
+        "--driver-key-cache-mb",
+        type=int,
+        default=DEFAULT_CACHE_MB,
+        help="MiB of the driver's memory that keep large tables' files' key columns from one "
+        "batch to the next for its deletion-vector MERGE (files never change once written; "
+        "0: read them again each batch)",
     )
     parser.add_argument(
         "--no-driver-decode",
@@ -256,6 +265,7 @@ def config_from_args(args: argparse.Namespace) -> ApplyConfig:
         app_id=args.app_id,
         parallel_tables=args.parallel_tables,
         driver_write_rows=args.driver_write_rows,
+        driver_key_cache_mb=args.driver_key_cache_mb,
         driver_decode=args.driver_decode,
         task_lane=args.task_lane,
         lane_min_records=args.lane_min_records,

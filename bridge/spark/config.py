@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from bridge.errors import ConfigError
 from bridge.routing import DEFAULT_KEY_FIELD
 from bridge.schema import table_topic
+from bridge.spark.file_columns import DEFAULT_CACHE_MB
 
 __all__ = ["ApplyConfig", "delta_table", "path_segment"]
 
@@ -157,6 +158,9 @@ class ApplyConfig:
     query_name: str = "pgbridge-apply"
     parallel_tables: int = 2
     driver_write_rows: int = 50_000
+    # MiB of the driver's memory for data files' key columns, kept between batches by its
+    # deletion-vector MERGE (bridge.spark.file_columns); 0: read again each batch.
+    driver_key_cache_mb: int = DEFAULT_CACHE_MB
     driver_decode: bool = True
     task_lane: bool = True
     lane_min_records: int = 50_000
@@ -223,6 +227,8 @@ class ApplyConfig:
             raise ConfigError("parallel_tables", "must be at least 1")
         if self.driver_write_rows < 0:
             raise ConfigError("driver_write_rows", "must be 0 (off) or more")
+        if self.driver_key_cache_mb < 0:
+            raise ConfigError("driver_key_cache_mb", "must be 0 (off) or more")
         if self.lane_min_records < 1:
             raise ConfigError("lane_min_records", "must be at least 1")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger <= 0:

@@ -9,7 +9,8 @@ table was the batch. Delta's protocol lets a writer mark rows of a file deleted 
 deletion vector instead (Spark's own MERGE does so on these tables), and that needs no
 engine: read the key and position columns of the files whose statistics can hold a key of the
 batch, find the rows the batch replaces, write their positions as deletion vectors and the
-batch's rows as one new file, and commit.
+batch's rows as one new file, and commit. The columns read from a file are kept for the next
+batches within a budget (bridge.spark.file_columns): files never change once written.
 
 The result is :func:`bridge.spark.merge.merge_changes`'s, clause for clause: keys matched as
 equal (a NULL key value declines the batch: SQL's NULL-safe match is not Arrow's join), a
@@ -53,6 +54,7 @@ from bridge.spark.driver_commit import (
     write_rows,
 )
 from bridge.spark.driver_table import DriverWriteRefused, pa_schema
+from bridge.spark.file_columns import file_columns
 from bridge.spark.logged_table import LoggedTable
 from bridge.spark.merge import MergePlan
 
@@ -159,18 +161,20 @@ def _matched_rows(
     columns: Sequence[tuple[str, str]],
     numbered: Any,
     keys: Sequence[str],
+    batch_id: int,
 ) -> tuple[Any, list[Any]]:
     """The live rows of ``files`` whose keys are the batch's (``numbered``: its keys and each
     change's index, ``_SOURCE``): ``columns`` ((name, physical name)), their file's index in
     ``files`` and their position in it (``_FILE``, ``_ROW``); and each file's rows deleted
-    already. One file at a time: the driver holds one file's key columns, not the table's."""
+    already. One file at a time, its columns read once and kept for the next batches within
+    the cache's budget (bridge.spark.file_columns), not the table's whole key column."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     pieces, already = [], []
     for index, add in enumerate(files):
-        data = pq.read_table(log.root / unquote(add["path"]), columns=[p for _, p in columns])
+        path = log.root / unquote(add["path"])
+        data = file_columns.read(path, [p for _, p in columns], batch_id)
         deleted = deleted_rows(add.get("deletionVector"), log.root)
         already.append(deleted)
         piece = pa.table(
@@ -229,7 +233,7 @@ def dv_merge(
     meta = [tf.COMMIT_LSN, tf.SEQ]
     numbered = pa.table({**source_keys, _SOURCE: pa.array(range(source.num_rows), pa.int64())})
     columns = [(c, physical[c][0]) for c in [*keys, *meta]]
-    matched, already = _matched_rows(log, files, columns, numbered, keys)
+    matched, already = _matched_rows(log, files, columns, numbered, keys, batch_id)
     # Per change of the batch: a row of the table holds its key (found), and that row is
     # replaced by it (newer). Numpy masks, not Python sets: the threads that MERGE tables side
     # by side would otherwise take turns at the interpreter for each change.

@@ -25,6 +25,7 @@ from bridge.spark.deletion_vectors import (
 from bridge.spark.delta_log import CommitConflict, LogFiles, read_log_files, write_commit
 from bridge.spark.driver_dv_merge import BatchDeclined, dv_merge, dv_merge_refusal
 from bridge.spark.driver_table import DriverWriteRefused
+from bridge.spark.file_columns import file_columns
 from bridge.spark.logged_table import LoggedTable
 from bridge.spark.merge import MergePlan
 
@@ -183,6 +184,38 @@ def test_updates_deletes_inserts_and_resends_are_applied_as_merge_changes_applie
     assert _rows(table) == expected
     live = read_log_files(tmp_path)
     assert sum(a.get("deletionVector", {}).get("cardinality", 0) for a in live.adds.values()) == 4
+
+
+def test_later_batches_read_the_files_columns_kept_by_the_driver_with_the_same_result(
+    tmp_path: Path,
+) -> None:
+    """Batches that change rows of files read before (a row marked deleted in a file whose
+    columns are kept: its vector is read from the log at each batch), with the driver's
+    cache of files' columns and without: the same rows, and the later batches' files read
+    from the cache."""
+    batches = [
+        _batch((5, "u", 20, "b1-5"), (6, "d", 20, ""), (60, "u", 20, "b1-60")),
+        _batch((5, "u", 30, "b2-5"), (6, "c", 30, "b2-6"), (60, "u", 15, "stale")),
+        _batch((5, "d", 40, ""), (99, "u", 40, "b3-99"), (6, "u", 40, "b3-6")),
+    ]
+    expected = {i: f"old-{i}" for i in range(100)}
+    expected.update({6: "b3-6", 60: "b1-60", 99: "b3-99"})
+    del expected[5]
+    budget = file_columns.budget_bytes
+    outcome = {}
+    try:
+        for cached in (0, 2**20):
+            file_columns.resize(cached)
+            table = _table(tmp_path / str(cached), range(100), files=4)
+            hits = file_columns.hits
+            for number, batch in enumerate(batches, 1):
+                dv_merge(table, batch, PLAN, "j", number, None)
+            outcome[cached] = (_rows(table), file_columns.hits - hits)
+    finally:
+        file_columns.resize(budget)
+    assert outcome[0] == (expected, 0)
+    assert outcome[2**20][0] == expected
+    assert outcome[2**20][1] >= 4  # batches 2 and 3: the table's first files, at least
 
 
 def test_a_column_the_batch_does_not_set_keeps_its_value_in_a_replaced_row(
