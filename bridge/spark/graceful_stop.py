@@ -94,6 +94,7 @@ class GracefulStop:
         self.stopped = threading.Event()
         self._query: Any = None
         self._lock = threading.Lock()
+        self._stopper: threading.Thread | None = None
 
     def install(self) -> None:
         """Handle SIGTERM and SIGINT (only the main thread may: elsewhere, nothing changes)."""
@@ -123,7 +124,17 @@ class GracefulStop:
         # py4j logs the failure of a Python callback (the batch function) with its traceback.
         logging.getLogger("py4j.clientserver").addFilter(_InterruptedBatchFilter(self.requested))
         self.requested.set()
-        threading.Thread(target=self._stop_after_batch, name="graceful-stop", daemon=True).start()
+        self._stopper = threading.Thread(
+            target=self._stop_after_batch, name="graceful-stop", daemon=True
+        )
+        self._stopper.start()
+
+    def settle(self, timeout_s: float = 10.0) -> None:
+        """Wait for the stop's own call to stop the query to return (before the session is
+        stopped: a call still under way would fail on a stopped SparkContext)."""
+        stopper = self._stopper
+        if stopper is not None and stopper is not threading.current_thread():
+            stopper.join(timeout_s)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.request(f"{signal.Signals(signum).name} received")

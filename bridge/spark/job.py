@@ -237,6 +237,7 @@ def run_apply(
         raise ApplyError(f"the apply query failed: {exc}") from exc
     finally:
         stop_metrics()
+        stop.settle()
         if own_session:
             _stop_session(spark)
 

@@ -107,6 +107,23 @@ def test_a_batch_left_at_a_stop_reads_to_spark_as_its_job_group_cancelled() -> N
     assert not interrupted(RuntimeError("the batch function failed"))
 
 
+def test_settle_waits_for_the_stops_own_call_to_return() -> None:
+    """The job stops its session after settle(): a stop call still under way would fail."""
+
+    class SlowToStop(Query):
+        def stop(self) -> None:
+            time.sleep(0.3)  # the query's stop waits for its batch function
+            super().stop()
+
+    query = SlowToStop(batch_s=60)
+    stop = GracefulStop(grace_s=0.05)
+    stop.watch(query)
+    stop.settle()  # no stop requested: returns at once
+    stop.request("SIGTERM received")
+    stop.settle()
+    assert query.stopped.is_set()
+
+
 def test_a_second_request_stops_at_once() -> None:
     query = Query(batch_s=60)
     stop = GracefulStop()
