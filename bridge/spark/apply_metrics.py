@@ -10,6 +10,8 @@ __all__ = [
     "COMMIT_TO_VISIBLE",
     "DEAD_LETTERS",
     "FRESHNESS",
+    "KEY_CACHE_BYTES",
+    "KEY_CACHE_READS",
     "TABLES_HELD",
     "TABLE_FAILURES",
     "TABLE_LAG",
@@ -51,4 +53,16 @@ COMMIT_TO_VISIBLE = Histogram(
     "Per batch: seconds from the PostgreSQL commit of its oldest change until the batch's Delta "
     "commits were done (the worst commit-to-visible delay of the batch)",
     buckets=_SECONDS_BUCKETS,
+)
+KEY_CACHE_READS = Counter(
+    "pgbridge_apply_key_cache_reads",
+    "Data files whose key columns the driver's deletion-vector MERGE needed, by where they came "
+    "from: hit (kept from an earlier batch) or miss (read from the file); many misses batch "
+    "after batch on the same tables: --driver-key-cache-mb is too small for them",
+    ["result"],
+)
+KEY_CACHE_BYTES = Gauge(
+    "pgbridge_apply_key_cache_bytes",
+    "Bytes of data files' key columns the driver keeps between batches (at most "
+    "--driver-key-cache-mb)",
 )

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bridge.spark.apply_metrics import KEY_CACHE_BYTES, KEY_CACHE_READS
+
 __all__ = ["DEFAULT_CACHE_MB", "FileColumns", "file_columns"]
 
 #: ``--driver-key-cache-mb``'s default.
@@ -70,8 +72,10 @@ class FileColumns:
                 self._entries.move_to_end(key)
                 entry.batch = generation
                 self.hits += 1
+                KEY_CACHE_READS.labels("hit").inc()
                 return entry.columns
             self.misses += 1
+        KEY_CACHE_READS.labels("miss").inc()
         data = pq.read_table(path, columns=list(columns))
         size = data.nbytes
         with self._lock:
@@ -100,3 +104,4 @@ class FileColumns:
 
 #: The driver's one cache (its budget set by the job: bridge.spark.applier).
 file_columns = FileColumns(DEFAULT_CACHE_MB * 2**20)
+KEY_CACHE_BYTES.set_function(lambda: file_columns.held_bytes)

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bridge.spark.file_columns import FileColumns
+from bridge.spark.file_columns import FileColumns, file_columns
 
 
 def _files(tmp_path: Path, count: int, rows: int = 1000) -> list[Path]:
@@ -83,6 +83,28 @@ def test_a_budget_of_zero_keeps_nothing_and_a_smaller_one_drops_the_excess(
     cache.read(paths[0], ["k"], batch=2)
     cache.read(paths[0], ["k"], batch=3)
     assert cache.hits == 0 and cache.held_bytes == 0
+
+
+def test_the_job_exports_its_hits_misses_and_bytes(tmp_path: Path) -> None:
+    from prometheus_client import REGISTRY
+
+    def reads(result: str) -> float:
+        value = REGISTRY.get_sample_value("pgbridge_apply_key_cache_reads_total",
+                                          {"result": result})  # fmt: skip
+        return value or 0.0
+
+    (path,) = _files(tmp_path, 1)
+    hits, misses = reads("hit"), reads("miss")
+    budget = file_columns.budget_bytes
+    try:
+        file_columns.resize(2**20)
+        file_columns.read(path, ["k"], batch=1)
+        file_columns.read(path, ["k"], batch=2)
+        held = REGISTRY.get_sample_value("pgbridge_apply_key_cache_bytes")
+    finally:
+        file_columns.resize(budget)
+    assert (reads("hit") - hits, reads("miss") - misses) == (1, 1)
+    assert held is not None and held >= _size(path)
 
 
 def test_a_file_missing_is_an_error_not_a_stale_answer(tmp_path: Path) -> None:
