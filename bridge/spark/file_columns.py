@@ -37,7 +37,7 @@ DEFAULT_CACHE_MB = 256
 class _Entry:
     columns: Any  # a pyarrow.Table
     size: int
-    batch: int  # the generation of the batch that last used it
+    generation: int  # that of the batch that last used it
 
 
 class FileColumns:
@@ -70,7 +70,7 @@ class FileColumns:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
-                entry.batch = generation
+                entry.generation = generation
                 self.hits += 1
                 KEY_CACHE_READS.labels("hit").inc()
                 return entry.columns
@@ -91,7 +91,7 @@ class FileColumns:
             if not self._entries:
                 return False
             key, oldest = next(iter(self._entries.items()))
-            if keep_current and oldest.batch == self._generation:
+            if keep_current and oldest.generation == self._generation:
                 return False
             del self._entries[key]
             self._held -= oldest.size
