@@ -9,10 +9,12 @@ deleted rows are marked by deletion vectors beside it, which the MERGE reads fro
 each batch), so what was read from a file stays right for as long as the file lives.
 
 Bounded (``--driver-key-cache-mb``, 256 MiB by default; 0: nothing kept). A file read while
-the cache is full evicts files no MERGE of the current batch used; if that frees too little it
-is not kept. So a table larger than the cache keeps the same share of its files cached batch
-after batch (plain LRU on such a scan evicts every file before its next read), and files no
-longer in any table (compacted away, or of a table no longer written) leave first.
+the cache is full evicts files no MERGE of this batch or the one before used; if that frees
+too little it is not kept. So tables larger than the cache keep the same share of their files
+cached batch after batch (plain LRU, or evicting what this batch has not read yet, would
+evict a file before its next read: the tables of a batch are merged one after another), and
+files no longer in any table (compacted away, or of a table no longer written) leave after a
+batch without them.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class FileColumns:
     def resize(self, budget_bytes: int) -> None:
         with self._lock:
             self.budget_bytes = budget_bytes
-            self._evict(0, keep_current=False)
+            self._evict(0, keep_recent=False)
 
     def read(self, path: Path, columns: Sequence[str], batch: object) -> Any:
         """``columns`` of the Parquet file at ``path``, for a MERGE of ``batch`` (the job's
@@ -79,19 +81,19 @@ class FileColumns:
         data = pq.read_table(path, columns=list(columns))
         size = data.nbytes
         with self._lock:
-            if key not in self._entries and self._evict(size, keep_current=True):
+            if key not in self._entries and self._evict(size, keep_recent=True):
                 self._entries[key] = _Entry(data, size, generation)
                 self._held += size
         return data
 
-    def _evict(self, room: int, keep_current: bool) -> bool:
-        """Evict least recently used entries until ``room`` bytes fit; with ``keep_current``,
-        none the current batch used (then False if that is not enough)."""
+    def _evict(self, room: int, keep_recent: bool) -> bool:
+        """Evict least recently used entries until ``room`` bytes fit; with ``keep_recent``,
+        none this batch or the one before used (then False if that is not enough)."""
         while self._held + room > self.budget_bytes:
             if not self._entries:
                 return False
             key, oldest = next(iter(self._entries.items()))
-            if keep_current and oldest.generation == self._generation:
+            if keep_recent and oldest.generation >= self._generation - 1:
                 return False
             del self._entries[key]
             self._held -= oldest.size

@@ -38,6 +38,24 @@ def test_a_files_columns_are_read_once_and_by_the_columns_asked(tmp_path: Path) 
     assert first.column("k").to_pylist() == list(range(1000))
 
 
+def test_tables_merged_one_after_another_keep_their_files_within_the_budget(
+    tmp_path: Path,
+) -> None:
+    """Three tables of two files, room for four files; each batch adds a file to each table
+    (its new rows). The files read in batch 1 stay hits: a new file does not evict a file a
+    later table of the same batch is about to read."""
+    tables = [_files(tmp_path / f"t{t}", 2) for t in range(3)]
+    cache = FileColumns(int(_size(tables[0][0]) * 4.5))
+    for batch in range(1, 5):
+        hits = cache.hits
+        for number, files in enumerate(tables):
+            for path in files:
+                cache.read(path, ["k"], batch)
+            files.extend(_files(tmp_path / f"t{number}-b{batch}", 1))  # its batch's new file
+        if batch > 1:
+            assert cache.hits - hits >= 4, f"batch {batch}"
+
+
 def test_a_table_larger_than_the_budget_keeps_the_same_files_batch_after_batch(
     tmp_path: Path,
 ) -> None:
@@ -58,13 +76,16 @@ def test_files_no_batch_uses_any_more_make_room_for_new_ones(tmp_path: Path) -> 
     cache = FileColumns(int(_size(old[0]) * 2.5))
     for path in old:
         cache.read(path, ["k"], batch=1)
-    for path in new:  # batch 2 reads other files (the old ones compacted away, say)
-        cache.read(path, ["k"], batch=2)
+    # Batches 2 and 3 read other files (the old ones compacted away, say): batch 1's are kept
+    # through batch 2 (a table may be merged later in it), then give way.
+    for batch in (2, 3):
+        for path in new:
+            cache.read(path, ["k"], batch)
     misses = cache.misses
     for path in new:
-        cache.read(path, ["k"], batch=3)
+        cache.read(path, ["k"], batch=4)
     assert cache.misses == misses  # both kept, in place of batch 1's
-    cache.read(old[0], ["k"], batch=3)
+    cache.read(old[0], ["k"], batch=4)
     assert cache.misses == misses + 1
 
 
